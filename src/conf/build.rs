@@ -56,28 +56,160 @@ struct Spec {
 }
 
 const TABLE: &[Spec] = &[
-    Spec { name: "worker_processes", ctx: MAIN, args: Args::Exactly(1), block: false, set: set_worker_processes },
-    Spec { name: "pid", ctx: MAIN, args: Args::Exactly(1), block: false, set: set_pid },
-    Spec { name: "error_log", ctx: MAIN | HTTP | SRV | LOC, args: Args::Range(1, 2), block: false, set: set_error_log },
-    Spec { name: "daemon", ctx: MAIN, args: Args::Exactly(1), block: false, set: set_main_flag },
-    Spec { name: "master_process", ctx: MAIN, args: Args::Exactly(1), block: false, set: set_main_flag },
-    Spec { name: "user", ctx: MAIN, args: Args::Range(1, 2), block: false, set: set_user },
-    Spec { name: "worker_rlimit_nofile", ctx: MAIN, args: Args::Exactly(1), block: false, set: set_rlimit_nofile },
-    Spec { name: "worker_shutdown_timeout", ctx: MAIN, args: Args::Exactly(1), block: false, set: set_shutdown_timeout },
-    Spec { name: "events", ctx: MAIN, args: Args::Exactly(0), block: true, set: set_events },
-    Spec { name: "worker_connections", ctx: EVENTS, args: Args::Exactly(1), block: false, set: set_worker_connections },
-    Spec { name: "use", ctx: EVENTS, args: Args::Exactly(1), block: false, set: set_ignored_event },
-    Spec { name: "multi_accept", ctx: EVENTS, args: Args::Exactly(1), block: false, set: set_ignored_event },
-    Spec { name: "accept_mutex", ctx: EVENTS, args: Args::Exactly(1), block: false, set: set_ignored_event },
-    Spec { name: "accept_mutex_delay", ctx: EVENTS, args: Args::Exactly(1), block: false, set: set_ignored_event },
-    Spec { name: "worker_aio_requests", ctx: EVENTS, args: Args::Exactly(1), block: false, set: set_ignored_event },
-    Spec { name: "debug_connection", ctx: EVENTS, args: Args::Exactly(1), block: false, set: set_ignored_event },
-    Spec { name: "http", ctx: MAIN, args: Args::Exactly(0), block: true, set: set_http },
-    Spec { name: "server", ctx: HTTP, args: Args::Exactly(0), block: true, set: set_server },
-    Spec { name: "listen", ctx: SRV, args: Args::AtLeast(1), block: false, set: set_listen },
-    Spec { name: "server_name", ctx: SRV, args: Args::AtLeast(1), block: false, set: set_server_name },
-    Spec { name: "location", ctx: SRV | LOC, args: Args::Range(1, 2), block: true, set: set_location },
-    Spec { name: "return", ctx: SRV | LOC, args: Args::Range(1, 2), block: false, set: set_return },
+    Spec {
+        name: "worker_processes",
+        ctx: MAIN,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_worker_processes,
+    },
+    Spec {
+        name: "pid",
+        ctx: MAIN,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_pid,
+    },
+    Spec {
+        name: "error_log",
+        ctx: MAIN | HTTP | SRV | LOC,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_error_log,
+    },
+    Spec {
+        name: "daemon",
+        ctx: MAIN,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_main_flag,
+    },
+    Spec {
+        name: "master_process",
+        ctx: MAIN,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_main_flag,
+    },
+    Spec {
+        name: "user",
+        ctx: MAIN,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_user,
+    },
+    Spec {
+        name: "worker_rlimit_nofile",
+        ctx: MAIN,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_rlimit_nofile,
+    },
+    Spec {
+        name: "worker_shutdown_timeout",
+        ctx: MAIN,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_shutdown_timeout,
+    },
+    Spec {
+        name: "events",
+        ctx: MAIN,
+        args: Args::Exactly(0),
+        block: true,
+        set: set_events,
+    },
+    Spec {
+        name: "worker_connections",
+        ctx: EVENTS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_worker_connections,
+    },
+    Spec {
+        name: "use",
+        ctx: EVENTS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_ignored_event,
+    },
+    Spec {
+        name: "multi_accept",
+        ctx: EVENTS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_ignored_event,
+    },
+    Spec {
+        name: "accept_mutex",
+        ctx: EVENTS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_ignored_event,
+    },
+    Spec {
+        name: "accept_mutex_delay",
+        ctx: EVENTS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_ignored_event,
+    },
+    Spec {
+        name: "worker_aio_requests",
+        ctx: EVENTS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_ignored_event,
+    },
+    Spec {
+        name: "debug_connection",
+        ctx: EVENTS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_ignored_event,
+    },
+    Spec {
+        name: "http",
+        ctx: MAIN,
+        args: Args::Exactly(0),
+        block: true,
+        set: set_http,
+    },
+    Spec {
+        name: "server",
+        ctx: HTTP,
+        args: Args::Exactly(0),
+        block: true,
+        set: set_server,
+    },
+    Spec {
+        name: "listen",
+        ctx: SRV,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_listen,
+    },
+    Spec {
+        name: "server_name",
+        ctx: SRV,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_server_name,
+    },
+    Spec {
+        name: "location",
+        ctx: SRV | LOC,
+        args: Args::Range(1, 2),
+        block: true,
+        set: set_location,
+    },
+    Spec {
+        name: "return",
+        ctx: SRV | LOC,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_return,
+    },
 ];
 
 #[derive(Default)]
@@ -107,16 +239,6 @@ struct Builder<'p> {
 /// Builds the typed configuration. `syntax_err` is the first syntax error met while
 /// reading; an error from a directive read before it is reported first, as nginx
 /// does. Warnings are returned with the config for the caller to log.
-pub fn build(
-    paths: &Paths,
-    dirs: Vec<Directive>,
-    files: Files,
-    syntax_err: Option<ConfError>,
-) -> Result<Config, ConfError> {
-    let (cfg, _) = build_with_warnings(paths, dirs, files, syntax_err)?;
-    Ok(cfg)
-}
-
 pub fn build_with_warnings(
     paths: &Paths,
     dirs: Vec<Directive>,
@@ -181,7 +303,10 @@ impl Builder<'_> {
     fn walk(&mut self, dirs: &[Directive], node: &mut Node<'_>, ctx: u8) -> Result<(), ConfError> {
         for d in dirs {
             let Some(spec) = TABLE.iter().find(|s| s.name == d.name) else {
-                return Err(ConfError::at(format!("unknown directive \"{}\"", d.name), &d.src));
+                return Err(ConfError::at(
+                    format!("unknown directive \"{}\"", d.name),
+                    &d.src,
+                ));
             };
             if spec.ctx & ctx == 0 {
                 return Err(ConfError::at(
@@ -226,7 +351,10 @@ fn invalid_value(d: &Directive) -> ConfError {
 }
 
 fn not_here(d: &Directive) -> ConfError {
-    ConfError::at(format!("\"{}\" directive is not allowed here", d.name), &d.src)
+    ConfError::at(
+        format!("\"{}\" directive is not allowed here", d.name),
+        &d.src,
+    )
 }
 
 fn set_once<T>(slot: &mut Option<T>, v: T, d: &Directive) -> Result<(), ConfError> {
@@ -250,15 +378,22 @@ fn flag(d: &Directive) -> Result<bool, ConfError> {
 }
 
 fn set_worker_processes(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Main(m) = n else { return Err(not_here(d)) };
+    let Node::Main(m) = n else {
+        return Err(not_here(d));
+    };
     let v = if d.args[0] == "auto" {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
     } else {
         match d.args[0].parse::<usize>() {
             Ok(v) if v >= 1 && d.args[0].bytes().all(|b| b.is_ascii_digit()) => v,
             _ => {
                 return Err(ConfError::at(
-                    format!("invalid value \"{}\" in \"worker_processes\" directive", d.args[0]),
+                    format!(
+                        "invalid value \"{}\" in \"worker_processes\" directive",
+                        d.args[0]
+                    ),
                     &d.src,
                 ));
             }
@@ -268,7 +403,9 @@ fn set_worker_processes(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Res
 }
 
 fn set_pid(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Main(m) = n else { return Err(not_here(d)) };
+    let Node::Main(m) = n else {
+        return Err(not_here(d));
+    };
     let p = b.path(&d.args[0]);
     set_once(&mut m.pid, p, d)
 }
@@ -286,9 +423,8 @@ fn set_error_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
     };
     let level = match d.args.get(1) {
         None => Level::Error,
-        Some(l) => Level::parse(l).ok_or_else(|| {
-            ConfError::at(format!("invalid log level \"{l}\""), &d.src)
-        })?,
+        Some(l) => Level::parse(l)
+            .ok_or_else(|| ConfError::at(format!("invalid log level \"{l}\""), &d.src))?,
     };
     let spec = LogSpec { target, level };
     let list = match n {
@@ -306,7 +442,9 @@ fn set_error_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
 }
 
 fn set_main_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Main(m) = n else { return Err(not_here(d)) };
+    let Node::Main(m) = n else {
+        return Err(not_here(d));
+    };
     let v = flag(d)?;
     let slot = if d.name == "daemon" {
         &mut m.daemon
@@ -317,7 +455,9 @@ fn set_main_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
 }
 
 fn set_user(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Main(m) = n else { return Err(not_here(d)) };
+    let Node::Main(m) = n else {
+        return Err(not_here(d));
+    };
     let u = User {
         user: d.args[0].clone(),
         group: d.args.get(1).cloned(),
@@ -326,7 +466,9 @@ fn set_user(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
 }
 
 fn set_rlimit_nofile(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Main(m) = n else { return Err(not_here(d)) };
+    let Node::Main(m) = n else {
+        return Err(not_here(d));
+    };
     let v = d.args[0]
         .parse::<u64>()
         .ok()
@@ -336,13 +478,17 @@ fn set_rlimit_nofile(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result
 }
 
 fn set_shutdown_timeout(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Main(m) = n else { return Err(not_here(d)) };
+    let Node::Main(m) = n else {
+        return Err(not_here(d));
+    };
     let v = parse_time(&d.args[0], true).ok_or_else(|| invalid_value(d))?;
     set_once(&mut m.worker_shutdown_timeout, v, d)
 }
 
 fn set_events(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Main(m) = n else { return Err(not_here(d)) };
+    let Node::Main(m) = n else {
+        return Err(not_here(d));
+    };
     if m.events.is_some() {
         return Err(duplicate(d));
     }
@@ -359,14 +505,25 @@ fn set_events(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     Ok(())
 }
 
-fn set_worker_connections(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Events(ev, set) = n else { return Err(not_here(d)) };
+fn set_worker_connections(
+    _: &mut Builder,
+    d: &Directive,
+    n: &mut Node<'_>,
+) -> Result<(), ConfError> {
+    let Node::Events(ev, set) = n else {
+        return Err(not_here(d));
+    };
     if **set {
         return Err(duplicate(d));
     }
     ev.worker_connections = match d.args[0].parse::<usize>() {
         Ok(v) if v >= 1 && d.args[0].bytes().all(|b| b.is_ascii_digit()) => v,
-        _ => return Err(ConfError::at(format!("invalid number \"{}\"", d.args[0]), &d.src)),
+        _ => {
+            return Err(ConfError::at(
+                format!("invalid number \"{}\"", d.args[0]),
+                &d.src,
+            ));
+        }
     };
     **set = true;
     Ok(())
@@ -395,14 +552,19 @@ fn set_ignored_event(b: &mut Builder, d: &Directive, _: &mut Node<'_>) -> Result
         return Err(invalid_value(d));
     }
     b.warnings.push(ConfError::at(
-        format!("the \"{}\" directive is ignored: sluice's event loop needs no tuning", d.name),
+        format!(
+            "the \"{}\" directive is ignored: sluice's event loop needs no tuning",
+            d.name
+        ),
         &d.src,
     ));
     Ok(())
 }
 
 fn set_http(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Main(m) = n else { return Err(not_here(d)) };
+    let Node::Main(m) = n else {
+        return Err(not_here(d));
+    };
     if m.http.is_some() {
         return Err(duplicate(d));
     }
@@ -410,13 +572,19 @@ fn set_http(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
         servers: Vec::new(),
         error_log: Vec::new(),
     };
-    b.walk(d.block.as_deref().unwrap_or_default(), &mut Node::Http(&mut http), HTTP)?;
+    b.walk(
+        d.block.as_deref().unwrap_or_default(),
+        &mut Node::Http(&mut http),
+        HTTP,
+    )?;
     m.http = Some(http);
     Ok(())
 }
 
 fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Http(h) = n else { return Err(not_here(d)) };
+    let Node::Http(h) = n else {
+        return Err(not_here(d));
+    };
     let mut sb = ServerB {
         server: Server {
             listen: Vec::new(),
@@ -429,11 +597,19 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         },
         names_set: false,
     };
-    b.walk(d.block.as_deref().unwrap_or_default(), &mut Node::Server(&mut sb), SRV)?;
+    b.walk(
+        d.block.as_deref().unwrap_or_default(),
+        &mut Node::Server(&mut sb),
+        SRV,
+    )?;
     let mut s = sb.server;
     if s.listen.is_empty() {
         // nginx's default: *:80 as root, *:8000 otherwise.
-        let port = if nix::unistd::geteuid().is_root() { 80 } else { 8000 };
+        let port = if nix::unistd::geteuid().is_root() {
+            80
+        } else {
+            8000
+        };
         s.listen.push(Listen {
             addr: ListenAddr::Inet(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)),
             default_server: false,
@@ -455,18 +631,28 @@ fn parse_listen_addr(a: &str) -> Result<Vec<ListenAddr>, String> {
     }
     let bad_port = || format!("invalid port in \"{a}\"");
     if let Some(rest) = a.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or_else(|| format!("invalid IPv6 address in \"{a}\""))?;
-        let ip: Ipv6Addr = host.parse().map_err(|_| format!("invalid IPv6 address in \"{a}\""))?;
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("invalid IPv6 address in \"{a}\""))?;
+        let ip: Ipv6Addr = host
+            .parse()
+            .map_err(|_| format!("invalid IPv6 address in \"{a}\""))?;
         let port = match after.strip_prefix(':') {
             Some(p) => p.parse::<u16>().map_err(|_| bad_port())?,
             None if after.is_empty() => 80,
             None => return Err(format!("invalid IPv6 address in \"{a}\"")),
         };
-        return Ok(vec![ListenAddr::Inet(SocketAddr::new(IpAddr::V6(ip), port))]);
+        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
+            IpAddr::V6(ip),
+            port,
+        ))]);
     }
     if a.bytes().all(|b| b.is_ascii_digit()) {
         let port = a.parse::<u16>().map_err(|_| bad_port())?;
-        return Ok(vec![ListenAddr::Inet(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))]);
+        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port,
+        ))]);
     }
     let (host, port) = match a.rsplit_once(':') {
         Some((h, p)) => (h, p.parse::<u16>().map_err(|_| bad_port())?),
@@ -476,10 +662,16 @@ fn parse_listen_addr(a: &str) -> Result<Vec<ListenAddr>, String> {
         return Err(bad_port());
     }
     if host == "*" {
-        return Ok(vec![ListenAddr::Inet(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))]);
+        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port,
+        ))]);
     }
     if let Ok(ip) = host.parse::<Ipv4Addr>() {
-        return Ok(vec![ListenAddr::Inet(SocketAddr::new(IpAddr::V4(ip), port))]);
+        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
+            IpAddr::V4(ip),
+            port,
+        ))]);
     }
     // A host name: every address it has at start-up, as nginx binds them all.
     let mut v: Vec<ListenAddr> = (host, port)
@@ -489,13 +681,17 @@ fn parse_listen_addr(a: &str) -> Result<Vec<ListenAddr>, String> {
         .collect();
     v.dedup();
     if v.is_empty() {
-        return Err(format!("host not found in \"{a}\" of the \"listen\" directive"));
+        return Err(format!(
+            "host not found in \"{a}\" of the \"listen\" directive"
+        ));
     }
     Ok(v)
 }
 
 fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Server(s) = n else { return Err(not_here(d)) };
+    let Node::Server(s) = n else {
+        return Err(not_here(d));
+    };
     let addrs = parse_listen_addr(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
     let mut default_server = false;
     let mut reuseport = false;
@@ -515,7 +711,9 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
                     .parse::<i32>()
                     .ok()
                     .filter(|b| *b > 0)
-                    .ok_or_else(|| ConfError::at(format!("invalid backlog \"{}\"", &p[8..]), &d.src))?;
+                    .ok_or_else(|| {
+                        ConfError::at(format!("invalid backlog \"{}\"", &p[8..]), &d.src)
+                    })?;
             }
             _ => {
                 return Err(ConfError::at(format!("invalid parameter \"{p}\""), &d.src));
@@ -523,7 +721,10 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         }
     }
     if reuseport && matches!(addrs.first(), Some(ListenAddr::Unix(_))) {
-        return Err(ConfError::at("reuseport is not supported on unix sockets", &d.src));
+        return Err(ConfError::at(
+            "reuseport is not supported on unix sockets",
+            &d.src,
+        ));
     }
     for addr in addrs {
         if s.server.listen.iter().any(|l| l.addr == addr) {
@@ -541,7 +742,9 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
 }
 
 fn set_server_name(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Server(s) = n else { return Err(not_here(d)) };
+    let Node::Server(s) = n else {
+        return Err(not_here(d));
+    };
     for a in &d.args {
         let name = if a == "$hostname" {
             nix::unistd::gethostname()
@@ -551,9 +754,8 @@ fn set_server_name(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(
             a.clone()
         };
         let sn = if let Some(re) = name.strip_prefix('~') {
-            let r = regex::Regex::new(re).map_err(|e| {
-                ConfError::at(format!("regex \"{re}\" is invalid: {e}"), &d.src)
-            })?;
+            let r = regex::Regex::new(re)
+                .map_err(|e| ConfError::at(format!("regex \"{re}\" is invalid: {e}"), &d.src))?;
             ServerName::Regex(r)
         } else {
             let lower = name.to_ascii_lowercase();
@@ -562,7 +764,10 @@ fn set_server_name(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(
                 if stars != 1 || sfx.is_empty() {
                     return Err(invalid_server_name(a, d));
                 }
-                ServerName::Front { suffix: format!(".{sfx}"), bare_too: false }
+                ServerName::Front {
+                    suffix: format!(".{sfx}"),
+                    bare_too: false,
+                }
             } else if let Some(pfx) = lower.strip_suffix(".*") {
                 if stars != 1 || pfx.is_empty() {
                     return Err(invalid_server_name(a, d));
@@ -571,7 +776,10 @@ fn set_server_name(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(
             } else if stars > 0 {
                 return Err(invalid_server_name(a, d));
             } else if lower.starts_with('.') && lower.len() > 1 {
-                ServerName::Front { suffix: lower, bare_too: true }
+                ServerName::Front {
+                    suffix: lower,
+                    bare_too: true,
+                }
             } else {
                 ServerName::Exact(lower)
             }
@@ -597,7 +805,10 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
             "~" => Modifier::Regex,
             "~*" => Modifier::RegexCaseless,
             other => {
-                return Err(ConfError::at(format!("invalid location modifier \"{other}\""), &d.src));
+                return Err(ConfError::at(
+                    format!("invalid location modifier \"{other}\""),
+                    &d.src,
+                ));
             }
         };
         (m, d.args[1].clone())
@@ -620,19 +831,20 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     if uri.is_empty() {
         return Err(ConfError::at("empty location", &d.src));
     }
-    let regex = match modifier {
-        Modifier::Regex | Modifier::RegexCaseless => {
-            let re = if modifier == Modifier::RegexCaseless {
-                format!("(?i){uri}")
-            } else {
-                uri.clone()
-            };
-            Some(regex::Regex::new(&re).map_err(|e| {
-                ConfError::at(format!("regex \"{uri}\" is invalid: {e}"), &d.src)
-            })?)
-        }
-        _ => None,
-    };
+    let regex =
+        match modifier {
+            Modifier::Regex | Modifier::RegexCaseless => {
+                let re = if modifier == Modifier::RegexCaseless {
+                    format!("(?i){uri}")
+                } else {
+                    uri.clone()
+                };
+                Some(regex::Regex::new(&re).map_err(|e| {
+                    ConfError::at(format!("regex \"{uri}\" is invalid: {e}"), &d.src)
+                })?)
+            }
+            _ => None,
+        };
     let mut loc = Location {
         modifier,
         uri,
@@ -648,7 +860,10 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         Node::Location(parent) => {
             if modifier == Modifier::Named {
                 return Err(ConfError::at(
-                    format!("named location \"{}\" can be on the server level only", loc.uri),
+                    format!(
+                        "named location \"{}\" can be on the server level only",
+                        loc.uri
+                    ),
                     &d.src,
                 ));
             }
@@ -663,15 +878,25 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
             }
             if parent.modifier == Modifier::Named {
                 return Err(ConfError::at(
-                    format!("location \"{}\" cannot be inside the named location \"{}\"", loc.uri, parent.uri),
+                    format!(
+                        "location \"{}\" cannot be inside the named location \"{}\"",
+                        loc.uri, parent.uri
+                    ),
                     &d.src,
                 ));
             }
-            let plain_parent = matches!(parent.modifier, Modifier::Prefix | Modifier::PrefixNoRegex);
-            let plain_child = matches!(modifier, Modifier::Prefix | Modifier::PrefixNoRegex | Modifier::Exact);
+            let plain_parent =
+                matches!(parent.modifier, Modifier::Prefix | Modifier::PrefixNoRegex);
+            let plain_child = matches!(
+                modifier,
+                Modifier::Prefix | Modifier::PrefixNoRegex | Modifier::Exact
+            );
             if plain_parent && plain_child && !loc.uri.starts_with(&parent.uri) {
                 return Err(ConfError::at(
-                    format!("location \"{}\" is outside location \"{}\"", loc.uri, parent.uri),
+                    format!(
+                        "location \"{}\" is outside location \"{}\"",
+                        loc.uri, parent.uri
+                    ),
                     &d.src,
                 ));
             }
@@ -685,13 +910,19 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         Modifier::Regex | Modifier::RegexCaseless => 2,
         Modifier::Named => 3,
     };
-    if siblings
-        .iter()
-        .any(|o| o.uri == loc.uri && same_kind(o.modifier) == same_kind(modifier) && same_kind(modifier) != 2)
-    {
-        return Err(ConfError::at(format!("duplicate location \"{}\"", loc.uri), &d.src));
+    if siblings.iter().any(|o| {
+        o.uri == loc.uri && same_kind(o.modifier) == same_kind(modifier) && same_kind(modifier) != 2
+    }) {
+        return Err(ConfError::at(
+            format!("duplicate location \"{}\"", loc.uri),
+            &d.src,
+        ));
     }
-    b.walk(d.block.as_deref().unwrap_or_default(), &mut Node::Location(&mut loc), LOC)?;
+    b.walk(
+        d.block.as_deref().unwrap_or_default(),
+        &mut Node::Location(&mut loc),
+        LOC,
+    )?;
     siblings.push(loc);
     Ok(())
 }
@@ -707,7 +938,10 @@ fn set_return(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let ret = match first.parse::<u16>() {
         Ok(code) if first.bytes().all(|b| b.is_ascii_digit()) => {
             if code > 999 {
-                return Err(ConfError::at(format!("invalid return code \"{first}\""), &d.src));
+                return Err(ConfError::at(
+                    format!("invalid return code \"{first}\""),
+                    &d.src,
+                ));
             }
             Return {
                 code,
@@ -716,13 +950,19 @@ fn set_return(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         }
         _ => {
             if d.args.len() == 2 {
-                return Err(ConfError::at(format!("invalid return code \"{first}\""), &d.src));
+                return Err(ConfError::at(
+                    format!("invalid return code \"{first}\""),
+                    &d.src,
+                ));
             }
             let is_url = first.starts_with("http://")
                 || first.starts_with("https://")
                 || first.starts_with("$scheme");
             if !is_url {
-                return Err(ConfError::at(format!("invalid return code \"{first}\""), &d.src));
+                return Err(ConfError::at(
+                    format!("invalid return code \"{first}\""),
+                    &d.src,
+                ));
             }
             Return {
                 code: 302,
@@ -808,16 +1048,31 @@ mod tests {
         assert_eq!(c.main.error_log[0].level, Level::Info);
         assert_eq!(c.main.user.group.as_deref(), Some("group"));
         assert_eq!(c.main.worker_rlimit_nofile, Some(1000));
-        assert_eq!(c.main.worker_shutdown_timeout, Some(Duration::from_secs(90)));
+        assert_eq!(
+            c.main.worker_shutdown_timeout,
+            Some(Duration::from_secs(90))
+        );
         assert_eq!(c.events.worker_connections, 99);
     }
 
     #[test]
     fn nginx_error_wording() {
-        assert_eq!(err("events {}\nfoo bar;"), "unknown directive \"foo\" in /t.conf:2");
-        assert_eq!(err("events {}\npid a;\npid b;"), "\"pid\" directive is duplicate in /t.conf:3");
-        assert_eq!(err("events { pid a; }"), "\"pid\" directive is not allowed here in /t.conf:1");
-        assert_eq!(err("events {}\ndaemon;"), "invalid number of arguments in \"daemon\" directive in /t.conf:2");
+        assert_eq!(
+            err("events {}\nfoo bar;"),
+            "unknown directive \"foo\" in /t.conf:2"
+        );
+        assert_eq!(
+            err("events {}\npid a;\npid b;"),
+            "\"pid\" directive is duplicate in /t.conf:3"
+        );
+        assert_eq!(
+            err("events { pid a; }"),
+            "\"pid\" directive is not allowed here in /t.conf:1"
+        );
+        assert_eq!(
+            err("events {}\ndaemon;"),
+            "invalid number of arguments in \"daemon\" directive in /t.conf:2"
+        );
         assert_eq!(
             err("events {}\ndaemon yes;"),
             "invalid value \"yes\" in \"daemon\" directive, it must be \"on\" or \"off\" in /t.conf:2"
@@ -826,19 +1081,43 @@ mod tests {
             err("events {}\nworker_shutdown_timeout 10x;"),
             "\"worker_shutdown_timeout\" directive invalid value in /t.conf:2"
         );
-        assert_eq!(err("events {\n"), "unexpected end of file, expecting \"}\" in /t.conf:1");
+        assert_eq!(
+            err("events {\n"),
+            "unexpected end of file, expecting \"}\" in /t.conf:1"
+        );
         assert_eq!(err("daemon off;"), "no \"events\" section in configuration");
-        assert_eq!(err("events;"), "directive \"events\" has no opening \"{\" in /t.conf:1");
-        assert_eq!(err("events {} daemon off { }"), "directive \"daemon\" is not terminated by \";\" in /t.conf:1");
-        assert_eq!(err("events {} events {}"), "\"events\" directive is duplicate in /t.conf:1");
-        assert_eq!(err("events {}\nerror_log x.log verbose;"), "invalid log level \"verbose\" in /t.conf:2");
-        assert_eq!(err("events { use kqueue; }"), "invalid event type \"kqueue\" in /t.conf:1");
-        assert_eq!(err("events {}\nworker_processes 0;"), "invalid value \"0\" in \"worker_processes\" directive in /t.conf:2");
+        assert_eq!(
+            err("events;"),
+            "directive \"events\" has no opening \"{\" in /t.conf:1"
+        );
+        assert_eq!(
+            err("events {} daemon off { }"),
+            "directive \"daemon\" is not terminated by \";\" in /t.conf:1"
+        );
+        assert_eq!(
+            err("events {} events {}"),
+            "\"events\" directive is duplicate in /t.conf:1"
+        );
+        assert_eq!(
+            err("events {}\nerror_log x.log verbose;"),
+            "invalid log level \"verbose\" in /t.conf:2"
+        );
+        assert_eq!(
+            err("events { use kqueue; }"),
+            "invalid event type \"kqueue\" in /t.conf:1"
+        );
+        assert_eq!(
+            err("events {}\nworker_processes 0;"),
+            "invalid value \"0\" in \"worker_processes\" directive in /t.conf:2"
+        );
     }
 
     #[test]
     fn directive_error_before_later_syntax_error() {
-        assert_eq!(err("events {}\nbogus;\nhttp {\n"), "unknown directive \"bogus\" in /t.conf:2");
+        assert_eq!(
+            err("events {}\nbogus;\nhttp {\n"),
+            "unknown directive \"bogus\" in /t.conf:2"
+        );
     }
 
     #[test]
@@ -876,20 +1155,49 @@ mod tests {
     #[test]
     fn http_errors() {
         let e = |s: &str| err(&format!("events {{}}\nhttp {{\nserver {{\n{s}\n}}\n}}"));
-        assert_eq!(e("listen 127.0.0.1:99999;"), "invalid port in \"127.0.0.1:99999\" in /t.conf:4");
-        assert_eq!(e("listen 80 ssl;"), "the \"ssl\" parameter requires ngx_http_ssl_module in /t.conf:4");
-        assert_eq!(e("listen 80 bogus;"), "invalid parameter \"bogus\" in /t.conf:4");
-        assert_eq!(e("server_name a*b;"), "invalid server name or wildcard \"a*b\" in /t.conf:4");
-        assert_eq!(e("location /a { location /b { } }"), "location \"/b\" is outside location \"/a\" in /t.conf:4");
-        assert_eq!(e("location = /a { location /a/b { } }"), "location \"/a/b\" cannot be inside the exact location \"/a\" in /t.conf:4");
-        assert_eq!(e("location /a { location @n { } }"), "named location \"@n\" can be on the server level only in /t.conf:4");
-        assert_eq!(e("location /a {} location /a {}"), "duplicate location \"/a\" in /t.conf:4");
-        assert_eq!(e("return 200 $nope;"), "unknown \"nope\" variable in /t.conf:4");
+        assert_eq!(
+            e("listen 127.0.0.1:99999;"),
+            "invalid port in \"127.0.0.1:99999\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("listen 80 ssl;"),
+            "the \"ssl\" parameter requires ngx_http_ssl_module in /t.conf:4"
+        );
+        assert_eq!(
+            e("listen 80 bogus;"),
+            "invalid parameter \"bogus\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("server_name a*b;"),
+            "invalid server name or wildcard \"a*b\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("location /a { location /b { } }"),
+            "location \"/b\" is outside location \"/a\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("location = /a { location /a/b { } }"),
+            "location \"/a/b\" cannot be inside the exact location \"/a\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("location /a { location @n { } }"),
+            "named location \"@n\" can be on the server level only in /t.conf:4"
+        );
+        assert_eq!(
+            e("location /a {} location /a {}"),
+            "duplicate location \"/a\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("return 200 $nope;"),
+            "unknown \"nope\" variable in /t.conf:4"
+        );
         assert_eq!(e("return abc;"), "invalid return code \"abc\" in /t.conf:4");
         assert_eq!(e("location ~ ( { }"), e("location ~ ( { }"));
         assert!(e("location ~ ( { }").starts_with("regex \"(\" is invalid"));
         assert_eq!(
-            err("events {}\nhttp { server { listen 127.0.0.1:1 default_server; }\nserver { listen 127.0.0.1:1 default; } }"),
+            err(
+                "events {}\nhttp { server { listen 127.0.0.1:1 default_server; }\nserver { listen 127.0.0.1:1 default; } }"
+            ),
             "a duplicate default server for 127.0.0.1:1 in /t.conf:3"
         );
     }

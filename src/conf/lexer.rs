@@ -213,7 +213,10 @@ mod tests {
             vec![w("return"), w("200"), w("a \"b\" c\n"), Tok::Semi]
         );
         // As in nginx, `\;` is not terminated by `;` and keeps its backslash.
-        assert_eq!(words(r"x 'it\'s' a\;b;"), vec![w("x"), w("it's"), w(r"a\;b"), Tok::Semi]);
+        assert_eq!(
+            words(r"x 'it\'s' a\;b;"),
+            vec![w("x"), w("it's"), w(r"a\;b"), Tok::Semi]
+        );
         assert_eq!(words(r"x '\d';"), vec![w("x"), w(r"\d"), Tok::Semi]);
     }
 

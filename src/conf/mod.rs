@@ -91,6 +91,11 @@ impl Paths {
 
 /// Reads and checks the whole configuration.
 pub fn load(paths: &Paths) -> Result<Config, ConfError> {
+    load_with_warnings(paths).map(|(c, _)| c)
+}
+
+/// Like `load`, also returning warnings (ignored directives) for the caller to log.
+pub fn load_with_warnings(paths: &Paths) -> Result<(Config, Vec<ConfError>), ConfError> {
     let mut files = Files::default();
     let conf_prefix = paths.conf_prefix();
     let mut tp = tree::TreeParser::new(&conf_prefix, &mut files);
@@ -106,5 +111,5 @@ pub fn load(paths: &Paths) -> Result<Config, ConfError> {
         dirs.extend(d);
         syntax_err = e;
     }
-    build::build(paths, dirs, files, syntax_err)
+    build::build_with_warnings(paths, dirs, files, syntax_err)
 }

@@ -166,7 +166,12 @@ impl<'a> TreeParser<'a> {
 
     /// `include FILE|GLOB;` — a relative path starts at the configuration prefix.
     /// A glob that matches nothing is fine; a plain file that is missing is not.
-    fn include(&mut self, args: &[String], src: &Src, out: &mut Vec<Directive>) -> Option<ConfError> {
+    fn include(
+        &mut self,
+        args: &[String],
+        src: &Src,
+        out: &mut Vec<Directive>,
+    ) -> Option<ConfError> {
         if args.len() != 1 {
             return Some(ConfError::at(
                 "invalid number of arguments in \"include\" directive",
@@ -175,7 +180,10 @@ impl<'a> TreeParser<'a> {
         }
         if self.depth >= MAX_INCLUDE_DEPTH {
             return Some(ConfError::at(
-                format!("include nesting deeper than {MAX_INCLUDE_DEPTH} at \"{}\"", args[0]),
+                format!(
+                    "include nesting deeper than {MAX_INCLUDE_DEPTH} at \"{}\"",
+                    args[0]
+                ),
                 src,
             ));
         }
@@ -185,7 +193,10 @@ impl<'a> TreeParser<'a> {
         let files: Vec<PathBuf> = if is_glob {
             match glob::glob(&pattern) {
                 Ok(paths) => {
-                    let mut v: Vec<PathBuf> = paths.filter_map(Result::ok).filter(|p| !p.is_dir()).collect();
+                    let mut v: Vec<PathBuf> = paths
+                        .filter_map(Result::ok)
+                        .filter(|p| !p.is_dir())
+                        .collect();
                     v.sort();
                     v
                 }
@@ -275,7 +286,10 @@ mod tests {
     fn include_missing_file() {
         let (_, e) = parse("include /nonexistent/x.conf;");
         let s = e.unwrap().to_string();
-        assert!(s.starts_with("open() \"/nonexistent/x.conf\" failed (2: No such file or directory)"), "{s}");
+        assert!(
+            s.starts_with("open() \"/nonexistent/x.conf\" failed (2: No such file or directory)"),
+            "{s}"
+        );
         assert!(s.ends_with("in /t.conf:1"), "{s}");
         let (d, e) = parse("include /nonexistent/*.conf;");
         assert!(e.is_none() && d.is_empty());

@@ -113,7 +113,9 @@ pub fn compile(text: &str) -> Result<Template, String> {
                 }
             }
         } else {
-            let n = after.find(|c: char| !is_name_char(c)).unwrap_or(after.len());
+            let n = after
+                .find(|c: char| !is_name_char(c))
+                .unwrap_or(after.len());
             (&after[..n], &after[n..])
         };
         if name.is_empty() || !name.chars().all(is_name_char) {

@@ -1,0 +1,392 @@
+//! The HTTP server of a worker: accepts on the inherited listeners, serves
+//! HTTP/1.0 and 1.1 with hyper, routes each request to a server and location
+//! and runs its handler. Shutdown is driven by a `Phase` watch the worker
+//! sets from signals: graceful (stop accepting, close idle connections, let
+//! requests finish) or fast. Called by `process::worker` only.
+
+pub mod response;
+pub mod router;
+pub mod uri;
+pub mod vars;
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::HOST;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{Notify, Semaphore, watch};
+
+use crate::conf::Config;
+use crate::conf::model::{ListenAddr, Return, Server};
+use crate::log::Level;
+use response::Body;
+use vars::{ConnInfo, RequestVars};
+
+/// A listening socket given to this worker, with the address it was bound for.
+pub struct Listener {
+    pub addr: ListenAddr,
+    pub fd: OwnedFd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    /// QUIT: finish what is in flight, then stop.
+    Graceful,
+    /// TERM/INT: stop now.
+    Fast,
+}
+
+/// Returned by a handler that wants the connection closed without a response
+/// (`return 444`).
+#[derive(Debug)]
+pub struct CloseConnection;
+
+impl std::fmt::Display for CloseConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection closed without response")
+    }
+}
+impl std::error::Error for CloseConnection {}
+
+struct Shared {
+    cfg: Arc<Config>,
+    router: router::Router,
+    next_conn: AtomicU64,
+    active: AtomicUsize,
+    drained: Notify,
+    slots: Arc<Semaphore>,
+}
+
+/// Serves until the phase leaves `Running`, then drains as it asks.
+/// `shutdown_timeout` bounds a graceful drain (`worker_shutdown_timeout`).
+pub async fn serve(
+    cfg: Arc<Config>,
+    listeners: Vec<Listener>,
+    mut phase: watch::Receiver<Phase>,
+    conn_base: u64,
+) {
+    let router = match &cfg.http {
+        Some(h) => router::Router::new(h),
+        None => router::Router::new(&crate::conf::model::Http {
+            servers: Vec::new(),
+            error_log: Vec::new(),
+        }),
+    };
+    let shared = Arc::new(Shared {
+        slots: Arc::new(Semaphore::new(cfg.events.worker_connections)),
+        cfg: cfg.clone(),
+        router,
+        next_conn: AtomicU64::new(conn_base),
+        active: AtomicUsize::new(0),
+        drained: Notify::new(),
+    });
+    let mut accepts = tokio::task::JoinSet::new();
+    for l in listeners {
+        let shared = shared.clone();
+        let phase = phase.clone();
+        accepts.spawn(accept_loop(l, shared, phase));
+    }
+    while *phase.borrow_and_update() == Phase::Running {
+        if phase.changed().await.is_err() {
+            break;
+        }
+    }
+    // Stop accepting: the listeners close with their tasks.
+    accepts.shutdown().await;
+    if *phase.borrow() == Phase::Fast {
+        return;
+    }
+    let drain = async {
+        loop {
+            let notified = shared.drained.notified();
+            if shared.active.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = phase.changed() => {
+                    if *phase.borrow() == Phase::Fast {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    match cfg.main.worker_shutdown_timeout {
+        Some(t) => {
+            if tokio::time::timeout(t, drain).await.is_err() {
+                crate::log!(
+                    Level::Notice,
+                    "worker_shutdown_timeout: closing {} connection(s)",
+                    shared.active.load(Ordering::Acquire)
+                );
+            }
+        }
+        None => drain.await,
+    }
+}
+
+async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Phase>) {
+    enum Sock {
+        Tcp(tokio::net::TcpListener),
+        Unix(tokio::net::UnixListener),
+    }
+    let sock = match &l.addr {
+        ListenAddr::Inet(_) => {
+            tokio::net::TcpListener::from_std(std::net::TcpListener::from(l.fd)).map(Sock::Tcp)
+        }
+        ListenAddr::Unix(_) => {
+            tokio::net::UnixListener::from_std(std::os::unix::net::UnixListener::from(l.fd))
+                .map(Sock::Unix)
+        }
+    };
+    let sock = match sock {
+        Ok(s) => s,
+        Err(e) => {
+            crate::log!(
+                Level::Alert,
+                "cannot use listening socket {}: {}",
+                l.addr,
+                e
+            );
+            return;
+        }
+    };
+    let mut warned = false;
+    loop {
+        let permit = match shared.slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if !warned {
+                    crate::log!(
+                        Level::Warn,
+                        "{} worker_connections are not enough, waiting for a free one",
+                        shared.cfg.events.worker_connections
+                    );
+                    warned = true;
+                }
+                match shared.slots.clone().acquire_owned().await {
+                    Ok(p) => p,
+                    Err(_) => return,
+                }
+            }
+        };
+        let accepted = match &sock {
+            Sock::Tcp(t) => t.accept().await.map(|(s, peer)| {
+                let local = s.local_addr().ok();
+                let _ = s.set_nodelay(true);
+                (Box::new(s) as Box<dyn Io>, Some(peer), local)
+            }),
+            Sock::Unix(u) => u
+                .accept()
+                .await
+                .map(|(s, _)| (Box::new(s) as Box<dyn Io>, None, None)),
+        };
+        let (io, remote, local) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and friends: the host is short of something; back off.
+                crate::log!(
+                    Level::Crit,
+                    "accept() failed ({})",
+                    crate::conf::tree::errno_text(&e)
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let info = ConnInfo {
+            number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
+            remote,
+            local,
+            listen_text: l.addr.to_string(),
+        };
+        shared.active.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(serve_conn(
+            io,
+            info,
+            l.addr.clone(),
+            shared.clone(),
+            phase.clone(),
+            permit,
+        ));
+    }
+}
+
+trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+async fn serve_conn(
+    io: Box<dyn Io>,
+    info: ConnInfo,
+    listen: ListenAddr,
+    shared: Arc<Shared>,
+    mut phase: watch::Receiver<Phase>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let info = Arc::new(info);
+    let svc = {
+        let shared = shared.clone();
+        let info = info.clone();
+        service_fn(move |req| {
+            let r = handle(&shared, &info, &listen, req);
+            async move { r }
+        })
+    };
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .preserve_header_case(true)
+        .title_case_headers(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(60));
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    let mut shutting = false;
+    loop {
+        if !shutting && *phase.borrow_and_update() != Phase::Running {
+            conn.as_mut().graceful_shutdown();
+            shutting = true;
+        }
+        if shutting {
+            let _ = conn.as_mut().await;
+            break;
+        }
+        tokio::select! {
+            _ = conn.as_mut() => break,
+            ch = phase.changed() => {
+                if ch.is_err() {
+                    conn.as_mut().graceful_shutdown();
+                    shutting = true;
+                }
+            }
+        }
+    }
+    if shared.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+        shared.drained.notify_waiters();
+    }
+}
+
+/// `Host` (or the absolute URI's authority) lowercased, without port or final dot.
+/// Err for a host nginx refuses with 400.
+fn request_host(req: &Request<Incoming>) -> Result<Option<String>, ()> {
+    let raw = match req.uri().authority() {
+        Some(a) => a.host().to_string(),
+        None => match req.headers().get(HOST) {
+            Some(h) => h.to_str().map_err(|_| ())?.to_string(),
+            None => return Ok(None),
+        },
+    };
+    let host = if raw.starts_with('[') {
+        raw.split_once(']')
+            .map(|(h, _)| format!("{h}]"))
+            .ok_or(())?
+    } else {
+        raw.split(':').next().unwrap_or("").to_string()
+    };
+    if host.contains('/') || host.contains("..") || host.starts_with('.') || host.contains('\\') {
+        return Err(());
+    }
+    let host = host.strip_suffix('.').unwrap_or(&host).to_ascii_lowercase();
+    Ok(if host.is_empty() { None } else { Some(host) })
+}
+
+fn handle(
+    shared: &Shared,
+    info: &ConnInfo,
+    listen: &ListenAddr,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, CloseConnection> {
+    let Some(http) = shared.cfg.http.as_ref() else {
+        return Ok(response::status_page(404));
+    };
+    let host = match request_host(&req) {
+        Ok(h) => h,
+        Err(()) => {
+            crate::log_conn!(
+                Level::Info,
+                info.number,
+                "client sent invalid host header while reading client request headers"
+            );
+            return Ok(response::status_page(400));
+        }
+    };
+    let Some(server) = shared
+        .router
+        .server(http, listen, info.local, host.as_deref())
+    else {
+        return Ok(response::status_page(404));
+    };
+    let Some(uri) = uri::normalize(req.uri().path()) else {
+        return Ok(response::status_page(400));
+    };
+    let request_uri = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let protocol = match req.version() {
+        hyper::Version::HTTP_10 => "HTTP/1.0",
+        hyper::Version::HTTP_2 => "HTTP/2.0",
+        _ => "HTTP/1.1",
+    };
+    let host_text = host.unwrap_or_else(|| server.primary_name.clone());
+    let vars = RequestVars {
+        conn: info,
+        method: req.method().as_str(),
+        uri: &uri,
+        request_uri: &request_uri,
+        args: req.uri().query(),
+        protocol,
+        headers: req.headers(),
+        host: &host_text,
+        server_name: &server.primary_name,
+    };
+    // The server's `return` runs before a location is chosen, as in nginx.
+    let ret = server
+        .ret
+        .as_ref()
+        .or_else(|| router::find_location(&server.locations, &uri).and_then(|l| l.ret.as_ref()));
+    match ret {
+        Some(r) => do_return(r, server, &vars),
+        // Static files arrive with the full HTTP server; until then nothing is here.
+        None => Ok(response::status_page(404)),
+    }
+}
+
+fn do_return(
+    r: &Return,
+    _server: &Server,
+    vars: &RequestVars<'_>,
+) -> Result<Response<Body>, CloseConnection> {
+    if r.code == 444 {
+        return Err(CloseConnection);
+    }
+    let text = r.text.as_ref().map(|t| vars.eval(t));
+    match (r.code, text) {
+        (301 | 302 | 303 | 307 | 308, Some(loc)) => {
+            let loc = if loc.starts_with('/') {
+                // absolute_redirect on, port_in_redirect on: as nginx builds it.
+                let port = vars.conn.local.map(|a| a.port()).unwrap_or(80);
+                let host = vars.host;
+                if port == 80 {
+                    format!("http://{host}{loc}")
+                } else {
+                    format!("http://{host}:{port}{loc}")
+                }
+            } else {
+                loc
+            };
+            Ok(response::redirect(r.code, &loc))
+        }
+        (code, Some(body)) => Ok(response::build(code, Some("text/plain"), Bytes::from(body))),
+        (code, None) => Ok(response::status_page(code)),
+    }
+}

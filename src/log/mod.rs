@@ -88,6 +88,9 @@ struct Sink {
 
 #[derive(Default)]
 struct Sinks {
+    /// During start-up and `-t`, warnings and worse are also shown on stderr as
+    /// `sluice: [level] message`, as nginx shows them.
+    echo_stderr: bool,
     sinks: Vec<Sink>,
     /// The lowest level any sink accepts, so that most calls return at once.
     min: Option<Level>,
@@ -105,6 +108,7 @@ fn global() -> &'static Arc<RwLock<Sinks>> {
                 file: None,
             }],
             min: Some(Level::Notice),
+            echo_stderr: false,
         }))
     })
 }
@@ -167,6 +171,12 @@ pub fn file_paths() -> Vec<PathBuf> {
         .collect()
 }
 
+/// Turns the start-up copy of warnings and errors to stderr on or off.
+pub fn set_echo_stderr(on: bool) {
+    let mut g = global().write().unwrap_or_else(|e| e.into_inner());
+    g.echo_stderr = on;
+}
+
 /// True when a message at `level` would be written somewhere.
 pub fn enabled(level: Level) -> bool {
     let g = global().read().unwrap_or_else(|e| e.into_inner());
@@ -201,6 +211,13 @@ pub fn format_line(level: Level, conn: Option<u64>, msg: &dyn fmt::Display) -> S
 /// processes do not interleave.
 pub fn write(level: Level, conn: Option<u64>, msg: fmt::Arguments<'_>) {
     let g = global().read().unwrap_or_else(|e| e.into_inner());
+    let to_stderr_sink = g
+        .sinks
+        .iter()
+        .any(|s| s.spec.target == Target::Stderr && level >= s.spec.level);
+    if g.echo_stderr && level >= Level::Warn && !to_stderr_sink {
+        let _ = std::io::stderr().write_all(format!("sluice: [{level}] {msg}\n").as_bytes());
+    }
     if !g.min.is_some_and(|m| level >= m) {
         return;
     }
@@ -241,7 +258,9 @@ mod tests {
     fn levels_order_and_parse() {
         assert!(Level::Debug < Level::Emerg);
         assert!(Level::Notice < Level::Warn);
-        for l in ["debug", "info", "notice", "warn", "error", "crit", "alert", "emerg"] {
+        for l in [
+            "debug", "info", "notice", "warn", "error", "crit", "alert", "emerg",
+        ] {
             assert_eq!(Level::parse(l).map(|x| x.as_str()), Some(l));
         }
         assert_eq!(Level::parse("verbose"), None);

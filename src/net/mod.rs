@@ -1,0 +1,272 @@
+//! Listening sockets: bound by the master (non-blocking, `SO_REUSEADDR`, IPv6
+//! sockets `IPV6_V6ONLY`), inherited by workers across `fork`. With `reuseport`
+//! one socket per worker slot. Where a wildcard address shares a port with
+//! specific ones, only the wildcard is bound and servers are told apart by
+//! the connection's local address, as nginx does.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+
+use socket2::{Domain, SockAddr, Socket, Type};
+
+use crate::conf::model::{Listen, ListenAddr};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("socket() {addr} failed ({errno})")]
+    Socket { addr: String, errno: String },
+    #[error("bind() to {addr} failed ({errno})")]
+    Bind { addr: String, errno: String },
+    #[error("listen() to {addr}, backlog {backlog} failed ({errno})")]
+    Listen {
+        addr: String,
+        backlog: i32,
+        errno: String,
+    },
+    #[error("setsockopt({opt}) {addr} failed ({errno})")]
+    Option {
+        opt: &'static str,
+        addr: String,
+        errno: String,
+    },
+}
+
+fn errno(e: &std::io::Error) -> String {
+    crate::conf::tree::errno_text(e)
+}
+
+/// One bound address: one socket, or one per worker slot with `reuseport`.
+#[derive(Debug)]
+pub struct Bound {
+    pub addr: ListenAddr,
+    pub reuseport: bool,
+    pub backlog: i32,
+    pub sockets: Vec<Socket>,
+}
+
+impl Bound {
+    /// The socket worker `slot` accepts on.
+    pub fn socket_for(&self, slot: usize) -> &Socket {
+        if self.reuseport {
+            &self.sockets[slot % self.sockets.len()]
+        } else {
+            &self.sockets[0]
+        }
+    }
+
+    pub fn raw_fds(&self) -> Vec<i32> {
+        self.sockets.iter().map(|s| s.as_raw_fd()).collect()
+    }
+
+    pub fn try_clone(&self) -> std::io::Result<Bound> {
+        Ok(Bound {
+            addr: self.addr.clone(),
+            reuseport: self.reuseport,
+            backlog: self.backlog,
+            sockets: self
+                .sockets
+                .iter()
+                .map(|s| s.try_clone())
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+/// What to bind: the distinct addresses of all `listen` directives, with an
+/// address covered by a wildcard on its port left to the wildcard.
+pub fn plan(listens: &[&Listen]) -> Vec<(ListenAddr, bool, i32)> {
+    let mut out: Vec<(ListenAddr, bool, i32)> = Vec::new();
+    for l in listens {
+        if out.iter().any(|(a, ..)| *a == l.addr) {
+            if l.reuseport {
+                if let Some(e) = out.iter_mut().find(|(a, ..)| *a == l.addr) {
+                    e.1 = true;
+                }
+            }
+            continue;
+        }
+        out.push((l.addr.clone(), l.reuseport, l.backlog));
+    }
+    let wildcard_covers = |a: &SocketAddr, all: &[(ListenAddr, bool, i32)]| {
+        !a.ip().is_unspecified()
+            && all.iter().any(|(w, ..)| match w {
+                ListenAddr::Inet(w) => {
+                    w.ip().is_unspecified() && w.port() == a.port() && w.is_ipv4() == a.is_ipv4()
+                }
+                ListenAddr::Unix(_) => false,
+            })
+    };
+    let snapshot = out.clone();
+    out.retain(|(a, ..)| match a {
+        ListenAddr::Inet(s) => !wildcard_covers(s, &snapshot),
+        ListenAddr::Unix(_) => true,
+    });
+    out
+}
+
+/// The address a server answering on `local` was configured with: the exact
+/// address when bound, else the wildcard of its port.
+pub fn wildcard_of(local: &SocketAddr) -> SocketAddr {
+    let ip = match local.ip() {
+        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    SocketAddr::new(ip, local.port())
+}
+
+fn bind_one(addr: &ListenAddr, reuseport: bool, backlog: i32) -> Result<Socket, NetError> {
+    let name = addr.to_string();
+    let opt_err = |opt: &'static str, e: std::io::Error| NetError::Option {
+        opt,
+        addr: name.clone(),
+        errno: errno(&e),
+    };
+    let (sock, sa) = match addr {
+        ListenAddr::Inet(sa) => {
+            let domain = if sa.is_ipv4() {
+                Domain::IPV4
+            } else {
+                Domain::IPV6
+            };
+            let s = Socket::new(domain, Type::STREAM, None).map_err(|e| NetError::Socket {
+                addr: name.clone(),
+                errno: errno(&e),
+            })?;
+            s.set_reuse_address(true)
+                .map_err(|e| opt_err("SO_REUSEADDR", e))?;
+            if sa.is_ipv6() {
+                s.set_only_v6(true).map_err(|e| opt_err("IPV6_V6ONLY", e))?;
+            }
+            if reuseport {
+                s.set_reuse_port(true)
+                    .map_err(|e| opt_err("SO_REUSEPORT", e))?;
+            }
+            (s, SockAddr::from(*sa))
+        }
+        ListenAddr::Unix(p) => {
+            let s =
+                Socket::new(Domain::UNIX, Type::STREAM, None).map_err(|e| NetError::Socket {
+                    addr: name.clone(),
+                    errno: errno(&e),
+                })?;
+            let sa = SockAddr::unix(p).map_err(|e| NetError::Bind {
+                addr: name.clone(),
+                errno: errno(&e),
+            })?;
+            (s, sa)
+        }
+    };
+    sock.bind(&sa).map_err(|e| NetError::Bind {
+        addr: name.clone(),
+        errno: errno(&e),
+    })?;
+    if let ListenAddr::Unix(p) = addr {
+        // As nginx: anyone may connect; access is the directory's business.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666));
+    }
+    sock.listen(backlog).map_err(|e| NetError::Listen {
+        addr: name.clone(),
+        backlog,
+        errno: errno(&e),
+    })?;
+    sock.set_nonblocking(true)
+        .map_err(|e| opt_err("O_NONBLOCK", e))?;
+    Ok(sock)
+}
+
+/// Binds what `plan` lists; `slots` sockets for a `reuseport` address. Sockets
+/// already bound (from the running generation) are reused when they match.
+pub fn bind_all(
+    planned: &[(ListenAddr, bool, i32)],
+    slots: usize,
+    existing: &[Bound],
+) -> Result<Vec<Bound>, NetError> {
+    let mut out = Vec::new();
+    for (addr, reuseport, backlog) in planned {
+        let want = if *reuseport { slots.max(1) } else { 1 };
+        if let Some(old) = existing
+            .iter()
+            .find(|b| b.addr == *addr && b.reuseport == *reuseport && b.sockets.len() == want)
+        {
+            if let Ok(b) = old.try_clone() {
+                out.push(b);
+                continue;
+            }
+        }
+        let mut sockets = Vec::with_capacity(want);
+        for _ in 0..want {
+            sockets.push(bind_one(addr, *reuseport, *backlog)?);
+        }
+        out.push(Bound {
+            addr: addr.clone(),
+            reuseport: *reuseport,
+            backlog: *backlog,
+            sockets,
+        });
+    }
+    Ok(out)
+}
+
+/// Unix socket files to remove when the master exits.
+pub fn unix_paths(bound: &[Bound]) -> Vec<PathBuf> {
+    bound
+        .iter()
+        .filter_map(|b| match &b.addr {
+            ListenAddr::Unix(p) => Some(p.clone()),
+            ListenAddr::Inet(_) => None,
+        })
+        .collect()
+}
+
+/// A descriptor handed to the worker's runtime.
+pub fn into_owned(s: Socket) -> OwnedFd {
+    s.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conf::Src;
+
+    fn l(a: &str) -> Listen {
+        Listen {
+            addr: ListenAddr::Inet(a.parse().unwrap()),
+            default_server: false,
+            reuseport: false,
+            backlog: 511,
+            src: Src {
+                file: None,
+                line: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn wildcard_covers_specific() {
+        let a = l("0.0.0.0:80");
+        let b = l("127.0.0.1:80");
+        let c = l("127.0.0.1:81");
+        let d = l("[::1]:80");
+        let p = plan(&[&b, &a, &c, &d, &b]);
+        let addrs: Vec<String> = p.iter().map(|x| x.0.to_string()).collect();
+        assert_eq!(addrs, vec!["0.0.0.0:80", "127.0.0.1:81", "[::1]:80"]);
+    }
+
+    #[test]
+    fn binds_and_reuses() {
+        let planned = vec![(ListenAddr::Inet("127.0.0.1:0".parse().unwrap()), false, 16)];
+        let b = bind_all(&planned, 2, &[]).unwrap();
+        assert_eq!(b[0].sockets.len(), 1);
+        let local = b[0].sockets[0].local_addr().unwrap().as_socket().unwrap();
+        assert_ne!(local.port(), 0);
+        // Binding the same port again fails with nginx's message.
+        let again = vec![(ListenAddr::Inet(local), false, 16)];
+        let e = bind_all(&again, 1, &[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("bind() to {local} failed (98: ")),
+            "{e}"
+        );
+    }
+}

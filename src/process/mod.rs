@@ -1,0 +1,188 @@
+//! Process control: the actions behind the command line (`-v`, `-t`, `-s`, run),
+//! the master loop, worker start-up and shutdown, daemonizing and the pid file.
+//! Only `main.rs` calls into here; everything else is wired from here.
+
+mod daemon;
+mod master;
+mod sys;
+mod worker;
+
+use std::io::Write;
+
+use crate::cli::{Action, Cli, SignalName, configure_text, usage, version_line};
+use crate::conf::{self, ConfError, Config, Paths};
+use crate::log::{self, Level, LogSpec, Target};
+
+/// Runs what the command line asks and returns the process exit code.
+pub fn run(cli: Cli) -> i32 {
+    match cli.action {
+        Action::Help => {
+            eprint!("{}{}", version_line(), usage());
+            0
+        }
+        Action::Version => {
+            eprint!("{}", version_line());
+            0
+        }
+        Action::Configure => {
+            eprint!("{}", configure_text());
+            0
+        }
+        Action::Test { dump } => test_config(&cli, dump),
+        Action::Signal(s) => send_signal(&cli, s),
+        Action::Run => master::start(&cli),
+    }
+}
+
+fn paths(cli: &Cli) -> Paths {
+    Paths {
+        prefix: cli.prefix.clone(),
+        conf_file: cli.conf_file.clone(),
+        globals: cli.globals.clone(),
+        error_log: cli.error_log.clone(),
+    }
+}
+
+/// Logs to the `-e` file until the config's logs are open. A `-e` file that
+/// cannot be opened leaves stderr, with nginx's alert.
+fn startup_log(cli: &Cli) {
+    let spec = LogSpec {
+        target: cli.error_log.clone(),
+        level: Level::Notice,
+    };
+    if let Err((p, e)) = log::configure(&[spec]) {
+        eprintln!(
+            "sluice: [alert] could not open error log file: open() \"{}\" failed ({})",
+            p.display(),
+            conf::tree::errno_text(&e)
+        );
+        let _ = log::configure(&[LogSpec {
+            target: Target::Stderr,
+            level: Level::Notice,
+        }]);
+    }
+    log::set_echo_stderr(true);
+}
+
+/// Loads the configuration and logs its warnings. Errors are logged `[emerg]`.
+fn load_config(cli: &Cli) -> Result<Config, ConfError> {
+    let p = paths(cli);
+    let r = conf::load_with_warnings(&p);
+    match r {
+        Ok((cfg, warnings)) => {
+            for w in warnings {
+                crate::log!(Level::Warn, "{}", w);
+            }
+            Ok(cfg)
+        }
+        Err(e) => {
+            crate::log!(Level::Emerg, "{}", e);
+            Err(e)
+        }
+    }
+}
+
+/// Opens the config's error logs so that a bad path fails now, with `[emerg]`.
+fn open_error_logs(cfg: &Config) -> Result<(), ()> {
+    log::configure(&cfg.main.error_log).map_err(|(p, e)| {
+        crate::log!(
+            Level::Emerg,
+            "open() \"{}\" failed ({})",
+            p.display(),
+            conf::tree::errno_text(&e)
+        );
+    })
+}
+
+fn test_config(cli: &Cli, dump: bool) -> i32 {
+    startup_log(cli);
+    let name = cli.conf_file.display();
+    let ok = match load_config(cli) {
+        Ok(cfg) => {
+            // nginx opens (and so creates) the log files while testing.
+            let logs_ok = cfg.main.error_log.iter().all(|s| match &s.target {
+                Target::File(p) => match log::open_append(p) {
+                    Ok(_) => true,
+                    Err(e) => {
+                        crate::log!(
+                            Level::Emerg,
+                            "open() \"{}\" failed ({})",
+                            p.display(),
+                            conf::tree::errno_text(&e)
+                        );
+                        false
+                    }
+                },
+                Target::Stderr => true,
+            });
+            if logs_ok {
+                if !cli.quiet {
+                    eprintln!("sluice: the configuration file {name} syntax is ok");
+                    eprintln!("sluice: configuration file {name} test is successful");
+                }
+                if dump {
+                    let mut out = std::io::stdout().lock();
+                    for (path, text) in &cfg.files.list {
+                        let _ = writeln!(out, "# configuration file {}:", path.display());
+                        let _ = writeln!(out, "{text}");
+                    }
+                    let _ = out.flush();
+                }
+            }
+            logs_ok
+        }
+        Err(_) => false,
+    };
+    if ok {
+        0
+    } else {
+        eprintln!("sluice: configuration file {name} test failed");
+        1
+    }
+}
+
+/// `-s SIGNAL`: reads the pid file the config names and signals that process.
+fn send_signal(cli: &Cli, s: SignalName) -> i32 {
+    startup_log(cli);
+    let Ok(cfg) = load_config(cli) else {
+        return 1;
+    };
+    let path = &cfg.main.pid;
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            crate::log!(
+                Level::Error,
+                "open() \"{}\" failed ({})",
+                path.display(),
+                conf::tree::errno_text(&e)
+            );
+            return 1;
+        }
+    };
+    let trimmed = text.trim_end_matches('\n');
+    let Some(pid) = trimmed.parse::<i32>().ok().filter(|p| *p > 0) else {
+        crate::log!(
+            Level::Error,
+            "invalid PID number \"{}\" in \"{}\"",
+            trimmed,
+            path.display()
+        );
+        return 1;
+    };
+    let sig = s.signal();
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig) {
+        Ok(()) => 0,
+        Err(e) => {
+            crate::log!(
+                Level::Error,
+                "kill({}, {}) failed ({}: {})",
+                pid,
+                sig as i32,
+                e as i32,
+                e.desc()
+            );
+            1
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Responses sluice makes itself: nginx's status lines (its reason phrases,
+//! not hyper's), its built-in error pages with `sluice` where nginx signs them,
+//! and the `Server`/`Date` headers. Pure builders; handlers choose what to send.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, LOCATION, SERVER};
+use hyper::{Response, StatusCode};
+
+/// The response body type of the HTTP server.
+pub type Body = Full<Bytes>;
+
+/// nginx's reason phrase for a status, where it has one.
+pub fn reason(code: u16) -> Option<&'static str> {
+    Some(match code {
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        204 => "No Content",
+        206 => "Partial Content",
+        301 => "Moved Permanently",
+        302 => "Moved Temporarily",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Not Allowed",
+        406 => "Not Acceptable",
+        408 => "Request Time-out",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
+        413 => "Request Entity Too Large",
+        414 => "Request-URI Too Large",
+        415 => "Unsupported Media Type",
+        416 => "Requested Range Not Satisfiable",
+        421 => "Misdirected Request",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Temporarily Unavailable",
+        504 => "Gateway Time-out",
+        505 => "HTTP Version Not Supported",
+        507 => "Insufficient Storage",
+        _ => return None,
+    })
+}
+
+/// nginx's special pages that differ from the plain `CODE REASON` title.
+fn page_title(code: u16) -> Option<String> {
+    match code {
+        494 => Some("400 Request Header Or Cookie Too Large".into()),
+        495 => Some("400 The SSL certificate error".into()),
+        496 => Some("400 No required SSL certificate was sent".into()),
+        497 => Some("400 The plain HTTP request was sent to HTTPS port".into()),
+        _ if code >= 300 && code != 304 => reason(code).map(|r| format!("{code} {r}")),
+        _ => None,
+    }
+}
+
+pub fn server_header() -> HeaderValue {
+    HeaderValue::from_static(concat!("sluice/", env!("CARGO_PKG_VERSION")))
+}
+
+/// The built-in page for an error or redirect status, if nginx has one.
+pub fn error_page(code: u16) -> Option<String> {
+    let title = page_title(code)?;
+    let h1 = if code >= 494 && code <= 497 {
+        format!(
+            "<center><h1>400 Bad Request</h1></center>\n<center>{}</center>",
+            &title[4..]
+        )
+    } else {
+        format!("<center><h1>{title}</h1></center>")
+    };
+    Some(format!(
+        "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n{h1}\r\n<hr><center>sluice/{}</center>\r\n</body>\r\n</html>\r\n",
+        crate::VERSION
+    ))
+}
+
+/// A response with nginx's status line, `Server`, and the given body.
+pub fn build(code: u16, content_type: Option<&str>, body: Bytes) -> Response<Body> {
+    // The status on the wire: 494–497 are nginx-internal and go out as 400.
+    let wire = if (494..=497).contains(&code) {
+        400
+    } else {
+        code
+    };
+    let status = StatusCode::from_u16(wire).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = Response::new(Full::new(body.clone()));
+    *resp.status_mut() = status;
+    if let Some(r) = reason(wire) {
+        resp.extensions_mut()
+            .insert(hyper::ext::ReasonPhrase::from_static(r.as_bytes()));
+    }
+    let h = resp.headers_mut();
+    h.insert(SERVER, server_header());
+    if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(c).ok()) {
+        h.insert(CONTENT_TYPE, ct);
+    }
+    if wire != 204 && wire != 304 {
+        h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    }
+    resp
+}
+
+/// The built-in response for a status: its page when there is one, else empty.
+pub fn status_page(code: u16) -> Response<Body> {
+    match error_page(code) {
+        Some(p) => build(code, Some("text/html"), Bytes::from(p)),
+        None => build(code, None, Bytes::new()),
+    }
+}
+
+/// A redirect with `Location`; the body is the status's built-in page.
+pub fn redirect(code: u16, location: &str) -> Response<Body> {
+    let mut r = status_page(code);
+    if let Ok(v) = HeaderValue::from_str(location) {
+        r.headers_mut().insert(LOCATION, v);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nginx_phrases() {
+        assert_eq!(reason(302), Some("Moved Temporarily"));
+        assert_eq!(reason(405), Some("Not Allowed"));
+        assert_eq!(reason(503), Some("Service Temporarily Unavailable"));
+        assert_eq!(reason(504), Some("Gateway Time-out"));
+        assert_eq!(reason(299), None);
+    }
+
+    #[test]
+    fn pages() {
+        let p = error_page(404).unwrap();
+        assert!(p.contains("<title>404 Not Found</title>"));
+        assert!(p.contains("<hr><center>sluice/"));
+        assert!(error_page(200).is_none());
+        assert!(error_page(304).is_none());
+        assert!(
+            error_page(494)
+                .unwrap()
+                .contains("Request Header Or Cookie Too Large")
+        );
+        let r = status_page(494);
+        assert_eq!(r.status(), 400);
+        let r = redirect(301, "http://x/");
+        assert_eq!(r.headers()[LOCATION], "http://x/");
+        assert!(r.headers().contains_key(CONTENT_LENGTH));
+    }
+}

@@ -1,0 +1,246 @@
+//! Which `server` and which `location` answer a request: the server by the
+//! listening address the connection came in on, then by `Host` against
+//! `server_name` (exact, leading wildcard, trailing wildcard, regex, else the
+//! address's default server); the location by nginx's rules (exact, longest
+//! prefix, nested locations, then regexes in order unless `^~`). Pure lookups.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use crate::conf::model::{Http, ListenAddr, Location, Modifier, Server, ServerName};
+
+/// The servers that share one listening address.
+#[derive(Debug, Default)]
+struct AddrServers {
+    servers: Vec<usize>,
+    default: usize,
+}
+
+#[derive(Debug)]
+pub struct Router {
+    by_addr: HashMap<ListenAddr, AddrServers>,
+}
+
+impl Router {
+    pub fn new(http: &Http) -> Router {
+        let mut by_addr: HashMap<ListenAddr, AddrServers> = HashMap::new();
+        for (i, s) in http.servers.iter().enumerate() {
+            for l in &s.listen {
+                let e = by_addr
+                    .entry(l.addr.clone())
+                    .or_insert_with(|| AddrServers {
+                        servers: Vec::new(),
+                        default: i,
+                    });
+                if !e.servers.contains(&i) {
+                    e.servers.push(i);
+                }
+                if l.default_server {
+                    e.default = i;
+                }
+            }
+        }
+        Router { by_addr }
+    }
+
+    /// The server for a connection that arrived on `listen` (the bound address)
+    /// with local address `local`, asking for `host` (lowercase, no port).
+    pub fn server<'h>(
+        &self,
+        http: &'h Http,
+        listen: &ListenAddr,
+        local: Option<SocketAddr>,
+        host: Option<&str>,
+    ) -> Option<&'h Server> {
+        // A wildcard socket carries servers of specific addresses on its port too.
+        let entry = local
+            .map(ListenAddr::Inet)
+            .and_then(|a| self.by_addr.get(&a))
+            .or_else(|| self.by_addr.get(listen))?;
+        let pick = host
+            .and_then(|h| find_by_name(http, &entry.servers, h))
+            .unwrap_or(entry.default);
+        http.servers.get(pick)
+    }
+}
+
+fn find_by_name(http: &Http, servers: &[usize], host: &str) -> Option<usize> {
+    let names = || {
+        servers
+            .iter()
+            .filter_map(move |&i| http.servers.get(i).map(|s| (i, s)))
+            .flat_map(|(i, s)| s.server_name.iter().map(move |n| (i, n)))
+    };
+    if let Some((i, _)) = names().find(|(_, n)| matches!(n, ServerName::Exact(e) if e == host)) {
+        return Some(i);
+    }
+    // The longest matching wildcard wins, leading wildcards before trailing ones.
+    let front = names()
+        .filter_map(|(i, n)| match n {
+            ServerName::Front { suffix, bare_too } => {
+                let hit = (host.ends_with(suffix.as_str()) && host.len() > suffix.len())
+                    || (*bare_too && host == &suffix[1..]);
+                hit.then_some((suffix.len(), i))
+            }
+            _ => None,
+        })
+        .max_by_key(|(len, i)| (*len, std::cmp::Reverse(*i)));
+    if let Some((_, i)) = front {
+        return Some(i);
+    }
+    let back = names()
+        .filter_map(|(i, n)| match n {
+            ServerName::Back(prefix) => host
+                .starts_with(prefix.as_str())
+                .then_some((prefix.len(), i)),
+            _ => None,
+        })
+        .max_by_key(|(len, i)| (*len, std::cmp::Reverse(*i)));
+    if let Some((_, i)) = back {
+        return Some(i);
+    }
+    names()
+        .find(|(_, n)| matches!(n, ServerName::Regex(r) if r.is_match(host)))
+        .map(|(i, _)| i)
+}
+
+/// The location for `uri` among `locs`, as nginx's `find_location` chooses it.
+pub fn find_location<'a>(locs: &'a [Location], uri: &str) -> Option<&'a Location> {
+    find(locs, uri).0
+}
+
+/// Returns the match and whether the search is final (exact, regex, or `^~`).
+fn find<'a>(locs: &'a [Location], uri: &str) -> (Option<&'a Location>, bool) {
+    let mut best: Option<&Location> = None;
+    for l in locs {
+        match l.modifier {
+            Modifier::Exact if l.uri == uri => return (Some(l), true),
+            Modifier::Prefix | Modifier::PrefixNoRegex if uri.starts_with(l.uri.as_str()) => {
+                if best.is_none_or(|b| l.uri.len() > b.uri.len()) {
+                    best = Some(l);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut result = best;
+    if let Some(b) = best {
+        if !b.locations.is_empty() {
+            let (inner, done) = find(&b.locations, uri);
+            if done {
+                return (inner, true);
+            }
+            if inner.is_some() {
+                result = inner;
+            }
+        }
+        if b.modifier == Modifier::PrefixNoRegex
+            || result.is_some_and(|r| r.modifier == Modifier::PrefixNoRegex)
+        {
+            return (result, true);
+        }
+    }
+    for l in locs {
+        if let Some(re) = &l.regex {
+            if re.is_match(uri) {
+                return (Some(l), true);
+            }
+        }
+    }
+    (result, false)
+}
+
+/// A named location (`@name`) of a server.
+pub fn named_location<'a>(server: &'a Server, name: &str) -> Option<&'a Location> {
+    server
+        .locations
+        .iter()
+        .find(|l| l.modifier == Modifier::Named && l.uri == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conf::{Paths, load};
+    use crate::log::Target;
+    use std::path::PathBuf;
+
+    fn http(body: &str) -> Http {
+        let dir = std::env::temp_dir().join(format!(
+            "sluice-router-{}-{}",
+            std::process::id(),
+            body.len()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("t.conf");
+        std::fs::write(&f, format!("events {{}}\nhttp {{\n{body}\n}}\n")).unwrap();
+        let c = load(&Paths {
+            prefix: PathBuf::from(&dir),
+            conf_file: f,
+            globals: None,
+            error_log: Target::Stderr,
+        })
+        .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        c.http.unwrap()
+    }
+
+    fn loc_of(h: &Http, uri: &str) -> Option<String> {
+        find_location(&h.servers[0].locations, uri).map(|l| l.uri.clone())
+    }
+
+    #[test]
+    fn location_rules() {
+        let h = http(
+            "server { listen 127.0.0.1:1;\n\
+             location = / { }\n location / { }\n location /docs/ { location /docs/old/ { } location ~ \\.txt$ { } }\n\
+             location ^~ /static/ { }\n location ~ \\.(png|txt)$ { }\n location ~* \\.JPG$ { }\n location @fallback { } }",
+        );
+        assert_eq!(loc_of(&h, "/").as_deref(), Some("/"));
+        assert_eq!(
+            find_location(&h.servers[0].locations, "/")
+                .unwrap()
+                .modifier,
+            Modifier::Exact
+        );
+        assert_eq!(loc_of(&h, "/x").as_deref(), Some("/"));
+        assert_eq!(loc_of(&h, "/docs/a").as_deref(), Some("/docs/"));
+        assert_eq!(loc_of(&h, "/docs/old/a").as_deref(), Some("/docs/old/"));
+        // A nested regex is tried before the server's regexes.
+        assert_eq!(loc_of(&h, "/docs/a.txt").as_deref(), Some("\\.txt$"));
+        // ^~ stops the regex search.
+        assert_eq!(loc_of(&h, "/static/a.png").as_deref(), Some("/static/"));
+        assert_eq!(loc_of(&h, "/img/a.png").as_deref(), Some("\\.(png|txt)$"));
+        assert_eq!(loc_of(&h, "/img/a.jpg").as_deref(), Some("\\.JPG$"));
+        // Named locations never match a URI.
+        assert_eq!(loc_of(&h, "@fallback").as_deref(), Some("/"));
+        assert!(named_location(&h.servers[0], "@fallback").is_some());
+    }
+
+    #[test]
+    fn server_names() {
+        let h = http(
+            "server { listen 127.0.0.1:1; server_name first; }\n\
+             server { listen 127.0.0.1:1; server_name example.com www.example.*; }\n\
+             server { listen 127.0.0.1:1 default_server; server_name *.example.com; }\n\
+             server { listen 127.0.0.1:1; server_name *.a.example.com ~^re\\d+\\.org$ .example.net; }\n\
+             server { listen 127.0.0.1:2; server_name other; }",
+        );
+        let r = Router::new(&h);
+        let a: ListenAddr = ListenAddr::Inet("127.0.0.1:1".parse().unwrap());
+        let pick = |host: Option<&str>| r.server(&h, &a, None, host).unwrap().primary_name.clone();
+        assert_eq!(pick(Some("example.com")), "example.com");
+        assert_eq!(pick(Some("x.example.com")), "*.example.com");
+        assert_eq!(pick(Some("x.a.example.com")), "*.a.example.com");
+        assert_eq!(pick(Some("www.example.org")), "example.com");
+        assert_eq!(pick(Some("re42.org")), "*.a.example.com");
+        assert_eq!(pick(Some("example.net")), "*.a.example.com");
+        assert_eq!(pick(Some("nothing")), "*.example.com");
+        assert_eq!(pick(None), "*.example.com");
+        let b: ListenAddr = ListenAddr::Inet("127.0.0.1:2".parse().unwrap());
+        assert_eq!(
+            r.server(&h, &b, None, Some("first")).unwrap().primary_name,
+            "other"
+        );
+    }
+}

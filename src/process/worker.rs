@@ -1,0 +1,153 @@
+//! A worker process: limits and privileges first, then a tokio current-thread
+//! runtime (built after `fork`, never before) that serves the inherited
+//! listeners. Signals: QUIT graceful stop, TERM/INT fast stop, USR1 reopen logs.
+//! Readiness is reported to the master over the control socket.
+
+use std::ffi::CString;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use nix::unistd::{Gid, Uid};
+use tokio::io::AsyncReadExt;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::conf::Config;
+use crate::http::{self, Listener, Phase};
+use crate::log::Level;
+
+/// The user workers run as, resolved by the master (which checks it exists).
+#[derive(Clone, Debug)]
+pub struct Creds {
+    pub name: CString,
+    pub uid: Uid,
+    pub gid: Gid,
+}
+
+/// Exit code for a worker that cannot run at all: the master does not respawn it.
+pub const FATAL: i32 = 2;
+
+fn set_limits(cfg: &Config) -> Result<(), String> {
+    if let Some(n) = cfg.main.worker_rlimit_nofile {
+        nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n).map_err(
+            |e| {
+                format!(
+                    "setrlimit(RLIMIT_NOFILE, {n}) failed ({}: {})",
+                    e as i32,
+                    e.desc()
+                )
+            },
+        )?;
+    }
+    Ok(())
+}
+
+fn drop_privileges(creds: &Creds) -> Result<(), String> {
+    let err = |what: &str, e: nix::Error| format!("{what} failed ({}: {})", e as i32, e.desc());
+    nix::unistd::setgid(creds.gid).map_err(|e| err(&format!("setgid({})", creds.gid), e))?;
+    nix::unistd::initgroups(&creds.name, creds.gid)
+        .map_err(|e| err(&format!("initgroups({:?}, {})", creds.name, creds.gid), e))?;
+    nix::unistd::setuid(creds.uid).map_err(|e| err(&format!("setuid({})", creds.uid), e))?;
+    Ok(())
+}
+
+/// Runs a worker to its end and returns its exit code. `channel` is None in
+/// single-process mode (`master_process off`).
+pub fn run(
+    cfg: Arc<Config>,
+    listeners: Vec<Listener>,
+    channel: Option<UnixStream>,
+    creds: Option<Creds>,
+) -> i32 {
+    if let Err(e) = set_limits(&cfg) {
+        crate::log!(Level::Alert, "{}", e);
+    }
+    if let Some(c) = &creds {
+        if let Err(e) = drop_privileges(c) {
+            crate::log!(Level::Emerg, "{}", e);
+            return FATAL;
+        }
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            crate::log!(Level::Emerg, "cannot start the worker's runtime: {}", e);
+            return FATAL;
+        }
+    };
+    rt.block_on(serve(cfg, listeners, channel));
+    crate::log!(Level::Notice, "exiting");
+    0
+}
+
+async fn serve(cfg: Arc<Config>, listeners: Vec<Listener>, channel: Option<UnixStream>) {
+    let signals = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::quit()),
+        signal(SignalKind::user_defined1()),
+    );
+    let (Ok(mut term), Ok(mut int), Ok(mut quit), Ok(mut usr1)) = signals else {
+        crate::log!(Level::Emerg, "cannot install the worker's signal handlers");
+        return;
+    };
+    let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+    let mut server = tokio::spawn(http::serve(cfg, listeners, phase_rx, 1));
+
+    // Ready: tell the master, then watch the channel for its end (master gone).
+    let mut master = None;
+    if let Some(mut ch) = channel {
+        if let Err(e) = ch.write_all(b"R") {
+            crate::log!(Level::Alert, "cannot report readiness to the master: {}", e);
+        }
+        let _ = ch.set_nonblocking(true);
+        master = tokio::net::UnixStream::from_std(ch).ok();
+    }
+    let master_gone = async {
+        match master.as_mut() {
+            Some(m) => {
+                let mut buf = [0u8; 64];
+                loop {
+                    match m.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(master_gone);
+    let mut master_alive = true;
+    loop {
+        tokio::select! {
+            _ = term.recv() => { let _ = phase_tx.send(Phase::Fast); break; }
+            _ = int.recv() => { let _ = phase_tx.send(Phase::Fast); break; }
+            _ = quit.recv() => {
+                if *phase_tx.borrow() == Phase::Running {
+                    crate::log!(Level::Notice, "gracefully shutting down");
+                    let _ = phase_tx.send(Phase::Graceful);
+                }
+            }
+            _ = usr1.recv() => {
+                crate::log!(Level::Notice, "reopening logs");
+                for (p, e) in crate::log::reopen() {
+                    crate::log!(Level::Crit, "open() \"{}\" failed ({})", p.display(), crate::conf::tree::errno_text(&e));
+                }
+            }
+            _ = &mut master_gone, if master_alive => {
+                master_alive = false;
+                if *phase_tx.borrow() == Phase::Running {
+                    crate::log!(Level::Notice, "the master process is gone, gracefully shutting down");
+                    let _ = phase_tx.send(Phase::Graceful);
+                }
+            }
+            _ = &mut server => return,
+        }
+    }
+    let _ = server.await;
+}
