@@ -147,8 +147,7 @@ pub fn parse(args: &[String], cwd: &Path) -> Result<Cli, CliError> {
         let Some(flags) = a.strip_prefix('-').filter(|f| !f.is_empty()) else {
             return Err(CliError(format!("invalid option: \"{a}\"")));
         };
-        let mut chars = flags.char_indices();
-        while let Some((pos, c)) = chars.next() {
+        for (pos, c) in flags.char_indices() {
             match c {
                 '?' | 'h' => action = Action::Help,
                 'v' => action = Action::Version,
@@ -187,7 +186,9 @@ pub fn parse(args: &[String], cwd: &Path) -> Result<Cli, CliError> {
                                 "reopen" => SignalName::Reopen,
                                 "reload" => SignalName::Reload,
                                 _ => {
-                                    return Err(CliError(format!("invalid option: \"-s {value}\"")));
+                                    return Err(CliError(format!(
+                                        "invalid option: \"-s {value}\""
+                                    )));
                                 }
                             };
                             action = Action::Signal(s);

@@ -135,10 +135,7 @@ pub fn tokenize(text: &str) -> Result<Vec<(Tok, usize)>, LexError> {
         let used = &from[..from.len() - to.len()];
         *line += used.bytes().filter(|&b| b == b'\n').count();
     };
-    loop {
-        let Ok((r, _)) = skip(rest) else {
-            break;
-        };
+    while let Ok((r, _)) = skip(rest) {
         advance(rest, r, &mut line);
         rest = r;
         if rest.is_empty() {

@@ -72,7 +72,7 @@ pub fn server_header() -> HeaderValue {
 /// The built-in page for an error or redirect status, if nginx has one.
 pub fn error_page(code: u16) -> Option<String> {
     let title = page_title(code)?;
-    let h1 = if code >= 494 && code <= 497 {
+    let h1 = if (494..=497).contains(&code) {
         format!(
             "<center><h1>400 Bad Request</h1></center>\n<center>{}</center>",
             &title[4..]

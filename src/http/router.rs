@@ -115,10 +115,11 @@ fn find<'a>(locs: &'a [Location], uri: &str) -> (Option<&'a Location>, bool) {
     for l in locs {
         match l.modifier {
             Modifier::Exact if l.uri == uri => return (Some(l), true),
-            Modifier::Prefix | Modifier::PrefixNoRegex if uri.starts_with(l.uri.as_str()) => {
-                if best.is_none_or(|b| l.uri.len() > b.uri.len()) {
-                    best = Some(l);
-                }
+            Modifier::Prefix | Modifier::PrefixNoRegex
+                if uri.starts_with(l.uri.as_str())
+                    && best.is_none_or(|b| l.uri.len() > b.uri.len()) =>
+            {
+                best = Some(l);
             }
             _ => {}
         }
@@ -213,7 +214,7 @@ mod tests {
         assert_eq!(loc_of(&h, "/img/a.png").as_deref(), Some("\\.(png|txt)$"));
         assert_eq!(loc_of(&h, "/img/a.jpg").as_deref(), Some("\\.JPG$"));
         // Named locations never match a URI.
-        assert_eq!(loc_of(&h, "@fallback").as_deref(), Some("/"));
+        assert_eq!(loc_of(&h, "@fallback"), None);
         assert!(named_location(&h.servers[0], "@fallback").is_some());
     }
 

@@ -218,7 +218,7 @@ pub fn write(level: Level, conn: Option<u64>, msg: fmt::Arguments<'_>) {
     if g.echo_stderr && level >= Level::Warn && !to_stderr_sink {
         let _ = std::io::stderr().write_all(format!("sluice: [{level}] {msg}\n").as_bytes());
     }
-    if !g.min.is_some_and(|m| level >= m) {
+    if g.min.is_none_or(|m| level < m) {
         return;
     }
     let line = format_line(level, conn, &msg);

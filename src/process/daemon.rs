@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use nix::unistd::ForkResult;
@@ -49,7 +48,7 @@ pub fn daemonize() -> Result<Started, String> {
                 .map_err(|e| format!("open(\"/dev/null\") failed ({e})"))?;
             let _ = nix::unistd::dup2_stdin(&null);
             let _ = nix::unistd::dup2_stdout(&null);
-            Ok(Started(File::from(OwnedFd::from(w))))
+            Ok(Started(File::from(w)))
         }
     }
 }

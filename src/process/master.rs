@@ -475,14 +475,12 @@ impl Master {
         );
         match sig {
             SIGHUP => self.reload(),
-            SIGQUIT => {
-                if !matches!(self.state, State::Terminating { .. }) {
-                    self.state = State::Quitting;
-                    self.signal_workers(Signal::SIGQUIT, |_| true);
-                    // Stop listening at once; workers hold their own copies.
-                    for g in &mut self.generations {
-                        g.bound.clear();
-                    }
+            SIGQUIT if !matches!(self.state, State::Terminating { .. }) => {
+                self.state = State::Quitting;
+                self.signal_workers(Signal::SIGQUIT, |_| true);
+                // Stop listening at once; workers hold their own copies.
+                for g in &mut self.generations {
+                    g.bound.clear();
                 }
             }
             SIGTERM | SIGINT => {
@@ -493,6 +491,7 @@ impl Master {
                 self.signal_workers(Signal::SIGTERM, |_| true);
             }
             SIGUSR1 => {
+                crate::log!(Level::Notice, "reopening logs");
                 for (p, e) in log::reopen() {
                     crate::log!(
                         Level::Alert,
@@ -510,11 +509,9 @@ impl Master {
                     "binary upgrade is not supported by this version, ignored"
                 );
             }
-            SIGWINCH => {
-                if self.state == State::Running {
-                    self.state = State::NoWorkers;
-                    self.signal_workers(Signal::SIGQUIT, |_| true);
-                }
+            SIGWINCH if self.state == State::Running => {
+                self.state = State::NoWorkers;
+                self.signal_workers(Signal::SIGQUIT, |_| true);
             }
             _ => {}
         }

@@ -1,0 +1,493 @@
+package Test::Sluice;
+
+# Test harness for sluice in the style of nginx-tests: a test writes its config
+# inline, starts the real binary in a private directory, talks to it over
+# loopback and stops it. Ports are probed and held until the binary starts.
+# Every plan gets one more test: error.log has no [alert], [crit] or [emerg]
+# lines other than those the test said it expects. Core Perl modules only.
+#
+# Knobs: SLUICE_BINARY (the binary), TEST_SLUICE_LEAVE (keep the directory),
+# TEST_SLUICE_VERBOSE (show the binary's stderr and commands),
+# TEST_SLUICE_CATLOG (print error.log at the end).
+
+use warnings;
+use strict;
+
+use Test::More ();
+use File::Temp ();
+use File::Spec ();
+use File::Basename qw/dirname/;
+use Cwd qw/abs_path/;
+use IO::Socket::INET;
+use IO::Socket::UNIX;
+use POSIX qw/:sys_wait_h/;
+use Time::HiRes qw/sleep time/;
+use Socket qw/SOCK_STREAM SOCK_DGRAM/;
+
+use Exporter qw/import/;
+our @EXPORT_OK = qw/http http_get http_start http_end port/;
+our %EXPORT_TAGS = (all => \@EXPORT_OK);
+
+my $ROOT = abs_path(dirname(__FILE__) . '/../../..');
+our $BINARY = $ENV{SLUICE_BINARY} || "$ROOT/target/debug/sluice";
+
+my %PORTS;          # placeholder number => port
+my %HELD;           # placeholder number => socket holding the port
+my @INSTANCES;
+
+sub new {
+	my ($class) = @_;
+	my $self = bless {}, $class;
+	$self->{_testdir} = File::Temp::tempdir('sluice-test-XXXXXXXXXX',
+		TMPDIR => 1, CLEANUP => !$ENV{TEST_SLUICE_LEAVE});
+	# Workers drop to an unprivileged user: they must reach their files.
+	chmod(0755, $self->{_testdir}) or die "can't chmod test dir: $!\n";
+	$self->{_daemons} = [];
+	$self->{_expected} = [];
+	$self->{_owner} = $$;
+	push @INSTANCES, $self;
+	Test::More::diag("testdir $self->{_testdir}") if $ENV{TEST_SLUICE_LEAVE};
+	return $self;
+}
+
+sub testdir { $_[0]->{_testdir} }
+sub binary { $BINARY }
+
+# Skips the file unless `-V` claims every named module. Names are nginx's:
+# http, rewrite, proxy, stream, upstream_zone, realip ...
+sub has {
+	my ($self, @features) = @_;
+	my $v = `$BINARY -V 2>&1`;
+	for my $f (@features) {
+		my $ok;
+		if ($f eq 'http') {
+			$ok = $v !~ /--without-http(?:\s|$)/m;
+		} elsif ($f eq 'stream' || $f eq 'realip' || $f eq 'http_realip') {
+			my $m = $f eq 'stream' ? 'stream' : 'http_realip_module';
+			$ok = $v =~ /--with-\Q$m\E(?:\s|$|=dynamic)/m;
+		} else {
+			(my $m = $f) =~ s/^http_//;
+			$m = "http_${m}_module" unless $m =~ /_module$/;
+			$ok = $v !~ /--without-\Q$m\E\b/;
+		}
+		unless ($ok) {
+			Test::More::plan(skip_all => "no $f");
+		}
+	}
+	return $self;
+}
+
+sub plan {
+	my ($self, $n) = @_;
+	Test::More::plan(tests => $n + 1);
+	$self->{_planned} = 1;
+	return $self;
+}
+
+# Patterns of [alert]/[crit]/[emerg] lines the test causes on purpose.
+sub expect_errors {
+	my ($self, @re) = @_;
+	push @{$self->{_expected}}, @re;
+	return $self;
+}
+
+sub port {
+	my ($num, %opts) = @_;
+	$num = $_[1] if ref $num;
+	my $udp = $opts{udp};
+	my $key = $udp ? "${num}_udp" : $num;
+	return $PORTS{$key} if defined $PORTS{$key};
+	for (1 .. 100) {
+		my $port = 10000 + int(rand(50000));
+		my $s = IO::Socket::INET->new(
+			Proto => $udp ? 'udp' : 'tcp',
+			LocalAddr => "127.0.0.1:$port",
+			$udp ? () : (Listen => 1, ReuseAddr => 1),
+		) or next;
+		# The same port must be free for the other protocol and on ::1 too.
+		my $other = IO::Socket::INET->new(
+			Proto => $udp ? 'tcp' : 'udp',
+			LocalAddr => "127.0.0.1:$port") or next;
+		close $other;
+		$HELD{$key} = $s;
+		return $PORTS{$key} = $port;
+	}
+	die "no free port\n";
+}
+
+sub _release_ports {
+	for my $k (keys %HELD) {
+		close $HELD{$k};
+		delete $HELD{$k};
+	}
+}
+
+sub test_globals {
+	my ($self) = @_;
+	my $d = $self->{_testdir};
+	return "pid $d/sluice.pid;\nerror_log $d/error.log debug;\ndaemon off;\n";
+}
+
+sub _expand {
+	my ($self, $content) = @_;
+	my $g = $self->test_globals();
+	$content =~ s/%%TEST_GLOBALS%%/$g/g;
+	$content =~ s/%%TEST_GLOBALS_HTTP%%//g;
+	$content =~ s/%%TEST_GLOBALS_STREAM%%//g;
+	$content =~ s/%%TESTDIR%%/$self->{_testdir}/g;
+	$content =~ s/%%PORT_(\d+)_UDP%%/port($1, udp => 1)/ge;
+	$content =~ s/%%PORT_(\d+)%%/port($1)/ge;
+	return $content;
+}
+
+sub write_file {
+	my ($self, $name, $content) = @_;
+	my $path = "$self->{_testdir}/$name";
+	open my $fh, '>', $path or die "can't write $path: $!\n";
+	binmode $fh;
+	print $fh $content;
+	close $fh;
+	return $self;
+}
+
+sub write_file_expand {
+	my ($self, $name, $content) = @_;
+	return $self->write_file($name, $self->_expand($content));
+}
+
+sub read_file {
+	my ($self, $name) = @_;
+	my $path = $name =~ m{^/} ? $name : "$self->{_testdir}/$name";
+	open my $fh, '<', $path or return '';
+	local $/;
+	my $c = <$fh>;
+	close $fh;
+	return $c // '';
+}
+
+sub pid_file { "$_[0]->{_testdir}/sluice.pid" }
+
+# The master's pid from the pid file (the config may name another file).
+sub master_pid {
+	my ($self) = @_;
+	my $p = $self->read_file($self->{_pid_file} // $self->pid_file);
+	chomp $p;
+	return $p =~ /^\d+$/ ? $p : undef;
+}
+
+# Runs the binary with arguments, returns (exit code, stdout, stderr).
+sub run_binary {
+	my ($self, @args) = @_;
+	_release_ports();
+	my $d = $self->{_testdir};
+	my ($out, $err) = ("$d/.out", "$d/.err");
+	my $pid = fork() // die "fork: $!\n";
+	if ($pid == 0) {
+		open STDOUT, '>', $out or die;
+		open STDERR, '>', $err or die;
+		exec($BINARY, @args) or die "exec $BINARY: $!\n";
+	}
+	waitpid($pid, 0);
+	my $code = $? >> 8;
+	return ($code, $self->read_file($out), $self->read_file($err));
+}
+
+sub run {
+	my ($self, %opts) = @_;
+	my $d = $self->{_testdir};
+	my $conf = $opts{conf} // 'sluice.conf';
+	$self->{_pid_file} = $opts{pid_file} if $opts{pid_file};
+	unlink($self->{_pid_file} // $self->pid_file);
+	_release_ports();
+	my @args = ('-p', "$d/", '-c', $conf, '-e', 'error.log', @{$opts{args} // []});
+	Test::More::diag("$BINARY @args") if $ENV{TEST_SLUICE_VERBOSE};
+	my $pid = fork() // die "fork: $!\n";
+	if ($pid == 0) {
+		unless ($ENV{TEST_SLUICE_VERBOSE}) {
+			open STDERR, '>>', "$d/stderr.log";
+		}
+		open STDOUT, '>', '/dev/null';
+		exec($BINARY, @args) or die "exec $BINARY: $!\n";
+	}
+	$self->{_child} = $pid;
+	my $pf = $self->{_pid_file} // $self->pid_file;
+	unless ($self->waitforfile($pf, $pid)) {
+		# A daemonizing start exits 0 once the file exists; anything else failed.
+		die "can't start sluice\n" unless -e $pf;
+	}
+	my $mp = $self->master_pid() or die "no pid in $pf\n";
+	$self->{_master} = $mp;
+	$self->{_started} = 1;
+	return $self;
+}
+
+sub try_run {
+	my ($self, $message) = @_;
+	eval { $self->run(); };
+	if ($@) {
+		Test::More::plan(skip_all => "$message: $@");
+	}
+	return $self;
+}
+
+sub master { $_[0]->{_master} }
+
+# Sends a signal to the master, by the pid we started (or read from its file).
+sub signal {
+	my ($self, $sig) = @_;
+	# A reload may bind ports the test probed since the start.
+	_release_ports();
+	my $pid = $self->{_master} or return 0;
+	return kill($sig, $pid);
+}
+
+sub _alive {
+	my ($pid) = @_;
+	return 0 unless $pid;
+	if ($_[1] && $_[1] == $pid) {
+		return waitpid($pid, WNOHANG) == 0;
+	}
+	return kill(0, $pid);
+}
+
+# Waits up to $secs for the master to exit; true if it did.
+sub wait_exit {
+	my ($self, $secs) = @_;
+	my $pid = $self->{_master} or return 1;
+	for (1 .. ($secs // 10) * 20) {
+		my $gone;
+		if ($self->{_child} && $self->{_child} == $pid) {
+			my $r = waitpid($pid, WNOHANG);
+			$gone = $r == $pid || $r == -1;
+			$self->{_exit_status} = $? if $r == $pid;
+		} else {
+			$gone = !kill(0, $pid);
+		}
+		if ($gone) {
+			delete $self->{_master};
+			return 1;
+		}
+		sleep 0.05;
+	}
+	return 0;
+}
+
+sub stop {
+	my ($self) = @_;
+	return $self unless $self->{_master};
+	$self->signal('QUIT');
+	unless ($self->wait_exit(15)) {
+		$self->signal('TERM');
+		unless ($self->wait_exit(5)) {
+			$self->signal('KILL');
+			$self->wait_exit(5);
+		}
+	}
+	# Reap a daemonizing parent too.
+	waitpid($self->{_child}, WNOHANG) if $self->{_child};
+	return $self;
+}
+
+# HUP, then wait until the new generation has started (true) or not (false).
+sub reload {
+	my ($self, $secs) = @_;
+	my $before = () = $self->read_file('error.log') =~ /start worker processes/g;
+	$self->signal('HUP');
+	return $self->waitforlog(sub {
+		my $n = () = $_[0] =~ /start worker processes/g;
+		$n > $before;
+	}, $secs // 5);
+}
+
+# Polls error.log until the regex (or code ref) matches; true if it did.
+sub waitforlog {
+	my ($self, $what, $secs, $file) = @_;
+	$file //= 'error.log';
+	for (1 .. ($secs // 5) * 20) {
+		my $log = $self->read_file($file);
+		return 1 if ref $what eq 'CODE' ? $what->($log) : $log =~ $what;
+		sleep 0.05;
+	}
+	return 0;
+}
+
+sub log_count {
+	my ($self, $re, $file) = @_;
+	my $n = () = $self->read_file($file // 'error.log') =~ /$re/g;
+	return $n;
+}
+
+sub waitforfile {
+	my ($self, $file, $pid) = @_;
+	for (1 .. 100) {
+		return 1 if -e $file;
+		if ($pid) {
+			my $r = waitpid($pid, WNOHANG);
+			return -e $file ? 1 : 0 if $r == $pid;
+		}
+		sleep 0.05;
+	}
+	return 0;
+}
+
+sub waitforsocket {
+	my ($self, $peer) = @_;
+	for (1 .. 100) {
+		my $s = IO::Socket::INET->new(Proto => 'tcp', PeerAddr => $peer);
+		return 1 if $s;
+		sleep 0.05;
+	}
+	return 0;
+}
+
+# Runs a helper (a code ref, or a program and its arguments) in the background.
+sub run_daemon {
+	my ($self, $code, @args) = @_;
+	my $pid = fork() // die "fork: $!\n";
+	if ($pid == 0) {
+		if (ref $code eq 'CODE') {
+			$code->(@args);
+			POSIX::_exit(0);
+		}
+		exec($code, @args) or POSIX::_exit(127);
+	}
+	push @{$self->{_daemons}}, $pid;
+	return $self;
+}
+
+sub stop_daemons {
+	my ($self) = @_;
+	for my $pid (@{$self->{_daemons}}) {
+		kill 'TERM', $pid;
+	}
+	for my $pid (@{$self->{_daemons}}) {
+		for (1 .. 100) {
+			last if waitpid($pid, WNOHANG) != 0;
+			sleep 0.05;
+		}
+		kill 'KILL', $pid;
+		waitpid($pid, 0);
+	}
+	$self->{_daemons} = [];
+	return $self;
+}
+
+# The workers of the master: pids whose parent is the master.
+sub worker_pids {
+	my ($self) = @_;
+	my $m = $self->{_master} or return ();
+	my @pids;
+	opendir my $dh, '/proc' or return ();
+	for my $p (grep { /^\d+$/ } readdir $dh) {
+		open my $fh, '<', "/proc/$p/stat" or next;
+		my $stat = <$fh> // '';
+		close $fh;
+		# pid (comm) state ppid ...
+		push @pids, $p if $stat =~ /\)\s+\S+\s+(\d+)/ && $1 == $m;
+	}
+	closedir $dh;
+	return sort { $a <=> $b } @pids;
+}
+
+sub _check_alerts {
+	my ($self) = @_;
+	my @lines = $self->read_file('error.log') =~ /^.*\[(?:alert|crit|emerg)\].*$/mg;
+	my @bad;
+	LINE: for my $l (@lines) {
+		for my $re (@{$self->{_expected}}) {
+			next LINE if $l =~ $re;
+		}
+		push @bad, $l;
+	}
+	Test::More::is(join("\n", @bad), '', 'no alerts');
+}
+
+sub DESTROY {}
+
+END {
+	my $status = $?;
+	for my $t (@INSTANCES) {
+		next unless $t->{_owner} == $$;
+		$t->stop();
+		$t->stop_daemons();
+		if ($ENV{TEST_SLUICE_CATLOG}) {
+			Test::More::diag($t->read_file('error.log'));
+		}
+		$t->_check_alerts() if $t->{_planned};
+	}
+	@INSTANCES = ();
+	$? = $status;
+}
+
+###############################################################################
+# HTTP helpers
+
+sub http_get {
+	my ($url, %extra) = @_;
+	return http(<<EOF, %extra);
+GET $url HTTP/1.0
+Host: localhost
+
+EOF
+}
+
+# Sends a raw request (LF line ends become CRLF) and returns the raw response.
+# Options: PeerAddr (default 127.0.0.1:port(8080)), socket, start (return the
+# socket after sending), body (sent after the head), sleep (before body).
+sub http {
+	my ($request, %extra) = @_;
+	my $s = http_start($request, %extra) or return undef;
+	return $s if $extra{start};
+	return http_end($s, %extra);
+}
+
+sub http_start {
+	my ($request, %extra) = @_;
+	$request =~ s/(?<!\r)\n/\r\n/g unless $extra{raw};
+	my $s = $extra{socket} || _connect(%extra) or return undef;
+	local $SIG{PIPE} = 'IGNORE';
+	eval {
+		local $SIG{ALRM} = sub { die "timeout\n" };
+		alarm($extra{timeout} // 8);
+		$s->syswrite($request);
+		if (defined $extra{body}) {
+			sleep $extra{sleep} if $extra{sleep};
+			$s->syswrite($extra{body});
+		}
+		alarm(0);
+	};
+	alarm(0);
+	return $s;
+}
+
+sub _connect {
+	my (%extra) = @_;
+	if (my $path = $extra{unix}) {
+		return IO::Socket::UNIX->new(Type => SOCK_STREAM, Peer => $path);
+	}
+	return IO::Socket::INET->new(
+		Proto => 'tcp',
+		PeerAddr => $extra{PeerAddr} // ('127.0.0.1:' . port(8080)),
+		Timeout => 5,
+	);
+}
+
+sub http_end {
+	my ($s, %extra) = @_;
+	my $reply = '';
+	eval {
+		local $SIG{ALRM} = sub { die "timeout\n" };
+		alarm($extra{timeout} // 8);
+		while (1) {
+			my $n = $s->sysread(my $buf, 65536);
+			last unless $n;
+			$reply .= $buf;
+		}
+		alarm(0);
+	};
+	alarm(0);
+	close $s;
+	return $reply;
+}
+
+1;
