@@ -14,7 +14,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(14);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(18);
 my $d = $t->testdir();
 
 my $conf = <<'EOF';
@@ -74,4 +74,21 @@ $t->write_file_expand('sluice.conf', $c);
 $t->run(pid_file => "$d/daemon.pid");
 is($t->master(), $t->{_child}, 'single process is the pid in the file');
 like(http_get('/'), qr/single$/, 'single process serves');
+$t->signal('HUP');
+ok($t->waitforlog(qr/\[warn\] .*reload needs "master_process on"/), 'HUP without a master warns');
+like(http_get('/'), qr/single$/, 'and the process goes on');
 $t->stop();
+
+# -s reopen and -s stop on a daemon.
+($c = $conf) =~ s/TEXT/three/;
+$t->write_file_expand('sluice.conf', $c);
+($rc) = $t->run_binary(@args);
+$pid = $t->read_file('daemon.pid');
+chomp $pid;
+rename("$d/error.log", "$d/error.log.old");
+($rc) = $t->run_binary(@args, '-s', 'reopen');
+ok($rc == 0 && $t->waitforfile("$d/error.log"), '-s reopen opened a new log');
+($rc) = $t->run_binary(@args, '-s', 'stop');
+$gone = 0;
+for (1 .. 100) { $gone = 1, last unless kill(0, $pid); select(undef, undef, undef, 0.05); }
+ok($rc == 0 && $gone && !-e "$d/daemon.pid", '-s stop');

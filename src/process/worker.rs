@@ -95,6 +95,16 @@ async fn serve(cfg: Arc<Config>, listeners: Vec<Listener>, channel: Option<UnixS
         crate::log!(Level::Emerg, "cannot install the worker's signal handlers");
         return;
     };
+    // Without a master, HUP and USR2 reach this process; their default action
+    // would kill it. In a worker they are the master's business.
+    let single = channel.is_none();
+    let (mut hup, mut usr2) = match (
+        signal(SignalKind::hangup()).ok().filter(|_| single),
+        signal(SignalKind::user_defined2()).ok().filter(|_| single),
+    ) {
+        (Some(h), Some(u)) => (Some(h), Some(u)),
+        _ => (None, None),
+    };
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     let mut server = tokio::spawn(http::serve(cfg, listeners, phase_rx, 1));
 
@@ -146,8 +156,22 @@ async fn serve(cfg: Arc<Config>, listeners: Vec<Listener>, channel: Option<UnixS
                     let _ = phase_tx.send(Phase::Graceful);
                 }
             }
+            Some(_) = recv_opt(&mut hup) => {
+                crate::log!(Level::Warn, "reload needs \"master_process on\", ignored");
+            }
+            Some(_) = recv_opt(&mut usr2) => {
+                crate::log!(Level::Warn, "binary upgrade needs \"master_process on\", ignored");
+            }
             _ = &mut server => return,
         }
     }
     let _ = server.await;
+}
+
+/// A signal stream that may be absent (then it never fires).
+async fn recv_opt(s: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match s {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
 }
