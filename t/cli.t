@@ -12,7 +12,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(27);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(29);
 my $d = $t->testdir();
 
 my ($rc, $out, $err) = $t->run_binary('-v');
@@ -57,6 +57,24 @@ is($err, '', '-q is quiet');
 is($rc, 0, '-T exit code');
 like($out, qr!^# configuration file \Q$d\E/good\.conf:\ninclude inc\.conf;.*\n\n# configuration file \Q$d\E/inc\.conf:\n# included\nworker_processes 1;\n\n$!s,
 	'-T dumps files in order');
+
+# include with a glob: files in name order; a glob matching nothing is fine.
+
+mkdir("$d/conf.d");
+$t->write_file('conf.d/b.conf', "worker_shutdown_timeout 1s;\n");
+$t->write_file('conf.d/a.conf', "worker_rlimit_nofile 100;\n");
+$t->write_file('glob.conf', "include conf.d/*.conf;\ninclude none.d/*.conf;\nevents { }\n");
+($rc, $out, $err) = $t->run_binary('-p', "$d/", '-c', 'glob.conf', '-e', 'stderr', '-T');
+like($out, qr!conf\.d/a\.conf:\nworker_rlimit_nofile.*conf\.d/b\.conf:!s, 'include glob in order');
+
+# As root, an unknown user fails the test.
+
+$t->write_file('user.conf', "user no-such-user-here;\nevents { }\n");
+($rc, $out, $err) = $t->run_binary('-p', "$d/", '-c', 'user.conf', '-e', 'stderr', '-t');
+SKIP: {
+	skip 'not root', 1 unless $> == 0;
+	like($err, qr/getpwnam\("no-such-user-here"\) failed.*test failed/s, '-t checks the user');
+}
 
 # An unknown directive at line 7 of an included file.
 

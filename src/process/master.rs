@@ -196,7 +196,7 @@ fn bind(cfg: &Config, existing: &[Bound]) -> Result<Vec<Bound>, net::NetError> {
 }
 
 /// The user workers switch to, when the master runs as root.
-fn resolve_creds(cfg: &Config) -> Result<Option<Creds>, String> {
+pub(super) fn resolve_creds(cfg: &Config) -> Result<Option<Creds>, String> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(None);
     }

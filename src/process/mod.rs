@@ -99,22 +99,31 @@ fn test_config(cli: &Cli, dump: bool) -> i32 {
     let name = cli.conf_file.display();
     let ok = match load_config(cli) {
         Ok(cfg) => {
+            // As root, the workers' user must exist, as it must at start-up.
+            let user_ok = match master::resolve_creds(&cfg) {
+                Ok(_) => true,
+                Err(e) => {
+                    crate::log!(Level::Emerg, "{}", e);
+                    false
+                }
+            };
             // nginx opens (and so creates) the log files while testing.
-            let logs_ok = cfg.main.error_log.iter().all(|s| match &s.target {
-                Target::File(p) => match log::open_append(p) {
-                    Ok(_) => true,
-                    Err(e) => {
-                        crate::log!(
-                            Level::Emerg,
-                            "open() \"{}\" failed ({})",
-                            p.display(),
-                            conf::tree::errno_text(&e)
-                        );
-                        false
-                    }
-                },
-                Target::Stderr => true,
-            });
+            let logs_ok = user_ok
+                && cfg.main.error_log.iter().all(|s| match &s.target {
+                    Target::File(p) => match log::open_append(p) {
+                        Ok(_) => true,
+                        Err(e) => {
+                            crate::log!(
+                                Level::Emerg,
+                                "open() \"{}\" failed ({})",
+                                p.display(),
+                                conf::tree::errno_text(&e)
+                            );
+                            false
+                        }
+                    },
+                    Target::Stderr => true,
+                });
             if logs_ok {
                 if !cli.quiet {
                     eprintln!("sluice: the configuration file {name} syntax is ok");
