@@ -263,7 +263,8 @@ pub fn build_with_warnings(
     }
     let error_log = if main.error_log.is_empty() {
         vec![LogSpec {
-            target: paths_default_error_log(paths),
+            // Without `error_log` in the file, nginx keeps logging where `-e` pointed.
+            target: paths.error_log.clone(),
             level: Level::Error,
         }]
     } else {
@@ -292,11 +293,6 @@ pub fn build_with_warnings(
         http: main.http,
     };
     Ok((cfg, b.warnings))
-}
-
-/// Without `error_log` in the file, nginx keeps logging where `-e` pointed.
-fn paths_default_error_log(paths: &Paths) -> Target {
-    paths.error_log.clone()
 }
 
 impl Builder<'_> {

@@ -24,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::conf::Config;
-use crate::conf::model::{ListenAddr, Return, Server};
+use crate::conf::model::{ListenAddr, Return};
 use crate::log::Level;
 use response::Body;
 use vars::{ConnInfo, RequestVars};
@@ -355,17 +355,13 @@ fn handle(
         .as_ref()
         .or_else(|| router::find_location(&server.locations, &uri).and_then(|l| l.ret.as_ref()));
     match ret {
-        Some(r) => do_return(r, server, &vars),
+        Some(r) => do_return(r, &vars),
         // Static files arrive with the full HTTP server; until then nothing is here.
         None => Ok(response::status_page(404)),
     }
 }
 
-fn do_return(
-    r: &Return,
-    _server: &Server,
-    vars: &RequestVars<'_>,
-) -> Result<Response<Body>, CloseConnection> {
+fn do_return(r: &Return, vars: &RequestVars<'_>) -> Result<Response<Body>, CloseConnection> {
     if r.code == 444 {
         return Err(CloseConnection);
     }

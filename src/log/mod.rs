@@ -177,12 +177,6 @@ pub fn set_echo_stderr(on: bool) {
     g.echo_stderr = on;
 }
 
-/// True when a message at `level` would be written somewhere.
-pub fn enabled(level: Level) -> bool {
-    let g = global().read().unwrap_or_else(|e| e.into_inner());
-    g.min.is_some_and(|m| level >= m)
-}
-
 /// Formats one line in nginx's error-log format.
 pub fn format_line(level: Level, conn: Option<u64>, msg: &dyn fmt::Display) -> String {
     let now = chrono::Local::now();

@@ -5,7 +5,7 @@
 //! the connection's local address, as nginx does.
 
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 use socket2::{Domain, SockAddr, Socket, Type};
@@ -53,10 +53,6 @@ impl Bound {
         } else {
             &self.sockets[0]
         }
-    }
-
-    pub fn raw_fds(&self) -> Vec<i32> {
-        self.sockets.iter().map(|s| s.as_raw_fd()).collect()
     }
 
     pub fn try_clone(&self) -> std::io::Result<Bound> {
