@@ -19,6 +19,7 @@ pub mod http;
 pub mod log;
 pub mod net;
 pub mod process;
+pub mod upstream;
 
 /// sluice's version, printed by `-v` and `-V` and in `Server:` headers.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,26 +1,29 @@
 //! The directive table: each directive's name, the contexts it may appear in, its
 //! arity and its setter, as nginx's `ngx_command_t` lists do. `build` walks the
-//! tree through the table into a typed `Config`. No I/O except resolving
-//! `listen` host names.
+//! tree through the tables (this module's for the main and events contexts,
+//! `http`, `loc`, `proxy` and `logs` for theirs) into a typed `Config`. No I/O.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::http::{HttpB, LocationB, ServerB};
+use super::loc::LocB;
 use super::model::*;
+use super::proxy::UpstreamB;
 use super::tree::{Directive, Files, full_name};
 use super::values::{parse_flag, parse_time};
-use super::{ConfError, Paths, Src, vars};
+use super::{ConfError, Paths};
 use crate::log::{Level, LogSpec, Target};
 
-const MAIN: u8 = 1;
-const EVENTS: u8 = 2;
-const HTTP: u8 = 4;
-const SRV: u8 = 8;
-const LOC: u8 = 16;
+pub(super) const MAIN: u8 = 1;
+pub(super) const EVENTS: u8 = 2;
+pub(super) const HTTP: u8 = 4;
+pub(super) const SRV: u8 = 8;
+pub(super) const LOC: u8 = 16;
+pub(super) const UPS: u8 = 32;
 
 #[derive(Clone, Copy)]
-enum Args {
+pub(super) enum Args {
     Exactly(usize),
     Range(usize, usize),
     AtLeast(usize),
@@ -37,23 +40,45 @@ impl Args {
 }
 
 /// The object a directive sets, one per context.
-enum Node<'a> {
+pub(super) enum Node<'a> {
     Main(&'a mut MainB),
     Events(&'a mut Events, &'a mut bool),
-    Http(&'a mut Http),
+    Http(&'a mut HttpB),
     Server(&'a mut ServerB),
-    Location(&'a mut Location),
+    Location(&'a mut LocationB),
+    Upstream(&'a mut UpstreamB),
 }
 
-type Setter = fn(&mut Builder, &Directive, &mut Node<'_>) -> Result<(), ConfError>;
-
-struct Spec {
-    name: &'static str,
-    ctx: u8,
-    args: Args,
-    block: bool,
-    set: Setter,
+impl Node<'_> {
+    /// The merged settings of an http, server or location level.
+    pub(super) fn loc_b(&mut self) -> Option<&mut LocB> {
+        match self {
+            Node::Http(h) => Some(&mut h.settings),
+            Node::Server(s) => Some(&mut s.settings),
+            Node::Location(l) => Some(&mut l.settings),
+            _ => None,
+        }
+    }
 }
+
+pub(super) type Setter = fn(&mut Builder, &Directive, &mut Node<'_>) -> Result<(), ConfError>;
+
+pub(super) struct Spec {
+    pub(super) name: &'static str,
+    pub(super) ctx: u8,
+    pub(super) args: Args,
+    pub(super) block: bool,
+    pub(super) set: Setter,
+}
+
+/// Every directive table, searched in order.
+const TABLES: &[&[Spec]] = &[
+    TABLE,
+    super::http::TABLE,
+    super::loc_table::TABLE,
+    super::proxy::TABLE,
+    super::logs::TABLE,
+];
 
 const TABLE: &[Spec] = &[
     Spec {
@@ -168,52 +193,10 @@ const TABLE: &[Spec] = &[
         block: false,
         set: set_ignored_event,
     },
-    Spec {
-        name: "http",
-        ctx: MAIN,
-        args: Args::Exactly(0),
-        block: true,
-        set: set_http,
-    },
-    Spec {
-        name: "server",
-        ctx: HTTP,
-        args: Args::Exactly(0),
-        block: true,
-        set: set_server,
-    },
-    Spec {
-        name: "listen",
-        ctx: SRV,
-        args: Args::AtLeast(1),
-        block: false,
-        set: set_listen,
-    },
-    Spec {
-        name: "server_name",
-        ctx: SRV,
-        args: Args::AtLeast(1),
-        block: false,
-        set: set_server_name,
-    },
-    Spec {
-        name: "location",
-        ctx: SRV | LOC,
-        args: Args::Range(1, 2),
-        block: true,
-        set: set_location,
-    },
-    Spec {
-        name: "return",
-        ctx: SRV | LOC,
-        args: Args::Range(1, 2),
-        block: false,
-        set: set_return,
-    },
 ];
 
 #[derive(Default)]
-struct MainB {
+pub(super) struct MainB {
     worker_processes: Option<usize>,
     pid: Option<PathBuf>,
     error_log: Vec<LogSpec>,
@@ -223,17 +206,23 @@ struct MainB {
     worker_rlimit_nofile: Option<u64>,
     worker_shutdown_timeout: Option<Duration>,
     events: Option<Events>,
-    http: Option<Http>,
+    http: Option<HttpB>,
 }
 
-struct ServerB {
-    server: Server,
-    names_set: bool,
+impl MainB {
+    pub(super) fn http_is_set(&self) -> bool {
+        self.http.is_some()
+    }
+    pub(super) fn set_http(&mut self, h: HttpB) {
+        self.http = Some(h);
+    }
 }
 
-struct Builder<'p> {
-    paths: &'p Paths,
-    warnings: Vec<ConfError>,
+pub(super) struct Builder<'p> {
+    pub(super) paths: &'p Paths,
+    pub(super) warnings: Vec<ConfError>,
+    /// `log_format`s so far, `combined` first.
+    pub(super) log_formats: Vec<std::sync::Arc<super::loc::LogFormat>>,
 }
 
 /// Builds the typed configuration. `syntax_err` is the first syntax error met while
@@ -248,6 +237,7 @@ pub fn build_with_warnings(
     let mut b = Builder {
         paths,
         warnings: Vec::new(),
+        log_formats: vec![super::http::combined()],
     };
     let mut main = MainB::default();
     b.walk(&dirs, &mut Node::Main(&mut main), MAIN)?;
@@ -258,9 +248,10 @@ pub fn build_with_warnings(
         .events
         .take()
         .ok_or_else(|| ConfError::bare("no \"events\" section in configuration"))?;
-    if let Some(http) = &main.http {
-        check_listen_conflicts(http)?;
-    }
+    let http = match main.http.take() {
+        Some(h) => Some(super::http::finish(h, paths)?),
+        None => None,
+    };
     let error_log = if main.error_log.is_empty() {
         vec![LogSpec {
             // Without `error_log` in the file, nginx keeps logging where `-e` pointed.
@@ -290,26 +281,37 @@ pub fn build_with_warnings(
             worker_shutdown_timeout: main.worker_shutdown_timeout,
         },
         events,
-        http: main.http,
+        http,
     };
     Ok((cfg, b.warnings))
 }
 
 impl Builder<'_> {
-    fn walk(&mut self, dirs: &[Directive], node: &mut Node<'_>, ctx: u8) -> Result<(), ConfError> {
+    pub(super) fn walk(
+        &mut self,
+        dirs: &[Directive],
+        node: &mut Node<'_>,
+        ctx: u8,
+    ) -> Result<(), ConfError> {
         for d in dirs {
-            let Some(spec) = TABLE.iter().find(|s| s.name == d.name) else {
+            // A name may have one entry per context (`server` in http and upstream).
+            let mut named = TABLES
+                .iter()
+                .flat_map(|t| t.iter())
+                .filter(|s| s.name == d.name)
+                .peekable();
+            if named.peek().is_none() {
                 return Err(ConfError::at(
                     format!("unknown directive \"{}\"", d.name),
                     &d.src,
                 ));
-            };
-            if spec.ctx & ctx == 0 {
+            }
+            let Some(spec) = named.find(|s| s.ctx & ctx != 0) else {
                 return Err(ConfError::at(
                     format!("\"{}\" directive is not allowed here", d.name),
                     &d.src,
                 ));
-            }
+            };
             if spec.block && d.block.is_none() {
                 return Err(ConfError::at(
                     format!("directive \"{}\" has no opening \"{{\"", d.name),
@@ -333,27 +335,27 @@ impl Builder<'_> {
         Ok(())
     }
 
-    fn path(&self, s: &str) -> PathBuf {
+    pub(super) fn path(&self, s: &str) -> PathBuf {
         full_name(&self.paths.prefix, s)
     }
 }
 
-fn duplicate(d: &Directive) -> ConfError {
+pub(super) fn duplicate(d: &Directive) -> ConfError {
     ConfError::at(format!("\"{}\" directive is duplicate", d.name), &d.src)
 }
 
-fn invalid_value(d: &Directive) -> ConfError {
+pub(super) fn invalid_value(d: &Directive) -> ConfError {
     ConfError::at(format!("\"{}\" directive invalid value", d.name), &d.src)
 }
 
-fn not_here(d: &Directive) -> ConfError {
+pub(super) fn not_here(d: &Directive) -> ConfError {
     ConfError::at(
         format!("\"{}\" directive is not allowed here", d.name),
         &d.src,
     )
 }
 
-fn set_once<T>(slot: &mut Option<T>, v: T, d: &Directive) -> Result<(), ConfError> {
+pub(super) fn set_once<T>(slot: &mut Option<T>, v: T, d: &Directive) -> Result<(), ConfError> {
     if slot.is_some() {
         return Err(duplicate(d));
     }
@@ -361,7 +363,7 @@ fn set_once<T>(slot: &mut Option<T>, v: T, d: &Directive) -> Result<(), ConfErro
     Ok(())
 }
 
-fn flag(d: &Directive) -> Result<bool, ConfError> {
+pub(super) fn flag(d: &Directive) -> Result<bool, ConfError> {
     parse_flag(&d.args[0]).ok_or_else(|| {
         ConfError::at(
             format!(
@@ -426,9 +428,9 @@ fn set_error_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
     let list = match n {
         Node::Main(m) => &mut m.error_log,
         Node::Http(h) => &mut h.error_log,
-        Node::Server(s) => &mut s.server.error_log,
+        Node::Server(s) => &mut s.error_log,
         Node::Location(l) => &mut l.error_log,
-        Node::Events(..) => return Err(not_here(d)),
+        Node::Events(..) | Node::Upstream(_) => return Err(not_here(d)),
     };
     if list.iter().any(|s| s.target == spec.target) {
         return Err(duplicate(d));
@@ -557,437 +559,20 @@ fn set_ignored_event(b: &mut Builder, d: &Directive, _: &mut Node<'_>) -> Result
     Ok(())
 }
 
-fn set_http(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Main(m) = n else {
-        return Err(not_here(d));
-    };
-    if m.http.is_some() {
-        return Err(duplicate(d));
+/// A whole number (`[0-9]+`) that fits `T`.
+pub(super) fn number<T: std::str::FromStr>(a: &str) -> Option<T> {
+    if a.is_empty() || !a.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
     }
-    let mut http = Http {
-        servers: Vec::new(),
-        error_log: Vec::new(),
-    };
-    b.walk(
-        d.block.as_deref().unwrap_or_default(),
-        &mut Node::Http(&mut http),
-        HTTP,
-    )?;
-    m.http = Some(http);
-    Ok(())
+    a.parse().ok()
 }
 
-fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Http(h) = n else {
-        return Err(not_here(d));
-    };
-    let mut sb = ServerB {
-        server: Server {
-            listen: Vec::new(),
-            server_name: Vec::new(),
-            primary_name: String::new(),
-            ret: None,
-            locations: Vec::new(),
-            error_log: Vec::new(),
-            src: d.src.clone(),
-        },
-        names_set: false,
-    };
-    b.walk(
-        d.block.as_deref().unwrap_or_default(),
-        &mut Node::Server(&mut sb),
-        SRV,
-    )?;
-    let mut s = sb.server;
-    if s.listen.is_empty() {
-        // nginx's default: *:80 as root, *:8000 otherwise.
-        let port = if nix::unistd::geteuid().is_root() {
-            80
-        } else {
-            8000
-        };
-        s.listen.push(Listen {
-            addr: ListenAddr::Inet(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)),
-            default_server: false,
-            reuseport: false,
-            backlog: 511,
-            src: d.src.clone(),
-        });
-    }
-    h.servers.push(s);
-    Ok(())
+pub(super) fn time_arg(d: &Directive, i: usize) -> Result<Duration, ConfError> {
+    super::values::parse_time(&d.args[i], true).ok_or_else(|| invalid_value(d))
 }
 
-fn parse_listen_addr(a: &str) -> Result<Vec<ListenAddr>, String> {
-    if let Some(p) = a.strip_prefix("unix:") {
-        if p.is_empty() {
-            return Err(format!("no path in the unix domain socket \"{a}\""));
-        }
-        return Ok(vec![ListenAddr::Unix(PathBuf::from(p))]);
-    }
-    let bad_port = || format!("invalid port in \"{a}\"");
-    if let Some(rest) = a.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("invalid IPv6 address in \"{a}\""))?;
-        let ip: Ipv6Addr = host
-            .parse()
-            .map_err(|_| format!("invalid IPv6 address in \"{a}\""))?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse::<u16>().map_err(|_| bad_port())?,
-            None if after.is_empty() => 80,
-            None => return Err(format!("invalid IPv6 address in \"{a}\"")),
-        };
-        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
-            IpAddr::V6(ip),
-            port,
-        ))]);
-    }
-    if a.bytes().all(|b| b.is_ascii_digit()) {
-        let port = a.parse::<u16>().map_err(|_| bad_port())?;
-        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            port,
-        ))]);
-    }
-    let (host, port) = match a.rsplit_once(':') {
-        Some((h, p)) => (h, p.parse::<u16>().map_err(|_| bad_port())?),
-        None => (a, 80),
-    };
-    if port == 0 {
-        return Err(bad_port());
-    }
-    if host == "*" {
-        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            port,
-        ))]);
-    }
-    if let Ok(ip) = host.parse::<Ipv4Addr>() {
-        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
-            IpAddr::V4(ip),
-            port,
-        ))]);
-    }
-    // A host name: every address it has at start-up, as nginx binds them all.
-    let mut v: Vec<ListenAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|_| format!("host not found in \"{a}\" of the \"listen\" directive"))?
-        .map(ListenAddr::Inet)
-        .collect();
-    v.dedup();
-    if v.is_empty() {
-        return Err(format!(
-            "host not found in \"{a}\" of the \"listen\" directive"
-        ));
-    }
-    Ok(v)
-}
-
-fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Server(s) = n else {
-        return Err(not_here(d));
-    };
-    let addrs = parse_listen_addr(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
-    let mut default_server = false;
-    let mut reuseport = false;
-    let mut backlog = 511;
-    for p in &d.args[1..] {
-        match p.as_str() {
-            "default_server" | "default" => default_server = true,
-            "reuseport" => reuseport = true,
-            "ssl" => {
-                return Err(ConfError::at(
-                    "the \"ssl\" parameter requires ngx_http_ssl_module",
-                    &d.src,
-                ));
-            }
-            _ if p.starts_with("backlog=") => {
-                backlog = p["backlog=".len()..]
-                    .parse::<i32>()
-                    .ok()
-                    .filter(|b| *b > 0)
-                    .ok_or_else(|| {
-                        ConfError::at(format!("invalid backlog \"{}\"", &p[8..]), &d.src)
-                    })?;
-            }
-            _ => {
-                return Err(ConfError::at(format!("invalid parameter \"{p}\""), &d.src));
-            }
-        }
-    }
-    if reuseport && matches!(addrs.first(), Some(ListenAddr::Unix(_))) {
-        return Err(ConfError::at(
-            "reuseport is not supported on unix sockets",
-            &d.src,
-        ));
-    }
-    for addr in addrs {
-        if s.server.listen.iter().any(|l| l.addr == addr) {
-            return Err(ConfError::at(format!("duplicate listen {addr}"), &d.src));
-        }
-        s.server.listen.push(Listen {
-            addr,
-            default_server,
-            reuseport,
-            backlog,
-            src: d.src.clone(),
-        });
-    }
-    Ok(())
-}
-
-fn set_server_name(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Server(s) = n else {
-        return Err(not_here(d));
-    };
-    for a in &d.args {
-        let name = if a == "$hostname" {
-            nix::unistd::gethostname()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        } else {
-            a.clone()
-        };
-        let sn = if let Some(re) = name.strip_prefix('~') {
-            let r = regex::Regex::new(re)
-                .map_err(|e| ConfError::at(format!("regex \"{re}\" is invalid: {e}"), &d.src))?;
-            ServerName::Regex(r)
-        } else {
-            let lower = name.to_ascii_lowercase();
-            let stars = lower.matches('*').count();
-            if let Some(sfx) = lower.strip_prefix("*.") {
-                if stars != 1 || sfx.is_empty() {
-                    return Err(invalid_server_name(a, d));
-                }
-                ServerName::Front {
-                    suffix: format!(".{sfx}"),
-                    bare_too: false,
-                }
-            } else if let Some(pfx) = lower.strip_suffix(".*") {
-                if stars != 1 || pfx.is_empty() {
-                    return Err(invalid_server_name(a, d));
-                }
-                ServerName::Back(format!("{pfx}."))
-            } else if stars > 0 {
-                return Err(invalid_server_name(a, d));
-            } else if lower.starts_with('.') && lower.len() > 1 {
-                ServerName::Front {
-                    suffix: lower,
-                    bare_too: true,
-                }
-            } else {
-                ServerName::Exact(lower)
-            }
-        };
-        if !s.names_set {
-            s.server.primary_name = name.clone();
-            s.names_set = true;
-        }
-        s.server.server_name.push(sn);
-    }
-    Ok(())
-}
-
-fn invalid_server_name(a: &str, d: &Directive) -> ConfError {
-    ConfError::at(format!("invalid server name or wildcard \"{a}\""), &d.src)
-}
-
-fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let (modifier, uri) = if d.args.len() == 2 {
-        let m = match d.args[0].as_str() {
-            "=" => Modifier::Exact,
-            "^~" => Modifier::PrefixNoRegex,
-            "~" => Modifier::Regex,
-            "~*" => Modifier::RegexCaseless,
-            other => {
-                return Err(ConfError::at(
-                    format!("invalid location modifier \"{other}\""),
-                    &d.src,
-                ));
-            }
-        };
-        (m, d.args[1].clone())
-    } else {
-        let a = &d.args[0];
-        if let Some(u) = a.strip_prefix('=') {
-            (Modifier::Exact, u.to_string())
-        } else if let Some(u) = a.strip_prefix("^~") {
-            (Modifier::PrefixNoRegex, u.to_string())
-        } else if let Some(u) = a.strip_prefix("~*") {
-            (Modifier::RegexCaseless, u.to_string())
-        } else if let Some(u) = a.strip_prefix('~') {
-            (Modifier::Regex, u.to_string())
-        } else if a.starts_with('@') {
-            (Modifier::Named, a.clone())
-        } else {
-            (Modifier::Prefix, a.clone())
-        }
-    };
-    if uri.is_empty() {
-        return Err(ConfError::at("empty location", &d.src));
-    }
-    let regex =
-        match modifier {
-            Modifier::Regex | Modifier::RegexCaseless => {
-                let re = if modifier == Modifier::RegexCaseless {
-                    format!("(?i){uri}")
-                } else {
-                    uri.clone()
-                };
-                Some(regex::Regex::new(&re).map_err(|e| {
-                    ConfError::at(format!("regex \"{uri}\" is invalid: {e}"), &d.src)
-                })?)
-            }
-            _ => None,
-        };
-    let mut loc = Location {
-        modifier,
-        uri,
-        regex,
-        ret: None,
-        locations: Vec::new(),
-        error_log: Vec::new(),
-        src: d.src.clone(),
-    };
-    // Where a location may stand, as nginx checks it.
-    let siblings = match n {
-        Node::Server(s) => &mut s.server.locations,
-        Node::Location(parent) => {
-            if modifier == Modifier::Named {
-                return Err(ConfError::at(
-                    format!(
-                        "named location \"{}\" can be on the server level only",
-                        loc.uri
-                    ),
-                    &d.src,
-                ));
-            }
-            if parent.modifier == Modifier::Exact {
-                return Err(ConfError::at(
-                    format!(
-                        "location \"{}\" cannot be inside the exact location \"{}\"",
-                        loc.uri, parent.uri
-                    ),
-                    &d.src,
-                ));
-            }
-            if parent.modifier == Modifier::Named {
-                return Err(ConfError::at(
-                    format!(
-                        "location \"{}\" cannot be inside the named location \"{}\"",
-                        loc.uri, parent.uri
-                    ),
-                    &d.src,
-                ));
-            }
-            let plain_parent =
-                matches!(parent.modifier, Modifier::Prefix | Modifier::PrefixNoRegex);
-            let plain_child = matches!(
-                modifier,
-                Modifier::Prefix | Modifier::PrefixNoRegex | Modifier::Exact
-            );
-            if plain_parent && plain_child && !loc.uri.starts_with(&parent.uri) {
-                return Err(ConfError::at(
-                    format!(
-                        "location \"{}\" is outside location \"{}\"",
-                        loc.uri, parent.uri
-                    ),
-                    &d.src,
-                ));
-            }
-            &mut parent.locations
-        }
-        _ => return Err(not_here(d)),
-    };
-    let same_kind = |m: Modifier| match m {
-        Modifier::Prefix | Modifier::PrefixNoRegex => 0,
-        Modifier::Exact => 1,
-        Modifier::Regex | Modifier::RegexCaseless => 2,
-        Modifier::Named => 3,
-    };
-    if siblings.iter().any(|o| {
-        o.uri == loc.uri && same_kind(o.modifier) == same_kind(modifier) && same_kind(modifier) != 2
-    }) {
-        return Err(ConfError::at(
-            format!("duplicate location \"{}\"", loc.uri),
-            &d.src,
-        ));
-    }
-    b.walk(
-        d.block.as_deref().unwrap_or_default(),
-        &mut Node::Location(&mut loc),
-        LOC,
-    )?;
-    siblings.push(loc);
-    Ok(())
-}
-
-fn set_return(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let slot = match n {
-        Node::Server(s) => &mut s.server.ret,
-        Node::Location(l) => &mut l.ret,
-        _ => return Err(not_here(d)),
-    };
-    let compile = |t: &str| vars::compile(t).map_err(|m| ConfError::at(m, &d.src));
-    let first = &d.args[0];
-    let ret = match first.parse::<u16>() {
-        Ok(code) if first.bytes().all(|b| b.is_ascii_digit()) => {
-            if code > 999 {
-                return Err(ConfError::at(
-                    format!("invalid return code \"{first}\""),
-                    &d.src,
-                ));
-            }
-            Return {
-                code,
-                text: d.args.get(1).map(|t| compile(t)).transpose()?,
-            }
-        }
-        _ => {
-            if d.args.len() == 2 {
-                return Err(ConfError::at(
-                    format!("invalid return code \"{first}\""),
-                    &d.src,
-                ));
-            }
-            let is_url = first.starts_with("http://")
-                || first.starts_with("https://")
-                || first.starts_with("$scheme");
-            if !is_url {
-                return Err(ConfError::at(
-                    format!("invalid return code \"{first}\""),
-                    &d.src,
-                ));
-            }
-            Return {
-                code: 302,
-                text: Some(compile(first)?),
-            }
-        }
-    };
-    // Like nginx, a later `return` in the same block is never reached; keep the first.
-    if slot.is_none() {
-        *slot = Some(ret);
-    }
-    Ok(())
-}
-
-/// Two servers may share an address only when at most one is its default.
-fn check_listen_conflicts(http: &Http) -> Result<(), ConfError> {
-    let mut defaults: Vec<(&ListenAddr, &Src)> = Vec::new();
-    for s in &http.servers {
-        for l in s.listen.iter().filter(|l| l.default_server) {
-            if defaults.iter().any(|(a, _)| *a == &l.addr) {
-                return Err(ConfError::at(
-                    format!("a duplicate default server for {}", l.addr),
-                    &l.src,
-                ));
-            }
-            defaults.push((&l.addr, &l.src));
-        }
-    }
-    Ok(())
+pub(super) fn size_arg(d: &Directive, i: usize) -> Result<u64, ConfError> {
+    super::values::parse_size(&d.args[i]).ok_or_else(|| invalid_value(d))
 }
 
 #[cfg(test)]
@@ -1121,80 +706,5 @@ mod tests {
         let (_, w) = try_build("events { use epoll; multi_accept on; }").unwrap();
         assert_eq!(w.len(), 2);
         assert!(w[0].to_string().contains("\"use\" directive is ignored"));
-    }
-
-    #[test]
-    fn http_servers_and_locations() {
-        let (c, _) = try_build(
-            "events {}\nhttp {\n server { listen 127.0.0.1:8080 default_server backlog=10; listen [::1]:8081; listen unix:/tmp/s.sock;\n\
-             server_name example.com *.example.org www.example.* .example.net ~^a\\d+$;\n\
-             location / { return 200 \"hi $host\"; location /a { return 404; } }\n\
-             location = /x { return 301 http://e/; }\n location ~* \\.PNG$ { return 403; }\n location @n { return 204; }\n\
-             return https://elsewhere/;\n } }",
-        )
-        .unwrap();
-        let http = c.http.unwrap();
-        let s = &http.servers[0];
-        assert_eq!(s.listen.len(), 3);
-        assert!(s.listen[0].default_server);
-        assert_eq!(s.listen[0].backlog, 10);
-        assert_eq!(s.listen[1].addr.to_string(), "[::1]:8081");
-        assert_eq!(s.server_name.len(), 5);
-        assert_eq!(s.primary_name, "example.com");
-        assert_eq!(s.locations.len(), 4);
-        assert_eq!(s.locations[0].locations.len(), 1);
-        assert_eq!(s.locations[1].modifier, Modifier::Exact);
-        assert!(s.locations[2].regex.as_ref().unwrap().is_match("/A.png"));
-        assert_eq!(s.ret.as_ref().unwrap().code, 302);
-    }
-
-    #[test]
-    fn http_errors() {
-        let e = |s: &str| err(&format!("events {{}}\nhttp {{\nserver {{\n{s}\n}}\n}}"));
-        assert_eq!(
-            e("listen 127.0.0.1:99999;"),
-            "invalid port in \"127.0.0.1:99999\" in /t.conf:4"
-        );
-        assert_eq!(
-            e("listen 80 ssl;"),
-            "the \"ssl\" parameter requires ngx_http_ssl_module in /t.conf:4"
-        );
-        assert_eq!(
-            e("listen 80 bogus;"),
-            "invalid parameter \"bogus\" in /t.conf:4"
-        );
-        assert_eq!(
-            e("server_name a*b;"),
-            "invalid server name or wildcard \"a*b\" in /t.conf:4"
-        );
-        assert_eq!(
-            e("location /a { location /b { } }"),
-            "location \"/b\" is outside location \"/a\" in /t.conf:4"
-        );
-        assert_eq!(
-            e("location = /a { location /a/b { } }"),
-            "location \"/a/b\" cannot be inside the exact location \"/a\" in /t.conf:4"
-        );
-        assert_eq!(
-            e("location /a { location @n { } }"),
-            "named location \"@n\" can be on the server level only in /t.conf:4"
-        );
-        assert_eq!(
-            e("location /a {} location /a {}"),
-            "duplicate location \"/a\" in /t.conf:4"
-        );
-        assert_eq!(
-            e("return 200 $nope;"),
-            "unknown \"nope\" variable in /t.conf:4"
-        );
-        assert_eq!(e("return abc;"), "invalid return code \"abc\" in /t.conf:4");
-        assert_eq!(e("location ~ ( { }"), e("location ~ ( { }"));
-        assert!(e("location ~ ( { }").starts_with("regex \"(\" is invalid"));
-        assert_eq!(
-            err(
-                "events {}\nhttp { server { listen 127.0.0.1:1 default_server; }\nserver { listen 127.0.0.1:1 default; } }"
-            ),
-            "a duplicate default server for 127.0.0.1:1 in /t.conf:3"
-        );
     }
 }

@@ -4,8 +4,13 @@
 //! `command line` for `-g`), worded as nginx words it.
 
 pub mod build;
+pub mod http;
 pub mod lexer;
+pub mod loc;
+mod loc_table;
+mod logs;
 pub mod model;
+mod proxy;
 pub mod tree;
 pub mod values;
 pub mod vars;

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use regex::Regex;
@@ -11,6 +12,8 @@ use regex::Regex;
 use super::vars::Template;
 use super::{Files, Src};
 use crate::log::LogSpec;
+
+pub use super::loc::{AccessLog, LocConf, LogFormat, NextUpstream};
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -52,10 +55,15 @@ pub struct Events {
     pub worker_connections: usize,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Http {
     pub servers: Vec<Server>,
     pub error_log: Vec<LogSpec>,
+    /// Explicit `upstream` blocks first, then the implicit ones `proxy_pass
+    /// http://host:port` creates; `ProxyPass::upstream` indexes this list.
+    pub upstreams: Vec<Arc<Upstream>>,
+    /// Every access log file any level names, for the master to open.
+    pub access_log_paths: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -106,6 +114,8 @@ pub struct Server {
     pub ret: Option<Return>,
     pub locations: Vec<Location>,
     pub error_log: Vec<LogSpec>,
+    /// Settings for requests no location matches.
+    pub conf: Arc<LocConf>,
     pub src: Src,
 }
 
@@ -133,6 +143,10 @@ pub struct Location {
     pub ret: Option<Return>,
     pub locations: Vec<Location>,
     pub error_log: Vec<LogSpec>,
+    /// The settings in force here, merged from the enclosing levels.
+    pub conf: Arc<LocConf>,
+    /// `proxy_pass` (not inherited by nested locations, as in nginx).
+    pub proxy_pass: Option<ProxyPass>,
     pub src: Src,
 }
 
@@ -141,4 +155,89 @@ pub struct Location {
 pub struct Return {
     pub code: u16,
     pub text: Option<Template>,
+}
+
+/// Where a peer is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PeerAddr {
+    Inet(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerAddr::Inet(a) => write!(f, "{a}"),
+            PeerAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// One `server` line of an upstream.
+#[derive(Debug, Clone)]
+pub struct UpstreamServer {
+    /// The address as written (`backend.example:8080`).
+    pub text: String,
+    /// Every address it stands for (a name resolved once at load).
+    pub addrs: Vec<PeerAddr>,
+    pub weight: u32,
+    pub max_fails: u32,
+    pub fail_timeout: Duration,
+    pub max_conns: u32,
+    pub backup: bool,
+    pub down: bool,
+}
+
+/// Which balancer an upstream uses.
+#[derive(Debug, Clone)]
+pub enum Balancer {
+    RoundRobin,
+    LeastConn,
+    Hash { key: Template, consistent: bool },
+    IpHash,
+    Random { two: bool },
+}
+
+impl Balancer {
+    /// nginx allows `backup` servers only with these balancers.
+    pub fn allows_backup(&self) -> bool {
+        matches!(self, Balancer::RoundRobin | Balancer::LeastConn)
+    }
+}
+
+/// `keepalive N [local]` and its companions.
+#[derive(Debug, Clone)]
+pub struct Keepalive {
+    /// Idle connections cached per worker; 0 turns the cache off.
+    pub max: usize,
+    pub local: bool,
+    pub requests: u64,
+    pub time: Duration,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub name: String,
+    pub servers: Vec<UpstreamServer>,
+    pub balancer: Balancer,
+    pub keepalive: Keepalive,
+    /// Made by `proxy_pass http://host:port`, not by an `upstream` block.
+    pub implicit: bool,
+    pub src: Src,
+}
+
+/// `proxy_pass http://NAME[:PORT][URI]`.
+#[derive(Debug, Clone)]
+pub struct ProxyPass {
+    /// Index into `Http::upstreams`.
+    pub upstream: usize,
+    /// The URI part, when given: it replaces the matched location prefix.
+    pub uri: Option<String>,
+    /// `$proxy_host`: the host (and port when not 80) as written.
+    pub proxy_host: String,
+    /// `$proxy_port`.
+    pub proxy_port: u16,
+    /// The location prefix the URI part replaces.
+    pub location_prefix: String,
 }

@@ -30,10 +30,34 @@ pub enum Var {
     Arg(String),
     /// `$cookie_NAME`.
     Cookie(String),
+    BinaryRemoteAddr,
+    RemoteUser,
+    Status,
+    BodyBytesSent,
+    BytesSent,
+    RequestLength,
+    RequestTime,
+    TimeIso8601,
+    ProxyHost,
+    ProxyPort,
+    ProxyAddXForwardedFor,
+    UpstreamAddr,
+    UpstreamStatus,
+    UpstreamConnectTime,
+    UpstreamHeaderTime,
+    UpstreamResponseTime,
+    UpstreamResponseLength,
+    UpstreamBytesReceived,
+    UpstreamBytesSent,
+    /// `$upstream_http_NAME`: a header of the upstream's response.
+    UpstreamHttp(String),
 }
 
 impl Var {
     fn lookup(name: &str) -> Option<Var> {
+        if let Some(h) = name.strip_prefix("upstream_http_") {
+            return Some(Var::UpstreamHttp(h.to_ascii_lowercase()));
+        }
         if let Some(h) = name.strip_prefix("http_") {
             return Some(Var::Http(h.to_ascii_lowercase()));
         }
@@ -63,6 +87,25 @@ impl Var {
             "server_protocol" => Var::ServerProtocol,
             "time_local" => Var::TimeLocal,
             "uri" | "document_uri" => Var::Uri,
+            "binary_remote_addr" => Var::BinaryRemoteAddr,
+            "remote_user" => Var::RemoteUser,
+            "status" => Var::Status,
+            "body_bytes_sent" => Var::BodyBytesSent,
+            "bytes_sent" => Var::BytesSent,
+            "request_length" => Var::RequestLength,
+            "request_time" => Var::RequestTime,
+            "time_iso8601" => Var::TimeIso8601,
+            "proxy_host" => Var::ProxyHost,
+            "proxy_port" => Var::ProxyPort,
+            "proxy_add_x_forwarded_for" => Var::ProxyAddXForwardedFor,
+            "upstream_addr" => Var::UpstreamAddr,
+            "upstream_status" => Var::UpstreamStatus,
+            "upstream_connect_time" => Var::UpstreamConnectTime,
+            "upstream_header_time" => Var::UpstreamHeaderTime,
+            "upstream_response_time" => Var::UpstreamResponseTime,
+            "upstream_response_length" => Var::UpstreamResponseLength,
+            "upstream_bytes_received" => Var::UpstreamBytesReceived,
+            "upstream_bytes_sent" => Var::UpstreamBytesSent,
             _ => return None,
         })
     }

@@ -4,6 +4,8 @@
 //! sets from signals: graceful (stop accepting, close idle connections, let
 //! requests finish) or fast. Called by `process::worker` only.
 
+pub mod access;
+pub mod proxy;
 pub mod response;
 pub mod router;
 pub mod uri;
@@ -24,10 +26,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::conf::Config;
-use crate::conf::model::{ListenAddr, Return};
+use crate::conf::model::{ListenAddr, Location, Return, Server};
 use crate::log::Level;
+use crate::upstream::Upstreams;
+use access::LoggedBody;
 use response::Body;
-use vars::{ConnInfo, RequestVars};
+use vars::{ConnInfo, Req};
 
 /// A listening socket given to this worker, with the address it was bound for.
 pub struct Listener {
@@ -59,6 +63,7 @@ impl std::error::Error for CloseConnection {}
 struct Shared {
     cfg: Arc<Config>,
     router: router::Router,
+    upstreams: Upstreams,
     next_conn: AtomicU64,
     active: AtomicUsize,
     drained: Notify,
@@ -75,13 +80,11 @@ pub async fn serve(
 ) {
     let router = match &cfg.http {
         Some(h) => router::Router::new(h),
-        None => router::Router::new(&crate::conf::model::Http {
-            servers: Vec::new(),
-            error_log: Vec::new(),
-        }),
+        None => router::Router::new(&crate::conf::model::Http::default()),
     };
     let shared = Arc::new(Shared {
         slots: Arc::new(Semaphore::new(cfg.events.worker_connections)),
+        upstreams: Upstreams::new(cfg.http.as_ref()),
         cfg: cfg.clone(),
         router,
         next_conn: AtomicU64::new(conn_base),
@@ -221,7 +224,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
     }
 }
 
-trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 async fn serve_conn(
@@ -233,12 +236,19 @@ async fn serve_conn(
     _permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let info = Arc::new(info);
+    let served = Arc::new(AtomicU64::new(0));
     let svc = {
         let shared = shared.clone();
         let info = info.clone();
         service_fn(move |req| {
-            let r = handle(&shared, &info, &listen, req);
-            async move { r }
+            let shared = shared.clone();
+            let info = info.clone();
+            let listen = listen.clone();
+            let served = served.clone();
+            async move {
+                let n = served.fetch_add(1, Ordering::Relaxed) + 1;
+                handle(&shared, info, &listen, req, n).await
+            }
         })
     };
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -298,91 +308,166 @@ fn request_host(req: &Request<Incoming>) -> Result<Option<String>, ()> {
     Ok(if host.is_empty() { None } else { Some(host) })
 }
 
-fn handle(
+/// Serves one request: picks server and location, runs the handler, and
+/// wraps the response so that the access log is written when it is sent.
+async fn handle(
     shared: &Shared,
-    info: &ConnInfo,
+    info: Arc<ConnInfo>,
     listen: &ListenAddr,
     req: Request<Incoming>,
-) -> Result<Response<Body>, CloseConnection> {
+    nth: u64,
+) -> Result<Response<LoggedBody>, CloseConnection> {
     let Some(http) = shared.cfg.http.as_ref() else {
-        return Ok(response::status_page(404));
+        return Err(CloseConnection);
     };
-    let host = match request_host(&req) {
-        Ok(h) => h,
-        Err(()) => {
-            crate::log_conn!(
-                Level::Info,
-                info.number,
-                "client sent invalid host header while reading client request headers"
-            );
-            return Ok(response::status_page(400));
+    let host = request_host(&req);
+    let Some(server) = shared.router.server(
+        http,
+        listen,
+        info.local,
+        host.as_ref().ok().and_then(|h| h.as_deref()),
+    ) else {
+        return Err(CloseConnection);
+    };
+    let (parts, body) = req.into_parts();
+    let normalized = uri::normalize(parts.uri.path());
+    let location = normalized
+        .as_deref()
+        .and_then(|u| router::find_location(&server.locations, u));
+    let conf = location
+        .map(|l| l.conf.clone())
+        .unwrap_or_else(|| server.conf.clone());
+    let mut r = Req {
+        conn: info,
+        start: std::time::Instant::now(),
+        method: parts.method,
+        version: parts.version,
+        request_uri: parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into()),
+        uri: normalized
+            .clone()
+            .unwrap_or_else(|| parts.uri.path().to_string()),
+        args: parts.uri.query().map(str::to_string),
+        headers: parts.headers,
+        host: match &host {
+            Ok(Some(h)) => h.clone(),
+            _ => server.primary_name.clone(),
+        },
+        server_name: server.primary_name.clone(),
+        conf,
+        status: 0,
+        body_bytes_sent: 0,
+        bytes_sent: 0,
+        request_length: 0,
+        proxy_host: String::new(),
+        proxy_port: 0,
+        upstream: Arc::default(),
+    };
+    let tokens = r.conf.server_tokens;
+    let resp = if host.is_err() {
+        crate::log_conn!(
+            Level::Info,
+            r.conn.number,
+            "client sent invalid host header while reading client request headers"
+        );
+        Ok(response::status_page(400, tokens))
+    } else if normalized.is_none() {
+        Ok(response::status_page(400, tokens))
+    } else {
+        dispatch(shared, &mut r, server, location, body, parts.extensions).await
+    };
+    let mut resp = match resp {
+        Ok(resp) => resp,
+        Err(close) => {
+            // 444: logged, then the connection closes without a response.
+            r.status = 444;
+            access::write(&r);
+            return Err(close);
         }
     };
-    let Some(server) = shared
-        .router
-        .server(http, listen, info.local, host.as_deref())
-    else {
-        return Ok(response::status_page(404));
-    };
-    let Some(uri) = uri::normalize(req.uri().path()) else {
-        return Ok(response::status_page(400));
-    };
-    let request_uri = req
-        .uri()
-        .path_and_query()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "/".into());
-    let protocol = match req.version() {
-        hyper::Version::HTTP_10 => "HTTP/1.0",
-        hyper::Version::HTTP_2 => "HTTP/2.0",
-        _ => "HTTP/1.1",
-    };
-    let host_text = host.unwrap_or_else(|| server.primary_name.clone());
-    let vars = RequestVars {
-        conn: info,
-        method: req.method().as_str(),
-        uri: &uri,
-        request_uri: &request_uri,
-        args: req.uri().query(),
-        protocol,
-        headers: req.headers(),
-        host: &host_text,
-        server_name: &server.primary_name,
-    };
-    // The server's `return` runs before a location is chosen, as in nginx.
-    let ret = server
-        .ret
-        .as_ref()
-        .or_else(|| router::find_location(&server.locations, &uri).and_then(|l| l.ret.as_ref()));
-    match ret {
-        Some(r) => do_return(r, &vars),
-        // Static files arrive with the full HTTP server; until then nothing is here.
-        None => Ok(response::status_page(404)),
+    // Client keep-alive limits: `keepalive_timeout 0` and `keepalive_requests`.
+    if r.conf.keepalive_timeout.is_zero() || nth >= r.conf.keepalive_requests {
+        resp.headers_mut().insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("close"),
+        );
     }
+    r.status = resp.status().as_u16();
+    r.bytes_sent = header_bytes(&resp);
+    let (parts, body) = resp.into_parts();
+    Ok(Response::from_parts(parts, LoggedBody::new(body, r)))
 }
 
-fn do_return(r: &Return, vars: &RequestVars<'_>) -> Result<Response<Body>, CloseConnection> {
-    if r.code == 444 {
+/// About what the status line and headers take on the wire, for `$bytes_sent`.
+fn header_bytes(resp: &Response<Body>) -> u64 {
+    let headers: usize = resp
+        .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    (17 + headers + 2) as u64
+}
+
+async fn dispatch(
+    shared: &Shared,
+    r: &mut Req,
+    server: &Server,
+    location: Option<&Location>,
+    body: Incoming,
+    extensions: hyper::http::Extensions,
+) -> Result<Response<Body>, CloseConnection> {
+    let tokens = r.conf.server_tokens;
+    // The server's `return` runs before a location is chosen, as in nginx.
+    if let Some(ret) = server
+        .ret
+        .as_ref()
+        .or_else(|| location.and_then(|l| l.ret.as_ref()))
+    {
+        return do_return(ret, r);
+    }
+    if let Some(l) = location {
+        if let Some(pp) = &l.proxy_pass {
+            let Some(ups) = shared.upstreams.get(pp.upstream) else {
+                return Ok(response::status_page(500, tokens));
+            };
+            let id = l as *const Location as usize;
+            return Ok(proxy::run(r, ups.clone(), pp, id, body, extensions).await);
+        }
+    }
+    // Static files arrive later; until then nothing is here.
+    Ok(response::status_page(404, tokens))
+}
+
+fn do_return(ret: &Return, r: &Req) -> Result<Response<Body>, CloseConnection> {
+    if ret.code == 444 {
         return Err(CloseConnection);
     }
-    let text = r.text.as_ref().map(|t| vars.eval(t));
-    match (r.code, text) {
+    let tokens = r.conf.server_tokens;
+    let text = ret.text.as_ref().map(|t| r.eval(t));
+    match (ret.code, text) {
         (301 | 302 | 303 | 307 | 308, Some(loc)) => {
             let loc = if loc.starts_with('/') {
                 // absolute_redirect on, port_in_redirect on: as nginx builds it.
-                let port = vars.conn.local.map(|a| a.port()).unwrap_or(80);
-                let host = vars.host;
+                let port = r.conn.local.map(|a| a.port()).unwrap_or(80);
                 if port == 80 {
-                    format!("http://{host}{loc}")
+                    format!("http://{}{loc}", r.host)
                 } else {
-                    format!("http://{host}:{port}{loc}")
+                    format!("http://{}:{port}{loc}", r.host)
                 }
             } else {
                 loc
             };
-            Ok(response::redirect(r.code, &loc))
+            Ok(response::redirect(ret.code, &loc, tokens))
         }
-        (code, Some(body)) => Ok(response::build(code, Some("text/plain"), Bytes::from(body))),
-        (code, None) => Ok(response::status_page(code)),
+        (code, Some(body)) => Ok(response::build(
+            code,
+            Some(&r.conf.default_type),
+            Bytes::from(body),
+            tokens,
+        )),
+        (code, None) => Ok(response::status_page(code, tokens)),
     }
 }

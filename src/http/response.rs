@@ -3,12 +3,20 @@
 //! and the `Server`/`Date` headers. Pure builders; handlers choose what to send.
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, LOCATION, SERVER};
 use hyper::{Response, StatusCode};
 
-/// The response body type of the HTTP server.
-pub type Body = Full<Bytes>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The response body type of the HTTP server: whole or streamed.
+pub type Body = BoxBody<Bytes, BoxError>;
+
+/// A body from bytes in memory.
+pub fn full(b: Bytes) -> Body {
+    Full::new(b).map_err(|never| match never {}).boxed()
+}
 
 /// nginx's reason phrase for a status, where it has one.
 pub fn reason(code: u16) -> Option<&'static str> {
@@ -65,12 +73,17 @@ fn page_title(code: u16) -> Option<String> {
     }
 }
 
-pub fn server_header() -> HeaderValue {
-    HeaderValue::from_static(concat!("sluice/", env!("CARGO_PKG_VERSION")))
+/// `Server:`; with `server_tokens off`, without the version.
+pub fn server_header(tokens: bool) -> HeaderValue {
+    if tokens {
+        HeaderValue::from_static(concat!("sluice/", env!("CARGO_PKG_VERSION")))
+    } else {
+        HeaderValue::from_static("sluice")
+    }
 }
 
 /// The built-in page for an error or redirect status, if nginx has one.
-pub fn error_page(code: u16) -> Option<String> {
+pub fn error_page(code: u16, tokens: bool) -> Option<String> {
     let title = page_title(code)?;
     let h1 = if (494..=497).contains(&code) {
         format!(
@@ -81,13 +94,17 @@ pub fn error_page(code: u16) -> Option<String> {
         format!("<center><h1>{title}</h1></center>")
     };
     Some(format!(
-        "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n{h1}\r\n<hr><center>sluice/{}</center>\r\n</body>\r\n</html>\r\n",
-        crate::VERSION
+        "<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n{h1}\r\n<hr><center>{}</center>\r\n</body>\r\n</html>\r\n",
+        if tokens {
+            concat!("sluice/", env!("CARGO_PKG_VERSION"))
+        } else {
+            "sluice"
+        }
     ))
 }
 
 /// A response with nginx's status line, `Server`, and the given body.
-pub fn build(code: u16, content_type: Option<&str>, body: Bytes) -> Response<Body> {
+pub fn build(code: u16, content_type: Option<&str>, body: Bytes, tokens: bool) -> Response<Body> {
     // The status on the wire: 494–497 are nginx-internal and go out as 400.
     let wire = if (494..=497).contains(&code) {
         400
@@ -95,34 +112,35 @@ pub fn build(code: u16, content_type: Option<&str>, body: Bytes) -> Response<Bod
         code
     };
     let status = StatusCode::from_u16(wire).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = Response::new(Full::new(body.clone()));
+    let len = body.len();
+    let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
     if let Some(r) = reason(wire) {
         resp.extensions_mut()
             .insert(hyper::ext::ReasonPhrase::from_static(r.as_bytes()));
     }
     let h = resp.headers_mut();
-    h.insert(SERVER, server_header());
+    h.insert(SERVER, server_header(tokens));
     if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(c).ok()) {
         h.insert(CONTENT_TYPE, ct);
     }
     if wire != 204 && wire != 304 {
-        h.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        h.insert(CONTENT_LENGTH, HeaderValue::from(len));
     }
     resp
 }
 
 /// The built-in response for a status: its page when there is one, else empty.
-pub fn status_page(code: u16) -> Response<Body> {
-    match error_page(code) {
-        Some(p) => build(code, Some("text/html"), Bytes::from(p)),
-        None => build(code, None, Bytes::new()),
+pub fn status_page(code: u16, tokens: bool) -> Response<Body> {
+    match error_page(code, tokens) {
+        Some(p) => build(code, Some("text/html"), Bytes::from(p), tokens),
+        None => build(code, None, Bytes::new(), tokens),
     }
 }
 
 /// A redirect with `Location`; the body is the status's built-in page.
-pub fn redirect(code: u16, location: &str) -> Response<Body> {
-    let mut r = status_page(code);
+pub fn redirect(code: u16, location: &str, tokens: bool) -> Response<Body> {
+    let mut r = status_page(code, tokens);
     if let Ok(v) = HeaderValue::from_str(location) {
         r.headers_mut().insert(LOCATION, v);
     }
@@ -144,19 +162,24 @@ mod tests {
 
     #[test]
     fn pages() {
-        let p = error_page(404).unwrap();
+        let p = error_page(404, true).unwrap();
         assert!(p.contains("<title>404 Not Found</title>"));
         assert!(p.contains("<hr><center>sluice/"));
-        assert!(error_page(200).is_none());
-        assert!(error_page(304).is_none());
         assert!(
-            error_page(494)
+            error_page(404, false)
+                .unwrap()
+                .contains("<hr><center>sluice</center>")
+        );
+        assert!(error_page(200, true).is_none());
+        assert!(error_page(304, true).is_none());
+        assert!(
+            error_page(494, true)
                 .unwrap()
                 .contains("Request Header Or Cookie Too Large")
         );
-        let r = status_page(494);
+        let r = status_page(494, true);
         assert_eq!(r.status(), 400);
-        let r = redirect(301, "http://x/");
+        let r = redirect(301, "http://x/", true);
         assert_eq!(r.headers()[LOCATION], "http://x/");
         assert!(r.headers().contains_key(CONTENT_LENGTH));
     }

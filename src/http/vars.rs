@@ -1,10 +1,13 @@
-//! Per-request evaluation of compiled texts (`conf::vars::Template`). Values are
-//! computed only when a text asks for them.
+//! One request's state as variables see it (`Req`), and the evaluation of
+//! compiled texts against it. Values are computed only when a text asks.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use hyper::HeaderMap;
+use hyper::{HeaderMap, Method, Version};
 
+use crate::conf::model::LocConf;
 use crate::conf::vars::{Segment, Template, Var};
 
 /// What one connection knows about itself.
@@ -19,24 +22,76 @@ pub struct ConnInfo {
     pub listen_text: String,
 }
 
-/// What evaluation of a request's variables needs.
-pub struct RequestVars<'a> {
-    pub conn: &'a ConnInfo,
-    pub method: &'a str,
-    /// The normalized path (`$uri`).
-    pub uri: &'a str,
-    /// The path and query as received (`$request_uri`).
-    pub request_uri: &'a str,
-    pub args: Option<&'a str>,
-    pub protocol: &'a str,
-    pub headers: &'a HeaderMap,
-    /// `Host` without the port, lowercased, else the server's name.
-    pub host: &'a str,
-    pub server_name: &'a str,
+/// One upstream attempt, for the `$upstream_*` variables.
+#[derive(Debug, Clone, Default)]
+pub struct Attempt {
+    /// `ip:port`, or the upstream's name when no peer was available.
+    pub addr: String,
+    pub status: Option<u16>,
+    pub connect: Option<Duration>,
+    pub header: Option<Duration>,
+    pub response: Option<Duration>,
+    pub length: Option<u64>,
+    pub received: u64,
+    pub sent: u64,
 }
 
-impl RequestVars<'_> {
-    fn header(&self, name: &str) -> Option<String> {
+/// The upstream side of a request; shared with the body that streams the
+/// upstream's response, which finishes the last attempt's figures.
+#[derive(Debug, Default)]
+pub struct UpstreamLog {
+    pub attempts: Vec<Attempt>,
+    pub headers: Option<HeaderMap>,
+}
+
+/// One request, owned: it outlives the handler to write the access log.
+pub struct Req {
+    pub conn: Arc<ConnInfo>,
+    pub start: Instant,
+    pub method: Method,
+    pub version: Version,
+    /// The path and query as received (`$request_uri`).
+    pub request_uri: String,
+    /// The normalized path (`$uri`).
+    pub uri: String,
+    pub args: Option<String>,
+    pub headers: HeaderMap,
+    /// `Host` without the port, lowercased, else the server's name (`$host`).
+    pub host: String,
+    pub server_name: String,
+    pub conf: Arc<LocConf>,
+    pub status: u16,
+    pub body_bytes_sent: u64,
+    pub bytes_sent: u64,
+    pub request_length: u64,
+    pub proxy_host: String,
+    pub proxy_port: u16,
+    pub upstream: Arc<Mutex<UpstreamLog>>,
+}
+
+fn secs(d: Option<Duration>) -> String {
+    match d {
+        Some(d) => format!("{}.{:03}", d.as_secs(), d.subsec_millis()),
+        None => "-".to_string(),
+    }
+}
+
+impl Req {
+    pub fn protocol(&self) -> &'static str {
+        match self.version {
+            Version::HTTP_10 => "HTTP/1.0",
+            Version::HTTP_2 => "HTTP/2.0",
+            Version::HTTP_09 => "HTTP/0.9",
+            _ => "HTTP/1.1",
+        }
+    }
+
+    /// `$request`: the request line.
+    pub fn request_line(&self) -> String {
+        format!("{} {} {}", self.method, self.request_uri, self.protocol())
+    }
+
+    pub fn header(&self, name: &str) -> Option<String> {
         // $http_x_forwarded_for matches X-Forwarded-For: `_` stands for `-`.
         let wanted = name.replace('_', "-");
         let mut vals = self
@@ -56,9 +111,10 @@ impl RequestVars<'_> {
     }
 
     fn arg(&self, name: &str) -> Option<String> {
-        self.args?
+        self.args
+            .as_deref()?
             .split('&')
-            .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+            .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.to_string())
     }
@@ -74,12 +130,17 @@ impl RequestVars<'_> {
             .map(|(_, v)| v.to_string())
     }
 
+    fn upstream_list(&self, f: impl Fn(&Attempt) -> String) -> String {
+        let u = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
+        u.attempts.iter().map(f).collect::<Vec<_>>().join(", ")
+    }
+
     pub fn value(&self, v: &Var) -> String {
-        let c = self.conn;
+        let c = &self.conn;
         match v {
-            Var::Args => self.args.unwrap_or("").to_string(),
+            Var::Args => self.args.clone().unwrap_or_default(),
             Var::Connection => c.number.to_string(),
-            Var::Host => self.host.to_string(),
+            Var::Host => self.host.clone(),
             Var::Hostname => nix::unistd::gethostname()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default(),
@@ -96,74 +157,165 @@ impl RequestVars<'_> {
                 .map(|a| a.ip().to_string())
                 .unwrap_or_else(|| "unix:".into()),
             Var::RemotePort => c.remote.map(|a| a.port().to_string()).unwrap_or_default(),
-            Var::Request => format!("{} {} {}", self.method, self.request_uri, self.protocol),
+            Var::BinaryRemoteAddr => match c.remote.map(|a| a.ip()) {
+                Some(std::net::IpAddr::V4(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
+                Some(std::net::IpAddr::V6(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
+                None => String::new(),
+            },
+            Var::Request => self.request_line(),
             Var::RequestMethod => self.method.to_string(),
-            Var::RequestUri => self.request_uri.to_string(),
+            Var::RequestUri => self.request_uri.clone(),
             Var::Scheme => "http".to_string(),
             Var::ServerAddr => c
                 .local
                 .map(|a| a.ip().to_string())
                 .unwrap_or_else(|| c.listen_text.clone()),
-            Var::ServerName => self.server_name.to_string(),
+            Var::ServerName => self.server_name.clone(),
             Var::ServerPort => c.local.map(|a| a.port().to_string()).unwrap_or_default(),
-            Var::ServerProtocol => self.protocol.to_string(),
+            Var::ServerProtocol => self.protocol().to_string(),
             Var::TimeLocal => chrono::Local::now()
                 .format("%d/%b/%Y:%H:%M:%S %z")
                 .to_string(),
-            Var::Uri => self.uri.to_string(),
+            Var::TimeIso8601 => chrono::Local::now()
+                .format("%Y-%m-%dT%H:%M:%S%:z")
+                .to_string(),
+            Var::Uri => self.uri.clone(),
             Var::Http(h) => self.header(h).unwrap_or_default(),
             Var::Arg(a) => self.arg(a).unwrap_or_default(),
             Var::Cookie(k) => self.cookie(k).unwrap_or_default(),
+            Var::RemoteUser => String::new(),
+            Var::Status => format!("{:03}", self.status),
+            Var::BodyBytesSent => self.body_bytes_sent.to_string(),
+            Var::BytesSent => self.bytes_sent.to_string(),
+            Var::RequestLength => self.request_length.to_string(),
+            Var::RequestTime => secs(Some(self.start.elapsed())),
+            Var::ProxyHost => self.proxy_host.clone(),
+            Var::ProxyPort => self.proxy_port.to_string(),
+            Var::ProxyAddXForwardedFor => {
+                let addr = self.value(&Var::RemoteAddr);
+                match self.header("x_forwarded_for") {
+                    Some(x) => format!("{x}, {addr}"),
+                    None => addr,
+                }
+            }
+            Var::UpstreamAddr => self.upstream_list(|a| a.addr.clone()),
+            Var::UpstreamStatus => {
+                self.upstream_list(|a| a.status.map_or("-".into(), |s| s.to_string()))
+            }
+            Var::UpstreamConnectTime => self.upstream_list(|a| secs(a.connect)),
+            Var::UpstreamHeaderTime => self.upstream_list(|a| secs(a.header)),
+            Var::UpstreamResponseTime => self.upstream_list(|a| secs(a.response)),
+            Var::UpstreamResponseLength => {
+                self.upstream_list(|a| a.length.map_or("-".into(), |l| l.to_string()))
+            }
+            Var::UpstreamBytesReceived => self.upstream_list(|a| a.received.to_string()),
+            Var::UpstreamBytesSent => self.upstream_list(|a| a.sent.to_string()),
+            Var::UpstreamHttp(h) => {
+                let u = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
+                let name = h.replace('_', "-");
+                u.headers
+                    .as_ref()
+                    .and_then(|hm| hm.get(name.as_str()))
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string()
+            }
         }
+    }
+
+    /// Evaluates a text; `escape` transforms each variable's value.
+    pub fn eval_with(&self, t: &Template, escape: impl Fn(&str, &mut String)) -> String {
+        let mut out = String::new();
+        for s in &t.segments {
+            match s {
+                Segment::Lit(l) => out.push_str(l),
+                Segment::Var(v) => escape(&self.value(v), &mut out),
+            }
+        }
+        out
     }
 
     pub fn eval(&self, t: &Template) -> String {
         if let Some(l) = t.as_literal() {
             return l.to_string();
         }
-        let mut out = String::new();
-        for s in &t.segments {
-            match s {
-                Segment::Lit(l) => out.push_str(l),
-                Segment::Var(v) => out.push_str(&self.value(v)),
-            }
-        }
-        out
+        self.eval_with(t, |v, out| out.push_str(v))
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::conf::vars::compile;
 
-    #[test]
-    fn evaluates() {
-        let conn = ConnInfo {
+    pub(crate) fn req() -> Req {
+        let conn = Arc::new(ConnInfo {
             number: 7,
             remote: Some("127.0.0.2:5555".parse().unwrap()),
             local: Some("127.0.0.1:8080".parse().unwrap()),
             listen_text: String::new(),
-        };
+        });
         let mut headers = HeaderMap::new();
         headers.insert("x-forwarded-for", "1.2.3.4".parse().unwrap());
         headers.append("x-forwarded-for", "5.6.7.8".parse().unwrap());
         headers.insert("cookie", "a=1; b=2".parse().unwrap());
-        let rv = RequestVars {
-            conn: &conn,
-            method: "GET",
-            uri: "/p",
-            request_uri: "/p?x=1&y=2",
-            args: Some("x=1&y=2"),
-            protocol: "HTTP/1.1",
-            headers: &headers,
-            host: "example.com",
-            server_name: "srv",
+        let d = crate::conf::loc::Defaults {
+            prefix: "/".into(),
+            combined: crate::conf::http::combined(),
         };
-        let t = compile("$remote_addr:$remote_port $server_addr:$server_port $connection $request $arg_y $cookie_b [$http_x_forwarded_for] $host$is_args$args $server_name").unwrap();
+        Req {
+            conn,
+            start: Instant::now(),
+            method: Method::GET,
+            version: Version::HTTP_11,
+            request_uri: "/p?x=1&y=2".into(),
+            uri: "/p".into(),
+            args: Some("x=1&y=2".into()),
+            headers,
+            host: "example.com".into(),
+            server_name: "srv".into(),
+            conf: Arc::new(crate::conf::loc::LocB::default().finish(&d)),
+            status: 200,
+            body_bytes_sent: 0,
+            bytes_sent: 0,
+            request_length: 0,
+            proxy_host: "backend".into(),
+            proxy_port: 80,
+            upstream: Arc::default(),
+        }
+    }
+
+    #[test]
+    fn evaluates() {
+        let r = req();
+        let t = compile("$remote_addr:$remote_port $server_addr:$server_port $connection $request $arg_y $cookie_b [$http_x_forwarded_for] $host$is_args$args $server_name $status").unwrap();
         assert_eq!(
-            rv.eval(&t),
-            "127.0.0.2:5555 127.0.0.1:8080 7 GET /p?x=1&y=2 HTTP/1.1 2 2 [1.2.3.4, 5.6.7.8] example.com?x=1&y=2 srv"
+            r.eval(&t),
+            "127.0.0.2:5555 127.0.0.1:8080 7 GET /p?x=1&y=2 HTTP/1.1 2 2 [1.2.3.4, 5.6.7.8] example.com?x=1&y=2 srv 200"
         );
+        let t = compile("$proxy_add_x_forwarded_for").unwrap();
+        assert_eq!(r.eval(&t), "1.2.3.4, 5.6.7.8, 127.0.0.2");
+    }
+
+    #[test]
+    fn upstream_lists() {
+        let r = req();
+        {
+            let mut u = r.upstream.lock().unwrap();
+            u.attempts.push(Attempt {
+                addr: "127.0.0.1:1".into(),
+                status: Some(502),
+                connect: None,
+                ..Attempt::default()
+            });
+            u.attempts.push(Attempt {
+                addr: "127.0.0.1:2".into(),
+                status: Some(200),
+                connect: Some(Duration::from_millis(1)),
+                ..Attempt::default()
+            });
+        }
+        let t = compile("$upstream_addr|$upstream_status|$upstream_connect_time").unwrap();
+        assert_eq!(r.eval(&t), "127.0.0.1:1, 127.0.0.1:2|502, 200|-, 0.001");
     }
 }

@@ -3,6 +3,8 @@
 //! workers across `fork`; `reopen` re-opens every file by path (USR1). No I/O happens
 //! here besides writing and opening the sinks; callers decide what to log.
 
+pub mod files;
+
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::Write;

@@ -22,7 +22,7 @@ use signal_hook::iterator::backend::SignalDelivery;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use super::worker::{self, Creds};
-use super::{daemon, load_config, open_error_logs, startup_log, sys};
+use super::{daemon, load_config, open_logs, startup_log, sys};
 use crate::cli::Cli;
 use crate::conf::Config;
 use crate::http::Listener;
@@ -97,7 +97,7 @@ pub fn start(cli: &Cli) -> i32 {
             return 1;
         }
     };
-    if open_error_logs(&cfg).is_err() {
+    if open_logs(&cfg).is_err() {
         return 1;
     }
     let started = if cfg.main.daemon {
@@ -232,7 +232,7 @@ pub(super) fn resolve_creds(cfg: &Config) -> Result<Option<Creds>, String> {
 /// Lets the workers' user re-open the log files the master (root) created.
 fn chown_logs(creds: &Option<Creds>) {
     if let Some(c) = creds {
-        for p in log::file_paths() {
+        for p in log::file_paths().into_iter().chain(log::files::paths()) {
             let _ = nix::unistd::chown(&p, Some(c.uid), None);
         }
     }
@@ -566,7 +566,7 @@ impl Master {
             }
         };
         drop(existing);
-        if open_error_logs(&cfg).is_err() {
+        if open_logs(&cfg).is_err() {
             return;
         }
         chown_logs(&creds);

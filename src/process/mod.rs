@@ -82,16 +82,28 @@ fn load_config(cli: &Cli) -> Result<Config, ConfError> {
     }
 }
 
-/// Opens the config's error logs so that a bad path fails now, with `[emerg]`.
-fn open_error_logs(cfg: &Config) -> Result<(), ()> {
-    log::configure(&cfg.main.error_log).map_err(|(p, e)| {
+/// Opens the config's error and access logs so that a bad path fails now,
+/// with `[emerg]`; nothing changes unless every file opens.
+fn open_logs(cfg: &Config) -> Result<(), ()> {
+    let emerg = |(p, e): (std::path::PathBuf, std::io::Error)| {
         crate::log!(
             Level::Emerg,
             "open() \"{}\" failed ({})",
             p.display(),
             conf::tree::errno_text(&e)
         );
-    })
+    };
+    let access: &[std::path::PathBuf] = cfg
+        .http
+        .as_ref()
+        .map(|h| h.access_log_paths.as_slice())
+        .unwrap_or(&[]);
+    // Check the access logs first: a failure there must leave the error log as it was.
+    for p in access {
+        log::open_append(p).map_err(|e| emerg((p.clone(), e)))?;
+    }
+    log::configure(&cfg.main.error_log).map_err(emerg)?;
+    log::files::open_all(access).map_err(emerg)
 }
 
 fn test_config(cli: &Cli, dump: bool) -> i32 {
@@ -108,22 +120,28 @@ fn test_config(cli: &Cli, dump: bool) -> i32 {
                 }
             };
             // nginx opens (and so creates) the log files while testing.
-            let logs_ok = user_ok
-                && cfg.main.error_log.iter().all(|s| match &s.target {
-                    Target::File(p) => match log::open_append(p) {
-                        Ok(_) => true,
-                        Err(e) => {
-                            crate::log!(
-                                Level::Emerg,
-                                "open() \"{}\" failed ({})",
-                                p.display(),
-                                conf::tree::errno_text(&e)
-                            );
-                            false
-                        }
-                    },
-                    Target::Stderr => true,
-                });
+            let files = cfg
+                .main
+                .error_log
+                .iter()
+                .filter_map(|s| match &s.target {
+                    Target::File(p) => Some(p),
+                    Target::Stderr => None,
+                })
+                .chain(cfg.http.iter().flat_map(|h| h.access_log_paths.iter()));
+            let mut logs_ok = user_ok;
+            for p in files {
+                if let Err(e) = log::open_append(p) {
+                    crate::log!(
+                        Level::Emerg,
+                        "open() \"{}\" failed ({})",
+                        p.display(),
+                        conf::tree::errno_text(&e)
+                    );
+                    logs_ok = false;
+                    break;
+                }
+            }
             if logs_ok {
                 if !cli.quiet {
                     eprintln!("sluice: the configuration file {name} syntax is ok");

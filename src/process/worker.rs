@@ -145,7 +145,7 @@ async fn serve(cfg: Arc<Config>, listeners: Vec<Listener>, channel: Option<UnixS
             }
             _ = usr1.recv() => {
                 crate::log!(Level::Notice, "reopening logs");
-                for (p, e) in crate::log::reopen() {
+                for (p, e) in crate::log::reopen().into_iter().chain(crate::log::files::reopen_all()) {
                     crate::log!(Level::Crit, "open() \"{}\" failed ({})", p.display(), crate::conf::tree::errno_text(&e));
                 }
             }

@@ -42,6 +42,8 @@ sub new {
 		TMPDIR => 1, CLEANUP => !$ENV{TEST_SLUICE_LEAVE});
 	# Workers drop to an unprivileged user: they must reach their files.
 	chmod(0755, $self->{_testdir}) or die "can't chmod test dir: $!\n";
+	# The default access log is logs/access.log under the prefix.
+	mkdir("$self->{_testdir}/logs") or die "can't create logs dir: $!\n";
 	$self->{_daemons} = [];
 	$self->{_expected} = [];
 	$self->{_owner} = $$;

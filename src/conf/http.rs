@@ -1,0 +1,726 @@
+//! The http, server and location contexts: `http`, `server`, `listen`,
+//! `server_name`, `location`, `return`, and the finishing pass that merges
+//! settings down the levels (nginx's merge), resolves `proxy_pass` targets and
+//! checks what spans servers. Pure except for resolving `listen` host names.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::build::{Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, not_here};
+use super::loc::{Defaults, Escape, LocB, LogFormat};
+use super::model::*;
+use super::proxy::{ProxyPassB, UpstreamB};
+use super::tree::Directive;
+use super::{ConfError, Paths, Src, vars};
+use crate::log::LogSpec;
+
+pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "http",
+        ctx: super::build::MAIN,
+        args: Args::Exactly(0),
+        block: true,
+        set: set_http,
+    },
+    Spec {
+        name: "server",
+        ctx: HTTP,
+        args: Args::Exactly(0),
+        block: true,
+        set: set_server,
+    },
+    Spec {
+        name: "listen",
+        ctx: SRV,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_listen,
+    },
+    Spec {
+        name: "server_name",
+        ctx: SRV,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_server_name,
+    },
+    Spec {
+        name: "location",
+        ctx: SRV | LOC,
+        args: Args::Range(1, 2),
+        block: true,
+        set: set_location,
+    },
+    Spec {
+        name: "return",
+        ctx: SRV | LOC,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_return,
+    },
+];
+
+#[derive(Default)]
+pub(super) struct HttpB {
+    pub(super) settings: LocB,
+    pub(super) error_log: Vec<LogSpec>,
+    pub(super) servers: Vec<ServerB>,
+    pub(super) upstreams: Vec<UpstreamB>,
+}
+
+pub(super) struct ServerB {
+    pub(super) settings: LocB,
+    pub(super) error_log: Vec<LogSpec>,
+    pub(super) listen: Vec<Listen>,
+    pub(super) server_name: Vec<ServerName>,
+    pub(super) primary_name: String,
+    pub(super) names_set: bool,
+    pub(super) ret: Option<Return>,
+    pub(super) locations: Vec<LocationB>,
+    pub(super) src: Src,
+}
+
+pub(super) struct LocationB {
+    pub(super) settings: LocB,
+    pub(super) error_log: Vec<LogSpec>,
+    pub(super) modifier: Modifier,
+    pub(super) uri: String,
+    pub(super) regex: Option<regex::Regex>,
+    pub(super) ret: Option<Return>,
+    pub(super) proxy_pass: Option<ProxyPassB>,
+    pub(super) locations: Vec<LocationB>,
+    pub(super) src: Src,
+}
+
+/// nginx's predefined `combined` format.
+pub fn combined() -> Arc<LogFormat> {
+    let text = "$remote_addr - $remote_user [$time_local] \"$request\" $status $body_bytes_sent \"$http_referer\" \"$http_user_agent\"";
+    Arc::new(LogFormat {
+        name: "combined".into(),
+        escape: Escape::Default,
+        template: vars::compile(text).unwrap_or(vars::Template {
+            segments: Vec::new(),
+        }),
+    })
+}
+
+fn set_http(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Main(m) = n else {
+        return Err(not_here(d));
+    };
+    if m.http_is_set() {
+        return Err(duplicate(d));
+    }
+    let mut http = HttpB::default();
+    b.walk(
+        d.block.as_deref().unwrap_or_default(),
+        &mut Node::Http(&mut http),
+        HTTP,
+    )?;
+    m.set_http(http);
+    Ok(())
+}
+
+fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Http(h) = n else {
+        return Err(not_here(d));
+    };
+    let mut s = ServerB {
+        settings: LocB::default(),
+        error_log: Vec::new(),
+        listen: Vec::new(),
+        server_name: Vec::new(),
+        primary_name: String::new(),
+        names_set: false,
+        ret: None,
+        locations: Vec::new(),
+        src: d.src.clone(),
+    };
+    b.walk(
+        d.block.as_deref().unwrap_or_default(),
+        &mut Node::Server(&mut s),
+        SRV,
+    )?;
+    if s.listen.is_empty() {
+        // nginx's default: *:80 as root, *:8000 otherwise.
+        let port = if nix::unistd::geteuid().is_root() {
+            80
+        } else {
+            8000
+        };
+        s.listen.push(Listen {
+            addr: ListenAddr::Inet(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)),
+            default_server: false,
+            reuseport: false,
+            backlog: 511,
+            src: d.src.clone(),
+        });
+    }
+    h.servers.push(s);
+    Ok(())
+}
+
+fn parse_listen_addr(a: &str) -> Result<Vec<ListenAddr>, String> {
+    if let Some(p) = a.strip_prefix("unix:") {
+        if p.is_empty() {
+            return Err(format!("no path in the unix domain socket \"{a}\""));
+        }
+        return Ok(vec![ListenAddr::Unix(PathBuf::from(p))]);
+    }
+    let bad_port = || format!("invalid port in \"{a}\"");
+    if let Some(rest) = a.strip_prefix('[') {
+        let (host, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("invalid IPv6 address in \"{a}\""))?;
+        let ip: Ipv6Addr = host
+            .parse()
+            .map_err(|_| format!("invalid IPv6 address in \"{a}\""))?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse::<u16>().map_err(|_| bad_port())?,
+            None if after.is_empty() => 80,
+            None => return Err(format!("invalid IPv6 address in \"{a}\"")),
+        };
+        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
+            IpAddr::V6(ip),
+            port,
+        ))]);
+    }
+    if a.bytes().all(|b| b.is_ascii_digit()) {
+        let port = a.parse::<u16>().map_err(|_| bad_port())?;
+        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port,
+        ))]);
+    }
+    let (host, port) = match a.rsplit_once(':') {
+        Some((h, p)) => (h, p.parse::<u16>().map_err(|_| bad_port())?),
+        None => (a, 80),
+    };
+    if port == 0 {
+        return Err(bad_port());
+    }
+    if host == "*" {
+        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port,
+        ))]);
+    }
+    if let Ok(ip) = host.parse::<Ipv4Addr>() {
+        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
+            IpAddr::V4(ip),
+            port,
+        ))]);
+    }
+    // A host name: every address it has at start-up, as nginx binds them all.
+    let mut v: Vec<ListenAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|_| format!("host not found in \"{a}\" of the \"listen\" directive"))?
+        .map(ListenAddr::Inet)
+        .collect();
+    v.dedup();
+    if v.is_empty() {
+        return Err(format!(
+            "host not found in \"{a}\" of the \"listen\" directive"
+        ));
+    }
+    Ok(v)
+}
+
+fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Server(s) = n else {
+        return Err(not_here(d));
+    };
+    let addrs = parse_listen_addr(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
+    let mut default_server = false;
+    let mut reuseport = false;
+    let mut backlog = 511;
+    for p in &d.args[1..] {
+        match p.as_str() {
+            "default_server" | "default" => default_server = true,
+            "reuseport" => reuseport = true,
+            "ssl" => {
+                return Err(ConfError::at(
+                    "the \"ssl\" parameter requires ngx_http_ssl_module",
+                    &d.src,
+                ));
+            }
+            _ if p.starts_with("backlog=") => {
+                backlog = p["backlog=".len()..]
+                    .parse::<i32>()
+                    .ok()
+                    .filter(|b| *b > 0)
+                    .ok_or_else(|| {
+                        ConfError::at(format!("invalid backlog \"{}\"", &p[8..]), &d.src)
+                    })?;
+            }
+            _ => {
+                return Err(ConfError::at(format!("invalid parameter \"{p}\""), &d.src));
+            }
+        }
+    }
+    if reuseport && matches!(addrs.first(), Some(ListenAddr::Unix(_))) {
+        return Err(ConfError::at(
+            "reuseport is not supported on unix sockets",
+            &d.src,
+        ));
+    }
+    for addr in addrs {
+        if s.listen.iter().any(|l| l.addr == addr) {
+            return Err(ConfError::at(format!("duplicate listen {addr}"), &d.src));
+        }
+        s.listen.push(Listen {
+            addr,
+            default_server,
+            reuseport,
+            backlog,
+            src: d.src.clone(),
+        });
+    }
+    Ok(())
+}
+
+fn set_server_name(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Server(s) = n else {
+        return Err(not_here(d));
+    };
+    for a in &d.args {
+        let name = if a == "$hostname" {
+            nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        } else {
+            a.clone()
+        };
+        let sn = if let Some(re) = name.strip_prefix('~') {
+            let r = regex::Regex::new(re)
+                .map_err(|e| ConfError::at(format!("regex \"{re}\" is invalid: {e}"), &d.src))?;
+            ServerName::Regex(r)
+        } else {
+            let lower = name.to_ascii_lowercase();
+            let stars = lower.matches('*').count();
+            if let Some(sfx) = lower.strip_prefix("*.") {
+                if stars != 1 || sfx.is_empty() {
+                    return Err(invalid_server_name(a, d));
+                }
+                ServerName::Front {
+                    suffix: format!(".{sfx}"),
+                    bare_too: false,
+                }
+            } else if let Some(pfx) = lower.strip_suffix(".*") {
+                if stars != 1 || pfx.is_empty() {
+                    return Err(invalid_server_name(a, d));
+                }
+                ServerName::Back(format!("{pfx}."))
+            } else if stars > 0 {
+                return Err(invalid_server_name(a, d));
+            } else if lower.starts_with('.') && lower.len() > 1 {
+                ServerName::Front {
+                    suffix: lower,
+                    bare_too: true,
+                }
+            } else {
+                ServerName::Exact(lower)
+            }
+        };
+        if !s.names_set {
+            s.primary_name = name.clone();
+            s.names_set = true;
+        }
+        s.server_name.push(sn);
+    }
+    Ok(())
+}
+
+fn invalid_server_name(a: &str, d: &Directive) -> ConfError {
+    ConfError::at(format!("invalid server name or wildcard \"{a}\""), &d.src)
+}
+
+fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let (modifier, uri) = if d.args.len() == 2 {
+        let m = match d.args[0].as_str() {
+            "=" => Modifier::Exact,
+            "^~" => Modifier::PrefixNoRegex,
+            "~" => Modifier::Regex,
+            "~*" => Modifier::RegexCaseless,
+            other => {
+                return Err(ConfError::at(
+                    format!("invalid location modifier \"{other}\""),
+                    &d.src,
+                ));
+            }
+        };
+        (m, d.args[1].clone())
+    } else {
+        let a = &d.args[0];
+        if let Some(u) = a.strip_prefix('=') {
+            (Modifier::Exact, u.to_string())
+        } else if let Some(u) = a.strip_prefix("^~") {
+            (Modifier::PrefixNoRegex, u.to_string())
+        } else if let Some(u) = a.strip_prefix("~*") {
+            (Modifier::RegexCaseless, u.to_string())
+        } else if let Some(u) = a.strip_prefix('~') {
+            (Modifier::Regex, u.to_string())
+        } else if a.starts_with('@') {
+            (Modifier::Named, a.clone())
+        } else {
+            (Modifier::Prefix, a.clone())
+        }
+    };
+    if uri.is_empty() {
+        return Err(ConfError::at("empty location", &d.src));
+    }
+    let regex =
+        match modifier {
+            Modifier::Regex | Modifier::RegexCaseless => {
+                let re = if modifier == Modifier::RegexCaseless {
+                    format!("(?i){uri}")
+                } else {
+                    uri.clone()
+                };
+                Some(regex::Regex::new(&re).map_err(|e| {
+                    ConfError::at(format!("regex \"{uri}\" is invalid: {e}"), &d.src)
+                })?)
+            }
+            _ => None,
+        };
+    let mut loc = LocationB {
+        settings: LocB::default(),
+        error_log: Vec::new(),
+        modifier,
+        uri,
+        regex,
+        ret: None,
+        proxy_pass: None,
+        locations: Vec::new(),
+        src: d.src.clone(),
+    };
+    // Where a location may stand, as nginx checks it.
+    let siblings = match n {
+        Node::Server(s) => &mut s.locations,
+        Node::Location(parent) => {
+            if modifier == Modifier::Named {
+                return Err(ConfError::at(
+                    format!(
+                        "named location \"{}\" can be on the server level only",
+                        loc.uri
+                    ),
+                    &d.src,
+                ));
+            }
+            if parent.modifier == Modifier::Exact {
+                return Err(ConfError::at(
+                    format!(
+                        "location \"{}\" cannot be inside the exact location \"{}\"",
+                        loc.uri, parent.uri
+                    ),
+                    &d.src,
+                ));
+            }
+            if parent.modifier == Modifier::Named {
+                return Err(ConfError::at(
+                    format!(
+                        "location \"{}\" cannot be inside the named location \"{}\"",
+                        loc.uri, parent.uri
+                    ),
+                    &d.src,
+                ));
+            }
+            let plain_parent =
+                matches!(parent.modifier, Modifier::Prefix | Modifier::PrefixNoRegex);
+            let plain_child = matches!(
+                modifier,
+                Modifier::Prefix | Modifier::PrefixNoRegex | Modifier::Exact
+            );
+            if plain_parent && plain_child && !loc.uri.starts_with(&parent.uri) {
+                return Err(ConfError::at(
+                    format!(
+                        "location \"{}\" is outside location \"{}\"",
+                        loc.uri, parent.uri
+                    ),
+                    &d.src,
+                ));
+            }
+            &mut parent.locations
+        }
+        _ => return Err(not_here(d)),
+    };
+    let kind = |m: Modifier| match m {
+        Modifier::Prefix | Modifier::PrefixNoRegex => 0,
+        Modifier::Exact => 1,
+        Modifier::Regex | Modifier::RegexCaseless => 2,
+        Modifier::Named => 3,
+    };
+    if siblings
+        .iter()
+        .any(|o| o.uri == loc.uri && kind(o.modifier) == kind(modifier) && kind(modifier) != 2)
+    {
+        return Err(ConfError::at(
+            format!("duplicate location \"{}\"", loc.uri),
+            &d.src,
+        ));
+    }
+    b.walk(
+        d.block.as_deref().unwrap_or_default(),
+        &mut Node::Location(&mut loc),
+        LOC,
+    )?;
+    siblings.push(loc);
+    Ok(())
+}
+
+fn set_return(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let slot = match n {
+        Node::Server(s) => &mut s.ret,
+        Node::Location(l) => &mut l.ret,
+        _ => return Err(not_here(d)),
+    };
+    let compile = |t: &str| vars::compile(t).map_err(|m| ConfError::at(m, &d.src));
+    let first = &d.args[0];
+    let ret = match first.parse::<u16>() {
+        Ok(code) if first.bytes().all(|b| b.is_ascii_digit()) => {
+            if code > 999 {
+                return Err(ConfError::at(
+                    format!("invalid return code \"{first}\""),
+                    &d.src,
+                ));
+            }
+            Return {
+                code,
+                text: d.args.get(1).map(|t| compile(t)).transpose()?,
+            }
+        }
+        _ => {
+            if d.args.len() == 2 {
+                return Err(ConfError::at(
+                    format!("invalid return code \"{first}\""),
+                    &d.src,
+                ));
+            }
+            let is_url = first.starts_with("http://")
+                || first.starts_with("https://")
+                || first.starts_with("$scheme");
+            if !is_url {
+                return Err(ConfError::at(
+                    format!("invalid return code \"{first}\""),
+                    &d.src,
+                ));
+            }
+            Return {
+                code: 302,
+                text: Some(compile(first)?),
+            }
+        }
+    };
+    // Like nginx, a later `return` in the same block is never reached; keep the first.
+    if slot.is_none() {
+        *slot = Some(ret);
+    }
+    Ok(())
+}
+
+/// Two servers may share an address only when at most one is its default.
+/// Two servers may share an address only when at most one is its default.
+fn check_listen_conflicts(servers: &[ServerB]) -> Result<(), ConfError> {
+    let mut defaults: Vec<&ListenAddr> = Vec::new();
+    for s in servers {
+        for l in s.listen.iter().filter(|l| l.default_server) {
+            if defaults.contains(&&l.addr) {
+                return Err(ConfError::at(
+                    format!("a duplicate default server for {}", l.addr),
+                    &l.src,
+                ));
+            }
+            defaults.push(&l.addr);
+        }
+    }
+    Ok(())
+}
+
+/// Merges settings down the levels, resolves `proxy_pass` targets (creating
+/// implicit upstreams) and produces the finished `Http`.
+pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
+    check_listen_conflicts(&h.servers)?;
+    let defaults = Defaults {
+        prefix: paths.prefix.clone(),
+        combined: combined(),
+    };
+    let mut upstreams = super::proxy::finish_upstreams(h.upstreams)?;
+    let mut access_log_paths: Vec<PathBuf> = Vec::new();
+    let mut servers = Vec::with_capacity(h.servers.len());
+    for mut s in h.servers {
+        s.settings.inherit(&h.settings);
+        let conf = Arc::new(s.settings.finish(&defaults));
+        note_logs(&conf, &mut access_log_paths);
+        let mut locations = Vec::with_capacity(s.locations.len());
+        for l in s.locations {
+            locations.push(finish_location(
+                l,
+                &s.settings,
+                &defaults,
+                &mut upstreams,
+                &mut access_log_paths,
+            )?);
+        }
+        servers.push(Server {
+            listen: s.listen,
+            server_name: s.server_name,
+            primary_name: s.primary_name,
+            ret: s.ret,
+            locations,
+            error_log: s.error_log,
+            conf,
+            src: s.src,
+        });
+    }
+    Ok(Http {
+        servers,
+        error_log: h.error_log,
+        upstreams: upstreams.into_iter().map(Arc::new).collect(),
+        access_log_paths,
+    })
+}
+
+fn note_logs(conf: &LocConf, paths: &mut Vec<PathBuf>) {
+    for a in &conf.access_log {
+        if !paths.contains(&a.path) {
+            paths.push(a.path.clone());
+        }
+    }
+}
+
+fn finish_location(
+    mut l: LocationB,
+    parent: &LocB,
+    defaults: &Defaults,
+    upstreams: &mut Vec<Upstream>,
+    logs: &mut Vec<PathBuf>,
+) -> Result<Location, ConfError> {
+    l.settings.inherit(parent);
+    let conf = Arc::new(l.settings.finish(defaults));
+    note_logs(&conf, logs);
+    let proxy_pass = match l.proxy_pass {
+        Some(p) => Some(super::proxy::resolve_proxy_pass(
+            p, l.modifier, &l.uri, upstreams,
+        )?),
+        None => None,
+    };
+    let mut locations = Vec::with_capacity(l.locations.len());
+    for c in l.locations {
+        locations.push(finish_location(c, &l.settings, defaults, upstreams, logs)?);
+    }
+    Ok(Location {
+        modifier: l.modifier,
+        uri: l.uri,
+        regex: l.regex,
+        ret: l.ret,
+        locations,
+        error_log: l.error_log,
+        conf,
+        proxy_pass,
+        src: l.src,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::build::build_with_warnings;
+    use super::super::tree::{Files, TreeParser};
+    use super::*;
+    use crate::log::Target;
+    use std::path::Path;
+
+    fn paths() -> Paths {
+        Paths {
+            prefix: PathBuf::from("/pfx/"),
+            conf_file: PathBuf::from("/pfx/conf/t.conf"),
+            globals: None,
+            error_log: Target::File(PathBuf::from("/pfx/logs/error.log")),
+        }
+    }
+
+    fn try_build(text: &str) -> Result<(Config, Vec<ConfError>), ConfError> {
+        let mut files = Files::default();
+        let mut tp = TreeParser::new(Path::new("/pfx/conf"), &mut files);
+        let (d, e) = tp.parse_text(text, Some(Arc::new(PathBuf::from("/t.conf"))));
+        build_with_warnings(&paths(), d, files, e)
+    }
+
+    fn err(text: &str) -> String {
+        try_build(text).map(|_| ()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn http_servers_and_locations() {
+        let (c, _) = try_build(
+            "events {}\nhttp {\n server { listen 127.0.0.1:8080 default_server backlog=10; listen [::1]:8081; listen unix:/tmp/s.sock;\n\
+             server_name example.com *.example.org www.example.* .example.net ~^a\\d+$;\n\
+             location / { return 200 \"hi $host\"; location /a { return 404; } }\n\
+             location = /x { return 301 http://e/; }\n location ~* \\.PNG$ { return 403; }\n location @n { return 204; }\n\
+             return https://elsewhere/;\n } }",
+        )
+        .unwrap();
+        let http = c.http.unwrap();
+        let s = &http.servers[0];
+        assert_eq!(s.listen.len(), 3);
+        assert!(s.listen[0].default_server);
+        assert_eq!(s.listen[0].backlog, 10);
+        assert_eq!(s.listen[1].addr.to_string(), "[::1]:8081");
+        assert_eq!(s.server_name.len(), 5);
+        assert_eq!(s.primary_name, "example.com");
+        assert_eq!(s.locations.len(), 4);
+        assert_eq!(s.locations[0].locations.len(), 1);
+        assert_eq!(s.locations[1].modifier, Modifier::Exact);
+        assert!(s.locations[2].regex.as_ref().unwrap().is_match("/A.png"));
+        assert_eq!(s.ret.as_ref().unwrap().code, 302);
+    }
+
+    #[test]
+    fn http_errors() {
+        let e = |s: &str| err(&format!("events {{}}\nhttp {{\nserver {{\n{s}\n}}\n}}"));
+        assert_eq!(
+            e("listen 127.0.0.1:99999;"),
+            "invalid port in \"127.0.0.1:99999\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("listen 80 ssl;"),
+            "the \"ssl\" parameter requires ngx_http_ssl_module in /t.conf:4"
+        );
+        assert_eq!(
+            e("listen 80 bogus;"),
+            "invalid parameter \"bogus\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("server_name a*b;"),
+            "invalid server name or wildcard \"a*b\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("location /a { location /b { } }"),
+            "location \"/b\" is outside location \"/a\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("location = /a { location /a/b { } }"),
+            "location \"/a/b\" cannot be inside the exact location \"/a\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("location /a { location @n { } }"),
+            "named location \"@n\" can be on the server level only in /t.conf:4"
+        );
+        assert_eq!(
+            e("location /a {} location /a {}"),
+            "duplicate location \"/a\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("return 200 $nope;"),
+            "unknown \"nope\" variable in /t.conf:4"
+        );
+        assert_eq!(e("return abc;"), "invalid return code \"abc\" in /t.conf:4");
+        assert_eq!(e("location ~ ( { }"), e("location ~ ( { }"));
+        assert!(e("location ~ ( { }").starts_with("regex \"(\" is invalid"));
+        assert_eq!(
+            err(
+                "events {}\nhttp { server { listen 127.0.0.1:1 default_server; }\nserver { listen 127.0.0.1:1 default; } }"
+            ),
+            "a duplicate default server for 127.0.0.1:1 in /t.conf:3"
+        );
+    }
+}

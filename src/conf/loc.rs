@@ -1,0 +1,200 @@
+//! Settings that nginx merges from `http` to `server` to `location`: a level
+//! that does not set one takes its parent's. One macro declares each setting
+//! once, with its type and default; it makes both the builder (all `Option`)
+//! and the finished `LocConf`. Pure.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::vars::Template;
+
+/// What defaults may depend on.
+pub struct Defaults {
+    pub prefix: PathBuf,
+    pub combined: Arc<LogFormat>,
+}
+
+macro_rules! loc_settings {
+    ($( $(#[$m:meta])* $name:ident : $ty:ty = $default:expr ),* $(,)?) => {
+        /// The settings in force for one location (or server).
+        #[derive(Debug, Clone)]
+        pub struct LocConf {
+            $( $(#[$m])* pub $name: $ty, )*
+        }
+
+        /// The same settings while parsing: None means "not set at this level".
+        #[derive(Debug, Clone, Default)]
+        pub struct LocB {
+            $( pub $name: Option<$ty>, )*
+        }
+
+        impl LocB {
+            /// Takes every setting this level left unset from `parent`.
+            pub fn inherit(&mut self, parent: &LocB) {
+                $( if self.$name.is_none() { self.$name = parent.$name.clone(); } )*
+            }
+
+            /// Fills what no level set with nginx's defaults.
+            pub fn finish(&self, d: &Defaults) -> LocConf {
+                LocConf {
+                    $( $name: match &self.$name {
+                        Some(v) => v.clone(),
+                        None => { let f: fn(&Defaults) -> $ty = $default; f(d) }
+                    }, )*
+                }
+            }
+        }
+    };
+}
+
+loc_settings! {
+    /// `access_log PATH [FORMAT] | off`; empty when off.
+    access_log: Vec<AccessLog> = |d| vec![AccessLog {
+        path: d.prefix.join("logs/access.log"),
+        format: d.combined.clone(),
+    }],
+    keepalive_timeout: Duration = |_| Duration::from_secs(75),
+    keepalive_requests: u64 = |_| 1000,
+    client_header_timeout: Duration = |_| Duration::from_secs(60),
+    client_body_timeout: Duration = |_| Duration::from_secs(60),
+    send_timeout: Duration = |_| Duration::from_secs(60),
+    client_max_body_size: u64 = |_| 1024 * 1024,
+    server_tokens: bool = |_| true,
+    default_type: String = |_| "text/plain".to_string(),
+    /// `proxy_set_header NAME VALUE`, names as written.
+    proxy_set_header: Vec<(String, Template)> = |_| Vec::new(),
+    /// 10 or 11.
+    proxy_http_version: u8 = |_| 11,
+    proxy_pass_request_headers: bool = |_| true,
+    proxy_pass_request_body: bool = |_| true,
+    proxy_hide_header: Vec<String> = |_| Vec::new(),
+    proxy_pass_header: Vec<String> = |_| Vec::new(),
+    proxy_set_body: Option<Template> = |_| None,
+    proxy_connect_timeout: Duration = |_| Duration::from_secs(60),
+    proxy_read_timeout: Duration = |_| Duration::from_secs(60),
+    proxy_send_timeout: Duration = |_| Duration::from_secs(60),
+    proxy_buffering: bool = |_| true,
+    proxy_buffer_size: u64 = |_| 4096,
+    /// `proxy_buffers NUMBER SIZE`.
+    proxy_buffers: (u32, u64) = |_| (8, 4096),
+    proxy_intercept_errors: bool = |_| false,
+    proxy_next_upstream: NextUpstream = |_| NextUpstream(NextUpstream::ERROR | NextUpstream::TIMEOUT),
+    /// 0: as many tries as there are peers.
+    proxy_next_upstream_tries: u32 = |_| 0,
+    /// Zero: no limit.
+    proxy_next_upstream_timeout: Duration = |_| Duration::ZERO,
+}
+
+/// How a log format escapes variable values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Escape {
+    /// `"`, `\` and bytes below 0x20 or above 0x7e as `\xXX`.
+    Default,
+    /// JSON string escapes.
+    Json,
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogFormat {
+    pub name: String,
+    pub escape: Escape,
+    pub template: Template,
+}
+
+#[derive(Debug, Clone)]
+pub struct AccessLog {
+    pub path: PathBuf,
+    pub format: Arc<LogFormat>,
+}
+
+/// `proxy_next_upstream` conditions as a bit set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextUpstream(pub u32);
+
+impl NextUpstream {
+    pub const ERROR: u32 = 1 << 0;
+    pub const TIMEOUT: u32 = 1 << 1;
+    pub const INVALID_HEADER: u32 = 1 << 2;
+    pub const HTTP_500: u32 = 1 << 3;
+    pub const HTTP_502: u32 = 1 << 4;
+    pub const HTTP_503: u32 = 1 << 5;
+    pub const HTTP_504: u32 = 1 << 6;
+    pub const HTTP_403: u32 = 1 << 7;
+    pub const HTTP_404: u32 = 1 << 8;
+    pub const HTTP_429: u32 = 1 << 9;
+    pub const NON_IDEMPOTENT: u32 = 1 << 10;
+
+    pub fn parse(word: &str) -> Option<u32> {
+        Some(match word {
+            "error" => Self::ERROR,
+            "timeout" => Self::TIMEOUT,
+            "invalid_header" => Self::INVALID_HEADER,
+            "http_500" => Self::HTTP_500,
+            "http_502" => Self::HTTP_502,
+            "http_503" => Self::HTTP_503,
+            "http_504" => Self::HTTP_504,
+            "http_403" => Self::HTTP_403,
+            "http_404" => Self::HTTP_404,
+            "http_429" => Self::HTTP_429,
+            "non_idempotent" => Self::NON_IDEMPOTENT,
+            "off" => 0,
+            _ => return None,
+        })
+    }
+
+    /// The condition a response status stands for, if any.
+    pub fn for_status(status: u16) -> Option<u32> {
+        Some(match status {
+            500 => Self::HTTP_500,
+            502 => Self::HTTP_502,
+            503 => Self::HTTP_503,
+            504 => Self::HTTP_504,
+            403 => Self::HTTP_403,
+            404 => Self::HTTP_404,
+            429 => Self::HTTP_429,
+            _ => return None,
+        })
+    }
+
+    pub fn has(self, bits: u32) -> bool {
+        bits != 0 && self.0 & bits == bits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults() -> Defaults {
+        Defaults {
+            prefix: PathBuf::from("/p"),
+            combined: Arc::new(LogFormat {
+                name: "combined".into(),
+                escape: Escape::Default,
+                template: super::super::vars::compile("x").unwrap(),
+            }),
+        }
+    }
+
+    #[test]
+    fn inherit_and_defaults() {
+        let http = LocB {
+            keepalive_timeout: Some(Duration::from_secs(5)),
+            ..LocB::default()
+        };
+        let mut loc = LocB {
+            keepalive_requests: Some(7),
+            ..LocB::default()
+        };
+        loc.inherit(&http);
+        let c = loc.finish(&defaults());
+        assert_eq!(c.keepalive_timeout, Duration::from_secs(5));
+        assert_eq!(c.keepalive_requests, 7);
+        assert_eq!(c.proxy_connect_timeout, Duration::from_secs(60));
+        assert_eq!(c.access_log[0].path, PathBuf::from("/p/logs/access.log"));
+        assert!(c.proxy_next_upstream.has(NextUpstream::ERROR));
+        assert!(!c.proxy_next_upstream.has(NextUpstream::HTTP_500));
+    }
+}

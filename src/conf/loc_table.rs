@@ -1,0 +1,355 @@
+//! Directives that set one merged location setting (`loc::LocConf`): times,
+//! sizes, flags, numbers and lists, in the http, server and location contexts.
+//! Each is set at most once per level.
+
+use std::time::Duration;
+
+use super::build::{
+    Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here, number, size_arg,
+    time_arg,
+};
+use super::loc::{LocB, NextUpstream};
+use super::tree::Directive;
+use super::{ConfError, vars};
+
+const HSL: u8 = HTTP | SRV | LOC;
+const HS: u8 = HTTP | SRV;
+
+pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "keepalive_timeout",
+        ctx: HSL,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "client_header_timeout",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "client_body_timeout",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "send_timeout",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "proxy_connect_timeout",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "proxy_read_timeout",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "proxy_send_timeout",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "proxy_next_upstream_timeout",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "keepalive_requests",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_number,
+    },
+    Spec {
+        name: "proxy_next_upstream_tries",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_number,
+    },
+    Spec {
+        name: "client_max_body_size",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_size,
+    },
+    Spec {
+        name: "proxy_buffer_size",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_size,
+    },
+    Spec {
+        name: "server_tokens",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "proxy_pass_request_headers",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "proxy_pass_request_body",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "proxy_buffering",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "proxy_intercept_errors",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "default_type",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_default_type,
+    },
+    Spec {
+        name: "proxy_http_version",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_http_version,
+    },
+    Spec {
+        name: "proxy_buffers",
+        ctx: HSL,
+        args: Args::Exactly(2),
+        block: false,
+        set: set_buffers,
+    },
+    Spec {
+        name: "proxy_set_header",
+        ctx: HSL,
+        args: Args::Exactly(2),
+        block: false,
+        set: set_header,
+    },
+    Spec {
+        name: "proxy_hide_header",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_header_name,
+    },
+    Spec {
+        name: "proxy_pass_header",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_header_name,
+    },
+    Spec {
+        name: "proxy_set_body",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_body,
+    },
+    Spec {
+        name: "proxy_next_upstream",
+        ctx: HSL,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_next_upstream,
+    },
+];
+
+fn loc<'a>(n: &'a mut Node<'_>, d: &Directive) -> Result<&'a mut LocB, ConfError> {
+    n.loc_b().ok_or_else(|| not_here(d))
+}
+
+fn once<T>(slot: &mut Option<T>, v: T, d: &Directive) -> Result<(), ConfError> {
+    if slot.is_some() {
+        return Err(duplicate(d));
+    }
+    *slot = Some(v);
+    Ok(())
+}
+
+fn set_time(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let l = loc(n, d)?;
+    let v = time_arg(d, 0)?;
+    let slot: &mut Option<Duration> = match d.name.as_str() {
+        "keepalive_timeout" => &mut l.keepalive_timeout,
+        "client_header_timeout" => &mut l.client_header_timeout,
+        "client_body_timeout" => &mut l.client_body_timeout,
+        "send_timeout" => &mut l.send_timeout,
+        "proxy_connect_timeout" => &mut l.proxy_connect_timeout,
+        "proxy_read_timeout" => &mut l.proxy_read_timeout,
+        "proxy_send_timeout" => &mut l.proxy_send_timeout,
+        _ => &mut l.proxy_next_upstream_timeout,
+    };
+    once(slot, v, d)
+}
+
+fn set_number(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let l = loc(n, d)?;
+    let bad = || ConfError::at(format!("\"{}\" directive invalid number", d.name), &d.src);
+    match d.name.as_str() {
+        "keepalive_requests" => once(
+            &mut l.keepalive_requests,
+            number(&d.args[0]).ok_or_else(bad)?,
+            d,
+        ),
+        _ => once(
+            &mut l.proxy_next_upstream_tries,
+            number(&d.args[0]).ok_or_else(bad)?,
+            d,
+        ),
+    }
+}
+
+fn set_size(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let l = loc(n, d)?;
+    let v = size_arg(d, 0)?;
+    match d.name.as_str() {
+        "client_max_body_size" => once(&mut l.client_max_body_size, v, d),
+        _ => once(&mut l.proxy_buffer_size, v, d),
+    }
+}
+
+fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = flag(d)?;
+    let l = loc(n, d)?;
+    let slot = match d.name.as_str() {
+        "server_tokens" => &mut l.server_tokens,
+        "proxy_pass_request_headers" => &mut l.proxy_pass_request_headers,
+        "proxy_pass_request_body" => &mut l.proxy_pass_request_body,
+        "proxy_buffering" => &mut l.proxy_buffering,
+        _ => &mut l.proxy_intercept_errors,
+    };
+    once(slot, v, d)
+}
+
+fn set_default_type(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let l = loc(n, d)?;
+    once(&mut l.default_type, d.args[0].clone(), d)
+}
+
+fn set_http_version(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = match d.args[0].as_str() {
+        "1.0" => 10,
+        "1.1" => 11,
+        other => {
+            return Err(ConfError::at(
+                format!(
+                    "invalid value \"{other}\" in \"{}\" directive, it must be \"1.0\" or \"1.1\"",
+                    d.name
+                ),
+                &d.src,
+            ));
+        }
+    };
+    once(&mut loc(n, d)?.proxy_http_version, v, d)
+}
+
+fn set_buffers(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let count: u32 = number(&d.args[0])
+        .filter(|c| *c > 0)
+        .ok_or_else(|| ConfError::at(format!("invalid value \"{}\"", d.args[0]), &d.src))?;
+    let size = size_arg(d, 1)?;
+    once(&mut loc(n, d)?.proxy_buffers, (count, size), d)
+}
+
+fn valid_header_name(s: &str) -> bool {
+    !s.is_empty() && hyper::header::HeaderName::from_bytes(s.as_bytes()).is_ok()
+}
+
+fn set_header(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    if !valid_header_name(&d.args[0]) {
+        return Err(ConfError::at(
+            format!("invalid header name \"{}\"", d.args[0]),
+            &d.src,
+        ));
+    }
+    let t = vars::compile(&d.args[1]).map_err(|m| ConfError::at(m, &d.src))?;
+    let l = loc(n, d)?;
+    l.proxy_set_header
+        .get_or_insert_with(Vec::new)
+        .push((d.args[0].clone(), t));
+    Ok(())
+}
+
+fn set_header_name(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    if !valid_header_name(&d.args[0]) {
+        return Err(ConfError::at(
+            format!("invalid header name \"{}\"", d.args[0]),
+            &d.src,
+        ));
+    }
+    let l = loc(n, d)?;
+    let list = if d.name == "proxy_hide_header" {
+        &mut l.proxy_hide_header
+    } else {
+        &mut l.proxy_pass_header
+    };
+    list.get_or_insert_with(Vec::new)
+        .push(d.args[0].to_ascii_lowercase());
+    Ok(())
+}
+
+fn set_body(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let t = vars::compile(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
+    once(&mut loc(n, d)?.proxy_set_body, Some(t), d)
+}
+
+fn set_next_upstream(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let mut bits = 0;
+    for a in &d.args {
+        match NextUpstream::parse(a) {
+            Some(0) if d.args.len() > 1 => {
+                return Err(ConfError::at(
+                    format!("invalid value \"{a}\" in \"{}\" directive", d.name),
+                    &d.src,
+                ));
+            }
+            Some(b) => bits |= b,
+            None => {
+                return Err(ConfError::at(
+                    format!("invalid value \"{a}\" in \"{}\" directive", d.name),
+                    &d.src,
+                ));
+            }
+        }
+    }
+    once(&mut loc(n, d)?.proxy_next_upstream, NextUpstream(bits), d)
+}

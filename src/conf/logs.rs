@@ -1,0 +1,108 @@
+//! `log_format NAME [escape=default|json|none] STRING...` and
+//! `access_log PATH [FORMAT] | off`. Formats are looked up when `access_log` is
+//! read, so a format must be defined before it is used, as in nginx.
+
+use std::sync::Arc;
+
+use super::build::{Args, Builder, HTTP, LOC, Node, SRV, Spec, not_here};
+use super::loc::{AccessLog, Escape, LogFormat};
+use super::tree::Directive;
+use super::{ConfError, vars};
+
+pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "log_format",
+        ctx: HTTP,
+        args: Args::AtLeast(2),
+        block: false,
+        set: set_log_format,
+    },
+    Spec {
+        name: "access_log",
+        ctx: HTTP | SRV | LOC,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_access_log,
+    },
+];
+
+fn set_log_format(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Http(_) = n else {
+        return Err(not_here(d));
+    };
+    let name = d.args[0].clone();
+    if b.log_formats.iter().any(|f| f.name == name) {
+        return Err(ConfError::at(
+            format!("duplicate \"log_format\" name \"{name}\""),
+            &d.src,
+        ));
+    }
+    let mut rest = &d.args[1..];
+    let mut escape = Escape::Default;
+    if let Some(e) = rest[0].strip_prefix("escape=") {
+        escape = match e {
+            "default" => Escape::Default,
+            "json" => Escape::Json,
+            "none" => Escape::None,
+            other => {
+                return Err(ConfError::at(
+                    format!("unknown log format escaping \"{other}\""),
+                    &d.src,
+                ));
+            }
+        };
+        rest = &rest[1..];
+        if rest.is_empty() {
+            return Err(ConfError::at(
+                "invalid number of arguments in \"log_format\" directive",
+                &d.src,
+            ));
+        }
+    }
+    // The strings are concatenated with no separator.
+    let text: String = rest.concat();
+    let template = vars::compile(&text).map_err(|m| ConfError::at(m, &d.src))?;
+    b.log_formats.push(Arc::new(LogFormat {
+        name,
+        escape,
+        template,
+    }));
+    Ok(())
+}
+
+fn set_access_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let format = match d.args.get(1) {
+        None => b.log_formats[0].clone(),
+        Some(name) => b
+            .log_formats
+            .iter()
+            .find(|f| f.name == *name)
+            .cloned()
+            .ok_or_else(|| ConfError::at(format!("unknown log format \"{name}\""), &d.src))?,
+    };
+    // buffer=, flush=, gzip and if= are nginx's; sluice writes each line at once.
+    if let Some(p) = d.args.get(2) {
+        let known = ["buffer=", "flush=", "gzip", "if="]
+            .iter()
+            .any(|k| p.starts_with(k));
+        let msg = if known {
+            format!("access_log parameter \"{p}\" is not supported")
+        } else {
+            format!("invalid parameter \"{p}\"")
+        };
+        return Err(ConfError::at(msg, &d.src));
+    }
+    let off = d.args[0] == "off";
+    if off && d.args.len() > 1 {
+        return Err(ConfError::at("invalid parameter \"off\"", &d.src));
+    }
+    let path = b.path(&d.args[0]);
+    let l = n.loc_b().ok_or_else(|| not_here(d))?;
+    let list = l.access_log.get_or_insert_with(Vec::new);
+    if off {
+        list.clear();
+    } else {
+        list.push(AccessLog { path, format });
+    }
+    Ok(())
+}

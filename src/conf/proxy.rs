@@ -1,0 +1,527 @@
+//! `upstream` blocks (servers, balancers, keepalive) and `proxy_pass`. Server
+//! names are resolved once, at load, through the system resolver, as nginx does
+//! for names without `resolve`. `proxy_pass` targets are tied to upstreams after
+//! the whole `http` block is read, creating implicit upstreams for host:port.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::build::{
+    Args, Builder, HTTP, LOC, Node, Spec, UPS, duplicate, not_here, number, time_arg,
+};
+use super::model::*;
+use super::tree::Directive;
+use super::{ConfError, Src, vars};
+
+pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "upstream",
+        ctx: HTTP,
+        args: Args::Exactly(1),
+        block: true,
+        set: set_upstream,
+    },
+    Spec {
+        name: "server",
+        ctx: UPS,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_server,
+    },
+    Spec {
+        name: "keepalive",
+        ctx: UPS,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_keepalive,
+    },
+    Spec {
+        name: "keepalive_requests",
+        ctx: UPS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_keepalive_more,
+    },
+    Spec {
+        name: "keepalive_time",
+        ctx: UPS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_keepalive_more,
+    },
+    Spec {
+        name: "keepalive_timeout",
+        ctx: UPS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_keepalive_more,
+    },
+    Spec {
+        name: "least_conn",
+        ctx: UPS,
+        args: Args::Exactly(0),
+        block: false,
+        set: set_balancer,
+    },
+    Spec {
+        name: "ip_hash",
+        ctx: UPS,
+        args: Args::Exactly(0),
+        block: false,
+        set: set_balancer,
+    },
+    Spec {
+        name: "hash",
+        ctx: UPS,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_balancer,
+    },
+    Spec {
+        name: "random",
+        ctx: UPS,
+        args: Args::Range(0, 2),
+        block: false,
+        set: set_balancer,
+    },
+    Spec {
+        name: "proxy_pass",
+        ctx: LOC,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_proxy_pass,
+    },
+];
+
+pub(super) struct UpstreamB {
+    name: String,
+    servers: Vec<UpstreamServer>,
+    /// Where the first `backup` server was, to report a balancer that forbids it.
+    backup_src: Option<Src>,
+    balancer: Option<(Balancer, Src)>,
+    keepalive: Keepalive,
+    keepalive_set: [bool; 4],
+    src: Src,
+}
+
+/// `proxy_pass` as written, before upstreams are known.
+pub(super) struct ProxyPassB {
+    host: String,
+    port: Option<u16>,
+    uri: Option<String>,
+    src: Src,
+}
+
+/// nginx 1.31's implicit `keepalive 32 local` with its companions' defaults.
+fn default_keepalive() -> Keepalive {
+    Keepalive {
+        max: 32,
+        local: true,
+        requests: 1000,
+        time: Duration::from_secs(3600),
+        timeout: Duration::from_secs(60),
+    }
+}
+
+fn set_upstream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Http(h) = n else {
+        return Err(not_here(d));
+    };
+    let name = d.args[0].clone();
+    if h.upstreams
+        .iter()
+        .any(|u| u.name.eq_ignore_ascii_case(&name))
+    {
+        return Err(ConfError::at(
+            format!("duplicate upstream \"{name}\""),
+            &d.src,
+        ));
+    }
+    let mut u = UpstreamB {
+        name,
+        servers: Vec::new(),
+        backup_src: None,
+        balancer: None,
+        keepalive: default_keepalive(),
+        keepalive_set: [false; 4],
+        src: d.src.clone(),
+    };
+    b.walk(
+        d.block.as_deref().unwrap_or_default(),
+        &mut Node::Upstream(&mut u),
+        UPS,
+    )?;
+    if u.servers.is_empty() {
+        return Err(ConfError::at("no servers are inside upstream", &d.src));
+    }
+    h.upstreams.push(u);
+    Ok(())
+}
+
+/// The addresses a `server` (or `proxy_pass`) host stands for.
+fn resolve(host: &str, port: u16, src: &Src, what: &str) -> Result<Vec<PeerAddr>, ConfError> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![PeerAddr::Inet(SocketAddr::new(ip, port))]);
+    }
+    let mut v: Vec<PeerAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|_| ConfError::at(format!("host not found in {what}"), src))?
+        .map(PeerAddr::Inet)
+        .collect();
+    v.dedup();
+    if v.is_empty() {
+        return Err(ConfError::at(format!("host not found in {what}"), src));
+    }
+    Ok(v)
+}
+
+/// `unix:PATH`, `[v6]:port`, `host:port` or `host` (port 80).
+fn parse_peer(text: &str, src: &Src, what: &str) -> Result<Vec<PeerAddr>, ConfError> {
+    if let Some(p) = text.strip_prefix("unix:") {
+        if p.is_empty() {
+            return Err(ConfError::at(
+                format!("no path in the unix domain socket in {what}"),
+                src,
+            ));
+        }
+        return Ok(vec![PeerAddr::Unix(PathBuf::from(p))]);
+    }
+    let (host, port) = split_host_port(text)
+        .ok_or_else(|| ConfError::at(format!("invalid port in {what}"), src))?;
+    resolve(&host, port.unwrap_or(80), src, what)
+}
+
+/// Splits `host[:port]` or `[v6][:port]`; None for a bad port.
+fn split_host_port(text: &str) -> Option<(String, Option<u16>)> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (h, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(number::<u16>(p).filter(|p| *p > 0)?),
+            None if after.is_empty() => None,
+            None => return None,
+        };
+        return Some((h.to_string(), port));
+    }
+    match text.rsplit_once(':') {
+        Some((h, p)) => Some((h.to_string(), Some(number::<u16>(p).filter(|p| *p > 0)?))),
+        None => Some((text.to_string(), None)),
+    }
+}
+
+fn set_server(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Upstream(u) = n else {
+        return Err(not_here(d));
+    };
+    let what = format!("\"{}\" of the \"server\" directive", d.args[0]);
+    let addrs =
+        parse_peer(&d.args[0], &d.src, &format!("upstream \"{}\"", d.args[0])).map_err(|e| {
+            if e.message.starts_with("invalid port") {
+                ConfError::at(format!("invalid port in {what}"), &d.src)
+            } else {
+                e
+            }
+        })?;
+    let mut s = UpstreamServer {
+        text: d.args[0].clone(),
+        addrs,
+        weight: 1,
+        max_fails: 1,
+        fail_timeout: Duration::from_secs(10),
+        max_conns: 0,
+        backup: false,
+        down: false,
+    };
+    let invalid = |p: &str| ConfError::at(format!("invalid parameter \"{p}\""), &d.src);
+    for p in &d.args[1..] {
+        if let Some(v) = p.strip_prefix("weight=") {
+            s.weight = number(v).filter(|w| *w > 0).ok_or_else(|| invalid(p))?;
+        } else if let Some(v) = p.strip_prefix("max_fails=") {
+            s.max_fails = number(v).ok_or_else(|| invalid(p))?;
+        } else if let Some(v) = p.strip_prefix("fail_timeout=") {
+            s.fail_timeout = super::values::parse_time(v, false).ok_or_else(|| invalid(p))?;
+        } else if let Some(v) = p.strip_prefix("max_conns=") {
+            s.max_conns = number(v).ok_or_else(|| invalid(p))?;
+        } else if p == "backup" {
+            if let Some((b, _)) = &u.balancer {
+                if !b.allows_backup() {
+                    return Err(ConfError::at(
+                        "balancing method does not support parameter \"backup\"",
+                        &d.src,
+                    ));
+                }
+            }
+            s.backup = true;
+            u.backup_src.get_or_insert(d.src.clone());
+        } else if p == "down" {
+            s.down = true;
+        } else {
+            return Err(invalid(p));
+        }
+    }
+    u.servers.push(s);
+    Ok(())
+}
+
+fn set_keepalive(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Upstream(u) = n else {
+        return Err(not_here(d));
+    };
+    if u.keepalive_set[0] {
+        return Err(duplicate(d));
+    }
+    u.keepalive_set[0] = true;
+    u.keepalive.max = number(&d.args[0]).ok_or_else(|| {
+        ConfError::at(
+            format!("invalid value \"{}\" in \"keepalive\" directive", d.args[0]),
+            &d.src,
+        )
+    })?;
+    u.keepalive.local = match d.args.get(1).map(String::as_str) {
+        None => false,
+        Some("local") => true,
+        Some(other) => {
+            return Err(ConfError::at(
+                format!("invalid parameter \"{other}\""),
+                &d.src,
+            ));
+        }
+    };
+    Ok(())
+}
+
+fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Upstream(u) = n else {
+        return Err(not_here(d));
+    };
+    let i = match d.name.as_str() {
+        "keepalive_requests" => 1,
+        "keepalive_time" => 2,
+        _ => 3,
+    };
+    if u.keepalive_set[i] {
+        return Err(duplicate(d));
+    }
+    u.keepalive_set[i] = true;
+    match i {
+        1 => {
+            u.keepalive.requests = number(&d.args[0]).ok_or_else(|| {
+                ConfError::at(format!("\"{}\" directive invalid number", d.name), &d.src)
+            })?
+        }
+        2 => u.keepalive.time = time_arg(d, 0)?,
+        _ => u.keepalive.timeout = time_arg(d, 0)?,
+    }
+    Ok(())
+}
+
+fn set_balancer(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Upstream(u) = n else {
+        return Err(not_here(d));
+    };
+    let bal = match d.name.as_str() {
+        "least_conn" => Balancer::LeastConn,
+        "ip_hash" => Balancer::IpHash,
+        "hash" => {
+            let consistent = match d.args.get(1).map(String::as_str) {
+                None => false,
+                Some("consistent") => true,
+                Some(other) => {
+                    return Err(ConfError::at(
+                        format!("invalid parameter \"{other}\""),
+                        &d.src,
+                    ));
+                }
+            };
+            let key = vars::compile(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
+            Balancer::Hash { key, consistent }
+        }
+        _ => {
+            let two = match d.args.as_slice() {
+                [] => false,
+                [t] if t == "two" => true,
+                [t, m] if t == "two" && m == "least_conn" => true,
+                args => {
+                    let bad = args
+                        .iter()
+                        .find(|a| *a != "two" && *a != "least_conn")
+                        .unwrap_or(&args[0]);
+                    return Err(ConfError::at(
+                        format!("invalid parameter \"{bad}\""),
+                        &d.src,
+                    ));
+                }
+            };
+            Balancer::Random { two }
+        }
+    };
+    if !bal.allows_backup() && u.backup_src.is_some() {
+        return Err(ConfError::at(
+            format!(
+                "balancing method \"{}\" does not support parameter \"backup\"",
+                d.name
+            ),
+            &d.src,
+        ));
+    }
+    if u.balancer.is_some() {
+        b.warnings
+            .push(ConfError::at("load balancing method redefined", &d.src));
+    }
+    u.balancer = Some((bal, d.src.clone()));
+    Ok(())
+}
+
+fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Location(l) = n else {
+        return Err(not_here(d));
+    };
+    if l.proxy_pass.is_some() {
+        return Err(duplicate(d));
+    }
+    let url = &d.args[0];
+    if url.contains('$') {
+        return Err(ConfError::at(
+            "proxy_pass with variables needs the resolver, which is not implemented yet",
+            &d.src,
+        ));
+    }
+    let rest = if let Some(r) = url.strip_prefix("http://") {
+        r
+    } else if url.starts_with("https://") {
+        return Err(ConfError::at("https protocol requires SSL support", &d.src));
+    } else {
+        return Err(ConfError::at(
+            format!("invalid URL prefix in \"{url}\""),
+            &d.src,
+        ));
+    };
+    // unix:/path:/uri keeps its colon-separated URI.
+    let (hostport, uri) = if let Some(u) = rest.strip_prefix("unix:") {
+        match u.split_once(':') {
+            Some((p, uri)) => (format!("unix:{p}"), Some(uri.to_string())),
+            None => (format!("unix:{u}"), None),
+        }
+    } else {
+        match rest.find('/') {
+            Some(i) => (rest[..i].to_string(), Some(rest[i..].to_string())),
+            None => (rest.to_string(), None),
+        }
+    };
+    if hostport.is_empty() {
+        return Err(ConfError::at(
+            format!("no host in \"{url}\" of the \"proxy_pass\" directive"),
+            &d.src,
+        ));
+    }
+    let (host, port) = if hostport.starts_with("unix:") {
+        (hostport, None)
+    } else {
+        split_host_port(&hostport).ok_or_else(|| {
+            ConfError::at(format!("invalid port in upstream \"{hostport}\""), &d.src)
+        })?
+    };
+    l.proxy_pass = Some(ProxyPassB {
+        host,
+        port,
+        uri,
+        src: d.src.clone(),
+    });
+    Ok(())
+}
+
+/// The explicit upstreams, checked and finished.
+pub(super) fn finish_upstreams(list: Vec<UpstreamB>) -> Result<Vec<Upstream>, ConfError> {
+    Ok(list
+        .into_iter()
+        .map(|u| Upstream {
+            name: u.name,
+            servers: u.servers,
+            balancer: u.balancer.map(|(b, _)| b).unwrap_or(Balancer::RoundRobin),
+            keepalive: u.keepalive,
+            implicit: false,
+            src: u.src,
+        })
+        .collect())
+}
+
+/// Ties a `proxy_pass` to its upstream, making an implicit one for host:port.
+pub(super) fn resolve_proxy_pass(
+    p: ProxyPassB,
+    modifier: Modifier,
+    location: &str,
+    upstreams: &mut Vec<Upstream>,
+) -> Result<ProxyPass, ConfError> {
+    if p.uri.is_some()
+        && matches!(
+            modifier,
+            Modifier::Regex | Modifier::RegexCaseless | Modifier::Named
+        )
+    {
+        return Err(ConfError::at(
+            "\"proxy_pass\" cannot have URI part in location given by regular expression, or inside named location, or inside \"if\" statement, or inside \"limit_except\" block",
+            &p.src,
+        ));
+    }
+    let proxy_port = p.port.unwrap_or(80);
+    let proxy_host = match p.port {
+        Some(port) => format!("{}:{port}", bracket(&p.host)),
+        None => bracket(&p.host),
+    };
+    let explicit = p.port.is_none().then(|| {
+        upstreams
+            .iter()
+            .position(|u| !u.implicit && u.name.eq_ignore_ascii_case(&p.host))
+    });
+    let index = match explicit.flatten() {
+        Some(i) => i,
+        None => match upstreams
+            .iter()
+            .position(|u| u.implicit && u.name == proxy_host)
+        {
+            Some(i) => i,
+            None => {
+                let what = format!("upstream \"{proxy_host}\"");
+                let addrs = if p.host.starts_with("unix:") {
+                    parse_peer(&p.host, &p.src, &what)?
+                } else {
+                    resolve(&p.host, proxy_port, &p.src, &what)?
+                };
+                upstreams.push(Upstream {
+                    name: proxy_host.clone(),
+                    servers: vec![UpstreamServer {
+                        text: proxy_host.clone(),
+                        addrs,
+                        weight: 1,
+                        max_fails: 1,
+                        fail_timeout: Duration::from_secs(10),
+                        max_conns: 0,
+                        backup: false,
+                        down: false,
+                    }],
+                    balancer: Balancer::RoundRobin,
+                    keepalive: default_keepalive(),
+                    implicit: true,
+                    src: p.src.clone(),
+                });
+                upstreams.len() - 1
+            }
+        },
+    };
+    Ok(ProxyPass {
+        upstream: index,
+        uri: p.uri,
+        proxy_host,
+        proxy_port,
+        location_prefix: location.to_string(),
+    })
+}
+
+/// An IPv6 literal goes back into brackets.
+fn bracket(host: &str) -> String {
+    if host.contains(':') && !host.starts_with("unix:") {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}

@@ -1,0 +1,142 @@
+//! The access log: one line per finished request, written when the response
+//! body has been sent (or dropped, for an aborted request), in the location's
+//! `log_format` with nginx's escaping. The line goes to files the master opened.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+
+use super::response::{Body, BoxError};
+use super::vars::Req;
+use crate::conf::loc::Escape;
+
+/// nginx's default escaping: `"`, `\`, and bytes outside 0x20..0x7e as `\xXX`;
+/// an empty value as `-`.
+fn escape_default(v: &str, out: &mut String) {
+    if v.is_empty() {
+        out.push('-');
+        return;
+    }
+    for b in v.bytes() {
+        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+            out.push_str(&format!("\\x{b:02X}"));
+        } else {
+            out.push(b as char);
+        }
+    }
+}
+
+fn escape_json(v: &str, out: &mut String) {
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Writes the request's line to each of its access logs.
+pub fn write(req: &Req) {
+    for log in &req.conf.access_log {
+        let Some(file) = crate::log::files::get(&log.path) else {
+            continue;
+        };
+        let mut line = match log.format.escape {
+            Escape::Default => req.eval_with(&log.format.template, escape_default),
+            Escape::Json => req.eval_with(&log.format.template, escape_json),
+            Escape::None => req.eval_with(&log.format.template, |v, o| o.push_str(v)),
+        };
+        line.push('\n');
+        file.write_line(line.as_bytes());
+    }
+}
+
+/// The response body as sent to the client: counts the bytes and writes the
+/// access log line when it ends or is dropped.
+pub struct LoggedBody {
+    inner: Body,
+    req: Option<Box<Req>>,
+}
+
+impl LoggedBody {
+    pub fn new(inner: Body, req: Req) -> LoggedBody {
+        LoggedBody {
+            inner,
+            req: Some(Box::new(req)),
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(req) = self.req.take() {
+            // The inner body goes first: a proxied body records the upstream's
+            // response time and length when it ends.
+            drop(std::mem::replace(
+                &mut self.inner,
+                super::response::full(Bytes::new()),
+            ));
+            write(&req);
+        }
+    }
+}
+
+impl HttpBody for LoggedBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        match &r {
+            Poll::Ready(Some(Ok(f))) => {
+                if let (Some(d), Some(req)) = (f.data_ref(), self.req.as_mut()) {
+                    req.body_bytes_sent += d.len() as u64;
+                    req.bytes_sent += d.len() as u64;
+                }
+            }
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.finish(),
+            Poll::Pending => {}
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for LoggedBody {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes() {
+        let mut s = String::new();
+        escape_default("a\"b\\c\x01é", &mut s);
+        assert_eq!(s, "a\\x22b\\x5Cc\\x01\\xC3\\xA9");
+        let mut s = String::new();
+        escape_default("", &mut s);
+        assert_eq!(s, "-");
+        let mut s = String::new();
+        escape_json("a\"\n\x01", &mut s);
+        assert_eq!(s, "a\\\"\\n\\u0001");
+    }
+}

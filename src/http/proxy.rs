@@ -1,0 +1,921 @@
+//! The proxy handler (`proxy_pass`): reads the client's body, picks a peer,
+//! connects (or reuses a cached connection), forwards the request with nginx's
+//! header rules, and on a `proxy_next_upstream` condition tries the next peer
+//! within `proxy_next_upstream_tries` and `_timeout`. The response streams back;
+//! its body returns the connection to the keep-alive cache when it ends.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, Version};
+use hyper_util::rt::TokioIo;
+
+use super::Io;
+use super::response::{self, Body, BoxError};
+use super::vars::{Attempt, Req, UpstreamLog};
+use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
+use crate::log::Level;
+use crate::upstream::{Outcome, PeerId, Pooled, Released, Tried, UpstreamRt};
+
+/// Why an attempt failed, as `proxy_next_upstream` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    Error,
+    Timeout,
+    InvalidHeader,
+}
+
+impl Failure {
+    fn bits(self) -> u32 {
+        match self {
+            Failure::Error => NextUpstream::ERROR,
+            Failure::Timeout => NextUpstream::TIMEOUT,
+            Failure::InvalidHeader => NextUpstream::INVALID_HEADER,
+        }
+    }
+}
+
+/// The status nginx answers with when it gives up on a condition.
+fn final_status(bits: u32) -> u16 {
+    match bits {
+        NextUpstream::TIMEOUT | NextUpstream::HTTP_504 => 504,
+        NextUpstream::HTTP_500 => 500,
+        NextUpstream::HTTP_503 => 503,
+        NextUpstream::HTTP_403 => 403,
+        NextUpstream::HTTP_404 => 404,
+        NextUpstream::HTTP_429 => 429,
+        _ => 502,
+    }
+}
+
+/// nginx's next-upstream decision: another try is allowed when tries are left,
+/// the condition is listed, a non-idempotent request that reached the upstream
+/// has `non_idempotent`, and `proxy_next_upstream_timeout` has not passed.
+fn may_retry(
+    bits: u32,
+    mask: NextUpstream,
+    tries_left: usize,
+    request_sent: bool,
+    method: &Method,
+    elapsed: Duration,
+    timeout: Duration,
+) -> bool {
+    let non_idempotent = matches!(method.as_str(), "POST" | "LOCK" | "PATCH");
+    tries_left > 0
+        && mask.has(bits)
+        && !(request_sent && non_idempotent && !mask.has(NextUpstream::NON_IDEMPOTENT))
+        && (timeout.is_zero() || elapsed < timeout)
+}
+
+const HOP_BY_HOP: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "te",
+    "expect",
+    "upgrade",
+    "proxy-connection",
+];
+
+/// Response headers nginx does not pass from the upstream unless
+/// `proxy_pass_header` names them.
+const HIDDEN_BY_DEFAULT: [&str; 8] = [
+    "date",
+    "server",
+    "x-pad",
+    "x-accel-expires",
+    "x-accel-redirect",
+    "x-accel-limit-rate",
+    "x-accel-buffering",
+    "x-accel-charset",
+];
+
+/// Escapes a decoded path for the upstream request line, as nginx does when
+/// it changes the URI.
+fn escape_path(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for b in p.bytes() {
+        if b <= 0x20 || b >= 0x7f || matches!(b, b'#' | b'%' | b'?') {
+            out.push_str(&format!("%{b:02X}"));
+        } else {
+            out.push(b as char);
+        }
+    }
+    out
+}
+
+/// The URI sent upstream: the client's as received, or with the location's
+/// prefix replaced by `proxy_pass`'s URI part.
+fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
+    match &pp.uri {
+        None => r.request_uri.clone(),
+        Some(u) => {
+            let rest = r
+                .uri
+                .strip_prefix(pp.location_prefix.as_str())
+                .unwrap_or("");
+            let mut s = format!("{u}{}", escape_path(rest));
+            if let Some(a) = &r.args {
+                s.push('?');
+                s.push_str(a);
+            }
+            s
+        }
+    }
+}
+
+/// The context nginx appends to upstream errors.
+fn log_context(r: &Req, upstream: Option<&str>) -> String {
+    let mut s = format!(
+        ", client: {}, server: {}, request: \"{}\"",
+        r.conn
+            .remote
+            .map(|a| a.ip().to_string())
+            .unwrap_or_else(|| "unix:".into()),
+        r.server_name,
+        r.request_line()
+    );
+    if let Some(u) = upstream {
+        s.push_str(&format!(", upstream: \"{u}\""));
+    }
+    if let Some(h) = r.headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+        s.push_str(&format!(", host: \"{h}\""));
+    }
+    s
+}
+
+/// Reads the whole client body (nginx buffers it before connecting, which is
+/// what lets a retry send it again). Err is the status to answer with.
+async fn read_body(r: &Req, mut body: Incoming) -> Result<Bytes, u16> {
+    let max = r.conf.client_max_body_size;
+    let declared = r
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(len) = declared {
+        if max > 0 && len > max {
+            crate::log_conn!(
+                Level::Error,
+                r.conn.number,
+                "client intended to send too large body: {} bytes{}",
+                len,
+                log_context(r, None)
+            );
+            return Err(413);
+        }
+    }
+    let mut buf = BytesMut::new();
+    loop {
+        let frame = match tokio::time::timeout(r.conf.client_body_timeout, body.frame()).await {
+            Err(_) => {
+                crate::log_conn!(
+                    Level::Info,
+                    r.conn.number,
+                    "client timed out (110: Connection timed out) while reading client request body{}",
+                    log_context(r, None)
+                );
+                return Err(408);
+            }
+            Ok(None) => break,
+            Ok(Some(Err(_))) => return Err(400),
+            Ok(Some(Ok(f))) => f,
+        };
+        if let Ok(d) = frame.into_data() {
+            buf.extend_from_slice(&d);
+            if max > 0 && buf.len() as u64 > max {
+                crate::log_conn!(
+                    Level::Error,
+                    r.conn.number,
+                    "client intended to send too large chunked body: {} bytes{}",
+                    buf.len(),
+                    log_context(r, None)
+                );
+                return Err(413);
+            }
+        }
+    }
+    Ok(buf.freeze())
+}
+
+/// The request headers sent upstream, in nginx's order: `proxy_set_header`
+/// (with the default `Host: $proxy_host`) first, then the client's.
+fn upstream_headers(r: &Req, body_len: usize) -> HeaderMap {
+    let conf = &r.conf;
+    let mut out = HeaderMap::new();
+    let mut set_names: Vec<String> = Vec::new();
+    let put = |out: &mut HeaderMap, name: &str, value: String| {
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            out.append(n, v);
+        }
+    };
+    let user_sets = |n: &str| {
+        conf.proxy_set_header
+            .iter()
+            .any(|(h, _)| h.eq_ignore_ascii_case(n))
+    };
+    if !user_sets("host") {
+        put(&mut out, "host", r.proxy_host.clone());
+        set_names.push("host".into());
+    }
+    if conf.proxy_http_version == 10 && !user_sets("connection") {
+        put(&mut out, "connection", "close".into());
+        set_names.push("connection".into());
+    }
+    for (name, t) in &conf.proxy_set_header {
+        set_names.push(name.to_ascii_lowercase());
+        let v = r.eval(t);
+        // An empty value means: do not send this header at all.
+        if !v.is_empty() {
+            put(&mut out, name, v);
+        }
+    }
+    if conf.proxy_pass_request_headers {
+        for (name, value) in &r.headers {
+            let n = name.as_str();
+            if n == "host"
+                || n == "content-length"
+                || n == "transfer-encoding"
+                || HOP_BY_HOP.contains(&n)
+                || set_names.iter().any(|s| s == n)
+            {
+                continue;
+            }
+            out.append(name.clone(), value.clone());
+        }
+    }
+    if body_len > 0 {
+        out.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
+    }
+    out
+}
+
+/// Opens a connection to a peer within `proxy_connect_timeout`.
+async fn connect(
+    addr: &PeerAddr,
+    timeout: Duration,
+) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, (Failure, String)> {
+    let io: Box<dyn Io> = match addr {
+        PeerAddr::Inet(sa) => {
+            match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(sa)).await {
+                Err(_) => {
+                    return Err((
+                        Failure::Timeout,
+                        "upstream timed out (110: Connection timed out)".into(),
+                    ));
+                }
+                Ok(Err(e)) => {
+                    return Err((
+                        Failure::Error,
+                        format!("connect() failed ({})", crate::conf::tree::errno_text(&e)),
+                    ));
+                }
+                Ok(Ok(s)) => {
+                    let _ = s.set_nodelay(true);
+                    Box::new(s)
+                }
+            }
+        }
+        PeerAddr::Unix(p) => {
+            match tokio::time::timeout(timeout, tokio::net::UnixStream::connect(p)).await {
+                Err(_) => {
+                    return Err((
+                        Failure::Timeout,
+                        "upstream timed out (110: Connection timed out)".into(),
+                    ));
+                }
+                Ok(Err(e)) => {
+                    return Err((
+                        Failure::Error,
+                        format!(
+                            "connect() to unix:{} failed ({})",
+                            p.display(),
+                            crate::conf::tree::errno_text(&e)
+                        ),
+                    ));
+                }
+                Ok(Ok(s)) => Box::new(s),
+            }
+        }
+    };
+    let (sender, conn) = hyper::client::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .title_case_headers(true)
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| (Failure::Error, format!("handshake failed ({e})")))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// Whether the upstream lets the connection be reused after this response.
+fn upstream_keeps_alive(resp: &Response<Incoming>) -> bool {
+    let conn = resp
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .collect::<Vec<_>>();
+    match resp.version() {
+        Version::HTTP_11 => !conn.iter().any(|t| t == "close"),
+        Version::HTTP_10 => conn.iter().any(|t| t == "keep-alive"),
+        _ => false,
+    }
+}
+
+/// Everything an attempt needs that stays the same across attempts.
+struct Plan {
+    uri: String,
+    headers: HeaderMap,
+    extensions: hyper::http::Extensions,
+    body: Bytes,
+    version: Version,
+}
+
+pub async fn run(
+    r: &mut Req,
+    ups: Arc<UpstreamRt>,
+    pp: &ProxyPass,
+    location_id: usize,
+    body: Incoming,
+    extensions: hyper::http::Extensions,
+) -> Response<Body> {
+    let tokens = r.conf.server_tokens;
+    r.proxy_host = pp.proxy_host.clone();
+    r.proxy_port = pp.proxy_port;
+    let mut payload = if r.conf.proxy_pass_request_body {
+        match read_body(r, body).await {
+            Ok(b) => b,
+            Err(code) => return response::status_page(code, tokens),
+        }
+    } else {
+        drop(body);
+        Bytes::new()
+    };
+    if let Some(t) = &r.conf.proxy_set_body {
+        payload = Bytes::from(r.eval(t));
+    }
+    let plan = Plan {
+        uri: upstream_uri(r, pp),
+        headers: upstream_headers(r, payload.len()),
+        extensions,
+        body: payload,
+        version: if r.conf.proxy_http_version == 10 {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        },
+    };
+
+    let conf = r.conf.clone();
+    let started = Instant::now();
+    let (mut tried, mut tries_left) = {
+        let p = ups.peers();
+        let n = p.count();
+        let limit = conf.proxy_next_upstream_tries as usize;
+        (Tried::new(&p), if limit > 0 { n.min(limit) } else { n })
+    };
+    loop {
+        let now = Instant::now();
+        let pick = {
+            let mut p = ups.peers();
+            p.pick_round_robin(&tried, now).map(|id| {
+                p.acquire(id);
+                tried.set(id);
+                (id, p.get(id).addr.clone(), p.get(id).name.clone())
+            })
+        };
+        let Some((id, addr, name)) = pick else {
+            let url = format!("http://{}{}", ups.cfg.name, plan.uri);
+            crate::log_conn!(
+                Level::Error,
+                r.conn.number,
+                "no live upstreams while connecting to upstream{}",
+                log_context(r, Some(&url))
+            );
+            r.upstream
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .attempts
+                .push(Attempt {
+                    addr: ups.cfg.name.clone(),
+                    status: Some(502),
+                    ..Attempt::default()
+                });
+            return response::status_page(502, tokens);
+        };
+        tries_left = tries_left.saturating_sub(1);
+        let url = format!("http://{name}{}", plan.uri);
+        let attempt_start = Instant::now();
+        let release = |outcome: Outcome| {
+            if ups.peers().release(id, outcome, Instant::now()) == Released::Disabled {
+                crate::log_conn!(
+                    Level::Warn,
+                    r.conn.number,
+                    "upstream server temporarily disabled while connecting to upstream{}",
+                    log_context(r, Some(&url))
+                );
+            }
+        };
+
+        // A cached connection, or a new one.
+        let cached = ups.pool().take(&addr, location_id, now);
+        let was_cached = cached.is_some();
+        let mut conn = match cached {
+            Some(c) => c,
+            None => match connect(&addr, conf.proxy_connect_timeout).await {
+                Ok(sender) => Pooled {
+                    sender,
+                    peer: addr.clone(),
+                    created: Instant::now(),
+                    idle_since: Instant::now(),
+                    requests: 0,
+                    location: location_id,
+                },
+                Err((f, msg)) => {
+                    crate::log_conn!(
+                        Level::Error,
+                        r.conn.number,
+                        "{} while connecting to upstream{}",
+                        msg,
+                        log_context(r, Some(&url))
+                    );
+                    release(Outcome::Failed);
+                    let status = final_status(f.bits());
+                    r.upstream
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .attempts
+                        .push(Attempt {
+                            addr: name.clone(),
+                            status: Some(status),
+                            connect: None,
+                            ..Attempt::default()
+                        });
+                    if may_retry(
+                        f.bits(),
+                        conf.proxy_next_upstream,
+                        tries_left,
+                        false,
+                        &r.method,
+                        started.elapsed(),
+                        conf.proxy_next_upstream_timeout,
+                    ) {
+                        continue;
+                    }
+                    return response::status_page(status, tokens);
+                }
+            },
+        };
+        let connect_time = attempt_start.elapsed();
+        conn.requests += 1;
+
+        let mut req = Request::new(Full::new(plan.body.clone()));
+        *req.method_mut() = r.method.clone();
+        *req.uri_mut() = match plan.uri.parse() {
+            Ok(u) => u,
+            Err(_) => {
+                release(Outcome::Ok);
+                return response::status_page(400, tokens);
+            }
+        };
+        *req.version_mut() = plan.version;
+        *req.headers_mut() = plan.headers.clone();
+        *req.extensions_mut() = plan.extensions.clone();
+        let sent_bytes = plan.body.len() as u64;
+
+        let result = match conn.sender.ready().await {
+            Err(e) => Err(e),
+            Ok(()) => match tokio::time::timeout(
+                conf.proxy_read_timeout + conf.proxy_send_timeout,
+                conn.sender.send_request(req),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => {
+                    let msg = "upstream timed out (110: Connection timed out) while reading response header from upstream";
+                    crate::log_conn!(
+                        Level::Error,
+                        r.conn.number,
+                        "{}{}",
+                        msg,
+                        log_context(r, Some(&url))
+                    );
+                    release(Outcome::Failed);
+                    r.upstream
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .attempts
+                        .push(Attempt {
+                            addr: name.clone(),
+                            status: Some(504),
+                            connect: Some(connect_time),
+                            sent: sent_bytes,
+                            ..Attempt::default()
+                        });
+                    if may_retry(
+                        NextUpstream::TIMEOUT,
+                        conf.proxy_next_upstream,
+                        tries_left,
+                        true,
+                        &r.method,
+                        started.elapsed(),
+                        conf.proxy_next_upstream_timeout,
+                    ) {
+                        continue;
+                    }
+                    return response::status_page(504, tokens);
+                }
+            },
+        };
+        let resp = match result {
+            Ok(resp) => resp,
+            Err(e) => {
+                let f = if e.is_parse() {
+                    Failure::InvalidHeader
+                } else {
+                    Failure::Error
+                };
+                let msg = match f {
+                    Failure::InvalidHeader => "upstream sent invalid header",
+                    _ => "upstream prematurely closed connection",
+                };
+                // A cached connection the upstream had closed: try again
+                // without using up a try, as nginx does.
+                let stale = was_cached && f == Failure::Error;
+                let level = if stale { Level::Info } else { Level::Error };
+                crate::log_conn!(
+                    level,
+                    r.conn.number,
+                    "{} while reading response header from upstream{}",
+                    msg,
+                    log_context(r, Some(&url))
+                );
+                release(Outcome::Failed);
+                if stale {
+                    tries_left += 1;
+                    if ups.peers().single() {
+                        tried = Tried::new(&ups.peers());
+                    }
+                }
+                let status = final_status(f.bits());
+                r.upstream
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .attempts
+                    .push(Attempt {
+                        addr: name.clone(),
+                        status: Some(status),
+                        connect: Some(connect_time),
+                        sent: sent_bytes,
+                        ..Attempt::default()
+                    });
+                if may_retry(
+                    f.bits(),
+                    conf.proxy_next_upstream,
+                    tries_left,
+                    !stale,
+                    &r.method,
+                    started.elapsed(),
+                    conf.proxy_next_upstream_timeout,
+                ) {
+                    continue;
+                }
+                return response::status_page(status, tokens);
+            }
+        };
+        let header_time = attempt_start.elapsed();
+        let status = resp.status().as_u16();
+
+        // proxy_next_upstream http_5xx/403/404/429.
+        if let Some(bits) = NextUpstream::for_status(status) {
+            if may_retry(
+                bits,
+                conf.proxy_next_upstream,
+                tries_left,
+                true,
+                &r.method,
+                started.elapsed(),
+                conf.proxy_next_upstream_timeout,
+            ) {
+                let outcome = if bits == NextUpstream::HTTP_403 || bits == NextUpstream::HTTP_404 {
+                    Outcome::Next
+                } else {
+                    Outcome::Failed
+                };
+                release(outcome);
+                r.upstream
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .attempts
+                    .push(Attempt {
+                        addr: name.clone(),
+                        status: Some(status),
+                        connect: Some(connect_time),
+                        header: Some(header_time),
+                        sent: sent_bytes,
+                        ..Attempt::default()
+                    });
+                continue;
+            }
+        }
+
+        let keep = upstream_keeps_alive(&resp);
+        let (mut parts, incoming) = resp.into_parts();
+        {
+            let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
+            log.headers = Some(parts.headers.clone());
+            log.attempts.push(Attempt {
+                addr: name.clone(),
+                status: Some(status),
+                connect: Some(connect_time),
+                header: Some(header_time),
+                sent: sent_bytes,
+                ..Attempt::default()
+            });
+        }
+        filter_response_headers(
+            &mut parts.headers,
+            &conf.proxy_hide_header,
+            &conf.proxy_pass_header,
+            tokens,
+        );
+        let body = ProxyBody {
+            inner: incoming,
+            conn: keep.then_some(conn),
+            ups: ups.clone(),
+            peer: Some(id),
+            log: r.upstream.clone(),
+            attempt_start,
+            received: 0,
+            read_timeout: conf.proxy_read_timeout,
+            timer: Box::pin(tokio::time::sleep(conf.proxy_read_timeout)),
+            timeout_context: log_context(r, Some(&url)),
+            conn_number: r.conn.number,
+        };
+        return Response::from_parts(parts, body.boxed());
+    }
+}
+
+fn filter_response_headers(h: &mut HeaderMap, hide: &[String], pass: &[String], tokens: bool) {
+    for n in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        h.remove(n);
+    }
+    for n in HIDDEN_BY_DEFAULT {
+        if !pass.iter().any(|p| p == n) {
+            h.remove(n);
+        }
+    }
+    for n in hide {
+        h.remove(n.as_str());
+    }
+    if !h.contains_key(header::SERVER) {
+        h.insert(header::SERVER, response::server_header(tokens));
+    }
+}
+
+/// The upstream's response body on its way to the client. When it ends, the
+/// connection goes back to the keep-alive cache and the peer is released;
+/// `proxy_read_timeout` bounds the wait between two reads.
+struct ProxyBody {
+    inner: Incoming,
+    conn: Option<Pooled>,
+    ups: Arc<UpstreamRt>,
+    peer: Option<PeerId>,
+    log: Arc<Mutex<UpstreamLog>>,
+    attempt_start: Instant,
+    received: u64,
+    read_timeout: Duration,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    timeout_context: String,
+    conn_number: u64,
+}
+
+impl ProxyBody {
+    fn finish(&mut self, complete: bool) {
+        let Some(id) = self.peer.take() else { return };
+        let now = Instant::now();
+        if let Some(a) = self
+            .log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .attempts
+            .last_mut()
+        {
+            a.response = Some(self.attempt_start.elapsed());
+            a.length = Some(self.received);
+            a.received = self.received;
+        }
+        if complete {
+            if let Some(c) = self.conn.take() {
+                self.ups.pool().put(c, now);
+            }
+        }
+        self.conn = None;
+        self.ups.peers().release(id, Outcome::Ok, now);
+    }
+}
+
+impl HttpBody for ProxyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) => {
+                if let Some(d) = f.data_ref() {
+                    self.received += d.len() as u64;
+                }
+                let deadline = tokio::time::Instant::now() + self.read_timeout;
+                self.timer.as_mut().reset(deadline);
+                Poll::Ready(Some(Ok(f)))
+            }
+            Poll::Ready(None) => {
+                self.finish(true);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                crate::log_conn!(
+                    Level::Error,
+                    self.conn_number,
+                    "upstream prematurely closed connection while reading upstream{}",
+                    self.timeout_context
+                );
+                self.finish(false);
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
+            Poll::Pending => {
+                if self.timer.as_mut().poll(cx).is_ready() {
+                    crate::log_conn!(
+                        Level::Error,
+                        self.conn_number,
+                        "upstream timed out (110: Connection timed out) while reading upstream{}",
+                        self.timeout_context
+                    );
+                    self.finish(false);
+                    return Poll::Ready(Some(Err("upstream timed out".into())));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for ProxyBody {
+    fn drop(&mut self) {
+        // The client went away (or the body was never read, as for HEAD):
+        // release the peer; the half-read connection is not reused.
+        let complete = self.inner.is_end_stream();
+        self.finish(complete);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_rules() {
+        let m = NextUpstream(NextUpstream::ERROR | NextUpstream::TIMEOUT);
+        let z = Duration::ZERO;
+        assert!(may_retry(
+            NextUpstream::ERROR,
+            m,
+            1,
+            false,
+            &Method::GET,
+            z,
+            z
+        ));
+        assert!(!may_retry(
+            NextUpstream::ERROR,
+            m,
+            0,
+            false,
+            &Method::GET,
+            z,
+            z
+        ));
+        assert!(!may_retry(
+            NextUpstream::HTTP_500,
+            m,
+            1,
+            true,
+            &Method::GET,
+            z,
+            z
+        ));
+        // A POST that reached the upstream is not retried without non_idempotent...
+        assert!(!may_retry(
+            NextUpstream::ERROR,
+            m,
+            1,
+            true,
+            &Method::POST,
+            z,
+            z
+        ));
+        // ...but one that never got there is.
+        assert!(may_retry(
+            NextUpstream::ERROR,
+            m,
+            1,
+            false,
+            &Method::POST,
+            z,
+            z
+        ));
+        let m2 = NextUpstream(m.0 | NextUpstream::NON_IDEMPOTENT);
+        assert!(may_retry(
+            NextUpstream::ERROR,
+            m2,
+            1,
+            true,
+            &Method::POST,
+            z,
+            z
+        ));
+        // proxy_next_upstream_timeout.
+        let t = Duration::from_secs(1);
+        assert!(!may_retry(
+            NextUpstream::ERROR,
+            m,
+            1,
+            false,
+            &Method::GET,
+            t,
+            t
+        ));
+        assert!(!may_retry(
+            NextUpstream::ERROR,
+            NextUpstream(0),
+            1,
+            false,
+            &Method::GET,
+            z,
+            z
+        ));
+    }
+
+    #[test]
+    fn statuses() {
+        assert_eq!(final_status(NextUpstream::TIMEOUT), 504);
+        assert_eq!(final_status(NextUpstream::ERROR), 502);
+        assert_eq!(final_status(NextUpstream::INVALID_HEADER), 502);
+        assert_eq!(final_status(NextUpstream::HTTP_404), 404);
+    }
+
+    #[test]
+    fn uri_rules() {
+        let mut r = super::super::vars::tests::req();
+        let pp = |uri: Option<&str>, prefix: &str| ProxyPass {
+            upstream: 0,
+            uri: uri.map(String::from),
+            proxy_host: "b".into(),
+            proxy_port: 80,
+            location_prefix: prefix.into(),
+        };
+        r.request_uri = "/app/a%20b?x=1".into();
+        r.uri = "/app/a b".into();
+        r.args = Some("x=1".into());
+        assert_eq!(upstream_uri(&r, &pp(None, "/app/")), "/app/a%20b?x=1");
+        assert_eq!(upstream_uri(&r, &pp(Some("/"), "/app/")), "/a%20b?x=1");
+        assert_eq!(
+            upstream_uri(&r, &pp(Some("/v2/"), "/app/")),
+            "/v2/a%20b?x=1"
+        );
+    }
+}
