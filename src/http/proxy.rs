@@ -20,8 +20,9 @@ use hyper_util::rt::TokioIo;
 use super::Io;
 use super::response::{self, Body, BoxError};
 use super::vars::{Attempt, Req, UpstreamLog};
-use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
+use crate::conf::model::{Balancer, NextUpstream, PeerAddr, ProxyPass};
 use crate::log::Level;
+use crate::upstream::balancer::{Key, PickState};
 use crate::upstream::{Outcome, PeerId, Pooled, Released, Tried, UpstreamRt};
 
 /// Why an attempt failed, as `proxy_next_upstream` names it.
@@ -382,6 +383,27 @@ pub async fn run(
 
     let conf = r.conf.clone();
     let started = Instant::now();
+    // What the balancer hashes, computed once per request.
+    let hash_text = match &ups.cfg.balancer {
+        Balancer::Hash { key, .. } => r.eval(key),
+        _ => String::new(),
+    };
+    let addr_key: Vec<u8> = match r.conn.remote.map(|a| a.ip()) {
+        Some(std::net::IpAddr::V4(ip)) => ip.octets()[..3].to_vec(),
+        Some(std::net::IpAddr::V6(ip)) => ip.octets().to_vec(),
+        None => vec![0, 0, 0],
+    };
+    let key = match &ups.cfg.balancer {
+        Balancer::Hash { .. } => Key::Text(&hash_text),
+        Balancer::IpHash => Key::Addr(&addr_key),
+        _ => Key::None,
+    };
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+        ^ r.conn.number.rotate_left(32);
+    let mut pick_state = PickState::new(seed);
     let (mut tried, mut tries_left) = {
         let p = ups.peers();
         let n = p.count();
@@ -392,11 +414,12 @@ pub async fn run(
         let now = Instant::now();
         let pick = {
             let mut p = ups.peers();
-            p.pick_round_robin(&tried, now).map(|id| {
-                p.acquire(id);
-                tried.set(id);
-                (id, p.get(id).addr.clone(), p.get(id).name.clone())
-            })
+            p.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, now)
+                .map(|id| {
+                    p.acquire(id);
+                    tried.set(id);
+                    (id, p.get(id).addr.clone(), p.get(id).name.clone())
+                })
         };
         let Some((id, addr, name)) = pick else {
             let url = format!("http://{}{}", ups.cfg.name, plan.uri);

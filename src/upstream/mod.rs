@@ -2,6 +2,8 @@
 //! nginx's balancing state) and its keep-alive connection cache. The HTTP proxy
 //! asks for a peer, connects or reuses, and releases the peer with the outcome.
 
+pub mod balancer;
+mod crc32;
 pub mod peers;
 pub mod pool;
 

@@ -14,6 +14,8 @@ pub struct Peer {
     pub addr: PeerAddr,
     /// `ip:port`, `[v6]:port` or `unix:/path`, as `$upstream_addr` shows it.
     pub name: String,
+    /// Which `server` line it comes from (index into `Peers::servers`).
+    pub server: usize,
     pub weight: i64,
     pub max_fails: u32,
     pub fail_timeout: Duration,
@@ -28,7 +30,7 @@ pub struct Peer {
 }
 
 impl Peer {
-    fn usable(&self, now: Instant) -> bool {
+    pub(super) fn usable(&self, now: Instant) -> bool {
         if self.down {
             return false;
         }
@@ -105,6 +107,10 @@ pub enum Released {
 pub struct Peers {
     pub primary: Vec<Peer>,
     pub backup: Vec<Peer>,
+    /// The `server` lines' addresses as written (`hash ... consistent` hashes them).
+    pub servers: Vec<String>,
+    /// The consistent-hash ring: (point, server line), sorted, de-duplicated.
+    pub points: Vec<(u32, usize)>,
 }
 
 fn peer_name(addr: &PeerAddr) -> String {
@@ -115,11 +121,12 @@ impl Peers {
     pub fn from_config(u: &Upstream) -> Peers {
         let mut primary = Vec::new();
         let mut backup = Vec::new();
-        for s in &u.servers {
+        for (si, s) in u.servers.iter().enumerate() {
             for a in &s.addrs {
                 let p = Peer {
                     addr: a.clone(),
                     name: peer_name(a),
+                    server: si,
                     weight: i64::from(s.weight),
                     max_fails: s.max_fails,
                     fail_timeout: s.fail_timeout,
@@ -139,7 +146,24 @@ impl Peers {
                 }
             }
         }
-        Peers { primary, backup }
+        let servers: Vec<String> = u.servers.iter().map(|s| s.text.clone()).collect();
+        let points = match &u.balancer {
+            crate::conf::model::Balancer::Hash {
+                consistent: true, ..
+            } => super::balancer::ketama_points(&primary, &servers),
+            _ => Vec::new(),
+        };
+        Peers {
+            primary,
+            backup,
+            servers,
+            points,
+        }
+    }
+
+    /// The sum of the primary peers' weights.
+    pub fn total_weight(&self) -> i64 {
+        self.primary.iter().map(|p| p.weight).sum()
     }
 
     /// nginx's tries: one per peer, primary and backup.
@@ -169,7 +193,7 @@ impl Peers {
     }
 
     /// Smooth weighted round robin over the usable, untried peers of one set.
-    fn pick_in(&mut self, backup: bool, tried: &Tried, now: Instant) -> Option<PeerId> {
+    pub(super) fn pick_in(&mut self, backup: bool, tried: &Tried, now: Instant) -> Option<PeerId> {
         let set = if backup {
             &mut self.backup
         } else {

@@ -357,6 +357,19 @@ sub run_daemon {
 	return $self;
 }
 
+# Starts a test backend (Test::Sluice::Backend) on 127.0.0.1:port and waits
+# until it accepts connections.
+sub backend {
+	my ($self, $port, %opts) = @_;
+	require Test::Sluice::Backend;
+	_release_ports();
+	# Readiness by a file, not by connecting: a probe would count as a connection.
+	my $ready = "$self->{_testdir}/backend_$port.ready";
+	$self->run_daemon(\&Test::Sluice::Backend::run, $port, %opts, ready => $ready);
+	$self->waitforfile($ready) or die "backend $port did not start\n";
+	return $self;
+}
+
 sub stop_daemons {
 	my ($self) = @_;
 	for my $pid (@{$self->{_daemons}}) {

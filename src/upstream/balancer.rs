@@ -1,0 +1,586 @@
+//! nginx's balancers other than plain round robin, with its arithmetic:
+//! `least_conn`, `hash KEY` (CRC32, rehashing up to 20 times), `hash KEY
+//! consistent` (ketama: 160 points per weight unit), `ip_hash` and `random
+//! [two]`. Each falls back to round robin where nginx does. Pure: the request's
+//! state (`PickState`), its key and the time come in, a peer comes out.
+
+use std::time::Instant;
+
+use super::crc32::{Crc32, crc32};
+use super::peers::{Peer, PeerId, Peers, Tried};
+use crate::conf::model::Balancer;
+
+/// Per-request balancer state, kept across retries as nginx keeps it.
+#[derive(Debug, Clone)]
+pub struct PickState {
+    hash: u32,
+    rehash: u32,
+    tries: u32,
+    /// ip_hash's running hash (starts at 89).
+    ip: u32,
+    /// Consistent hash: the ring position, once found.
+    point: Option<usize>,
+    rng: u64,
+}
+
+impl PickState {
+    pub fn new(seed: u64) -> PickState {
+        PickState {
+            hash: 0,
+            rehash: 0,
+            tries: 0,
+            ip: 89,
+            point: None,
+            rng: seed | 1,
+        }
+    }
+
+    fn random(&mut self) -> u64 {
+        // xorshift64*: plenty for spreading load.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// What a balancer hashes: the evaluated `hash` key, or the client address.
+pub enum Key<'a> {
+    None,
+    Text(&'a str),
+    /// ip_hash: the first three octets of IPv4, all of IPv6, or three zeros.
+    Addr(&'a [u8]),
+}
+
+/// The ketama ring for `hash ... consistent`.
+pub fn ketama_points(primary: &[Peer], servers: &[String]) -> Vec<(u32, usize)> {
+    let mut points = Vec::new();
+    for p in primary {
+        let text = &servers[p.server];
+        let (host, port) = split_server(text);
+        let base = Crc32::new()
+            .update(host.as_bytes())
+            .update(b"\0")
+            .update(port.as_bytes());
+        let mut prev: u32 = 0;
+        for _ in 0..(160 * p.weight.max(0)) {
+            let h = base.update(&prev.to_le_bytes()).finish();
+            points.push((h, p.server));
+            prev = h;
+        }
+    }
+    points.sort_by_key(|&(h, _)| h);
+    points.dedup_by_key(|&mut (h, _)| h);
+    points
+}
+
+/// nginx splits the `server` text into host and port for the ring.
+fn split_server(text: &str) -> (&str, &str) {
+    if let Some(h) = text.strip_prefix("unix:") {
+        return (h, "");
+    }
+    let digits = text.bytes().rev().take_while(u8::is_ascii_digit).count();
+    let cut = text.len() - digits;
+    if cut > 0 && text.as_bytes()[cut - 1] == b':' {
+        (&text[..cut - 1], &text[cut..])
+    } else {
+        (text, "")
+    }
+}
+
+/// The primary peer whose weight range contains `w`.
+fn by_weight(primary: &[Peer], mut w: i64) -> usize {
+    let mut i = 0;
+    while i + 1 < primary.len() && w >= primary[i].weight {
+        w -= primary[i].weight;
+        i += 1;
+    }
+    i
+}
+
+fn free(peers: &Peers, tried: &Tried, i: usize, now: Instant) -> bool {
+    !tried.has(PeerId {
+        backup: false,
+        index: i,
+    }) && peers.primary[i].usable(now)
+}
+
+/// Marks the pick as nginx does (`checked` opens a new failure window).
+fn chosen(peers: &mut Peers, i: usize, now: Instant) -> PeerId {
+    let p = &mut peers.primary[i];
+    if p.checked
+        .is_none_or(|c| now.duration_since(c) > p.fail_timeout)
+    {
+        p.checked = Some(now);
+    }
+    PeerId {
+        backup: false,
+        index: i,
+    }
+}
+
+impl Peers {
+    /// The balancer's choice among peers not yet tried, or None: no live upstreams.
+    pub fn pick(
+        &mut self,
+        b: &Balancer,
+        st: &mut PickState,
+        key: &Key<'_>,
+        tried: &Tried,
+        now: Instant,
+    ) -> Option<PeerId> {
+        if self.single() {
+            return self.pick_round_robin(tried, now);
+        }
+        match b {
+            Balancer::RoundRobin => self.pick_round_robin(tried, now),
+            Balancer::LeastConn => self.pick_least_conn(tried, now),
+            Balancer::Hash {
+                consistent: false, ..
+            } => self.pick_hash(st, key, tried, now),
+            Balancer::Hash {
+                consistent: true, ..
+            } => self.pick_ketama(st, key, tried, now),
+            Balancer::IpHash => self.pick_ip_hash(st, key, tried, now),
+            Balancer::Random { two } => self.pick_random(st, *two, tried, now),
+        }
+    }
+
+    /// The fewest connections per weight; ties by smooth weighted round robin.
+    fn pick_least_conn(&mut self, tried: &Tried, now: Instant) -> Option<PeerId> {
+        let mut best: Option<usize> = None;
+        let mut many = false;
+        for i in 0..self.primary.len() {
+            if !free(self, tried, i, now) {
+                continue;
+            }
+            let p = &self.primary[i];
+            match best {
+                None => best = Some(i),
+                Some(b) => {
+                    let q = &self.primary[b];
+                    let (l, r) = (i64::from(p.conns) * q.weight, i64::from(q.conns) * p.weight);
+                    if l < r {
+                        best = Some(i);
+                        many = false;
+                    } else if l == r {
+                        many = true;
+                    }
+                }
+            }
+        }
+        let Some(mut b) = best else {
+            return if self.backup.is_empty() {
+                None
+            } else {
+                self.pick_in(true, tried, now)
+            };
+        };
+        if many {
+            let (bc, bw) = (i64::from(self.primary[b].conns), self.primary[b].weight);
+            let mut total = 0;
+            let mut top: Option<usize> = None;
+            for i in b..self.primary.len() {
+                if !free(self, tried, i, now) {
+                    continue;
+                }
+                let p = &mut self.primary[i];
+                if i64::from(p.conns) * bw != bc * p.weight {
+                    continue;
+                }
+                p.current_weight += p.effective_weight;
+                total += p.effective_weight;
+                if p.effective_weight < p.weight {
+                    p.effective_weight += 1;
+                }
+                if top
+                    .is_none_or(|t| self.primary[i].current_weight > self.primary[t].current_weight)
+                {
+                    top = Some(i);
+                }
+            }
+            if let Some(t) = top {
+                self.primary[t].current_weight -= total;
+                b = t;
+            }
+        }
+        Some(chosen(self, b, now))
+    }
+
+    fn pick_hash(
+        &mut self,
+        st: &mut PickState,
+        key: &Key<'_>,
+        tried: &Tried,
+        now: Instant,
+    ) -> Option<PeerId> {
+        let text = match key {
+            Key::Text(t) if !t.is_empty() => *t,
+            _ => return self.pick_round_robin(tried, now),
+        };
+        let total = self.total_weight();
+        if st.tries > 20 || total <= 0 {
+            return self.pick_round_robin(tried, now);
+        }
+        loop {
+            let mut c = Crc32::new();
+            if st.rehash > 0 {
+                c = c.update(st.rehash.to_string().as_bytes());
+            }
+            let h = (c.update(text.as_bytes()).finish() >> 16) & 0x7fff;
+            st.hash = st.hash.wrapping_add(h);
+            st.rehash += 1;
+            let i = by_weight(&self.primary, i64::from(st.hash) % total);
+            if free(self, tried, i, now) {
+                return Some(chosen(self, i, now));
+            }
+            st.tries += 1;
+            if st.tries > 20 {
+                return self.pick_round_robin(tried, now);
+            }
+        }
+    }
+
+    fn pick_ketama(
+        &mut self,
+        st: &mut PickState,
+        key: &Key<'_>,
+        tried: &Tried,
+        now: Instant,
+    ) -> Option<PeerId> {
+        let text = match key {
+            Key::Text(t) => *t,
+            _ => "",
+        };
+        if self.points.is_empty() || st.tries > 20 {
+            return self.pick_round_robin(tried, now);
+        }
+        let n = self.points.len();
+        let mut pos = *st.point.get_or_insert_with(|| {
+            let h = crc32(text.as_bytes());
+            self.points.partition_point(|&(p, _)| p < h) % n
+        });
+        loop {
+            let server = self.points[pos % n].1;
+            let mut best: Option<usize> = None;
+            let mut total = 0;
+            for i in 0..self.primary.len() {
+                if self.primary[i].server != server || !free(self, tried, i, now) {
+                    continue;
+                }
+                let p = &mut self.primary[i];
+                p.current_weight += p.effective_weight;
+                total += p.effective_weight;
+                if p.effective_weight < p.weight {
+                    p.effective_weight += 1;
+                }
+                if best
+                    .is_none_or(|b| self.primary[i].current_weight > self.primary[b].current_weight)
+                {
+                    best = Some(i);
+                }
+            }
+            if let Some(b) = best {
+                self.primary[b].current_weight -= total;
+                st.point = Some(pos);
+                return Some(chosen(self, b, now));
+            }
+            pos += 1;
+            st.point = Some(pos);
+            st.tries += 1;
+            if st.tries > 20 {
+                return self.pick_round_robin(tried, now);
+            }
+        }
+    }
+
+    fn pick_ip_hash(
+        &mut self,
+        st: &mut PickState,
+        key: &Key<'_>,
+        tried: &Tried,
+        now: Instant,
+    ) -> Option<PeerId> {
+        let addr: &[u8] = match key {
+            Key::Addr(a) => a,
+            _ => &[0, 0, 0],
+        };
+        let total = self.total_weight();
+        if st.tries > 20 || total <= 0 {
+            return self.pick_round_robin(tried, now);
+        }
+        let mut hash = st.ip;
+        loop {
+            for &b in addr {
+                hash = (hash * 113 + u32::from(b)) % 6271;
+            }
+            let i = by_weight(&self.primary, i64::from(hash) % total);
+            if free(self, tried, i, now) {
+                st.ip = hash;
+                return Some(chosen(self, i, now));
+            }
+            st.tries += 1;
+            if st.tries > 20 {
+                return self.pick_round_robin(tried, now);
+            }
+        }
+    }
+
+    fn peek_random(&self, st: &mut PickState, total: i64) -> usize {
+        by_weight(&self.primary, (st.random() % total as u64) as i64)
+    }
+
+    fn pick_random(
+        &mut self,
+        st: &mut PickState,
+        two: bool,
+        tried: &Tried,
+        now: Instant,
+    ) -> Option<PeerId> {
+        let total = self.total_weight();
+        if total <= 0 {
+            return self.pick_round_robin(tried, now);
+        }
+        let mut first = None;
+        let mut count = 0;
+        while first.is_none() {
+            let i = self.peek_random(st, total);
+            if free(self, tried, i, now) {
+                first = Some(i);
+            } else {
+                count += 1;
+                if count > 20 {
+                    return self.pick_round_robin(tried, now);
+                }
+            }
+        }
+        let mut pick = first?;
+        if two {
+            let mut count = 0;
+            let other = loop {
+                let i = self.peek_random(st, total);
+                if i != pick && free(self, tried, i, now) {
+                    break i;
+                }
+                count += 1;
+                if count > 20 {
+                    return self.pick_round_robin(tried, now);
+                }
+            };
+            let (a, b) = (&self.primary[pick], &self.primary[other]);
+            // The second wins unless it carries more load per weight.
+            if i64::from(b.conns) * a.weight > i64::from(a.conns) * b.weight {
+                // keep `pick`
+            } else {
+                pick = other;
+            }
+        }
+        Some(chosen(self, pick, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conf::Src;
+    use crate::conf::model::{Keepalive, PeerAddr, Upstream, UpstreamServer};
+    use crate::upstream::peers::Outcome;
+    use std::time::Duration;
+
+    fn peers(addrs: &[&str], balancer: Balancer) -> Peers {
+        let u = Upstream {
+            name: "u".into(),
+            servers: addrs
+                .iter()
+                .map(|a| UpstreamServer {
+                    text: a.to_string(),
+                    addrs: vec![PeerAddr::Inet(a.parse().unwrap())],
+                    weight: 1,
+                    max_fails: 1,
+                    fail_timeout: Duration::from_secs(10),
+                    max_conns: 0,
+                    backup: false,
+                    down: false,
+                })
+                .collect(),
+            balancer,
+            keepalive: Keepalive {
+                max: 0,
+                local: false,
+                requests: 0,
+                time: Duration::ZERO,
+                timeout: Duration::ZERO,
+            },
+            implicit: false,
+            src: Src {
+                file: None,
+                line: 0,
+            },
+        };
+        Peers::from_config(&u)
+    }
+
+    fn hash(consistent: bool) -> Balancer {
+        Balancer::Hash {
+            key: crate::conf::vars::compile("$remote_addr").unwrap(),
+            consistent,
+        }
+    }
+
+    #[test]
+    fn hash_remote_addr_goes_to_second_peer() {
+        let b = hash(false);
+        let mut p = peers(&["127.0.0.1:8081", "127.0.0.1:8082"], b.clone());
+        let now = Instant::now();
+        for _ in 0..5 {
+            let mut st = PickState::new(1);
+            let id = p
+                .pick(&b, &mut st, &Key::Text("127.0.0.1"), &Tried::new(&p), now)
+                .unwrap();
+            assert_eq!(id.index, 1);
+        }
+    }
+
+    #[test]
+    fn hash_empty_key_is_round_robin() {
+        let b = hash(false);
+        let mut p = peers(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"], b.clone());
+        let now = Instant::now();
+        let mut counts = [0; 3];
+        for _ in 0..6 {
+            let mut st = PickState::new(1);
+            counts[p
+                .pick(&b, &mut st, &Key::Text(""), &Tried::new(&p), now)
+                .unwrap()
+                .index] += 1;
+        }
+        assert_eq!(counts, [2, 2, 2]);
+    }
+
+    #[test]
+    fn ip_hash_spreads_class_c() {
+        for (n, want) in [(2usize, vec![15, 15]), (3, vec![10, 10, 10])] {
+            let addrs: Vec<String> = (1..=n).map(|i| format!("127.0.0.1:{}", 8080 + i)).collect();
+            let refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+            let mut p = peers(&refs, Balancer::IpHash);
+            let now = Instant::now();
+            let mut counts = vec![0; n];
+            for i in 1..=30u8 {
+                let mut st = PickState::new(1);
+                let key = [127, 0, i];
+                counts[p
+                    .pick(
+                        &Balancer::IpHash,
+                        &mut st,
+                        &Key::Addr(&key),
+                        &Tried::new(&p),
+                        now,
+                    )
+                    .unwrap()
+                    .index] += 1;
+            }
+            assert_eq!(counts, want);
+        }
+    }
+
+    #[test]
+    fn least_conn_prefers_idle_peer() {
+        let b = Balancer::LeastConn;
+        let mut p = peers(&["127.0.0.1:1", "127.0.0.1:2"], b.clone());
+        let now = Instant::now();
+        let mut counts = [0; 2];
+        for _ in 0..10 {
+            let mut st = PickState::new(1);
+            let id = p
+                .pick(&b, &mut st, &Key::None, &Tried::new(&p), now)
+                .unwrap();
+            counts[id.index] += 1;
+            p.acquire(id);
+            p.release(id, Outcome::Ok, now);
+        }
+        assert_eq!(counts, [5, 5]);
+        // A long request on the first peer sends the next ones to the second.
+        let busy = PeerId {
+            backup: false,
+            index: 0,
+        };
+        p.acquire(busy);
+        for _ in 0..10 {
+            let mut st = PickState::new(1);
+            let id = p
+                .pick(&b, &mut st, &Key::None, &Tried::new(&p), now)
+                .unwrap();
+            assert_eq!(id.index, 1);
+            p.acquire(id);
+            p.release(id, Outcome::Ok, now);
+        }
+    }
+
+    #[test]
+    fn consistent_hash_keeps_keys_when_a_peer_goes() {
+        let b = hash(true);
+        let now = Instant::now();
+        let three = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"];
+        let mut p3 = peers(&three, b.clone());
+        let mut p2 = peers(&three[..2], b.clone());
+        let mut moved = 0;
+        for k in 0..200 {
+            let key = format!("key{k}");
+            let a = p3
+                .pick(
+                    &b,
+                    &mut PickState::new(1),
+                    &Key::Text(&key),
+                    &Tried::new(&p3),
+                    now,
+                )
+                .unwrap();
+            let c = p2
+                .pick(
+                    &b,
+                    &mut PickState::new(1),
+                    &Key::Text(&key),
+                    &Tried::new(&p2),
+                    now,
+                )
+                .unwrap();
+            if a.index < 2 && a.index != c.index {
+                moved += 1;
+            }
+        }
+        assert_eq!(moved, 0, "keys of remaining peers must stay");
+        assert_eq!(p3.points.len(), 480);
+    }
+
+    #[test]
+    fn random_two_picks_less_loaded() {
+        let b = Balancer::Random { two: true };
+        let mut p = peers(&["127.0.0.1:1", "127.0.0.1:2"], b.clone());
+        let now = Instant::now();
+        p.acquire(PeerId {
+            backup: false,
+            index: 0,
+        });
+        p.acquire(PeerId {
+            backup: false,
+            index: 0,
+        });
+        let mut st = PickState::new(42);
+        for _ in 0..10 {
+            assert_eq!(
+                p.pick(&b, &mut st, &Key::None, &Tried::new(&p), now)
+                    .unwrap()
+                    .index,
+                1
+            );
+        }
+    }
+
+    #[test]
+    fn split_server_text() {
+        assert_eq!(split_server("127.0.0.1:8080"), ("127.0.0.1", "8080"));
+        assert_eq!(split_server("backend"), ("backend", ""));
+        assert_eq!(split_server("unix:/tmp/s"), ("/tmp/s", ""));
+        assert_eq!(split_server("[::1]:80"), ("[::1]", "80"));
+    }
+}

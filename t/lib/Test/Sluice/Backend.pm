@@ -1,0 +1,116 @@
+package Test::Sluice::Backend;
+
+# A small HTTP/1.1 backend for proxy tests, in one process multiplexed with
+# select(): keep-alive, Content-Length bodies, and behaviours chosen by path:
+#   /status/NNN      answer with that status
+#   /close           close the connection without answering
+#   /slow/SECS/...   answer after SECS seconds (other connections go on)
+#   /conns           the number of connections accepted so far
+#   /echo...         the request head and body as the response body
+#   anything else    200 "PORT URI"
+# Every response carries X-Port: PORT. Options: drop_every => N closes every
+# Nth new connection at once; header_case => 1 sends "X-MiXeD-Case: yes";
+# status => NNN answers every request with that status; close_all => 1 closes
+# every connection once a request has arrived, without answering; delay =>
+# SECS delays every answer; close => 1 answers with Connection: close and
+# closes; close_after => 1 closes after answering without saying so.
+
+use warnings;
+use strict;
+
+use IO::Socket::INET;
+use IO::Select;
+use Time::HiRes qw/time/;
+
+sub run {
+	my ($port, %opts) = @_;
+	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port", Listen => 128,
+		ReuseAddr => 1, Proto => 'tcp') or die "backend $port: $!\n";
+	if ($opts{ready}) {
+		open my $fh, '>', $opts{ready} or die "backend: $!\n";
+		close $fh;
+	}
+	my $sel = IO::Select->new($l);
+	my (%buf, @later);
+	my $accepted = 0;
+	local $SIG{TERM} = sub { exit 0 };
+	while (1) {
+		my $wait = @later ? 0.01 : 1;
+		for my $s ($sel->can_read($wait)) {
+			if ($s == $l) {
+				my $c = $l->accept() or next;
+				$accepted++;
+				if ($opts{drop_every} && $accepted % $opts{drop_every} == 0) {
+					close $c;
+					next;
+				}
+				$sel->add($c);
+				$buf{$c} = '';
+				next;
+			}
+			my $n = sysread($s, my $chunk, 65536);
+			unless ($n) {
+				$sel->remove($s);
+				delete $buf{$s};
+				close $s;
+				next;
+			}
+			$buf{$s} .= $chunk;
+			while ($buf{$s} =~ /\r?\n\r?\n/) {
+				my $end = $+[0];
+				my $head = substr($buf{$s}, 0, $end);
+				my ($len) = $head =~ /^content-length:\s*(\d+)/mi;
+				$len //= 0;
+				last if length($buf{$s}) < $end + $len;
+				my $body = substr($buf{$s}, $end, $len);
+				substr($buf{$s}, 0, $end + $len) = '';
+				my ($method, $uri) = $head =~ /^(\S+)\s+(\S+)/;
+				if ($uri =~ m!^/close! || $opts{close_all}) {
+					$sel->remove($s);
+					delete $buf{$s};
+					close $s;
+					last;
+				}
+				my $resp = respond($port, $method, $uri, $head, $body, $accepted, %opts);
+				my $delay = $uri =~ m!^/slow/([\d.]+)! ? $1 : $opts{delay};
+				if ($delay) {
+					push @later, [time() + $delay, $s, $resp];
+				} else {
+					syswrite($s, $resp);
+				}
+				if (($opts{close} || $opts{close_after}) && !$delay) {
+					$sel->remove($s);
+					delete $buf{$s};
+					close $s;
+					last;
+				}
+			}
+		}
+		my $now = time();
+		my @due = grep { $_->[0] <= $now } @later;
+		@later = grep { $_->[0] > $now } @later;
+		for my $d (@due) {
+			syswrite($d->[1], $d->[2]) if exists $buf{$d->[1]};
+		}
+	}
+}
+
+sub respond {
+	my ($port, $method, $uri, $head, $body, $accepted, %opts) = @_;
+	my $status = $opts{status} // 200;
+	my $text = "$port $uri";
+	if ($uri =~ m!^/status/(\d{3})!) {
+		$status = $1;
+	} elsif ($uri =~ m!^/conns!) {
+		$text = $accepted;
+	} elsif ($uri =~ m!^/echo!) {
+		$text = $head . $body;
+	}
+	my $extra = $opts{header_case} ? "X-MiXeD-Case: yes\r\n" : '';
+	$extra .= "Connection: close\r\n" if $opts{close};
+	my $content = $method eq 'HEAD' ? '' : $text;
+	return "HTTP/1.1 $status Test\r\nX-Port: $port\r\n${extra}Content-Length: "
+		. length($text) . "\r\n\r\n" . $content;
+}
+
+1;
