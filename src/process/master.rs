@@ -492,7 +492,7 @@ impl Master {
             }
             SIGUSR1 => {
                 crate::log!(Level::Notice, "reopening logs");
-                for (p, e) in log::reopen() {
+                for (p, e) in log::reopen().into_iter().chain(log::files::reopen_all()) {
                     crate::log!(
                         Level::Alert,
                         "open() \"{}\" failed ({})",
