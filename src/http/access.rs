@@ -63,13 +63,16 @@ pub fn write(req: &Req) {
 pub struct LoggedBody {
     inner: Body,
     req: Option<Box<Req>>,
+    /// Ends the request for the connection's keep-alive clock.
+    flight: Option<super::InFlight>,
 }
 
 impl LoggedBody {
-    pub fn new(inner: Body, req: Req) -> LoggedBody {
+    pub(crate) fn new(inner: Body, req: Req, flight: super::InFlight) -> LoggedBody {
         LoggedBody {
             inner,
             req: Some(Box::new(req)),
+            flight: Some(flight),
         }
     }
 
@@ -83,6 +86,7 @@ impl LoggedBody {
             ));
             write(&req);
         }
+        self.flight.take();
     }
 }
 

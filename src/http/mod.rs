@@ -60,7 +60,75 @@ impl std::fmt::Display for CloseConnection {
 }
 impl std::error::Error for CloseConnection {}
 
+/// A client connection's keep-alive clock: requests in flight, and when the
+/// last one finished. The connection closes after `keepalive_timeout` idle.
+pub(crate) struct Idle {
+    born: std::time::Instant,
+    inflight: AtomicUsize,
+    /// Milliseconds after `born` when the last request finished.
+    since: AtomicU64,
+    /// The idle limit in milliseconds (the last request's `keepalive_timeout`).
+    limit: AtomicU64,
+    /// Wakes the connection's watcher when a request ends.
+    ended: Notify,
+}
+
+impl Idle {
+    fn new(limit: Duration) -> Idle {
+        Idle {
+            born: std::time::Instant::now(),
+            inflight: AtomicUsize::new(0),
+            since: AtomicU64::new(0),
+            limit: AtomicU64::new(limit.as_millis() as u64),
+            ended: Notify::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
+    }
+
+    /// How long to wait before checking again; zero when the limit has passed.
+    fn remaining(&self) -> Duration {
+        let limit = self.limit.load(Ordering::Relaxed);
+        if self.inflight.load(Ordering::Acquire) > 0 {
+            return Duration::from_millis(limit.max(1000));
+        }
+        let idle = self
+            .now_ms()
+            .saturating_sub(self.since.load(Ordering::Acquire));
+        Duration::from_millis(limit.saturating_sub(idle))
+    }
+}
+
+/// Held while a request is in flight; its end starts the idle clock.
+pub(crate) struct InFlight(Arc<Idle>);
+
+impl InFlight {
+    fn start(idle: &Arc<Idle>) -> InFlight {
+        idle.inflight.fetch_add(1, Ordering::AcqRel);
+        InFlight(idle.clone())
+    }
+
+    fn keepalive(&self, limit: Duration) {
+        self.0
+            .limit
+            .store(limit.as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.since.store(self.0.now_ms(), Ordering::Release);
+        self.0.inflight.fetch_sub(1, Ordering::AcqRel);
+        self.0.ended.notify_one();
+    }
+}
+
 struct Shared {
+    /// How long hyper may wait for a request head: covers both the keep-alive
+    /// wait and `client_header_timeout`; `Idle` enforces `keepalive_timeout`.
+    header_wait: Duration,
     cfg: Arc<Config>,
     router: router::Router,
     upstreams: Upstreams,
@@ -85,6 +153,14 @@ pub async fn serve(
     let shared = Arc::new(Shared {
         slots: Arc::new(Semaphore::new(cfg.events.worker_connections)),
         upstreams: Upstreams::new(cfg.http.as_ref()),
+        header_wait: cfg
+            .http
+            .iter()
+            .flat_map(|h| h.servers.iter())
+            .flat_map(|s| std::iter::once(&s.conf).chain(s.locations.iter().map(|l| &l.conf)))
+            .map(|c| c.client_header_timeout.max(c.keepalive_timeout))
+            .max()
+            .unwrap_or(Duration::from_secs(75)),
         cfg: cfg.clone(),
         router,
         next_conn: AtomicU64::new(conn_base),
@@ -237,17 +313,21 @@ async fn serve_conn(
 ) {
     let info = Arc::new(info);
     let served = Arc::new(AtomicU64::new(0));
+    // Until the first request: nginx's client_header_timeout default.
+    let idle = Arc::new(Idle::new(Duration::from_secs(60)));
     let svc = {
         let shared = shared.clone();
         let info = info.clone();
+        let idle = idle.clone();
         service_fn(move |req| {
             let shared = shared.clone();
             let info = info.clone();
             let listen = listen.clone();
             let served = served.clone();
+            let flight = InFlight::start(&idle);
             async move {
                 let n = served.fetch_add(1, Ordering::Relaxed) + 1;
-                handle(&shared, info, &listen, req, n).await
+                handle(&shared, info, &listen, req, n, flight).await
             }
         })
     };
@@ -256,7 +336,7 @@ async fn serve_conn(
         .preserve_header_case(true)
         .title_case_headers(true)
         .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(60));
+        .header_read_timeout(shared.header_wait);
     let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let mut shutting = false;
@@ -269,10 +349,20 @@ async fn serve_conn(
             let _ = conn.as_mut().await;
             break;
         }
+        let wait = idle.remaining();
         tokio::select! {
             _ = conn.as_mut() => break,
             ch = phase.changed() => {
                 if ch.is_err() {
+                    conn.as_mut().graceful_shutdown();
+                    shutting = true;
+                }
+            }
+            // keepalive_timeout: an idle connection closes (one mid-request
+            // finishes its request first).
+            _ = idle.ended.notified() => {}
+            _ = tokio::time::sleep(wait) => {
+                if idle.remaining().is_zero() {
                     conn.as_mut().graceful_shutdown();
                     shutting = true;
                 }
@@ -316,6 +406,7 @@ async fn handle(
     listen: &ListenAddr,
     req: Request<Incoming>,
     nth: u64,
+    flight: InFlight,
 ) -> Result<Response<LoggedBody>, CloseConnection> {
     let Some(http) = shared.cfg.http.as_ref() else {
         return Err(CloseConnection);
@@ -367,6 +458,7 @@ async fn handle(
         upstream: Arc::default(),
     };
     let tokens = r.conf.server_tokens;
+    flight.keepalive(r.conf.keepalive_timeout);
     let resp = if host.is_err() {
         crate::log_conn!(
             Level::Info,
@@ -398,7 +490,10 @@ async fn handle(
     r.status = resp.status().as_u16();
     r.bytes_sent = header_bytes(&resp);
     let (parts, body) = resp.into_parts();
-    Ok(Response::from_parts(parts, LoggedBody::new(body, r)))
+    Ok(Response::from_parts(
+        parts,
+        LoggedBody::new(body, r, flight),
+    ))
 }
 
 /// About what the status line and headers take on the wire, for `$bytes_sent`.
