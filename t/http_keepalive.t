@@ -27,7 +27,7 @@ events {
 
 http {
     access_log off;
-    keepalive_timeout 1s;
+    keepalive_timeout 1s 7;
 
     server {
         listen 127.0.0.1:%%PORT_8080%%;
@@ -63,7 +63,7 @@ sub closed_within {
 }
 
 my $s = http('', start => 1);
-like(one($s, '/'), qr/ok$/, 'first request');
+like(one($s, '/'), qr/^Keep-Alive: timeout=7\r$/m, 'first request, Keep-Alive header');
 my $start = time();
 ok(closed_within($s, 3) && time() - $start >= 0.9, 'closed after keepalive_timeout 1s idle');
 

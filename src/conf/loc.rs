@@ -55,10 +55,11 @@ loc_settings! {
         format: d.combined.clone(),
     }],
     keepalive_timeout: Duration = |_| Duration::from_secs(75),
+    /// The second argument of `keepalive_timeout`: `Keep-Alive: timeout=N`.
+    keepalive_header: Option<u64> = |_| None,
     keepalive_requests: u64 = |_| 1000,
     client_header_timeout: Duration = |_| Duration::from_secs(60),
     client_body_timeout: Duration = |_| Duration::from_secs(60),
-    send_timeout: Duration = |_| Duration::from_secs(60),
     client_max_body_size: u64 = |_| 1024 * 1024,
     server_tokens: bool = |_| true,
     default_type: String = |_| "text/plain".to_string(),
@@ -74,11 +75,6 @@ loc_settings! {
     proxy_connect_timeout: Duration = |_| Duration::from_secs(60),
     proxy_read_timeout: Duration = |_| Duration::from_secs(60),
     proxy_send_timeout: Duration = |_| Duration::from_secs(60),
-    proxy_buffering: bool = |_| true,
-    proxy_buffer_size: u64 = |_| 4096,
-    /// `proxy_buffers NUMBER SIZE`.
-    proxy_buffers: (u32, u64) = |_| (8, 4096),
-    proxy_intercept_errors: bool = |_| false,
     proxy_next_upstream: NextUpstream = |_| NextUpstream(NextUpstream::ERROR | NextUpstream::TIMEOUT),
     /// 0: as many tries as there are peers.
     proxy_next_upstream_tries: u32 = |_| 0,

@@ -38,13 +38,6 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_time,
     },
     Spec {
-        name: "send_timeout",
-        ctx: HSL,
-        args: Args::Exactly(1),
-        block: false,
-        set: set_time,
-    },
-    Spec {
         name: "proxy_connect_timeout",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -94,13 +87,6 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_size,
     },
     Spec {
-        name: "proxy_buffer_size",
-        ctx: HSL,
-        args: Args::Exactly(1),
-        block: false,
-        set: set_size,
-    },
-    Spec {
         name: "server_tokens",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -122,20 +108,6 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_flag,
     },
     Spec {
-        name: "proxy_buffering",
-        ctx: HSL,
-        args: Args::Exactly(1),
-        block: false,
-        set: set_flag,
-    },
-    Spec {
-        name: "proxy_intercept_errors",
-        ctx: HSL,
-        args: Args::Exactly(1),
-        block: false,
-        set: set_flag,
-    },
-    Spec {
         name: "default_type",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -148,13 +120,6 @@ pub(super) const TABLE: &[Spec] = &[
         args: Args::Exactly(1),
         block: false,
         set: set_http_version,
-    },
-    Spec {
-        name: "proxy_buffers",
-        ctx: HSL,
-        args: Args::Exactly(2),
-        block: false,
-        set: set_buffers,
     },
     Spec {
         name: "proxy_set_header",
@@ -208,11 +173,17 @@ fn once<T>(slot: &mut Option<T>, v: T, d: &Directive) -> Result<(), ConfError> {
 fn set_time(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let l = loc(n, d)?;
     let v = time_arg(d, 0)?;
+    if d.name == "keepalive_timeout" {
+        let header = match d.args.get(1) {
+            Some(_) => Some(time_arg(d, 1)?.as_secs()),
+            None => None,
+        };
+        once(&mut l.keepalive_header, header, d)?;
+    }
     let slot: &mut Option<Duration> = match d.name.as_str() {
         "keepalive_timeout" => &mut l.keepalive_timeout,
         "client_header_timeout" => &mut l.client_header_timeout,
         "client_body_timeout" => &mut l.client_body_timeout,
-        "send_timeout" => &mut l.send_timeout,
         "proxy_connect_timeout" => &mut l.proxy_connect_timeout,
         "proxy_read_timeout" => &mut l.proxy_read_timeout,
         "proxy_send_timeout" => &mut l.proxy_send_timeout,
@@ -241,10 +212,7 @@ fn set_number(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
 fn set_size(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let l = loc(n, d)?;
     let v = size_arg(d, 0)?;
-    match d.name.as_str() {
-        "client_max_body_size" => once(&mut l.client_max_body_size, v, d),
-        _ => once(&mut l.proxy_buffer_size, v, d),
-    }
+    once(&mut l.client_max_body_size, v, d)
 }
 
 fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -253,9 +221,7 @@ fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     let slot = match d.name.as_str() {
         "server_tokens" => &mut l.server_tokens,
         "proxy_pass_request_headers" => &mut l.proxy_pass_request_headers,
-        "proxy_pass_request_body" => &mut l.proxy_pass_request_body,
-        "proxy_buffering" => &mut l.proxy_buffering,
-        _ => &mut l.proxy_intercept_errors,
+        _ => &mut l.proxy_pass_request_body,
     };
     once(slot, v, d)
 }
@@ -280,14 +246,6 @@ fn set_http_version(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<
         }
     };
     once(&mut loc(n, d)?.proxy_http_version, v, d)
-}
-
-fn set_buffers(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let count: u32 = number(&d.args[0])
-        .filter(|c| *c > 0)
-        .ok_or_else(|| ConfError::at(format!("invalid value \"{}\"", d.args[0]), &d.src))?;
-    let size = size_arg(d, 1)?;
-    once(&mut loc(n, d)?.proxy_buffers, (count, size), d)
 }
 
 fn valid_header_name(s: &str) -> bool {

@@ -486,6 +486,10 @@ async fn handle(
             hyper::header::CONNECTION,
             hyper::header::HeaderValue::from_static("close"),
         );
+    } else if let Some(secs) = r.conf.keepalive_header {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("timeout={secs}")) {
+            resp.headers_mut().insert("keep-alive", v);
+        }
     }
     r.status = resp.status().as_u16();
     r.bytes_sent = header_bytes(&resp);
