@@ -106,7 +106,19 @@ impl HttpBody for LoggedBody {
                     req.bytes_sent += d.len() as u64;
                 }
             }
-            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.finish(),
+            Poll::Ready(Some(Err(e))) => {
+                if let (Some(u), Some(req)) = (e.downcast_ref::<super::proxy::UpstreamBodyError>(), self.req.as_ref()) {
+                    crate::log_conn!(
+                        crate::log::Level::Error,
+                        req.conn.number,
+                        "{}{}",
+                        u.message,
+                        req.log_context(Some(&u.url))
+                    );
+                }
+                self.finish();
+            }
+            Poll::Ready(None) => self.finish(),
             Poll::Pending => {}
         }
         r

@@ -69,8 +69,8 @@ pub(crate) struct Idle {
     since: AtomicU64,
     /// The idle limit in milliseconds (the last request's `keepalive_timeout`).
     limit: AtomicU64,
-    /// Wakes the connection's watcher when a request ends.
-    ended: Notify,
+    /// Wakes the connection's watcher when the idle limit changes.
+    changed: Notify,
 }
 
 impl Idle {
@@ -80,7 +80,7 @@ impl Idle {
             inflight: AtomicUsize::new(0),
             since: AtomicU64::new(0),
             limit: AtomicU64::new(limit.as_millis() as u64),
-            ended: Notify::new(),
+            changed: Notify::new(),
         }
     }
 
@@ -110,10 +110,13 @@ impl InFlight {
         InFlight(idle.clone())
     }
 
+    /// Sets the idle limit; the watcher re-arms only when it changes, so a
+    /// busy connection costs no timer work per request.
     fn keepalive(&self, limit: Duration) {
-        self.0
-            .limit
-            .store(limit.as_millis() as u64, Ordering::Relaxed);
+        let ms = limit.as_millis() as u64;
+        if self.0.limit.swap(ms, Ordering::Relaxed) != ms {
+            self.0.changed.notify_one();
+        }
     }
 }
 
@@ -121,7 +124,6 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.since.store(self.0.now_ms(), Ordering::Release);
         self.0.inflight.fetch_sub(1, Ordering::AcqRel);
-        self.0.ended.notify_one();
     }
 }
 
@@ -360,7 +362,7 @@ async fn serve_conn(
             }
             // keepalive_timeout: an idle connection closes (one mid-request
             // finishes its request first).
-            _ = idle.ended.notified() => {}
+            _ = idle.changed.notified() => {}
             _ = tokio::time::sleep(wait) => {
                 if idle.remaining().is_zero() {
                     conn.as_mut().graceful_shutdown();

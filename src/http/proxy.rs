@@ -131,25 +131,6 @@ fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
     }
 }
 
-/// The context nginx appends to upstream errors.
-fn log_context(r: &Req, upstream: Option<&str>) -> String {
-    let mut s = format!(
-        ", client: {}, server: {}, request: \"{}\"",
-        r.conn
-            .remote
-            .map(|a| a.ip().to_string())
-            .unwrap_or_else(|| "unix:".into()),
-        r.server_name,
-        r.request_line()
-    );
-    if let Some(u) = upstream {
-        s.push_str(&format!(", upstream: \"{u}\""));
-    }
-    if let Some(h) = r.headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
-        s.push_str(&format!(", host: \"{h}\""));
-    }
-    s
-}
 
 /// Reads the whole client body (nginx buffers it before connecting, which is
 /// what lets a retry send it again). Err is the status to answer with.
@@ -167,7 +148,7 @@ async fn read_body(r: &Req, mut body: Incoming) -> Result<Bytes, u16> {
                 r.conn.number,
                 "client intended to send too large body: {} bytes{}",
                 len,
-                log_context(r, None)
+                r.log_context(None)
             );
             return Err(413);
         }
@@ -180,7 +161,7 @@ async fn read_body(r: &Req, mut body: Incoming) -> Result<Bytes, u16> {
                     Level::Info,
                     r.conn.number,
                     "client timed out (110: Connection timed out) while reading client request body{}",
-                    log_context(r, None)
+                    r.log_context(None)
                 );
                 return Err(408);
             }
@@ -196,7 +177,7 @@ async fn read_body(r: &Req, mut body: Incoming) -> Result<Bytes, u16> {
                     r.conn.number,
                     "client intended to send too large chunked body: {} bytes{}",
                     buf.len(),
-                    log_context(r, None)
+                    r.log_context(None)
                 );
                 return Err(413);
             }
@@ -369,7 +350,7 @@ pub async fn run(
     if let Some(t) = &r.conf.proxy_set_body {
         payload = Bytes::from(r.eval(t));
     }
-    let plan = Plan {
+    let mut plan = Plan {
         uri: upstream_uri(r, pp),
         headers: upstream_headers(r, payload.len()),
         extensions,
@@ -422,12 +403,12 @@ pub async fn run(
                 })
         };
         let Some((id, addr, name)) = pick else {
-            let url = format!("http://{}{}", ups.cfg.name, plan.uri);
+            let url = || format!("http://{}{}", ups.cfg.name, plan.uri);
             crate::log_conn!(
                 Level::Error,
                 r.conn.number,
                 "no live upstreams while connecting to upstream{}",
-                log_context(r, Some(&url))
+                r.log_context(Some(&url()))
             );
             r.upstream
                 .lock()
@@ -441,15 +422,16 @@ pub async fn run(
             return response::status_page(502, tokens);
         };
         tries_left = tries_left.saturating_sub(1);
-        let url = format!("http://{name}{}", plan.uri);
-        let attempt_start = Instant::now();
+        // Built only when something is logged.
+        let url = || format!("http://{name}{}", plan.uri);
+        let attempt_start = now;
         let release = |outcome: Outcome| {
             if ups.peers().release(id, outcome, Instant::now()) == Released::Disabled {
                 crate::log_conn!(
                     Level::Warn,
                     r.conn.number,
                     "upstream server temporarily disabled while connecting to upstream{}",
-                    log_context(r, Some(&url))
+                    r.log_context(Some(&url()))
                 );
             }
         };
@@ -463,8 +445,8 @@ pub async fn run(
                 Ok(sender) => Pooled {
                     sender,
                     peer: addr.clone(),
-                    created: Instant::now(),
-                    idle_since: Instant::now(),
+                    created: now,
+                    idle_since: now,
                     requests: 0,
                     location: location_id,
                 },
@@ -474,7 +456,7 @@ pub async fn run(
                         r.conn.number,
                         "{} while connecting to upstream{}",
                         msg,
-                        log_context(r, Some(&url))
+                        r.log_context(Some(&url()))
                     );
                     release(Outcome::Failed);
                     let status = final_status(f.bits());
@@ -516,8 +498,14 @@ pub async fn run(
             }
         };
         *req.version_mut() = plan.version;
-        *req.headers_mut() = plan.headers.clone();
-        *req.extensions_mut() = plan.extensions.clone();
+        // The last possible attempt takes the plan's headers instead of copying.
+        if tries_left == 0 {
+            *req.headers_mut() = std::mem::take(&mut plan.headers);
+            *req.extensions_mut() = std::mem::take(&mut plan.extensions);
+        } else {
+            *req.headers_mut() = plan.headers.clone();
+            *req.extensions_mut() = plan.extensions.clone();
+        }
         let sent_bytes = plan.body.len() as u64;
 
         let result = match conn.sender.ready().await {
@@ -536,7 +524,7 @@ pub async fn run(
                         r.conn.number,
                         "{}{}",
                         msg,
-                        log_context(r, Some(&url))
+                        r.log_context(Some(&url()))
                     );
                     release(Outcome::Failed);
                     r.upstream
@@ -586,7 +574,7 @@ pub async fn run(
                     r.conn.number,
                     "{} while reading response header from upstream{}",
                     msg,
-                    log_context(r, Some(&url))
+                    r.log_context(Some(&url()))
                 );
                 release(Outcome::Failed);
                 if stale {
@@ -661,7 +649,12 @@ pub async fn run(
         let (mut parts, incoming) = resp.into_parts();
         {
             let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
-            log.headers = Some(parts.headers.clone());
+            // Kept only for a log format that reads $upstream_http_*.
+            if conf.access_log.iter().any(|l| l.format.template.segments.iter().any(|s| {
+                matches!(s, crate::conf::vars::Segment::Var(crate::conf::vars::Var::UpstreamHttp(_)))
+            })) {
+                log.headers = Some(parts.headers.clone());
+            }
             log.attempts.push(Attempt {
                 addr: name.clone(),
                 status: Some(status),
@@ -686,9 +679,8 @@ pub async fn run(
             attempt_start,
             received: 0,
             read_timeout: conf.proxy_read_timeout,
-            timer: Box::pin(tokio::time::sleep(conf.proxy_read_timeout)),
-            timeout_context: log_context(r, Some(&url)),
-            conn_number: r.conn.number,
+            timer: None,
+            url: format!("http://{name}{}", plan.uri),
         };
         return Response::from_parts(parts, body.boxed());
     }
@@ -731,10 +723,27 @@ struct ProxyBody {
     attempt_start: Instant,
     received: u64,
     read_timeout: Duration,
-    timer: Pin<Box<tokio::time::Sleep>>,
-    timeout_context: String,
-    conn_number: u64,
+    /// Armed only while waiting: a body that is ready at once needs no timer.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The upstream URL, for the error the access-log body reports.
+    url: String,
 }
+
+/// An upstream failure while streaming the response body; the body that owns
+/// the request logs it with the request's context.
+#[derive(Debug)]
+pub struct UpstreamBodyError {
+    pub message: &'static str,
+    pub url: String,
+}
+
+impl std::fmt::Display for UpstreamBodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message)
+    }
+}
+
+impl std::error::Error for UpstreamBodyError {}
 
 impl ProxyBody {
     fn finish(&mut self, complete: bool) {
@@ -774,34 +783,31 @@ impl HttpBody for ProxyBody {
                 if let Some(d) = f.data_ref() {
                     self.received += d.len() as u64;
                 }
-                let deadline = tokio::time::Instant::now() + self.read_timeout;
-                self.timer.as_mut().reset(deadline);
+                self.timer = None;
                 Poll::Ready(Some(Ok(f)))
             }
             Poll::Ready(None) => {
                 self.finish(true);
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Err(e))) => {
-                crate::log_conn!(
-                    Level::Error,
-                    self.conn_number,
-                    "upstream prematurely closed connection while reading upstream{}",
-                    self.timeout_context
-                );
+            Poll::Ready(Some(Err(_))) => {
                 self.finish(false);
-                Poll::Ready(Some(Err(Box::new(e))))
+                let url = std::mem::take(&mut self.url);
+                Poll::Ready(Some(Err(Box::new(UpstreamBodyError {
+                    message: "upstream prematurely closed connection while reading upstream",
+                    url,
+                }))))
             }
             Poll::Pending => {
-                if self.timer.as_mut().poll(cx).is_ready() {
-                    crate::log_conn!(
-                        Level::Error,
-                        self.conn_number,
-                        "upstream timed out (110: Connection timed out) while reading upstream{}",
-                        self.timeout_context
-                    );
+                let timeout = self.read_timeout;
+                let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                if timer.as_mut().poll(cx).is_ready() {
                     self.finish(false);
-                    return Poll::Ready(Some(Err("upstream timed out".into())));
+                    let url = std::mem::take(&mut self.url);
+                    return Poll::Ready(Some(Err(Box::new(UpstreamBodyError {
+                        message: "upstream timed out (110: Connection timed out) while reading upstream",
+                        url,
+                    }))));
                 }
                 Poll::Pending
             }

@@ -91,6 +91,24 @@ impl Req {
         format!("{} {} {}", self.method, self.request_uri, self.protocol())
     }
 
+    /// The context nginx appends to request errors: client, server, request,
+    /// upstream (when given) and host.
+    pub fn log_context(&self, upstream: Option<&str>) -> String {
+        let mut s = format!(
+            ", client: {}, server: {}, request: \"{}\"",
+            self.conn.remote.map(|a| a.ip().to_string()).unwrap_or_else(|| "unix:".into()),
+            self.server_name,
+            self.request_line()
+        );
+        if let Some(u) = upstream {
+            s.push_str(&format!(", upstream: \"{u}\""));
+        }
+        if let Some(h) = self.headers.get(hyper::header::HOST).and_then(|h| h.to_str().ok()) {
+            s.push_str(&format!(", host: \"{h}\""));
+        }
+        s
+    }
+
     pub fn header(&self, name: &str) -> Option<String> {
         // $http_x_forwarded_for matches X-Forwarded-For: `_` stands for `-`.
         let wanted = name.replace('_', "-");
