@@ -419,6 +419,9 @@ sub _check_alerts {
 
 sub DESTROY {}
 
+# An interrupted test still stops what it started (END runs on exit()).
+$SIG{INT} = $SIG{TERM} = sub { exit 1 };
+
 END {
 	my $status = $?;
 	for my $t (@INSTANCES) {
