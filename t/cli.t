@@ -12,7 +12,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(29);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(30);
 my $d = $t->testdir();
 
 my ($rc, $out, $err) = $t->run_binary('-v');
@@ -122,6 +122,17 @@ like($err, qr!no "events" section in configuration!, 'no events');
 	'-g', "pid $d/none.pid;");
 is($rc, 1, '-s without pid file fails');
 like($err, qr!open\(\) "\Q$d\E/none\.pid" failed \(2: No such file or directory\)!, '-s error');
+
+# The shipped sample configuration passes -t as it is (copied here, so that
+# the log files -t creates stay in the test directory).
+mkdir("$d/sample");
+mkdir("$d/sample/conf");
+mkdir("$d/sample/logs");
+for my $f (qw/sluice.conf mime.types/) {
+	$t->write_file("sample/conf/$f", $t->read_file("$FindBin::Bin/../conf/$f"));
+}
+($rc, $out, $err) = $t->run_binary('-p', "$d/sample/", '-c', 'conf/sluice.conf', '-e', 'stderr', '-t');
+is($rc, 0, 'conf/sluice.conf passes -t') or diag($err);
 
 ($rc, $out, $err) = $t->run_binary('-s', 'bogus');
 like($err, qr/invalid option: "-s bogus"/, '-s bad signal');

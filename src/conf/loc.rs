@@ -3,6 +3,7 @@
 //! once, with its type and default; it makes both the builder (all `Option`)
 //! and the finished `LocConf`. Pure.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,6 +64,18 @@ loc_settings! {
     client_max_body_size: u64 = |_| 1024 * 1024,
     server_tokens: bool = |_| true,
     default_type: String = |_| "text/plain".to_string(),
+    /// `root PATH` or `alias PATH` (with the location prefix alias replaces).
+    root: Root = |d| Root { path: d.prefix.join("html"), alias: None },
+    index: Vec<String> = |_| vec!["index.html".to_string()],
+    /// `types { MIME EXT...; }`: extension (lowercase) to MIME type.
+    types: Arc<HashMap<String, String>> = |_| Arc::new(
+        [("html", "text/html"), ("gif", "image/gif"), ("jpg", "image/jpeg")]
+            .into_iter()
+            .map(|(e, m)| (e.to_string(), m.to_string()))
+            .collect(),
+    ),
+    add_header: Vec<AddHeader> = |_| Vec::new(),
+    error_page: Vec<ErrorPage> = |_| Vec::new(),
     /// `proxy_set_header NAME VALUE`, names as written.
     proxy_set_header: Vec<(String, Template)> = |_| Vec::new(),
     /// 10 or 11.
@@ -80,6 +93,41 @@ loc_settings! {
     proxy_next_upstream_tries: u32 = |_| 0,
     /// Zero: no limit.
     proxy_next_upstream_timeout: Duration = |_| Duration::ZERO,
+}
+
+/// Where files come from: `root` (path + URI) or `alias` (path replaces the
+/// location prefix `alias` holds).
+#[derive(Debug, Clone)]
+pub struct Root {
+    pub path: PathBuf,
+    pub alias: Option<String>,
+}
+
+/// `add_header NAME VALUE [always]`.
+#[derive(Debug, Clone)]
+pub struct AddHeader {
+    pub name: String,
+    pub value: Template,
+    pub always: bool,
+}
+
+/// What status an `error_page` answers with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorPageStatus {
+    /// The original error's.
+    Keep,
+    /// `=CODE`.
+    Code(u16),
+    /// `=`: whatever the target answers.
+    Target,
+}
+
+/// `error_page CODE... [=[RESP]] URI|@name|URL`.
+#[derive(Debug, Clone)]
+pub struct ErrorPage {
+    pub codes: Vec<u16>,
+    pub status: ErrorPageStatus,
+    pub target: Template,
 }
 
 /// How a log format escapes variable values.

@@ -8,7 +8,7 @@ use super::build::{
     Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here, number, size_arg,
     time_arg,
 };
-use super::loc::{LocB, NextUpstream};
+use super::loc::{AddHeader, ErrorPage, ErrorPageStatus, LocB, NextUpstream, Root};
 use super::tree::Directive;
 use super::{ConfError, vars};
 
@@ -16,6 +16,48 @@ const HSL: u8 = HTTP | SRV | LOC;
 const HS: u8 = HTTP | SRV;
 
 pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "root",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_root,
+    },
+    Spec {
+        name: "alias",
+        ctx: LOC,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_root,
+    },
+    Spec {
+        name: "index",
+        ctx: HSL,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_index,
+    },
+    Spec {
+        name: "types",
+        ctx: HSL,
+        args: Args::Exactly(0),
+        block: true,
+        set: set_types,
+    },
+    Spec {
+        name: "add_header",
+        ctx: HSL,
+        args: Args::Range(2, 3),
+        block: false,
+        set: set_add_header,
+    },
+    Spec {
+        name: "error_page",
+        ctx: HSL,
+        args: Args::AtLeast(2),
+        block: false,
+        set: set_error_page,
+    },
     Spec {
         name: "keepalive_timeout",
         ctx: HSL,
@@ -310,4 +352,145 @@ fn set_next_upstream(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result
         }
     }
     once(&mut loc(n, d)?.proxy_next_upstream, NextUpstream(bits), d)
+}
+
+fn set_root(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let location = match n {
+        super::build::Node::Location(l) => Some(l.uri.clone()),
+        _ => None,
+    };
+    let l = loc(n, d)?;
+    if let Some(prev) = &l.root {
+        let earlier = if prev.alias.is_some() {
+            "alias"
+        } else {
+            "root"
+        };
+        return Err(ConfError::at(
+            format!(
+                "\"{}\" directive is duplicate, \"{earlier}\" directive was specified earlier",
+                d.name
+            ),
+            &d.src,
+        ));
+    }
+    if d.args[0].contains('$') {
+        return Err(ConfError::at(
+            format!("variables in \"{}\" are not supported", d.name),
+            &d.src,
+        ));
+    }
+    let path = b.path(&d.args[0]);
+    let alias = if d.name == "alias" { location } else { None };
+    l.root = Some(Root { path, alias });
+    Ok(())
+}
+
+fn set_index(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    for a in &d.args {
+        if a.is_empty() {
+            return Err(ConfError::at(
+                "index \"\" in \"index\" directive is invalid",
+                &d.src,
+            ));
+        }
+    }
+    let l = loc(n, d)?;
+    l.index
+        .get_or_insert_with(Vec::new)
+        .extend(d.args.iter().cloned());
+    Ok(())
+}
+
+/// `types { MIME EXT...; }`: the block's "directives" are MIME types.
+fn set_types(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let mut map = std::collections::HashMap::new();
+    for t in d.block.as_deref().unwrap_or_default() {
+        if t.block.is_some() || t.args.is_empty() {
+            return Err(ConfError::at(
+                format!("invalid number of arguments in \"{}\" directive", t.name),
+                &t.src,
+            ));
+        }
+        for ext in &t.args {
+            map.insert(ext.to_ascii_lowercase(), t.name.clone());
+        }
+    }
+    let l = loc(n, d)?;
+    once(&mut l.types, std::sync::Arc::new(map), d)
+}
+
+fn set_add_header(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    if !valid_header_name(&d.args[0]) {
+        return Err(ConfError::at(
+            format!("invalid header name \"{}\"", d.args[0]),
+            &d.src,
+        ));
+    }
+    let always = match d.args.get(2).map(String::as_str) {
+        None => false,
+        Some("always") => true,
+        Some(other) => return Err(ConfError::at(format!("invalid value \"{other}\""), &d.src)),
+    };
+    let value = vars::compile(&d.args[1]).map_err(|m| ConfError::at(m, &d.src))?;
+    let l = loc(n, d)?;
+    l.add_header.get_or_insert_with(Vec::new).push(AddHeader {
+        name: d.args[0].clone(),
+        value,
+        always,
+    });
+    Ok(())
+}
+
+fn set_error_page(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let (target, rest) = match d.args.split_last() {
+        Some(x) => x,
+        None => {
+            return Err(ConfError::at(
+                "invalid number of arguments in \"error_page\" directive",
+                &d.src,
+            ));
+        }
+    };
+    let mut codes = Vec::new();
+    let mut status = ErrorPageStatus::Keep;
+    for (i, a) in rest.iter().enumerate() {
+        if let Some(resp) = a.strip_prefix('=') {
+            if i != rest.len() - 1 {
+                return Err(ConfError::at(format!("invalid value \"{a}\""), &d.src));
+            }
+            status = if resp.is_empty() {
+                ErrorPageStatus::Target
+            } else {
+                match number::<u16>(resp) {
+                    Some(c) if (100..=999).contains(&c) => ErrorPageStatus::Code(c),
+                    _ => return Err(ConfError::at(format!("invalid value \"{a}\""), &d.src)),
+                }
+            };
+            continue;
+        }
+        match number::<u16>(a) {
+            Some(c) if (300..=599).contains(&c) && c != 499 => codes.push(c),
+            _ => {
+                return Err(ConfError::at(
+                    format!("value \"{a}\" must be between 300 and 599"),
+                    &d.src,
+                ));
+            }
+        }
+    }
+    if codes.is_empty() {
+        return Err(ConfError::at(
+            "invalid number of arguments in \"error_page\" directive",
+            &d.src,
+        ));
+    }
+    let target = vars::compile(target).map_err(|m| ConfError::at(m, &d.src))?;
+    let l = loc(n, d)?;
+    l.error_page.get_or_insert_with(Vec::new).push(ErrorPage {
+        codes,
+        status,
+        target,
+    });
+    Ok(())
 }

@@ -107,7 +107,10 @@ impl HttpBody for LoggedBody {
                 }
             }
             Poll::Ready(Some(Err(e))) => {
-                if let (Some(u), Some(req)) = (e.downcast_ref::<super::proxy::UpstreamBodyError>(), self.req.as_ref()) {
+                if let (Some(u), Some(req)) = (
+                    e.downcast_ref::<super::proxy::UpstreamBodyError>(),
+                    self.req.as_ref(),
+                ) {
                     crate::log_conn!(
                         crate::log::Level::Error,
                         req.conn.number,

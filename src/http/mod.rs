@@ -8,6 +8,7 @@ pub mod access;
 pub mod proxy;
 pub mod response;
 pub mod router;
+pub mod static_files;
 pub mod uri;
 pub mod vars;
 
@@ -46,6 +47,19 @@ pub enum Phase {
     Graceful,
     /// TERM/INT: stop now.
     Fast,
+}
+
+/// What a handler answers: a response, or a status for nginx's special
+/// response (its page, or an `error_page`).
+pub enum Reply {
+    Full(Response<Body>),
+    Status(u16),
+}
+
+/// The client's request body, or none (an internal redirect has none).
+pub enum ClientBody {
+    Incoming(Incoming),
+    Empty,
 }
 
 /// Returned by a handler that wants the connection closed without a response
@@ -459,19 +473,30 @@ async fn handle(
         proxy_port: 0,
         upstream: Arc::default(),
     };
-    let tokens = r.conf.server_tokens;
     flight.keepalive(r.conf.keepalive_timeout);
-    let resp = if host.is_err() {
+    let reply = if host.is_err() {
         crate::log_conn!(
             Level::Info,
             r.conn.number,
             "client sent invalid host header while reading client request headers"
         );
-        Ok(response::status_page(400, tokens))
+        Ok(Reply::Status(400))
     } else if normalized.is_none() {
-        Ok(response::status_page(400, tokens))
+        Ok(Reply::Status(400))
     } else {
-        dispatch(shared, &mut r, server, location, body, parts.extensions).await
+        dispatch(
+            shared,
+            &mut r,
+            server,
+            location,
+            ClientBody::Incoming(body),
+            parts.extensions,
+        )
+        .await
+    };
+    let resp = match reply {
+        Ok(reply) => finish(shared, &mut r, server, reply).await,
+        Err(e) => Err(e),
     };
     let mut resp = match resp {
         Ok(resp) => resp,
@@ -517,10 +542,9 @@ async fn dispatch(
     r: &mut Req,
     server: &Server,
     location: Option<&Location>,
-    body: Incoming,
+    body: ClientBody,
     extensions: hyper::http::Extensions,
-) -> Result<Response<Body>, CloseConnection> {
-    let tokens = r.conf.server_tokens;
+) -> Result<Reply, CloseConnection> {
     // The server's `return` runs before a location is chosen, as in nginx.
     if let Some(ret) = server
         .ret
@@ -532,17 +556,133 @@ async fn dispatch(
     if let Some(l) = location {
         if let Some(pp) = &l.proxy_pass {
             let Some(ups) = shared.upstreams.get(pp.upstream) else {
-                return Ok(response::status_page(500, tokens));
+                return Ok(Reply::Status(500));
             };
             let id = l as *const Location as usize;
             return Ok(proxy::run(r, ups.clone(), pp, id, body, extensions).await);
         }
     }
-    // Static files arrive later; until then nothing is here.
-    Ok(response::status_page(404, tokens))
+    drop(body);
+    Ok(static_files::serve(r).await)
 }
 
-fn do_return(ret: &Return, r: &Req) -> Result<Response<Body>, CloseConnection> {
+/// Statuses `add_header` applies to without `always`, as nginx's.
+const ADD_HEADER_STATUSES: [u16; 10] = [200, 201, 204, 206, 301, 302, 303, 304, 307, 308];
+
+/// Turns a reply into the response: a special status goes through
+/// `error_page` (an internal redirect, a named location or a redirect) or
+/// gets its built-in page; then `add_header` applies.
+async fn finish(
+    shared: &Shared,
+    r: &mut Req,
+    server: &Server,
+    reply: Reply,
+) -> Result<Response<Body>, CloseConnection> {
+    let tokens = r.conf.server_tokens;
+    let mut resp = match reply {
+        Reply::Full(resp) => resp,
+        Reply::Status(code) => {
+            let page = r
+                .conf
+                .error_page
+                .iter()
+                .find(|p| p.codes.contains(&code))
+                .cloned();
+            match page {
+                None => response::status_page(code, tokens),
+                Some(page) => error_page(shared, r, server, code, &page).await?,
+            }
+        }
+    };
+    let status = resp.status().as_u16();
+    for h in &r.conf.add_header {
+        if !h.always && !ADD_HEADER_STATUSES.contains(&status) {
+            continue;
+        }
+        let v = r.eval(&h.value);
+        if v.is_empty() {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(h.name.as_bytes()),
+            hyper::header::HeaderValue::from_str(&v),
+        ) {
+            resp.headers_mut().append(n, v);
+        }
+    }
+    Ok(resp)
+}
+
+/// Sets a response's status with nginx's reason phrase.
+fn set_status(resp: &mut Response<Body>, code: u16) {
+    if let Ok(s) = hyper::StatusCode::from_u16(code) {
+        *resp.status_mut() = s;
+    }
+    resp.extensions_mut().remove::<hyper::ext::ReasonPhrase>();
+    if let Some(reason) = response::reason(code) {
+        resp.extensions_mut()
+            .insert(hyper::ext::ReasonPhrase::from_static(reason.as_bytes()));
+    }
+}
+
+async fn error_page(
+    shared: &Shared,
+    r: &mut Req,
+    server: &Server,
+    code: u16,
+    page: &crate::conf::loc::ErrorPage,
+) -> Result<Response<Body>, CloseConnection> {
+    use crate::conf::loc::ErrorPageStatus;
+    let tokens = r.conf.server_tokens;
+    let target = r.eval(&page.target);
+    if !target.starts_with('/') && !target.starts_with('@') {
+        let code = match page.status {
+            ErrorPageStatus::Code(c @ (301 | 302 | 303 | 307 | 308)) => c,
+            _ => 302,
+        };
+        return Ok(response::redirect(code, &target, tokens));
+    }
+    // An internal redirect: GET (HEAD stays HEAD), a new URI, a new location.
+    if r.method != hyper::Method::HEAD {
+        r.method = hyper::Method::GET;
+    }
+    let location = if target.starts_with('@') {
+        router::named_location(server, &target)
+    } else {
+        let (path, args) = match target.split_once('?') {
+            Some((p, a)) => (p.to_string(), Some(a.to_string())),
+            None => (target.clone(), None),
+        };
+        r.uri = uri::normalize(&path).unwrap_or(path);
+        r.args = args;
+        router::find_location(&server.locations, &r.uri)
+    };
+    r.conf = location
+        .map(|l| l.conf.clone())
+        .unwrap_or_else(|| server.conf.clone());
+    let inner = Box::pin(dispatch(
+        shared,
+        r,
+        server,
+        location,
+        ClientBody::Empty,
+        Default::default(),
+    ))
+    .await?;
+    // error_page does not apply again (nginx's recursive_error_pages off).
+    let mut resp = match inner {
+        Reply::Full(resp) => resp,
+        Reply::Status(c) => response::status_page(c, tokens),
+    };
+    match page.status {
+        ErrorPageStatus::Keep => set_status(&mut resp, code),
+        ErrorPageStatus::Code(c) => set_status(&mut resp, c),
+        ErrorPageStatus::Target => {}
+    }
+    Ok(resp)
+}
+
+fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection> {
     if ret.code == 444 {
         return Err(CloseConnection);
     }
@@ -561,14 +701,14 @@ fn do_return(ret: &Return, r: &Req) -> Result<Response<Body>, CloseConnection> {
             } else {
                 loc
             };
-            Ok(response::redirect(ret.code, &loc, tokens))
+            Ok(Reply::Full(response::redirect(ret.code, &loc, tokens)))
         }
-        (code, Some(body)) => Ok(response::build(
+        (code, Some(body)) => Ok(Reply::Full(response::build(
             code,
             Some(&r.conf.default_type),
             Bytes::from(body),
             tokens,
-        )),
-        (code, None) => Ok(response::status_page(code, tokens)),
+        ))),
+        (code, None) => Ok(Reply::Status(code)),
     }
 }

@@ -18,8 +18,9 @@ use hyper::{Method, Request, Response, Version};
 use hyper_util::rt::TokioIo;
 
 use super::Io;
-use super::response::{self, Body, BoxError};
+use super::response::{self, BoxError};
 use super::vars::{Attempt, Req, UpstreamLog};
+use super::{ClientBody, Reply};
 use crate::conf::model::{Balancer, NextUpstream, PeerAddr, ProxyPass};
 use crate::log::Level;
 use crate::upstream::balancer::{Key, PickState};
@@ -131,10 +132,13 @@ fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
     }
 }
 
-
 /// Reads the whole client body (nginx buffers it before connecting, which is
 /// what lets a retry send it again). Err is the status to answer with.
-async fn read_body(r: &Req, mut body: Incoming) -> Result<Bytes, u16> {
+async fn read_body(r: &Req, body: ClientBody) -> Result<Bytes, u16> {
+    let mut body = match body {
+        ClientBody::Incoming(b) => b,
+        ClientBody::Empty => return Ok(Bytes::new()),
+    };
     let max = r.conf.client_max_body_size;
     let declared = r
         .headers
@@ -170,7 +174,7 @@ async fn read_body(r: &Req, mut body: Incoming) -> Result<Bytes, u16> {
             Ok(Some(Ok(f))) => f,
         };
         if let Ok(d) = frame.into_data() {
-            buf.extend_from_slice(&d);
+            buf.extend_from_slice(d.as_ref());
             if max > 0 && buf.len() as u64 > max {
                 crate::log_conn!(
                     Level::Error,
@@ -332,16 +336,16 @@ pub async fn run(
     ups: Arc<UpstreamRt>,
     pp: &ProxyPass,
     location_id: usize,
-    body: Incoming,
+    body: ClientBody,
     extensions: hyper::http::Extensions,
-) -> Response<Body> {
+) -> Reply {
     let tokens = r.conf.server_tokens;
     r.proxy_host = pp.proxy_host.clone();
     r.proxy_port = pp.proxy_port;
     let mut payload = if r.conf.proxy_pass_request_body {
         match read_body(r, body).await {
             Ok(b) => b,
-            Err(code) => return response::status_page(code, tokens),
+            Err(code) => return Reply::Status(code),
         }
     } else {
         drop(body);
@@ -419,7 +423,7 @@ pub async fn run(
                     status: Some(502),
                     ..Attempt::default()
                 });
-            return response::status_page(502, tokens);
+            return Reply::Status(502);
         };
         tries_left = tries_left.saturating_sub(1);
         // Built only when something is logged.
@@ -481,7 +485,7 @@ pub async fn run(
                     ) {
                         continue;
                     }
-                    return response::status_page(status, tokens);
+                    return Reply::Status(status);
                 }
             },
         };
@@ -494,7 +498,7 @@ pub async fn run(
             Ok(u) => u,
             Err(_) => {
                 release(Outcome::Ok);
-                return response::status_page(400, tokens);
+                return Reply::Status(400);
             }
         };
         *req.version_mut() = plan.version;
@@ -549,7 +553,7 @@ pub async fn run(
                     ) {
                         continue;
                     }
-                    return response::status_page(504, tokens);
+                    return Reply::Status(504);
                 }
             },
         };
@@ -606,7 +610,7 @@ pub async fn run(
                 ) {
                     continue;
                 }
-                return response::status_page(status, tokens);
+                return Reply::Status(status);
             }
         };
         let header_time = attempt_start.elapsed();
@@ -650,9 +654,14 @@ pub async fn run(
         {
             let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
             // Kept only for a log format that reads $upstream_http_*.
-            if conf.access_log.iter().any(|l| l.format.template.segments.iter().any(|s| {
-                matches!(s, crate::conf::vars::Segment::Var(crate::conf::vars::Var::UpstreamHttp(_)))
-            })) {
+            if conf.access_log.iter().any(|l| {
+                l.format.template.segments.iter().any(|s| {
+                    matches!(
+                        s,
+                        crate::conf::vars::Segment::Var(crate::conf::vars::Var::UpstreamHttp(_))
+                    )
+                })
+            }) {
                 log.headers = Some(parts.headers.clone());
             }
             log.attempts.push(Attempt {
@@ -682,7 +691,7 @@ pub async fn run(
             timer: None,
             url: format!("http://{name}{}", plan.uri),
         };
-        return Response::from_parts(parts, body.boxed());
+        return Reply::Full(Response::from_parts(parts, body.boxed()));
     }
 }
 
@@ -800,7 +809,9 @@ impl HttpBody for ProxyBody {
             }
             Poll::Pending => {
                 let timeout = self.read_timeout;
-                let timer = self.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                let timer = self
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
                 if timer.as_mut().poll(cx).is_ready() {
                     self.finish(false);
                     let url = std::mem::take(&mut self.url);

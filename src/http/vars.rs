@@ -96,14 +96,21 @@ impl Req {
     pub fn log_context(&self, upstream: Option<&str>) -> String {
         let mut s = format!(
             ", client: {}, server: {}, request: \"{}\"",
-            self.conn.remote.map(|a| a.ip().to_string()).unwrap_or_else(|| "unix:".into()),
+            self.conn
+                .remote
+                .map(|a| a.ip().to_string())
+                .unwrap_or_else(|| "unix:".into()),
             self.server_name,
             self.request_line()
         );
         if let Some(u) = upstream {
             s.push_str(&format!(", upstream: \"{u}\""));
         }
-        if let Some(h) = self.headers.get(hyper::header::HOST).and_then(|h| h.to_str().ok()) {
+        if let Some(h) = self
+            .headers
+            .get(hyper::header::HOST)
+            .and_then(|h| h.to_str().ok())
+        {
             s.push_str(&format!(", host: \"{h}\""));
         }
         s

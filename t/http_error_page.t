@@ -1,0 +1,75 @@
+#!/usr/bin/perl
+
+# error_page (internal redirect, =code, =, named location, redirect) and
+# add_header (statuses, always, inheritance only when a level has none).
+
+use warnings;
+use strict;
+
+use Test::More;
+
+BEGIN { use FindBin; chdir($FindBin::Bin); }
+
+use lib 'lib';
+use Test::Sluice qw/:all/;
+
+my $t = Test::Sluice->new()->has(qw/http/)->plan(13);
+
+$t->write_file_expand('sluice.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+events {
+}
+
+http {
+    access_log off;
+    add_header X-Http http;
+
+    upstream dead { server 127.0.0.1:%%PORT_8089%%; }
+
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+
+        location /page { return 200 "page for $uri"; }
+        location /nf { error_page 404 /page; return 404; }
+        location /nf-code { error_page 404 =200 /page; return 404; }
+        location /nf-target { error_page 404 = /page; return 404; }
+        location /named { error_page 502 @fallback; proxy_pass http://dead; }
+        location @fallback { return 200 "fallback"; }
+        location /redir { error_page 502 504 redirect; proxy_pass http://dead; }
+        location /redir301 { error_page 404 =301 http://example.com/; return 404; }
+
+        location /always {
+            add_header X-Always yes always;
+            add_header X-Plain yes;
+            return 404;
+        }
+        location /ok { add_header X-Loc loc; return 200 ok; }
+        location /inherit { return 200 inherit; }
+        location /empty { add_header X-Empty ""; return 200 empty; }
+    }
+}
+
+EOF
+
+$t->run();
+
+like(http_get('/nf'), qr!^HTTP/1\.[01] 404 Not Found\r\n.*\r\n\r\npage for /page$!s, 'error_page keeps the status');
+like(http_get('/nf-code'), qr!^HTTP/1\.[01] 200 OK\r\n.*page for /page$!s, 'error_page =200');
+like(http_get('/nf-target'), qr!^HTTP/1\.[01] 200 OK\r\n.*page for /page$!s, 'error_page =');
+like(http_get('/named'), qr!^HTTP/1\.[01] 502 Bad Gateway\r\n.*fallback$!s, 'named location');
+my $r = http_get('/redir');
+like($r, qr!^HTTP/1\.[01] 302 Moved Temporarily\r\n.*Location: redirect\r\n!s, 'error_page to a non-URI: 302');
+like($r, qr!^X-Http: http\r$!m, 'add_header applies to that 302');
+like(http_get('/redir301'), qr!^HTTP/1\.[01] 301 .*Location: http://example\.com/\r\n!s, 'error_page =301 URL');
+
+$r = http_get('/always');
+like($r, qr!^X-Always: yes\r$!mi, 'always on a 404');
+unlike($r, qr!X-Plain!i, 'not without always on a 404');
+
+$r = http_get('/ok');
+like($r, qr!^X-Loc: loc\r$!mi, 'location add_header');
+unlike($r, qr!X-Http!i, 'http level not inherited when the location has its own');
+like(http_get('/inherit'), qr!^X-Http: http\r$!mi, 'inherited when the location has none');
+unlike(http_get('/empty'), qr!X-Empty!i, 'an empty value adds nothing');
