@@ -16,7 +16,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(20);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(21);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -53,6 +53,7 @@ http {
             proxy_pass_header Server;
         }
         location /tokens { proxy_pass http://u/echo; server_tokens off; }
+        location /rw/ { rewrite ^/rw/(.*)$ /echo/$1?r=1 break; proxy_pass http://u; }
     }
 }
 
@@ -123,5 +124,7 @@ unlike($r, qr/X-Port/, 'proxy_hide_header');
 
 $r = http_get('/tokens');
 like($r, qr/^Server: sluice\r$/m, 'server_tokens off');
+
+like(http_get('/rw/a%20b?q=2'), qr!^GET /echo/a%20b\?r=1&q=2 HTTP/1\.1\r$!m, 'rewritten URI sent upstream');
 
 $t->expect_errors(qr/client intended to send too large body/);

@@ -47,9 +47,20 @@ pub(super) enum Node<'a> {
     Server(&'a mut ServerB),
     Location(&'a mut LocationB),
     Upstream(&'a mut UpstreamB),
+    If(&'a mut Vec<Stmt>),
 }
 
 impl Node<'_> {
+    /// The rewrite script of a server, location or `if` block.
+    pub(super) fn script(&mut self) -> Option<&mut Vec<Stmt>> {
+        match self {
+            Node::Server(s) => Some(&mut s.script),
+            Node::Location(l) => Some(&mut l.script),
+            Node::If(body) => Some(body),
+            _ => None,
+        }
+    }
+
     /// The merged settings of an http, server or location level.
     pub(super) fn loc_b(&mut self) -> Option<&mut LocB> {
         match self {
@@ -73,6 +84,7 @@ pub(super) struct Spec {
 
 /// Every directive table, searched in order.
 const TABLES: &[&[Spec]] = &[
+    super::rewrite::TABLE,
     TABLE,
     super::http::TABLE,
     super::loc_table::TABLE,
@@ -240,6 +252,9 @@ pub fn build_with_warnings(
         log_formats: vec![super::http::combined()],
     };
     let mut main = MainB::default();
+    let mut declared = Vec::new();
+    super::rewrite::declared(&dirs, &mut declared);
+    let _guard = super::vars::declare(declared);
     b.walk(&dirs, &mut Node::Main(&mut main), MAIN)?;
     if let Some(e) = syntax_err {
         return Err(e);
@@ -430,7 +445,7 @@ fn set_error_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
         Node::Http(h) => &mut h.error_log,
         Node::Server(s) => &mut s.error_log,
         Node::Location(l) => &mut l.error_log,
-        Node::Events(..) | Node::Upstream(_) => return Err(not_here(d)),
+        Node::Events(..) | Node::Upstream(_) | Node::If(_) => return Err(not_here(d)),
     };
     if list.iter().any(|s| s.target == spec.target) {
         return Err(duplicate(d));

@@ -51,13 +51,6 @@ pub(super) const TABLE: &[Spec] = &[
         block: true,
         set: set_location,
     },
-    Spec {
-        name: "return",
-        ctx: SRV | LOC,
-        args: Args::Range(1, 2),
-        block: false,
-        set: set_return,
-    },
 ];
 
 #[derive(Default)]
@@ -75,7 +68,7 @@ pub(super) struct ServerB {
     pub(super) server_name: Vec<ServerName>,
     pub(super) primary_name: String,
     pub(super) names_set: bool,
-    pub(super) ret: Option<Return>,
+    pub(super) script: Vec<Stmt>,
     pub(super) locations: Vec<LocationB>,
     pub(super) src: Src,
 }
@@ -86,7 +79,7 @@ pub(super) struct LocationB {
     pub(super) modifier: Modifier,
     pub(super) uri: String,
     pub(super) regex: Option<regex::Regex>,
-    pub(super) ret: Option<Return>,
+    pub(super) script: Vec<Stmt>,
     pub(super) proxy_pass: Option<ProxyPassB>,
     pub(super) locations: Vec<LocationB>,
     pub(super) src: Src,
@@ -132,7 +125,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         server_name: Vec::new(),
         primary_name: String::new(),
         names_set: false,
-        ret: None,
+        script: Vec::new(),
         locations: Vec::new(),
         src: d.src.clone(),
     };
@@ -389,7 +382,7 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         modifier,
         uri,
         regex,
-        ret: None,
+        script: Vec::new(),
         proxy_pass: None,
         locations: Vec::new(),
         src: d.src.clone(),
@@ -468,56 +461,6 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     Ok(())
 }
 
-fn set_return(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let slot = match n {
-        Node::Server(s) => &mut s.ret,
-        Node::Location(l) => &mut l.ret,
-        _ => return Err(not_here(d)),
-    };
-    let compile = |t: &str| vars::compile(t).map_err(|m| ConfError::at(m, &d.src));
-    let first = &d.args[0];
-    let ret = match first.parse::<u16>() {
-        Ok(code) if first.bytes().all(|b| b.is_ascii_digit()) => {
-            if code > 999 {
-                return Err(ConfError::at(
-                    format!("invalid return code \"{first}\""),
-                    &d.src,
-                ));
-            }
-            Return {
-                code,
-                text: d.args.get(1).map(|t| compile(t)).transpose()?,
-            }
-        }
-        _ => {
-            if d.args.len() == 2 {
-                return Err(ConfError::at(
-                    format!("invalid return code \"{first}\""),
-                    &d.src,
-                ));
-            }
-            let is_url = first.starts_with("http://")
-                || first.starts_with("https://")
-                || first.starts_with("$scheme");
-            if !is_url {
-                return Err(ConfError::at(
-                    format!("invalid return code \"{first}\""),
-                    &d.src,
-                ));
-            }
-            Return {
-                code: 302,
-                text: Some(compile(first)?),
-            }
-        }
-    };
-    // Like nginx, a later `return` in the same block is never reached; keep the first.
-    if slot.is_none() {
-        *slot = Some(ret);
-    }
-    Ok(())
-}
-
 /// Two servers may share an address only when at most one is its default.
 /// Two servers may share an address only when at most one is its default.
 fn check_listen_conflicts(servers: &[ServerB]) -> Result<(), ConfError> {
@@ -565,7 +508,7 @@ pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
             listen: s.listen,
             server_name: s.server_name,
             primary_name: s.primary_name,
-            ret: s.ret,
+            script: s.script,
             locations,
             error_log: s.error_log,
             conf,
@@ -612,7 +555,7 @@ fn finish_location(
         modifier: l.modifier,
         uri: l.uri,
         regex: l.regex,
-        ret: l.ret,
+        script: l.script,
         locations,
         error_log: l.error_log,
         conf,
@@ -671,7 +614,7 @@ mod tests {
         assert_eq!(s.locations[0].locations.len(), 1);
         assert_eq!(s.locations[1].modifier, Modifier::Exact);
         assert!(s.locations[2].regex.as_ref().unwrap().is_match("/A.png"));
-        assert_eq!(s.ret.as_ref().unwrap().code, 302);
+        assert!(matches!(&s.script[0], Stmt::Return(r) if r.code == 302));
     }
 
     #[test]

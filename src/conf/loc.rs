@@ -75,6 +75,8 @@ loc_settings! {
             .collect(),
     ),
     add_header: Vec<AddHeader> = |_| Vec::new(),
+    rewrite_log: bool = |_| false,
+    uninitialized_variable_warn: bool = |_| true,
     error_page: Vec<ErrorPage> = |_| Vec::new(),
     /// `proxy_set_header NAME VALUE`, names as written.
     proxy_set_header: Vec<(String, Template)> = |_| Vec::new(),

@@ -129,6 +129,20 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_size,
     },
     Spec {
+        name: "rewrite_log",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "uninitialized_variable_warn",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
         name: "server_tokens",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -262,6 +276,8 @@ fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     let l = loc(n, d)?;
     let slot = match d.name.as_str() {
         "server_tokens" => &mut l.server_tokens,
+        "rewrite_log" => &mut l.rewrite_log,
+        "uninitialized_variable_warn" => &mut l.uninitialized_variable_warn,
         "proxy_pass_request_headers" => &mut l.proxy_pass_request_headers,
         _ => &mut l.proxy_pass_request_body,
     };

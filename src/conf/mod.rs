@@ -11,6 +11,7 @@ mod loc_table;
 mod logs;
 pub mod model;
 mod proxy;
+mod rewrite;
 pub mod tree;
 pub mod values;
 pub mod vars;

@@ -110,8 +110,9 @@ pub struct Server {
     pub server_name: Vec<ServerName>,
     /// The first name, for `$server_name`.
     pub primary_name: String,
-    /// `return` at server level runs before any location is chosen.
-    pub ret: Option<Return>,
+    /// The rewrite module's directives at server level, run before any
+    /// location is chosen.
+    pub script: Vec<Stmt>,
     pub locations: Vec<Location>,
     pub error_log: Vec<LogSpec>,
     /// Settings for requests no location matches.
@@ -140,7 +141,8 @@ pub struct Location {
     pub modifier: Modifier,
     pub uri: String,
     pub regex: Option<Regex>,
-    pub ret: Option<Return>,
+    /// The rewrite module's directives in this location, in order.
+    pub script: Vec<Stmt>,
     pub locations: Vec<Location>,
     pub error_log: Vec<LogSpec>,
     /// The settings in force here, merged from the enclosing levels.
@@ -148,6 +150,65 @@ pub struct Location {
     /// `proxy_pass` (not inherited by nested locations, as in nginx).
     pub proxy_pass: Option<ProxyPass>,
     pub src: Src,
+}
+
+/// One rewrite-module directive.
+#[derive(Debug, Clone)]
+pub enum Stmt {
+    Return(Return),
+    Rewrite {
+        regex: Regex,
+        replacement: Template,
+        flag: RewriteFlag,
+    },
+    Set {
+        var: String,
+        value: Template,
+    },
+    If {
+        cond: Cond,
+        body: Vec<Stmt>,
+    },
+    Break,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewriteFlag {
+    None,
+    Last,
+    Break,
+    Redirect,
+    Permanent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileTest {
+    File,
+    Dir,
+    Exists,
+    Exec,
+}
+
+/// An `if` condition.
+#[derive(Debug, Clone)]
+pub enum Cond {
+    /// `($var)`: true unless empty or "0".
+    Truthy(Template),
+    Eq {
+        value: Template,
+        text: String,
+        negate: bool,
+    },
+    Match {
+        value: Template,
+        regex: Regex,
+        negate: bool,
+    },
+    File {
+        test: FileTest,
+        path: Template,
+        negate: bool,
+    },
 }
 
 /// `return CODE [TEXT|URL]` or `return URL`.

@@ -51,10 +51,54 @@ pub enum Var {
     UpstreamBytesSent,
     /// `$upstream_http_NAME`: a header of the upstream's response.
     UpstreamHttp(String),
+    /// `$request_filename`: the file the URI maps to under root or alias.
+    RequestFilename,
+    /// `$document_root`.
+    DocumentRoot,
+    /// A variable `set` declares.
+    User(String),
+    /// `$1`..`$9`: a capture of the last regex that matched.
+    Capture(usize),
+}
+
+thread_local! {
+    /// The names `set` declares in the configuration being built.
+    static DECLARED: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Declares `set` variables while a configuration is built; undone on drop.
+pub struct Declared;
+
+pub fn declare(names: Vec<String>) -> Declared {
+    DECLARED.with(|d| *d.borrow_mut() = names);
+    Declared
+}
+
+impl Drop for Declared {
+    fn drop(&mut self) {
+        DECLARED.with(|d| d.borrow_mut().clear());
+    }
+}
+
+/// A variable name sluice provides itself (`set` may not redefine it).
+pub fn is_builtin(name: &str) -> bool {
+    !matches!(Var::lookup_builtin(name), None | Some(Var::User(_)))
 }
 
 impl Var {
     fn lookup(name: &str) -> Option<Var> {
+        if let Some(v) = Var::lookup_builtin(name) {
+            return Some(v);
+        }
+        if name.len() == 1 && name.as_bytes()[0].is_ascii_digit() {
+            return Some(Var::Capture(usize::from(name.as_bytes()[0] - b'0')));
+        }
+        DECLARED
+            .with(|d| d.borrow().iter().any(|n| n == name))
+            .then(|| Var::User(name.to_string()))
+    }
+
+    fn lookup_builtin(name: &str) -> Option<Var> {
         if let Some(h) = name.strip_prefix("upstream_http_") {
             return Some(Var::UpstreamHttp(h.to_ascii_lowercase()));
         }
@@ -88,6 +132,8 @@ impl Var {
             "time_local" => Var::TimeLocal,
             "uri" | "document_uri" => Var::Uri,
             "binary_remote_addr" => Var::BinaryRemoteAddr,
+            "request_filename" => Var::RequestFilename,
+            "document_root" => Var::DocumentRoot,
             "remote_user" => Var::RemoteUser,
             "status" => Var::Status,
             "body_bytes_sent" => Var::BodyBytesSent,

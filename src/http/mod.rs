@@ -8,6 +8,7 @@ pub mod access;
 pub mod proxy;
 pub mod response;
 pub mod router;
+pub mod script;
 pub mod static_files;
 pub mod uri;
 pub mod vars;
@@ -472,6 +473,9 @@ async fn handle(
         proxy_host: String::new(),
         proxy_port: 0,
         upstream: Arc::default(),
+        vars: Vec::new(),
+        captures: Vec::new(),
+        uri_changed: false,
     };
     flight.keepalive(r.conf.keepalive_timeout);
     let reply = if host.is_err() {
@@ -488,7 +492,7 @@ async fn handle(
             shared,
             &mut r,
             server,
-            location,
+            None,
             ClientBody::Incoming(body),
             parts.extensions,
         )
@@ -541,17 +545,41 @@ async fn dispatch(
     shared: &Shared,
     r: &mut Req,
     server: &Server,
-    location: Option<&Location>,
+    named: Option<&Location>,
     body: ClientBody,
     extensions: hyper::http::Extensions,
 ) -> Result<Reply, CloseConnection> {
-    // The server's `return` runs before a location is chosen, as in nginx.
-    if let Some(ret) = server
-        .ret
-        .as_ref()
-        .or_else(|| location.and_then(|l| l.ret.as_ref()))
-    {
-        return do_return(ret, r);
+    // The server's rewrite directives run before a location is chosen.
+    if named.is_none() {
+        if let script::Flow::Done(reply) = script::run(&server.script, r) {
+            return reply;
+        }
+    }
+    let mut location = named.or_else(|| router::find_location(&server.locations, &r.uri));
+    let mut searches = 0;
+    loop {
+        r.conf = location
+            .map(|l| l.conf.clone())
+            .unwrap_or_else(|| server.conf.clone());
+        let Some(l) = location else { break };
+        match script::run(&l.script, r) {
+            script::Flow::Done(reply) => return reply,
+            script::Flow::Last => {
+                searches += 1;
+                if searches > 10 {
+                    crate::log_conn!(
+                        Level::Error,
+                        r.conn.number,
+                        "rewrite or internal redirection cycle while processing \"{}\"{}",
+                        r.uri,
+                        r.log_context(None)
+                    );
+                    return Ok(Reply::Status(500));
+                }
+                location = router::find_location(&server.locations, &r.uri);
+            }
+            script::Flow::Next | script::Flow::Break => break,
+        }
     }
     if let Some(l) = location {
         if let Some(pp) = &l.proxy_pass {
@@ -646,7 +674,7 @@ async fn error_page(
     if r.method != hyper::Method::HEAD {
         r.method = hyper::Method::GET;
     }
-    let location = if target.starts_with('@') {
+    let named = if target.starts_with('@') {
         router::named_location(server, &target)
     } else {
         let (path, args) = match target.split_once('?') {
@@ -655,16 +683,14 @@ async fn error_page(
         };
         r.uri = uri::normalize(&path).unwrap_or(path);
         r.args = args;
-        router::find_location(&server.locations, &r.uri)
+        r.uri_changed = true;
+        None
     };
-    r.conf = location
-        .map(|l| l.conf.clone())
-        .unwrap_or_else(|| server.conf.clone());
     let inner = Box::pin(dispatch(
         shared,
         r,
         server,
-        location,
+        named,
         ClientBody::Empty,
         Default::default(),
     ))
@@ -682,7 +708,7 @@ async fn error_page(
     Ok(resp)
 }
 
-fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection> {
+pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection> {
     if ret.code == 444 {
         return Err(CloseConnection);
     }

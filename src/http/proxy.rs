@@ -116,6 +116,15 @@ fn escape_path(p: &str) -> String {
 /// prefix replaced by `proxy_pass`'s URI part.
 fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
     match &pp.uri {
+        // After a rewrite the changed URI goes, escaped, with its arguments.
+        None if r.uri_changed => {
+            let mut s = escape_path(&r.uri);
+            if let Some(a) = &r.args {
+                s.push('?');
+                s.push_str(a);
+            }
+            s
+        }
         None => r.request_uri.clone(),
         Some(u) => {
             let rest = r

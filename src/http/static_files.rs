@@ -4,7 +4,7 @@
 //! and 304 for `If-None-Match`/`If-Modified-Since`. Large files are streamed.
 
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::UNIX_EPOCH;
@@ -24,25 +24,6 @@ use crate::log::Level;
 /// Files up to this size are read at once; larger ones are streamed.
 const WHOLE: u64 = 256 * 1024;
 const CHUNK: usize = 64 * 1024;
-
-/// The file a URI maps to under `root` or `alias`.
-fn map_path(r: &Req) -> PathBuf {
-    let root = &r.conf.root;
-    let rel = match &root.alias {
-        Some(prefix) => r.uri.strip_prefix(prefix.as_str()).unwrap_or(&r.uri),
-        None => &r.uri,
-    };
-    let mut p = root.path.clone().into_os_string();
-    if root.alias.is_some()
-        && !rel.is_empty()
-        && !rel.starts_with('/')
-        && !p.to_string_lossy().ends_with('/')
-    {
-        p.push("/");
-    }
-    p.push(rel);
-    PathBuf::from(p)
-}
 
 fn http_date(t: std::time::SystemTime) -> String {
     let dt: chrono::DateTime<chrono::Utc> = t.into();
@@ -70,7 +51,7 @@ pub async fn serve(r: &Req) -> Reply {
     if r.method != Method::GET && r.method != Method::HEAD {
         return Reply::Status(405);
     }
-    let path = map_path(r);
+    let path = r.filename();
     if r.uri.ends_with('/') {
         for index in &r.conf.index {
             let p = path.join(index);

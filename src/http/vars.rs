@@ -67,6 +67,12 @@ pub struct Req {
     pub proxy_host: String,
     pub proxy_port: u16,
     pub upstream: Arc<Mutex<UpstreamLog>>,
+    /// Variables `set` assigned.
+    pub vars: Vec<(String, String)>,
+    /// The captures of the last regex that matched (`$0`..`$9`).
+    pub captures: Vec<String>,
+    /// A `rewrite` changed `$uri`: the proxy then sends it, not `$request_uri`.
+    pub uri_changed: bool,
 }
 
 fn secs(d: Option<Duration>) -> String {
@@ -84,6 +90,26 @@ impl Req {
             Version::HTTP_09 => "HTTP/0.9",
             _ => "HTTP/1.1",
         }
+    }
+
+    /// The file the URI maps to under `root` (path + URI) or `alias` (the
+    /// location prefix replaced).
+    pub fn filename(&self) -> std::path::PathBuf {
+        let root = &self.conf.root;
+        let rel = match &root.alias {
+            Some(prefix) => self.uri.strip_prefix(prefix.as_str()).unwrap_or(&self.uri),
+            None => &self.uri,
+        };
+        let mut p = root.path.clone().into_os_string();
+        if root.alias.is_some()
+            && !rel.is_empty()
+            && !rel.starts_with('/')
+            && !p.to_string_lossy().ends_with('/')
+        {
+            p.push("/");
+        }
+        p.push(rel);
+        std::path::PathBuf::from(p)
     }
 
     /// `$request`: the request line.
@@ -235,6 +261,24 @@ impl Req {
             }
             Var::UpstreamBytesReceived => self.upstream_list(|a| a.received.to_string()),
             Var::UpstreamBytesSent => self.upstream_list(|a| a.sent.to_string()),
+            Var::User(name) => match self.vars.iter().find(|(n, _)| n == name) {
+                Some((_, v)) => v.clone(),
+                None => {
+                    if self.conf.uninitialized_variable_warn {
+                        crate::log_conn!(
+                            crate::log::Level::Warn,
+                            self.conn.number,
+                            "using uninitialized \"{}\" variable{}",
+                            name,
+                            self.log_context(None)
+                        );
+                    }
+                    String::new()
+                }
+            },
+            Var::RequestFilename => self.filename().to_string_lossy().into_owned(),
+            Var::DocumentRoot => self.conf.root.path.to_string_lossy().into_owned(),
+            Var::Capture(i) => self.captures.get(*i).cloned().unwrap_or_default(),
             Var::UpstreamHttp(h) => {
                 let u = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
                 let name = h.replace('_', "-");
@@ -307,6 +351,9 @@ pub(crate) mod tests {
             proxy_host: "backend".into(),
             proxy_port: 80,
             upstream: Arc::default(),
+            vars: Vec::new(),
+            captures: Vec::new(),
+            uri_changed: false,
         }
     }
 

@@ -1,0 +1,243 @@
+//! nginx's rewrite module: `return`, `rewrite`, `set`, `if` and `break`, in
+//! server and location blocks (and inside `if`), kept in order as a script the
+//! request path runs. `if` blocks hold rewrite directives only.
+
+use super::build::{Args, Builder, LOC, Node, SRV, Spec, not_here};
+use super::model::{Cond, FileTest, Return, RewriteFlag, Stmt};
+use super::tree::Directive;
+use super::{ConfError, vars};
+
+/// `if` blocks.
+pub(super) const IF: u8 = 64;
+const SLI: u8 = SRV | LOC | IF;
+
+pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "return",
+        ctx: SLI,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_return,
+    },
+    Spec {
+        name: "rewrite",
+        ctx: SLI,
+        args: Args::Range(2, 3),
+        block: false,
+        set: set_rewrite,
+    },
+    Spec {
+        name: "set",
+        ctx: SLI,
+        args: Args::Exactly(2),
+        block: false,
+        set: set_set,
+    },
+    Spec {
+        name: "break",
+        ctx: SLI,
+        args: Args::Exactly(0),
+        block: false,
+        set: set_break,
+    },
+    Spec {
+        name: "if",
+        ctx: SRV | LOC,
+        args: Args::AtLeast(1),
+        block: true,
+        set: set_if,
+    },
+];
+
+fn compile(t: &str, d: &Directive) -> Result<vars::Template, ConfError> {
+    vars::compile(t).map_err(|m| ConfError::at(m, &d.src))
+}
+
+fn push(n: &mut Node<'_>, d: &Directive, s: Stmt) -> Result<(), ConfError> {
+    n.script().ok_or_else(|| not_here(d))?.push(s);
+    Ok(())
+}
+
+fn set_return(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let first = &d.args[0];
+    let bad = || ConfError::at(format!("invalid return code \"{first}\""), &d.src);
+    let ret = if first.bytes().all(|b| b.is_ascii_digit()) {
+        let code: u16 = first.parse().map_err(|_| bad())?;
+        if code > 999 {
+            return Err(bad());
+        }
+        Return {
+            code,
+            text: d.args.get(1).map(|t| compile(t, d)).transpose()?,
+        }
+    } else {
+        let is_url = first.starts_with("http://")
+            || first.starts_with("https://")
+            || first.starts_with("$scheme");
+        if d.args.len() == 2 || !is_url {
+            return Err(bad());
+        }
+        Return {
+            code: 302,
+            text: Some(compile(first, d)?),
+        }
+    };
+    push(n, d, Stmt::Return(ret))
+}
+
+fn set_rewrite(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let regex = regex::Regex::new(&d.args[0])
+        .map_err(|e| ConfError::at(format!("regex \"{}\" is invalid: {e}", d.args[0]), &d.src))?;
+    let flag = match d.args.get(2).map(String::as_str) {
+        None => RewriteFlag::None,
+        Some("last") => RewriteFlag::Last,
+        Some("break") => RewriteFlag::Break,
+        Some("redirect") => RewriteFlag::Redirect,
+        Some("permanent") => RewriteFlag::Permanent,
+        Some(other) => {
+            return Err(ConfError::at(
+                format!("invalid parameter \"{other}\""),
+                &d.src,
+            ));
+        }
+    };
+    let replacement = compile(&d.args[1], d)?;
+    push(
+        n,
+        d,
+        Stmt::Rewrite {
+            regex,
+            replacement,
+            flag,
+        },
+    )
+}
+
+fn set_set(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Some(name) = d.args[0].strip_prefix('$').filter(|v| !v.is_empty()) else {
+        return Err(ConfError::at(
+            format!("invalid variable name \"{}\"", d.args[0]),
+            &d.src,
+        ));
+    };
+    if vars::is_builtin(name) {
+        return Err(ConfError::at(
+            format!("the duplicate \"{name}\" variable"),
+            &d.src,
+        ));
+    }
+    let value = compile(&d.args[1], d)?;
+    push(
+        n,
+        d,
+        Stmt::Set {
+            var: name.to_string(),
+            value,
+        },
+    )
+}
+
+fn set_break(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    push(n, d, Stmt::Break)
+}
+
+/// `if (COND) { ... }`: the condition arrives as words with parentheses.
+fn parse_cond(d: &Directive) -> Result<Cond, ConfError> {
+    let mut words: Vec<String> = d.args.clone();
+    let invalid = || {
+        ConfError::at(
+            format!("invalid condition \"{}\"", d.args.join(" ")),
+            &d.src,
+        )
+    };
+    // Strip the parentheses, attached or standing alone.
+    let first = words.first_mut().ok_or_else(invalid)?;
+    *first = first.strip_prefix('(').ok_or_else(invalid)?.to_string();
+    let last = words.last_mut().ok_or_else(invalid)?;
+    *last = last.strip_suffix(')').ok_or_else(invalid)?.to_string();
+    words.retain(|w| !w.is_empty());
+    match words.as_slice() {
+        [v] if v.starts_with('$') => Ok(Cond::Truthy(compile(v, d)?)),
+        [op, p]
+            if matches!(
+                op.as_str(),
+                "-f" | "!-f" | "-d" | "!-d" | "-e" | "!-e" | "-x" | "!-x"
+            ) =>
+        {
+            let negate = op.starts_with('!');
+            let test = match op.trim_start_matches('!') {
+                "-f" => FileTest::File,
+                "-d" => FileTest::Dir,
+                "-e" => FileTest::Exists,
+                _ => FileTest::Exec,
+            };
+            Ok(Cond::File {
+                test,
+                path: compile(p, d)?,
+                negate,
+            })
+        }
+        [v, op, rhs] if v.starts_with('$') => {
+            let value = compile(v, d)?;
+            match op.as_str() {
+                "=" => Ok(Cond::Eq {
+                    value,
+                    text: rhs.clone(),
+                    negate: false,
+                }),
+                "!=" => Ok(Cond::Eq {
+                    value,
+                    text: rhs.clone(),
+                    negate: true,
+                }),
+                "~" | "~*" | "!~" | "!~*" => {
+                    let caseless = op.ends_with('*');
+                    let re = if caseless {
+                        format!("(?i){rhs}")
+                    } else {
+                        rhs.clone()
+                    };
+                    let regex = regex::Regex::new(&re).map_err(|e| {
+                        ConfError::at(format!("regex \"{rhs}\" is invalid: {e}"), &d.src)
+                    })?;
+                    Ok(Cond::Match {
+                        value,
+                        regex,
+                        negate: op.starts_with('!'),
+                    })
+                }
+                _ => Err(ConfError::at(
+                    format!("unexpected \"{op}\" in condition"),
+                    &d.src,
+                )),
+            }
+        }
+        _ => Err(invalid()),
+    }
+}
+
+fn set_if(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let cond = parse_cond(d)?;
+    let mut body = Vec::new();
+    b.walk(
+        d.block.as_deref().unwrap_or_default(),
+        &mut Node::If(&mut body),
+        IF,
+    )?;
+    push(n, d, Stmt::If { cond, body })
+}
+
+/// The names `set` declares anywhere in the tree: nginx knows them before it
+/// compiles any text, so a use may come before the `set`.
+pub(super) fn declared(dirs: &[Directive], out: &mut Vec<String>) {
+    for d in dirs {
+        if d.name == "set" {
+            if let Some(v) = d.args.first().and_then(|a| a.strip_prefix('$')) {
+                out.push(v.to_string());
+            }
+        }
+        if let Some(b) = &d.block {
+            declared(b, out);
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Runs the rewrite module's directives (`conf::model::Stmt`) for a request:
+//! `set`, `if`, `rewrite` (with captures and nginx's argument rules), `break`
+//! and `return`, in order, telling the caller how to go on.
+
+use super::vars::Req;
+use super::{CloseConnection, Reply, response};
+use crate::conf::model::{Cond, FileTest, RewriteFlag, Stmt};
+
+/// What the caller does next.
+pub enum Flow {
+    /// Go on to the next phase.
+    Next,
+    /// `break` (or `rewrite ... break`): stop the rewrite directives here.
+    Break,
+    /// `rewrite ... last`: search the location again for the new URI.
+    Last,
+    /// `return`, or a redirecting `rewrite`.
+    Done(Result<Reply, CloseConnection>),
+}
+
+fn test_file(test: FileTest, path: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::metadata(path);
+    match test {
+        FileTest::File => m.is_ok_and(|m| m.is_file()),
+        FileTest::Dir => m.is_ok_and(|m| m.is_dir()),
+        FileTest::Exists => m.is_ok(),
+        FileTest::Exec => m.is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0),
+    }
+}
+
+fn capture(r: &mut Req, caps: &regex::Captures<'_>) {
+    r.captures = caps
+        .iter()
+        .map(|m| m.map(|m| m.as_str().to_string()).unwrap_or_default())
+        .collect();
+}
+
+fn holds(cond: &Cond, r: &mut Req) -> bool {
+    match cond {
+        Cond::Truthy(t) => {
+            let v = r.eval(t);
+            !(v.is_empty() || v == "0")
+        }
+        Cond::Eq {
+            value,
+            text,
+            negate,
+        } => (r.eval(value) == *text) != *negate,
+        Cond::Match {
+            value,
+            regex,
+            negate,
+        } => {
+            let v = r.eval(value);
+            match regex.captures(&v) {
+                Some(c) => {
+                    if !*negate {
+                        capture(r, &c);
+                    }
+                    !*negate
+                }
+                None => *negate,
+            }
+        }
+        Cond::File { test, path, negate } => test_file(*test, &r.eval(path)) != *negate,
+    }
+}
+
+/// An absolute URL for a redirect to a path on this server, as nginx builds it.
+pub fn absolute(r: &Req, path: &str) -> String {
+    if !path.starts_with('/') {
+        return path.to_string();
+    }
+    let port = r.conn.local.map(|a| a.port()).unwrap_or(80);
+    if port == 80 {
+        format!("http://{}{path}", r.host)
+    } else {
+        format!("http://{}:{port}{path}", r.host)
+    }
+}
+
+pub fn run(stmts: &[Stmt], r: &mut Req) -> Flow {
+    for s in stmts {
+        match s {
+            Stmt::Return(ret) => return Flow::Done(super::do_return(ret, r)),
+            Stmt::Set { var, value } => {
+                let v = r.eval(value);
+                match r.vars.iter_mut().find(|(n, _)| n == var) {
+                    Some(slot) => slot.1 = v,
+                    None => r.vars.push((var.clone(), v)),
+                }
+            }
+            Stmt::Break => return Flow::Break,
+            Stmt::If { cond, body } => {
+                if holds(cond, r) {
+                    match run(body, r) {
+                        Flow::Next => {}
+                        other => return other,
+                    }
+                }
+            }
+            Stmt::Rewrite {
+                regex,
+                replacement,
+                flag,
+            } => {
+                let uri = r.uri.clone();
+                let Some(c) = regex.captures(&uri) else {
+                    continue;
+                };
+                capture(r, &c);
+                let new = r.eval(replacement);
+                let tokens = r.conf.server_tokens;
+                if r.conf.rewrite_log {
+                    crate::log_conn!(
+                        crate::log::Level::Notice,
+                        r.conn.number,
+                        "\"{}\" matches \"{}\", rewritten to \"{}\"{}",
+                        regex.as_str(),
+                        uri,
+                        new,
+                        r.log_context(None)
+                    );
+                }
+                if new.starts_with("http://") || new.starts_with("https://") {
+                    let code = if *flag == RewriteFlag::Permanent {
+                        301
+                    } else {
+                        302
+                    };
+                    return Flow::Done(Ok(Reply::Full(response::redirect(code, &new, tokens))));
+                }
+                // New arguments come first and the old ones follow, unless the
+                // replacement ends with "?".
+                let (path, args) = match new.split_once('?') {
+                    Some((p, "")) => (p.to_string(), None),
+                    Some((p, a)) => {
+                        let args = match &r.args {
+                            Some(old) => format!("{a}&{old}"),
+                            None => a.to_string(),
+                        };
+                        (p.to_string(), Some(args))
+                    }
+                    None => (new.clone(), r.args.clone()),
+                };
+                r.uri = path;
+                r.args = args;
+                r.uri_changed = true;
+                match flag {
+                    RewriteFlag::None => {}
+                    RewriteFlag::Last => return Flow::Last,
+                    RewriteFlag::Break => return Flow::Break,
+                    RewriteFlag::Redirect | RewriteFlag::Permanent => {
+                        let code = if *flag == RewriteFlag::Permanent {
+                            301
+                        } else {
+                            302
+                        };
+                        let mut target = absolute(r, &r.uri);
+                        if let Some(a) = &r.args {
+                            target.push('?');
+                            target.push_str(a);
+                        }
+                        return Flow::Done(Ok(Reply::Full(response::redirect(
+                            code, &target, tokens,
+                        ))));
+                    }
+                }
+            }
+        }
+    }
+    Flow::Next
+}
