@@ -121,7 +121,7 @@ pub fn version_line() -> String {
 
 pub fn configure_text() -> String {
     format!(
-        "{}built with Rust\nconfigure arguments: {}\n",
+        "{}built with Rust\nconfigure arguments: --with-http_realip_module {}\n",
         version_line(),
         WITHOUT_MODULES.join(" ")
     )

@@ -76,6 +76,11 @@ loc_settings! {
     ),
     add_header: Vec<AddHeader> = |_| Vec::new(),
     rewrite_log: bool = |_| false,
+    /// `set_real_ip_from`: trusted addresses (address, prefix length); unix
+    /// clients are trusted with `unix:`.
+    set_real_ip_from: Vec<Trusted> = |_| Vec::new(),
+    real_ip_header: String = |_| "x-real-ip".to_string(),
+    real_ip_recursive: bool = |_| false,
     uninitialized_variable_warn: bool = |_| true,
     error_page: Vec<ErrorPage> = |_| Vec::new(),
     /// `proxy_set_header NAME VALUE`, names as written.
@@ -103,6 +108,39 @@ loc_settings! {
 pub struct Root {
     pub path: PathBuf,
     pub alias: Option<String>,
+}
+
+/// One `set_real_ip_from` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trusted {
+    Net(std::net::IpAddr, u8),
+    Unix,
+}
+
+impl Trusted {
+    pub fn contains(&self, ip: Option<std::net::IpAddr>) -> bool {
+        use std::net::IpAddr;
+        match (self, ip) {
+            (Trusted::Unix, None) => true,
+            (Trusted::Net(IpAddr::V4(n), len), Some(IpAddr::V4(a))) => {
+                let mask = if *len == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(*len))
+                };
+                u32::from(*n) & mask == u32::from(a) & mask
+            }
+            (Trusted::Net(IpAddr::V6(n), len), Some(IpAddr::V6(a))) => {
+                let mask = if *len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(*len))
+                };
+                u128::from(*n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
 }
 
 /// `add_header NAME VALUE [always]`.

@@ -8,7 +8,7 @@ use super::build::{
     Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here, number, size_arg,
     time_arg,
 };
-use super::loc::{AddHeader, ErrorPage, ErrorPageStatus, LocB, NextUpstream, Root};
+use super::loc::{AddHeader, ErrorPage, ErrorPageStatus, LocB, NextUpstream, Root, Trusted};
 use super::tree::Directive;
 use super::{ConfError, vars};
 
@@ -16,6 +16,27 @@ const HSL: u8 = HTTP | SRV | LOC;
 const HS: u8 = HTTP | SRV;
 
 pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "set_real_ip_from",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_real_ip_from,
+    },
+    Spec {
+        name: "real_ip_header",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_real_ip_header,
+    },
+    Spec {
+        name: "real_ip_recursive",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
     Spec {
         name: "root",
         ctx: HSL,
@@ -277,6 +298,7 @@ fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     let slot = match d.name.as_str() {
         "server_tokens" => &mut l.server_tokens,
         "rewrite_log" => &mut l.rewrite_log,
+        "real_ip_recursive" => &mut l.real_ip_recursive,
         "uninitialized_variable_warn" => &mut l.uninitialized_variable_warn,
         "proxy_pass_request_headers" => &mut l.proxy_pass_request_headers,
         _ => &mut l.proxy_pass_request_body,
@@ -509,4 +531,52 @@ fn set_error_page(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
         target,
     });
     Ok(())
+}
+
+fn set_real_ip_from(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let a = &d.args[0];
+    let t = if a == "unix:" {
+        Trusted::Unix
+    } else {
+        let (ip, len) = match a.split_once('/') {
+            Some((ip, len)) => (ip, Some(len)),
+            None => (a.as_str(), None),
+        };
+        let ip: std::net::IpAddr = ip
+            .parse()
+            .map_err(|_| ConfError::at(format!("invalid parameter \"{a}\""), &d.src))?;
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        let len = match len {
+            Some(l) => number::<u8>(l)
+                .filter(|l| *l <= max)
+                .ok_or_else(|| ConfError::at(format!("invalid parameter \"{a}\""), &d.src))?,
+            None => max,
+        };
+        Trusted::Net(ip, len)
+    };
+    loc(n, d)?
+        .set_real_ip_from
+        .get_or_insert_with(Vec::new)
+        .push(t);
+    Ok(())
+}
+
+fn set_real_ip_header(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    if d.args[0] == "proxy_protocol" {
+        return Err(ConfError::at(
+            "real_ip_header proxy_protocol needs the PROXY protocol, which is not implemented",
+            &d.src,
+        ));
+    }
+    if !valid_header_name(&d.args[0]) {
+        return Err(ConfError::at(
+            format!("invalid header name \"{}\"", d.args[0]),
+            &d.src,
+        ));
+    }
+    once(
+        &mut loc(n, d)?.real_ip_header,
+        d.args[0].to_ascii_lowercase(),
+        d,
+    )
 }

@@ -55,6 +55,8 @@ pub enum Var {
     RequestFilename,
     /// `$document_root`.
     DocumentRoot,
+    /// `$realip_remote_addr`: the peer's address before the realip module.
+    RealipRemoteAddr,
     /// A variable `set` declares.
     User(String),
     /// `$1`..`$9`: a capture of the last regex that matched.
@@ -134,6 +136,7 @@ impl Var {
             "binary_remote_addr" => Var::BinaryRemoteAddr,
             "request_filename" => Var::RequestFilename,
             "document_root" => Var::DocumentRoot,
+            "realip_remote_addr" => Var::RealipRemoteAddr,
             "remote_user" => Var::RemoteUser,
             "status" => Var::Status,
             "body_bytes_sent" => Var::BodyBytesSent,

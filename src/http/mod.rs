@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod proxy;
+pub mod realip;
 pub mod response;
 pub mod router;
 pub mod script;
@@ -476,6 +477,7 @@ async fn handle(
         vars: Vec::new(),
         captures: Vec::new(),
         uri_changed: false,
+        realip: None,
     };
     flight.keepalive(r.conf.keepalive_timeout);
     let reply = if host.is_err() {
@@ -549,6 +551,10 @@ async fn dispatch(
     body: ClientBody,
     extensions: hyper::http::Extensions,
 ) -> Result<Reply, CloseConnection> {
+    // realip runs first, with the server's settings (nginx's post-read phase).
+    let location_conf = std::mem::replace(&mut r.conf, server.conf.clone());
+    realip::apply(r);
+    r.conf = location_conf;
     // The server's rewrite directives run before a location is chosen.
     if named.is_none() {
         if let script::Flow::Done(reply) = script::run(&server.script, r) {
@@ -581,6 +587,8 @@ async fn dispatch(
             script::Flow::Next | script::Flow::Break => break,
         }
     }
+    // Else with the location's (nginx's preaccess phase).
+    realip::apply(r);
     if let Some(l) = location {
         if let Some(pp) = &l.proxy_pass {
             let Some(ups) = shared.upstreams.get(pp.upstream) else {

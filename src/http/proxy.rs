@@ -382,7 +382,7 @@ pub async fn run(
         Balancer::Hash { key, .. } => r.eval(key),
         _ => String::new(),
     };
-    let addr_key: Vec<u8> = match r.conn.remote.map(|a| a.ip()) {
+    let addr_key: Vec<u8> = match r.client_ip() {
         Some(std::net::IpAddr::V4(ip)) => ip.octets()[..3].to_vec(),
         Some(std::net::IpAddr::V6(ip)) => ip.octets().to_vec(),
         None => vec![0, 0, 0],

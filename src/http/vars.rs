@@ -73,6 +73,8 @@ pub struct Req {
     pub captures: Vec<String>,
     /// A `rewrite` changed `$uri`: the proxy then sends it, not `$request_uri`.
     pub uri_changed: bool,
+    /// The client address the realip module found, replacing the peer's.
+    pub realip: Option<std::net::IpAddr>,
 }
 
 fn secs(d: Option<Duration>) -> String {
@@ -90,6 +92,11 @@ impl Req {
             Version::HTTP_09 => "HTTP/0.9",
             _ => "HTTP/1.1",
         }
+    }
+
+    /// The client's address: the realip module's, else the connection's peer.
+    pub fn client_ip(&self) -> Option<std::net::IpAddr> {
+        self.realip.or(self.conn.remote.map(|a| a.ip()))
     }
 
     /// The file the URI maps to under `root` (path + URI) or `alias` (the
@@ -122,9 +129,8 @@ impl Req {
     pub fn log_context(&self, upstream: Option<&str>) -> String {
         let mut s = format!(
             ", client: {}, server: {}, request: \"{}\"",
-            self.conn
-                .remote
-                .map(|a| a.ip().to_string())
+            self.client_ip()
+                .map(|a| a.to_string())
                 .unwrap_or_else(|| "unix:".into()),
             self.server_name,
             self.request_line()
@@ -203,12 +209,16 @@ impl Req {
                 format!("{}.{:03}", d.as_secs(), d.subsec_millis())
             }
             Var::Pid => std::process::id().to_string(),
-            Var::RemoteAddr => c
+            Var::RemoteAddr => self
+                .client_ip()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| "unix:".into()),
+            Var::RealipRemoteAddr => c
                 .remote
                 .map(|a| a.ip().to_string())
                 .unwrap_or_else(|| "unix:".into()),
             Var::RemotePort => c.remote.map(|a| a.port().to_string()).unwrap_or_default(),
-            Var::BinaryRemoteAddr => match c.remote.map(|a| a.ip()) {
+            Var::BinaryRemoteAddr => match self.client_ip() {
                 Some(std::net::IpAddr::V4(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
                 Some(std::net::IpAddr::V6(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
                 None => String::new(),
@@ -354,6 +364,7 @@ pub(crate) mod tests {
             vars: Vec::new(),
             captures: Vec::new(),
             uri_changed: false,
+            realip: None,
         }
     }
 
