@@ -117,6 +117,25 @@ impl Idle {
     }
 }
 
+/// Counts a tunnel (an upgraded connection) as active until dropped, so that a
+/// graceful stop waits for it (bounded by `worker_shutdown_timeout`).
+pub(crate) struct Tracked(Arc<Shared>);
+
+impl Tracked {
+    pub(crate) fn new(shared: &Arc<Shared>) -> Tracked {
+        shared.active.fetch_add(1, Ordering::AcqRel);
+        Tracked(shared.clone())
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if self.0.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
 /// Held while a request is in flight; its end starts the idle clock.
 pub(crate) struct InFlight(Arc<Idle>);
 
@@ -143,7 +162,7 @@ impl Drop for InFlight {
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     /// How long hyper may wait for a request head: covers both the keep-alive
     /// wait and `client_header_timeout`; `Idle` enforces `keepalive_timeout`.
     header_wait: Duration,
@@ -355,7 +374,9 @@ async fn serve_conn(
         .title_case_headers(true)
         .timer(TokioTimer::new())
         .header_read_timeout(shared.header_wait);
-    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    let conn = builder
+        .serve_connection(TokioIo::new(io), svc)
+        .with_upgrades();
     tokio::pin!(conn);
     let mut shutting = false;
     loop {
@@ -419,7 +440,7 @@ fn request_host(req: &Request<Incoming>) -> Result<Option<String>, ()> {
 /// Serves one request: picks server and location, runs the handler, and
 /// wraps the response so that the access log is written when it is sent.
 async fn handle(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     info: Arc<ConnInfo>,
     listen: &ListenAddr,
     req: Request<Incoming>,
@@ -544,7 +565,7 @@ fn header_bytes(resp: &Response<Body>) -> u64 {
 }
 
 async fn dispatch(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     r: &mut Req,
     server: &Server,
     named: Option<&Location>,
@@ -595,7 +616,7 @@ async fn dispatch(
                 return Ok(Reply::Status(500));
             };
             let id = l as *const Location as usize;
-            return Ok(proxy::run(r, ups.clone(), pp, id, body, extensions).await);
+            return Ok(proxy::run(r, ups.clone(), pp, id, body, extensions, shared).await);
         }
     }
     drop(body);
@@ -609,7 +630,7 @@ const ADD_HEADER_STATUSES: [u16; 10] = [200, 201, 204, 206, 301, 302, 303, 304, 
 /// `error_page` (an internal redirect, a named location or a redirect) or
 /// gets its built-in page; then `add_header` applies.
 async fn finish(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     r: &mut Req,
     server: &Server,
     reply: Reply,
@@ -662,7 +683,7 @@ fn set_status(resp: &mut Response<Body>, code: u16) {
 }
 
 async fn error_page(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     r: &mut Req,
     server: &Server,
     code: u16,

@@ -7,6 +7,8 @@ package Test::Sluice::Backend;
 #   /slow/SECS/...   answer after SECS seconds (other connections go on)
 #   /conns           the number of connections accepted so far
 #   /echo...         the request head and body as the response body
+#   (Upgrade header) 101 Switching Protocols, then every byte sent back in
+#                    upper case
 #   anything else    200 "PORT URI"
 # Every response carries X-Port: PORT. Options: drop_every => N closes every
 # Nth new connection at once; header_case => 1 sends "X-MiXeD-Case: yes";
@@ -31,7 +33,7 @@ sub run {
 		close $fh;
 	}
 	my $sel = IO::Select->new($l);
-	my (%buf, @later);
+	my (%buf, @later, %tunnel);
 	my $accepted = 0;
 	local $SIG{TERM} = sub { exit 0 };
 	while (1) {
@@ -51,8 +53,13 @@ sub run {
 			my $n = sysread($s, my $chunk, 65536);
 			unless ($n) {
 				$sel->remove($s);
+				delete $tunnel{$s};
 				delete $buf{$s};
 				close $s;
+				next;
+			}
+			if ($tunnel{$s}) {
+				syswrite($s, uc $chunk);
 				next;
 			}
 			$buf{$s} .= $chunk;
@@ -65,6 +72,13 @@ sub run {
 				my $body = substr($buf{$s}, $end, $len);
 				substr($buf{$s}, 0, $end + $len) = '';
 				my ($method, $uri) = $head =~ /^(\S+)\s+(\S+)/;
+				if ($head =~ /^Upgrade:\s*(\S+)/mi) {
+					syswrite($s, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: $1\r\nConnection: Upgrade\r\n\r\n");
+					$tunnel{$s} = 1;
+					syswrite($s, uc $buf{$s}) if length $buf{$s};
+					$buf{$s} = '';
+					last;
+				}
 				if ($uri =~ m!^/close! || $opts{close_all}) {
 					$sel->remove($s);
 					delete $buf{$s};
