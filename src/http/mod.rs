@@ -11,6 +11,7 @@ pub mod response;
 pub mod router;
 pub mod script;
 pub mod static_files;
+mod tunnel;
 pub mod uri;
 pub mod vars;
 

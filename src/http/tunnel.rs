@@ -1,0 +1,89 @@
+//! Protocol switches (WebSocket and other `Upgrade`s): after a 101 from the
+//! upstream both sides are handed over by hyper and bytes are copied both
+//! ways. Called by the proxy handler.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::Response;
+use hyper::body::Incoming;
+use hyper::header;
+use hyper_util::rt::TokioIo;
+
+use super::response;
+use super::vars::Req;
+use super::{Reply, Tracked};
+use crate::log::Level;
+use crate::upstream::{Outcome, PeerId, UpstreamRt};
+
+/// A 101 from the upstream: answer 101 to the client and, once both sides
+/// have switched, copy bytes both ways until either closes or stays silent
+/// for `proxy_read_timeout`. The tunnel counts as an active connection for a
+/// graceful stop.
+pub(crate) fn switch_protocols(
+    r: &mut Req,
+    resp: Response<Incoming>,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ups: Arc<UpstreamRt>,
+    id: PeerId,
+    idle: Duration,
+    tracked: Tracked,
+) -> Reply {
+    let Some(client_up) = client_upgrade else {
+        ups.peers().release(id, Outcome::Ok, Instant::now());
+        return Reply::Status(502);
+    };
+    let (mut parts, body) = resp.into_parts();
+    let upstream_up = hyper::upgrade::on(Response::from_parts(parts.clone(), body));
+    parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+    parts.headers.remove(header::TRANSFER_ENCODING);
+    parts.headers.remove(header::SERVER);
+    parts.headers.insert(
+        header::SERVER,
+        response::server_header(r.conf.server_tokens),
+    );
+    let number = r.conn.number;
+    tokio::spawn(async move {
+        let _tracked = tracked;
+        let (client, upstream) = match tokio::try_join!(client_up, upstream_up) {
+            Ok(pair) => pair,
+            Err(e) => {
+                crate::log_conn!(Level::Info, number, "upgrade failed: {}", e);
+                ups.peers().release(id, Outcome::Ok, Instant::now());
+                return;
+            }
+        };
+        tunnel(TokioIo::new(client), TokioIo::new(upstream), idle).await;
+        ups.peers().release(id, Outcome::Ok, Instant::now());
+    });
+    Reply::Full(Response::from_parts(parts, response::full(Bytes::new())))
+}
+
+/// Copies both ways; ends when both directions are done or nothing moved for
+/// `idle`.
+async fn tunnel<A, B>(a: A, b: B, idle: Duration)
+where
+    A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut ar, mut aw) = tokio::io::split(a);
+    let (mut br, mut bw) = tokio::io::split(b);
+    let mut abuf = vec![0u8; 16 * 1024];
+    let mut bbuf = vec![0u8; 16 * 1024];
+    let (mut a_open, mut b_open) = (true, true);
+    while a_open || b_open {
+        tokio::select! {
+            n = ar.read(&mut abuf), if a_open => match n {
+                Ok(0) | Err(_) => { a_open = false; let _ = bw.shutdown().await; }
+                Ok(n) => if bw.write_all(&abuf[..n]).await.is_err() { return; },
+            },
+            n = br.read(&mut bbuf), if b_open => match n {
+                Ok(0) | Err(_) => { b_open = false; let _ = aw.shutdown().await; }
+                Ok(n) => if aw.write_all(&bbuf[..n]).await.is_err() { return; },
+            },
+            _ = tokio::time::sleep(idle) => return,
+        }
+    }
+}
