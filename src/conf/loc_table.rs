@@ -17,6 +17,13 @@ const HS: u8 = HTTP | SRV;
 
 pub(super) const TABLE: &[Spec] = &[
     Spec {
+        name: "large_client_header_buffers",
+        ctx: HS,
+        args: Args::Exactly(2),
+        block: false,
+        set: set_header_buffers,
+    },
+    Spec {
         name: "set_real_ip_from",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -577,6 +584,24 @@ fn set_real_ip_header(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Resul
     once(
         &mut loc(n, d)?.real_ip_header,
         d.args[0].to_ascii_lowercase(),
+        d,
+    )
+}
+
+fn set_header_buffers(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let count: u32 = number(&d.args[0])
+        .filter(|c| *c > 0)
+        .ok_or_else(|| ConfError::at(format!("invalid value \"{}\"", d.args[0]), &d.src))?;
+    let size = size_arg(d, 1)?;
+    if size < 64 {
+        return Err(ConfError::at(
+            format!("invalid value \"{}\"", d.args[1]),
+            &d.src,
+        ));
+    }
+    once(
+        &mut loc(n, d)?.large_client_header_buffers,
+        (count, size),
         d,
     )
 }

@@ -502,7 +502,22 @@ async fn handle(
         realip: None,
     };
     flight.keepalive(r.conf.keepalive_timeout);
-    let reply = if host.is_err() {
+    let mut closing = false;
+    let bad = request_problem(&r, host.is_ok());
+    let reply = if let Some((code, why)) = bad {
+        crate::log_conn!(
+            Level::Info,
+            r.conn.number,
+            "{} while reading client request headers{}",
+            why,
+            r.log_context(None)
+        );
+        // A request nginx refuses this way also ends its connection.
+        if code == 400 || code == 494 {
+            closing = true;
+        }
+        Ok(Reply::Status(code))
+    } else if host.is_err() {
         crate::log_conn!(
             Level::Info,
             r.conn.number,
@@ -536,7 +551,7 @@ async fn handle(
         }
     };
     // Client keep-alive limits: `keepalive_timeout 0` and `keepalive_requests`.
-    if r.conf.keepalive_timeout.is_zero() || nth >= r.conf.keepalive_requests {
+    if closing || r.conf.keepalive_timeout.is_zero() || nth >= r.conf.keepalive_requests {
         resp.headers_mut().insert(
             hyper::header::CONNECTION,
             hyper::header::HeaderValue::from_static("close"),
@@ -553,6 +568,42 @@ async fn handle(
         parts,
         LoggedBody::new(body, r, flight),
     ))
+}
+
+/// What nginx refuses in a request head, with its status and log reason:
+/// HTTP/1.1 without `Host`, and heads beyond `large_client_header_buffers`
+/// (414 for the request line, 494, sent as 400, for a header). hyper itself
+/// refuses bad or conflicting `Content-Length` (400) and closes the
+/// connection after a request with both `Content-Length` and
+/// `Transfer-Encoding`.
+fn request_problem(r: &Req, host_ok: bool) -> Option<(u16, String)> {
+    let h = &r.headers;
+    if host_ok && r.version == hyper::Version::HTTP_11 && !h.contains_key(HOST) {
+        return Some((
+            400,
+            "client sent HTTP/1.1 request without \"Host\" header".into(),
+        ));
+    }
+    let (count, size) = r.conf.large_client_header_buffers;
+    let line = r.method.as_str().len() + r.request_uri.len() + 11;
+    if line as u64 > size {
+        return Some((414, "client sent too long URI".into()));
+    }
+    let mut total: u64 = 0;
+    for (n, v) in h {
+        let len = (n.as_str().len() + v.len() + 4) as u64;
+        if len > size {
+            return Some((
+                494,
+                format!("client sent too long header line: \"{}...\"", n.as_str()),
+            ));
+        }
+        total += len;
+    }
+    if total > u64::from(count) * size {
+        return Some((494, "client sent too large request".into()));
+    }
+    None
 }
 
 /// About what the status line and headers take on the wire, for `$bytes_sent`.
