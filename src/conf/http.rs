@@ -566,31 +566,9 @@ fn finish_location(
 
 #[cfg(test)]
 mod tests {
-    use super::super::build::build_with_warnings;
-    use super::super::tree::{Files, TreeParser};
     use super::*;
-    use crate::log::Target;
-    use std::path::Path;
 
-    fn paths() -> Paths {
-        Paths {
-            prefix: PathBuf::from("/pfx/"),
-            conf_file: PathBuf::from("/pfx/conf/t.conf"),
-            globals: None,
-            error_log: Target::File(PathBuf::from("/pfx/logs/error.log")),
-        }
-    }
-
-    fn try_build(text: &str) -> Result<(Config, Vec<ConfError>), ConfError> {
-        let mut files = Files::default();
-        let mut tp = TreeParser::new(Path::new("/pfx/conf"), &mut files);
-        let (d, e) = tp.parse_text(text, Some(Arc::new(PathBuf::from("/t.conf"))));
-        build_with_warnings(&paths(), d, files, e)
-    }
-
-    fn err(text: &str) -> String {
-        try_build(text).map(|_| ()).unwrap_err().to_string()
-    }
+    use super::super::testutil::{err, try_build};
 
     #[test]
     fn http_servers_and_locations() {

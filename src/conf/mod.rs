@@ -12,6 +12,8 @@ mod logs;
 pub mod model;
 mod proxy;
 mod rewrite;
+#[cfg(test)]
+mod testutil;
 pub mod tree;
 pub mod values;
 pub mod vars;

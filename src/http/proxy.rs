@@ -98,6 +98,15 @@ const HIDDEN_BY_DEFAULT: [&str; 8] = [
     "x-accel-charset",
 ];
 
+/// Adds one attempt to the request's `$upstream_*` record.
+fn record(r: &Req, a: Attempt) {
+    r.upstream
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .attempts
+        .push(a);
+}
+
 /// Escapes a decoded path for the upstream request line, as nginx does when
 /// it changes the URI.
 fn escape_path(p: &str) -> String {
@@ -403,6 +412,18 @@ pub(crate) async fn run(
         .unwrap_or(0)
         ^ r.conn.number.rotate_left(32);
     let mut pick_state = PickState::new(seed);
+    let method = r.method.clone();
+    let retry = |bits: u32, tries_left: usize, request_sent: bool| {
+        may_retry(
+            bits,
+            conf.proxy_next_upstream,
+            tries_left,
+            request_sent,
+            &method,
+            started.elapsed(),
+            conf.proxy_next_upstream_timeout,
+        )
+    };
     let (mut tried, mut tries_left) = {
         let p = ups.peers();
         let n = p.count();
@@ -428,15 +449,14 @@ pub(crate) async fn run(
                 "no live upstreams while connecting to upstream{}",
                 r.log_context(Some(&url()))
             );
-            r.upstream
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .attempts
-                .push(Attempt {
+            record(
+                r,
+                Attempt {
                     addr: ups.cfg.name.clone(),
                     status: Some(502),
                     ..Attempt::default()
-                });
+                },
+            );
             return Reply::Status(502);
         };
         tries_left = tries_left.saturating_sub(1);
@@ -478,25 +498,16 @@ pub(crate) async fn run(
                     );
                     release(Outcome::Failed);
                     let status = final_status(f.bits());
-                    r.upstream
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .attempts
-                        .push(Attempt {
+                    record(
+                        r,
+                        Attempt {
                             addr: name.clone(),
                             status: Some(status),
                             connect: None,
                             ..Attempt::default()
-                        });
-                    if may_retry(
-                        f.bits(),
-                        conf.proxy_next_upstream,
-                        tries_left,
-                        false,
-                        &r.method,
-                        started.elapsed(),
-                        conf.proxy_next_upstream_timeout,
-                    ) {
+                        },
+                    );
+                    if retry(f.bits(), tries_left, false) {
                         continue;
                     }
                     return Reply::Status(status);
@@ -545,26 +556,17 @@ pub(crate) async fn run(
                         r.log_context(Some(&url()))
                     );
                     release(Outcome::Failed);
-                    r.upstream
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .attempts
-                        .push(Attempt {
+                    record(
+                        r,
+                        Attempt {
                             addr: name.clone(),
                             status: Some(504),
                             connect: Some(connect_time),
                             sent: sent_bytes,
                             ..Attempt::default()
-                        });
-                    if may_retry(
-                        NextUpstream::TIMEOUT,
-                        conf.proxy_next_upstream,
-                        tries_left,
-                        true,
-                        &r.method,
-                        started.elapsed(),
-                        conf.proxy_next_upstream_timeout,
-                    ) {
+                        },
+                    );
+                    if retry(NextUpstream::TIMEOUT, tries_left, true) {
                         continue;
                     }
                     return Reply::Status(504);
@@ -602,26 +604,17 @@ pub(crate) async fn run(
                     }
                 }
                 let status = final_status(f.bits());
-                r.upstream
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .attempts
-                    .push(Attempt {
+                record(
+                    r,
+                    Attempt {
                         addr: name.clone(),
                         status: Some(status),
                         connect: Some(connect_time),
                         sent: sent_bytes,
                         ..Attempt::default()
-                    });
-                if may_retry(
-                    f.bits(),
-                    conf.proxy_next_upstream,
-                    tries_left,
-                    !stale,
-                    &r.method,
-                    started.elapsed(),
-                    conf.proxy_next_upstream_timeout,
-                ) {
+                    },
+                );
+                if retry(f.bits(), tries_left, !stale) {
                     continue;
                 }
                 return Reply::Status(status);
@@ -632,33 +625,24 @@ pub(crate) async fn run(
 
         // proxy_next_upstream http_5xx/403/404/429.
         if let Some(bits) = NextUpstream::for_status(status) {
-            if may_retry(
-                bits,
-                conf.proxy_next_upstream,
-                tries_left,
-                true,
-                &r.method,
-                started.elapsed(),
-                conf.proxy_next_upstream_timeout,
-            ) {
+            if retry(bits, tries_left, true) {
                 let outcome = if bits == NextUpstream::HTTP_403 || bits == NextUpstream::HTTP_404 {
                     Outcome::Next
                 } else {
                     Outcome::Failed
                 };
                 release(outcome);
-                r.upstream
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .attempts
-                    .push(Attempt {
+                record(
+                    r,
+                    Attempt {
                         addr: name.clone(),
                         status: Some(status),
                         connect: Some(connect_time),
                         header: Some(header_time),
                         sent: sent_bytes,
                         ..Attempt::default()
-                    });
+                    },
+                );
                 continue;
             }
         }

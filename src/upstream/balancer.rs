@@ -382,42 +382,11 @@ impl Peers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conf::Src;
-    use crate::conf::model::{Keepalive, PeerAddr, Upstream, UpstreamServer};
     use crate::upstream::peers::Outcome;
-    use std::time::Duration;
 
     fn peers(addrs: &[&str], balancer: Balancer) -> Peers {
-        let u = Upstream {
-            name: "u".into(),
-            servers: addrs
-                .iter()
-                .map(|a| UpstreamServer {
-                    text: a.to_string(),
-                    addrs: vec![PeerAddr::Inet(a.parse().unwrap())],
-                    weight: 1,
-                    max_fails: 1,
-                    fail_timeout: Duration::from_secs(10),
-                    max_conns: 0,
-                    backup: false,
-                    down: false,
-                })
-                .collect(),
-            balancer,
-            keepalive: Keepalive {
-                max: 0,
-                local: false,
-                requests: 0,
-                time: Duration::ZERO,
-                timeout: Duration::ZERO,
-            },
-            implicit: false,
-            src: Src {
-                file: None,
-                line: 0,
-            },
-        };
-        Peers::from_config(&u)
+        let servers: Vec<(&str, u32, bool)> = addrs.iter().map(|a| (*a, 1, false)).collect();
+        Peers::from_config(&crate::upstream::peers::test_upstream(&servers, balancer))
     }
 
     fn hash(consistent: bool) -> Balancer {

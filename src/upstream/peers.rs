@@ -291,42 +291,52 @@ impl Peers {
     }
 }
 
+/// An upstream for unit tests: (address, weight, backup) per server.
+#[cfg(test)]
+pub(crate) fn test_upstream(
+    servers: &[(&str, u32, bool)],
+    balancer: crate::conf::model::Balancer,
+) -> Upstream {
+    use crate::conf::Src;
+    use crate::conf::model::{Keepalive, UpstreamServer};
+    Upstream {
+        name: "u".into(),
+        servers: servers
+            .iter()
+            .map(|(a, w, backup)| UpstreamServer {
+                text: a.to_string(),
+                addrs: a.parse().map(PeerAddr::Inet).into_iter().collect(),
+                weight: *w,
+                max_fails: 1,
+                fail_timeout: Duration::from_secs(10),
+                max_conns: 0,
+                backup: *backup,
+                down: false,
+            })
+            .collect(),
+        balancer,
+        keepalive: Keepalive {
+            max: 0,
+            local: false,
+            requests: 0,
+            time: Duration::ZERO,
+            timeout: Duration::ZERO,
+        },
+        implicit: false,
+        src: Src {
+            file: None,
+            line: 0,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conf::Src;
-    use crate::conf::model::{Balancer, Keepalive, UpstreamServer};
+    use crate::conf::model::Balancer;
 
     fn upstream(servers: &[(&str, u32, bool)]) -> Upstream {
-        Upstream {
-            name: "u".into(),
-            servers: servers
-                .iter()
-                .map(|(a, w, backup)| UpstreamServer {
-                    text: a.to_string(),
-                    addrs: vec![PeerAddr::Inet(a.parse().unwrap())],
-                    weight: *w,
-                    max_fails: 1,
-                    fail_timeout: Duration::from_secs(10),
-                    max_conns: 0,
-                    backup: *backup,
-                    down: false,
-                })
-                .collect(),
-            balancer: Balancer::RoundRobin,
-            keepalive: Keepalive {
-                max: 0,
-                local: false,
-                requests: 0,
-                time: Duration::ZERO,
-                timeout: Duration::ZERO,
-            },
-            implicit: false,
-            src: Src {
-                file: None,
-                line: 0,
-            },
-        }
+        test_upstream(servers, Balancer::RoundRobin)
     }
 
     fn run(p: &mut Peers, n: usize) -> Vec<usize> {
