@@ -64,6 +64,8 @@ loc_settings! {
     /// longer than SIZE, or heads beyond NUMBER x SIZE, are refused.
     large_client_header_buffers: (u32, u64) = |_| (4, 8192),
     client_body_timeout: Duration = |_| Duration::from_secs(60),
+    send_timeout: Duration = |_| Duration::from_secs(60),
+    proxy_intercept_errors: bool = |_| false,
     client_max_body_size: u64 = |_| 1024 * 1024,
     server_tokens: bool = |_| true,
     default_type: String = |_| "text/plain".to_string(),

@@ -17,6 +17,20 @@ const HS: u8 = HTTP | SRV;
 
 pub(super) const TABLE: &[Spec] = &[
     Spec {
+        name: "send_timeout",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "proxy_intercept_errors",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
         name: "large_client_header_buffers",
         ctx: HS,
         args: Args::Exactly(2),
@@ -268,6 +282,7 @@ fn set_time(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
         "keepalive_timeout" => &mut l.keepalive_timeout,
         "client_header_timeout" => &mut l.client_header_timeout,
         "client_body_timeout" => &mut l.client_body_timeout,
+        "send_timeout" => &mut l.send_timeout,
         "proxy_connect_timeout" => &mut l.proxy_connect_timeout,
         "proxy_read_timeout" => &mut l.proxy_read_timeout,
         "proxy_send_timeout" => &mut l.proxy_send_timeout,
@@ -305,6 +320,7 @@ fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     let slot = match d.name.as_str() {
         "server_tokens" => &mut l.server_tokens,
         "rewrite_log" => &mut l.rewrite_log,
+        "proxy_intercept_errors" => &mut l.proxy_intercept_errors,
         "real_ip_recursive" => &mut l.real_ip_recursive,
         "uninitialized_variable_warn" => &mut l.uninitialized_variable_warn,
         "proxy_pass_request_headers" => &mut l.proxy_pass_request_headers,

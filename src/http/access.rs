@@ -86,7 +86,9 @@ impl LoggedBody {
             ));
             write(&req);
         }
-        self.flight.take();
+        if let Some(f) = self.flight.take() {
+            f.idle().waiting();
+        }
     }
 }
 
@@ -99,6 +101,13 @@ impl HttpBody for LoggedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let r = Pin::new(&mut self.inner).poll_frame(cx);
+        // send_timeout counts only while the client, not the source, holds us up.
+        if let (Some(f), Some(req)) = (self.flight.as_ref(), self.req.as_ref()) {
+            match &r {
+                Poll::Pending => f.idle().waiting(),
+                _ => f.idle().sending(req.conf.send_timeout),
+            }
+        }
         match &r {
             Poll::Ready(Some(Ok(f))) => {
                 if let (Some(d), Some(req)) = (f.data_ref(), self.req.as_mut()) {

@@ -88,9 +88,35 @@ pub(crate) struct Idle {
     limit: AtomicU64,
     /// Wakes the connection's watcher when the idle limit changes.
     changed: Notify,
+    /// While a response body is being sent: when the client last took data
+    /// (ms after `born`), and the `send_timeout` in ms (0: not sending).
+    sent_at: AtomicU64,
+    send_limit: AtomicU64,
 }
 
 impl Idle {
+    /// The client took a piece of the response (or the response started).
+    pub(crate) fn sending(&self, limit: Duration) {
+        self.sent_at.store(self.now_ms(), Ordering::Relaxed);
+        self.send_limit
+            .store(limit.as_millis().max(1) as u64, Ordering::Relaxed);
+    }
+
+    /// The body waits for its source (the upstream), not for the client.
+    pub(crate) fn waiting(&self) {
+        self.send_limit.store(0, Ordering::Relaxed);
+    }
+
+    /// `send_timeout`: the client has not taken data for that long.
+    fn send_stalled(&self) -> bool {
+        let limit = self.send_limit.load(Ordering::Relaxed);
+        limit > 0
+            && self
+                .now_ms()
+                .saturating_sub(self.sent_at.load(Ordering::Relaxed))
+                >= limit
+    }
+
     fn new(limit: Duration) -> Idle {
         Idle {
             born: std::time::Instant::now(),
@@ -98,6 +124,8 @@ impl Idle {
             since: AtomicU64::new(0),
             limit: AtomicU64::new(limit.as_millis() as u64),
             changed: Notify::new(),
+            sent_at: AtomicU64::new(0),
+            send_limit: AtomicU64::new(0),
         }
     }
 
@@ -109,7 +137,7 @@ impl Idle {
     fn remaining(&self) -> Duration {
         let limit = self.limit.load(Ordering::Relaxed);
         if self.inflight.load(Ordering::Acquire) > 0 {
-            return Duration::from_millis(limit.max(1000));
+            return Duration::from_millis(limit.clamp(1, 1000));
         }
         let idle = self
             .now_ms()
@@ -148,6 +176,10 @@ impl InFlight {
 
     /// Sets the idle limit; the watcher re-arms only when it changes, so a
     /// busy connection costs no timer work per request.
+    pub(crate) fn idle(&self) -> &Arc<Idle> {
+        &self.0
+    }
+
     fn keepalive(&self, limit: Duration) {
         let ms = limit.as_millis() as u64;
         if self.0.limit.swap(ms, Ordering::Relaxed) != ms {
@@ -402,6 +434,10 @@ async fn serve_conn(
             // finishes its request first).
             _ = idle.changed.notified() => {}
             _ = tokio::time::sleep(wait) => {
+                if idle.send_stalled() {
+                    crate::log_conn!(Level::Info, info.number, "client timed out (110: Connection timed out) while sending response to client");
+                    break;
+                }
                 if idle.remaining().is_zero() {
                     conn.as_mut().graceful_shutdown();
                     shutting = true;

@@ -659,6 +659,26 @@ pub(crate) async fn run(
                 tracked,
             );
         }
+        // proxy_intercept_errors: an error the location has an error_page for
+        // is answered by sluice, not passed through.
+        if conf.proxy_intercept_errors
+            && status >= 300
+            && conf.error_page.iter().any(|p| p.codes.contains(&status))
+        {
+            release(Outcome::Ok);
+            record(
+                r,
+                Attempt {
+                    addr: name.clone(),
+                    status: Some(status),
+                    connect: Some(connect_time),
+                    header: Some(header_time),
+                    sent: sent_bytes,
+                    ..Attempt::default()
+                },
+            );
+            return Reply::Status(status);
+        }
         let keep = upstream_keeps_alive(&resp);
         let (mut parts, incoming) = resp.into_parts();
         {
