@@ -16,7 +16,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(21);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(24);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -53,6 +53,14 @@ http {
             proxy_pass_header Server;
         }
         location /tokens { proxy_pass http://u/echo; server_tokens off; }
+        location /big { proxy_pass http://u/echo; client_max_body_size 1m; }
+        location /big-nobuf { proxy_pass http://u/echo; client_max_body_size 1m; proxy_buffering off; }
+        location /big-small-buffers {
+            proxy_pass http://u/echo;
+            client_max_body_size 1m;
+            proxy_buffer_size 1k;
+            proxy_buffers 2 1k;
+        }
         location /rw/ { rewrite ^/rw/(.*)$ /echo/$1?r=1 break; proxy_pass http://u; }
     }
 }
@@ -126,5 +134,13 @@ $r = http_get('/tokens');
 like($r, qr/^Server: sluice\r$/m, 'server_tokens off');
 
 like(http_get('/rw/a%20b?q=2'), qr!^GET /echo/a%20b\?r=1&q=2 HTTP/1\.1\r$!m, 'rewritten URI sent upstream');
+
+# Bodies larger than the buffers stream whole, with buffering on or off.
+my $big = 'z' x 200_000;
+for my $loc (qw/big big-nobuf big-small-buffers/) {
+	my $r = http("POST /$loc HTTP/1.0\nHost: localhost\nContent-Length: 200000\n\n$big");
+	my ($body) = $r =~ /\r\n\r\n(.*)$/s;
+	ok(defined $body && $body =~ /\Q$big\E$/, "large response whole: $loc");
+}
 
 $t->expect_errors(qr/client intended to send too large body/);

@@ -66,6 +66,10 @@ loc_settings! {
     client_body_timeout: Duration = |_| Duration::from_secs(60),
     send_timeout: Duration = |_| Duration::from_secs(60),
     proxy_intercept_errors: bool = |_| false,
+    proxy_buffering: bool = |_| true,
+    proxy_buffer_size: u64 = |_| 4096,
+    /// `proxy_buffers NUMBER SIZE`.
+    proxy_buffers: (u32, u64) = |_| (8, 4096),
     client_max_body_size: u64 = |_| 1024 * 1024,
     server_tokens: bool = |_| true,
     default_type: String = |_| "text/plain".to_string(),

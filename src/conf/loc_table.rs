@@ -17,6 +17,27 @@ const HS: u8 = HTTP | SRV;
 
 pub(super) const TABLE: &[Spec] = &[
     Spec {
+        name: "proxy_buffering",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "proxy_buffer_size",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_size,
+    },
+    Spec {
+        name: "proxy_buffers",
+        ctx: HSL,
+        args: Args::Exactly(2),
+        block: false,
+        set: set_buffers,
+    },
+    Spec {
         name: "send_timeout",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -311,7 +332,10 @@ fn set_number(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
 fn set_size(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let l = loc(n, d)?;
     let v = size_arg(d, 0)?;
-    once(&mut l.client_max_body_size, v, d)
+    match d.name.as_str() {
+        "client_max_body_size" => once(&mut l.client_max_body_size, v, d),
+        _ => once(&mut l.proxy_buffer_size, v, d),
+    }
 }
 
 fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -321,6 +345,7 @@ fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
         "server_tokens" => &mut l.server_tokens,
         "rewrite_log" => &mut l.rewrite_log,
         "proxy_intercept_errors" => &mut l.proxy_intercept_errors,
+        "proxy_buffering" => &mut l.proxy_buffering,
         "real_ip_recursive" => &mut l.real_ip_recursive,
         "uninitialized_variable_warn" => &mut l.uninitialized_variable_warn,
         "proxy_pass_request_headers" => &mut l.proxy_pass_request_headers,
@@ -620,4 +645,12 @@ fn set_header_buffers(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Resul
         (count, size),
         d,
     )
+}
+
+fn set_buffers(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let count: u32 = number(&d.args[0])
+        .filter(|c| *c > 0)
+        .ok_or_else(|| ConfError::at(format!("invalid value \"{}\"", d.args[0]), &d.src))?;
+    let size = size_arg(d, 1)?;
+    once(&mut loc(n, d)?.proxy_buffers, (count, size), d)
 }

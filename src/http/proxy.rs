@@ -709,8 +709,9 @@ pub(crate) async fn run(
             &conf.proxy_pass_header,
             tokens,
         );
-        let body = ProxyBody {
+        let mut body = ProxyBody {
             inner: incoming,
+            ahead: std::collections::VecDeque::new(),
             conn: keep.then_some(conn),
             ups: ups.clone(),
             peer: Some(id),
@@ -721,6 +722,33 @@ pub(crate) async fn run(
             timer: None,
             url: format!("http://{name}{}", plan.uri),
         };
+        if conf.proxy_buffering {
+            let (count, size) = conf.proxy_buffers;
+            let room = conf.proxy_buffer_size + u64::from(count) * size;
+            if let Err(e) = body.read_ahead(room).await {
+                crate::log_conn!(
+                    Level::Error,
+                    r.conn.number,
+                    "{}{}",
+                    e.message,
+                    r.log_context(Some(&e.url))
+                );
+                return Reply::Status(if e.message.contains("timed out") {
+                    504
+                } else {
+                    502
+                });
+            }
+            if body.peer.is_none() {
+                // All of it fitted: the upstream connection is already back in
+                // the keep-alive cache.
+                let whole: Vec<Bytes> = body.ahead.drain(..).collect();
+                return Reply::Full(Response::from_parts(
+                    parts,
+                    response::full(Bytes::from(whole.concat())),
+                ));
+            }
+        }
         return Reply::Full(Response::from_parts(parts, body.boxed()));
     }
 }
@@ -755,6 +783,8 @@ fn filter_response_headers(h: &mut HeaderMap, hide: &[String], pass: &[String], 
 /// `proxy_read_timeout` bounds the wait between two reads.
 struct ProxyBody {
     inner: Incoming,
+    /// What `proxy_buffering` read ahead, sent before the rest.
+    ahead: std::collections::VecDeque<Bytes>,
     conn: Option<Pooled>,
     ups: Arc<UpstreamRt>,
     peer: Option<PeerId>,
@@ -809,6 +839,49 @@ impl ProxyBody {
     }
 }
 
+impl ProxyBody {
+    /// `proxy_buffering on`: reads the upstream's body into memory, up to
+    /// `room` bytes, so that a response that fits frees its upstream
+    /// connection before the client has read it.
+    async fn read_ahead(&mut self, room: u64) -> Result<(), UpstreamBodyError> {
+        let mut held: u64 = 0;
+        while held < room {
+            if self.inner.is_end_stream() {
+                self.finish(true);
+                return Ok(());
+            }
+            match tokio::time::timeout(self.read_timeout, self.inner.frame()).await {
+                Err(_) => {
+                    self.finish(false);
+                    return Err(UpstreamBodyError {
+                        message: "upstream timed out (110: Connection timed out) while reading upstream",
+                        url: std::mem::take(&mut self.url),
+                    });
+                }
+                Ok(None) => {
+                    self.finish(true);
+                    return Ok(());
+                }
+                Ok(Some(Err(_))) => {
+                    self.finish(false);
+                    return Err(UpstreamBodyError {
+                        message: "upstream prematurely closed connection while reading upstream",
+                        url: std::mem::take(&mut self.url),
+                    });
+                }
+                Ok(Some(Ok(f))) => {
+                    if let Ok(d) = f.into_data() {
+                        held += d.len() as u64;
+                        self.received += d.len() as u64;
+                        self.ahead.push_back(d);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl HttpBody for ProxyBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -817,6 +890,12 @@ impl HttpBody for ProxyBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(b) = self.ahead.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(b))));
+        }
+        if self.peer.is_none() {
+            return Poll::Ready(None);
+        }
         match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(f))) => {
                 if let Some(d) = f.data_ref() {
@@ -856,11 +935,22 @@ impl HttpBody for ProxyBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.ahead.is_empty() && (self.peer.is_none() || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let ahead: u64 = self.ahead.iter().map(|b| b.len() as u64).sum();
+        let mut h = if self.peer.is_none() {
+            SizeHint::with_exact(0)
+        } else {
+            self.inner.size_hint()
+        };
+        // Upper first: set_lower insists on lower <= upper.
+        if let Some(u) = h.upper() {
+            h.set_upper(u + ahead);
+        }
+        h.set_lower(h.lower() + ahead);
+        h
     }
 }
 

@@ -69,6 +69,11 @@ pub fn run(
             return FATAL;
         }
     }
+    // A panic is a bug: say so in the error log (the task that panicked ends,
+    // the worker goes on).
+    std::panic::set_hook(Box::new(|info| {
+        crate::log!(Level::Alert, "panic: {}", info);
+    }));
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
