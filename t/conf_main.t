@@ -14,7 +14,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(13);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(14);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -35,9 +35,10 @@ events {
 }
 
 http {
+    client_body_temp_path %%TESTDIR%%/tmp/body 1 2;
     server {
         listen 127.0.0.1:%%PORT_8080%%;
-        location / { return 200 "pid $pid"; }
+        location / { proxy_temp_path %%TESTDIR%%/tmp/proxy; return 200 "pid $pid"; }
     }
 }
 
@@ -63,6 +64,7 @@ like($t->read_file('error.log'), qr/\[warn\] \d+#0: the "use" directive is ignor
 	'ignored events directive warns with file:line');
 unlike($t->read_file('warn.log'), qr/\[notice\]/, 'warn-level log has no notices');
 like($t->read_file('error.log'), qr/\[notice\] \d+#0: start worker processes/, 'debug log has notices');
+ok(-d "$d/tmp/body" && -d "$d/tmp/proxy", 'temp paths created');
 # An [info] line from a worker reaches the debug log only.
 http("GET / HTTP/1.0\nHost: a..b\n\n");
 ok($t->waitforlog(qr/\[info\] .*invalid host header/) && $t->read_file('warn.log') !~ /\[info\]/,

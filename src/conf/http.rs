@@ -489,11 +489,13 @@ pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
     };
     let mut upstreams = super::proxy::finish_upstreams(h.upstreams)?;
     let mut access_log_paths: Vec<PathBuf> = Vec::new();
+    let mut temp_paths: Vec<PathBuf> = Vec::new();
     let mut servers = Vec::with_capacity(h.servers.len());
     for mut s in h.servers {
         s.settings.inherit(&h.settings);
         let conf = Arc::new(s.settings.finish(&defaults));
         note_logs(&conf, &mut access_log_paths);
+        note_temps(&conf, &mut temp_paths);
         let mut locations = Vec::with_capacity(s.locations.len());
         for l in s.locations {
             locations.push(finish_location(
@@ -502,6 +504,7 @@ pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
                 &defaults,
                 &mut upstreams,
                 &mut access_log_paths,
+                &mut temp_paths,
             )?);
         }
         servers.push(Server {
@@ -520,13 +523,24 @@ pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
         error_log: h.error_log,
         upstreams: upstreams.into_iter().map(Arc::new).collect(),
         access_log_paths,
+        temp_paths,
     })
 }
 
+/// Collects the files and directories the master opens or creates: access
+/// logs first in `paths`, temp directories in `temps`.
 fn note_logs(conf: &LocConf, paths: &mut Vec<PathBuf>) {
-    for a in &conf.access_log {
-        if !paths.contains(&a.path) {
-            paths.push(a.path.clone());
+    for p in conf.access_log.iter().map(|a| &a.path) {
+        if !paths.contains(p) {
+            paths.push(p.clone());
+        }
+    }
+}
+
+fn note_temps(conf: &LocConf, temps: &mut Vec<PathBuf>) {
+    for p in &conf.temp_paths {
+        if !temps.contains(p) {
+            temps.push(p.clone());
         }
     }
 }
@@ -537,10 +551,12 @@ fn finish_location(
     defaults: &Defaults,
     upstreams: &mut Vec<Upstream>,
     logs: &mut Vec<PathBuf>,
+    temps: &mut Vec<PathBuf>,
 ) -> Result<Location, ConfError> {
     l.settings.inherit(parent);
     let conf = Arc::new(l.settings.finish(defaults));
     note_logs(&conf, logs);
+    note_temps(&conf, temps);
     let proxy_pass = match l.proxy_pass {
         Some(p) => Some(super::proxy::resolve_proxy_pass(
             p, l.modifier, &l.uri, upstreams,
@@ -549,7 +565,14 @@ fn finish_location(
     };
     let mut locations = Vec::with_capacity(l.locations.len());
     for c in l.locations {
-        locations.push(finish_location(c, &l.settings, defaults, upstreams, logs)?);
+        locations.push(finish_location(
+            c,
+            &l.settings,
+            defaults,
+            upstreams,
+            logs,
+            temps,
+        )?);
     }
     Ok(Location {
         modifier: l.modifier,

@@ -66,6 +66,9 @@ loc_settings! {
     client_body_timeout: Duration = |_| Duration::from_secs(60),
     send_timeout: Duration = |_| Duration::from_secs(60),
     proxy_intercept_errors: bool = |_| false,
+    /// `client_body_temp_path` / `proxy_temp_path`: created at start-up as
+    /// nginx does; sluice keeps bodies in memory and writes nothing there.
+    temp_paths: Vec<PathBuf> = |_| Vec::new(),
     proxy_buffering: bool = |_| true,
     proxy_buffer_size: u64 = |_| 4096,
     /// `proxy_buffers NUMBER SIZE`.

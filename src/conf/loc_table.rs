@@ -17,6 +17,20 @@ const HS: u8 = HTTP | SRV;
 
 pub(super) const TABLE: &[Spec] = &[
     Spec {
+        name: "client_body_temp_path",
+        ctx: HSL,
+        args: Args::Range(1, 4),
+        block: false,
+        set: set_temp_path,
+    },
+    Spec {
+        name: "proxy_temp_path",
+        ctx: HSL,
+        args: Args::Range(1, 4),
+        block: false,
+        set: set_temp_path,
+    },
+    Spec {
         name: "proxy_buffering",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -653,4 +667,20 @@ fn set_buffers(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
         .ok_or_else(|| ConfError::at(format!("invalid value \"{}\"", d.args[0]), &d.src))?;
     let size = size_arg(d, 1)?;
     once(&mut loc(n, d)?.proxy_buffers, (count, size), d)
+}
+
+/// `client_body_temp_path PATH [L1 [L2 [L3]]]` and `proxy_temp_path`: the
+/// directory is created at start-up, as nginx creates it.
+fn set_temp_path(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    for level in &d.args[1..] {
+        if !matches!(level.as_str(), "1" | "2") {
+            return Err(ConfError::at(format!("invalid value \"{level}\""), &d.src));
+        }
+    }
+    let path = b.path(&d.args[0]);
+    loc(n, d)?
+        .temp_paths
+        .get_or_insert_with(Vec::new)
+        .push(path);
+    Ok(())
 }

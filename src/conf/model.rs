@@ -64,6 +64,8 @@ pub struct Http {
     pub upstreams: Vec<Arc<Upstream>>,
     /// Every access log file any level names, for the master to open.
     pub access_log_paths: Vec<PathBuf>,
+    /// Every temp directory any level names, for the master to create.
+    pub temp_paths: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -22,7 +22,7 @@ use signal_hook::iterator::backend::SignalDelivery;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use super::worker::{self, Creds};
-use super::{daemon, load_config, open_logs, startup_log, sys};
+use super::{create_temp_paths, daemon, load_config, open_logs, startup_log, sys};
 use crate::cli::Cli;
 use crate::conf::Config;
 use crate::http::Listener;
@@ -98,6 +98,9 @@ pub fn start(cli: &Cli) -> i32 {
         }
     };
     if open_logs(&cfg).is_err() {
+        return 1;
+    }
+    if create_temp_paths(&cfg, creds.as_ref().map(|c| c.uid)).is_err() {
         return 1;
     }
     let started = if cfg.main.daemon {
@@ -567,6 +570,9 @@ impl Master {
         };
         drop(existing);
         if open_logs(&cfg).is_err() {
+            return;
+        }
+        if create_temp_paths(&cfg, creds.as_ref().map(|c| c.uid)).is_err() {
             return;
         }
         chown_logs(&creds);

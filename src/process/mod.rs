@@ -106,6 +106,31 @@ fn open_logs(cfg: &Config) -> Result<(), ()> {
     log::files::open_all(access).map_err(emerg)
 }
 
+/// Creates the temp directories the config names (mode 0700, owned by the
+/// workers' user when the master is root), as nginx does at start-up.
+fn create_temp_paths(cfg: &Config, owner: Option<nix::unistd::Uid>) -> Result<(), ()> {
+    use std::os::unix::fs::DirBuilderExt;
+    for p in cfg.http.iter().flat_map(|h| h.temp_paths.iter()) {
+        if let Err(e) = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(p)
+        {
+            crate::log!(
+                Level::Emerg,
+                "mkdir() \"{}\" failed ({})",
+                p.display(),
+                conf::tree::errno_text(&e)
+            );
+            return Err(());
+        }
+        if let Some(uid) = owner {
+            let _ = nix::unistd::chown(p, Some(uid), None);
+        }
+    }
+    Ok(())
+}
+
 fn test_config(cli: &Cli, dump: bool) -> i32 {
     startup_log(cli);
     let name = cli.conf_file.display();
