@@ -66,6 +66,8 @@ loc_settings! {
     client_body_timeout: Duration = |_| Duration::from_secs(60),
     send_timeout: Duration = |_| Duration::from_secs(60),
     proxy_intercept_errors: bool = |_| false,
+    /// `proxy_redirect`: None is `off`; the default is `default`.
+    proxy_redirect: Option<Vec<Redirect>> = |_| Some(vec![Redirect::Default]),
     /// `client_body_temp_path` / `proxy_temp_path`: created at start-up as
     /// nginx does; sluice keeps bodies in memory and writes nothing there.
     temp_paths: Vec<PathBuf> = |_| Vec::new(),
@@ -120,6 +122,16 @@ loc_settings! {
 pub struct Root {
     pub path: PathBuf,
     pub alias: Option<String>,
+}
+
+/// One `proxy_redirect` rule for upstream `Location` and `Refresh` headers.
+#[derive(Debug, Clone)]
+pub enum Redirect {
+    /// The `proxy_pass` URL (with `/` when it has no URI part) becomes the
+    /// location prefix (or `/`).
+    Default,
+    /// A prefix and its replacement (variables allowed).
+    Rule(Template, Template),
 }
 
 /// One `set_real_ip_from` entry.

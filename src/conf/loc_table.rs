@@ -8,7 +8,9 @@ use super::build::{
     Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here, number, size_arg,
     time_arg,
 };
-use super::loc::{AddHeader, ErrorPage, ErrorPageStatus, LocB, NextUpstream, Root, Trusted};
+use super::loc::{
+    AddHeader, ErrorPage, ErrorPageStatus, LocB, NextUpstream, Redirect, Root, Trusted,
+};
 use super::tree::Directive;
 use super::{ConfError, vars};
 
@@ -16,6 +18,13 @@ const HSL: u8 = HTTP | SRV | LOC;
 const HS: u8 = HTTP | SRV;
 
 pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "proxy_redirect",
+        ctx: HSL,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_redirect,
+    },
     Spec {
         name: "client_body_temp_path",
         ctx: HSL,
@@ -682,5 +691,38 @@ fn set_temp_path(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
         .temp_paths
         .get_or_insert_with(Vec::new)
         .push(path);
+    Ok(())
+}
+
+/// `proxy_redirect default | off | REDIRECT REPLACEMENT` (several allowed).
+fn set_redirect(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let l = loc(n, d)?;
+    let rule = match d.args.as_slice() {
+        [a] if a == "off" => {
+            l.proxy_redirect = Some(None);
+            return Ok(());
+        }
+        [a] if a == "default" => Redirect::Default,
+        [from, to] => {
+            if from.starts_with('~') {
+                return Err(ConfError::at(
+                    "regular expressions in \"proxy_redirect\" are not supported",
+                    &d.src,
+                ));
+            }
+            let c = |t: &str| vars::compile(t).map_err(|m| ConfError::at(m, &d.src));
+            Redirect::Rule(c(from)?, c(to)?)
+        }
+        _ => {
+            return Err(ConfError::at(
+                format!("invalid parameter \"{}\"", d.args[0]),
+                &d.src,
+            ));
+        }
+    };
+    match &mut l.proxy_redirect {
+        Some(Some(list)) => list.push(rule),
+        slot => *slot = Some(Some(vec![rule])),
+    }
     Ok(())
 }

@@ -703,6 +703,7 @@ pub(crate) async fn run(
                 ..Attempt::default()
             });
         }
+        redirect_headers(r, pp, &mut parts.headers);
         filter_response_headers(
             &mut parts.headers,
             &conf.proxy_hide_header,
@@ -750,6 +751,51 @@ pub(crate) async fn run(
             }
         }
         return Reply::Full(Response::from_parts(parts, body.boxed()));
+    }
+}
+
+/// `proxy_redirect`: rewrites the prefix of the upstream's `Location` and
+/// `Refresh` headers.
+fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
+    use crate::conf::loc::Redirect;
+    let Some(rules) = &r.conf.proxy_redirect else {
+        return;
+    };
+    for name in [header::LOCATION, header::REFRESH] {
+        let Some(value) = h
+            .get(&name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        // Refresh carries the URL after "url=".
+        let (head, url) = if name == header::REFRESH {
+            match value.to_ascii_lowercase().find("url=") {
+                Some(i) => (value[..i + 4].to_string(), value[i + 4..].to_string()),
+                None => continue,
+            }
+        } else {
+            (String::new(), value.clone())
+        };
+        for rule in rules {
+            let (from, to) = match rule {
+                Redirect::Default => match &pp.uri {
+                    Some(u) => (
+                        format!("http://{}{u}", pp.proxy_host),
+                        pp.location_prefix.clone(),
+                    ),
+                    None => (format!("http://{}/", pp.proxy_host), "/".to_string()),
+                },
+                Redirect::Rule(f, t) => (r.eval(f), r.eval(t)),
+            };
+            if let Some(rest) = url.strip_prefix(from.as_str()) {
+                if let Ok(v) = HeaderValue::from_str(&format!("{head}{to}{rest}")) {
+                    h.insert(name.clone(), v);
+                }
+                break;
+            }
+        }
     }
 }
 

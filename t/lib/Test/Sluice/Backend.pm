@@ -7,6 +7,8 @@ package Test::Sluice::Backend;
 #   /slow/SECS/...   answer after SECS seconds (other connections go on)
 #   /conns           the number of connections accepted so far
 #   /echo...         the request head and body as the response body
+#   .../redir...     302 with Location: http://127.0.0.1:PORT/two/target and
+#                    Refresh: 0; url=http://127.0.0.1:PORT/two/refresh
 #   (Upgrade header) 101 Switching Protocols, then every byte sent back in
 #                    upper case
 #   anything else    200 "PORT URI"
@@ -121,6 +123,11 @@ sub respond {
 		$text = $head . $body;
 	}
 	my $extra = $opts{header_case} ? "X-MiXeD-Case: yes\r\n" : '';
+	if ($uri =~ m!/redir!) {
+		$status = 302;
+		$extra .= "Location: http://127.0.0.1:$port/two/target\r\n"
+			. "Refresh: 0; url=http://127.0.0.1:$port/two/refresh\r\n";
+	}
 	$extra .= "Connection: close\r\n" if $opts{close};
 	my $content = $method eq 'HEAD' ? '' : $text;
 	return "HTTP/1.1 $status Test\r\nX-Port: $port\r\n${extra}Content-Length: "
