@@ -14,7 +14,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(17);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(22);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -84,6 +84,16 @@ like(http("HEAD /style.css HTTP/1.0\nHost: localhost\n\n"), qr!Content-Length: 6
 $r = http_get('/big.bin');
 my ($body) = $r =~ /\r\n\r\n(.*)$/s;
 is(length($body // ''), 1_000_000, 'large file streamed whole');
+
+sub range {
+	my ($uri, $spec) = @_;
+	return http("GET $uri HTTP/1.0\nHost: localhost\nRange: $spec\n\n");
+}
+like(range('/index.html', 'bytes=4-8'), qr!^HTTP/1\.[01] 206 Partial Content\r\n.*Content-Range: bytes 4-8/9\r\n.*\r\n\r\nindex$!s, 'byte range');
+like(range('/index.html', 'bytes=-5'), qr!Content-Range: bytes 4-8/9\r\n.*\r\n\r\nindex$!s, 'suffix range');
+like(range('/index.html', 'bytes=20-'), qr!^HTTP/1\.[01] 416 .*Content-Range: bytes \*/9\r\n!s, 'unsatisfiable: 416');
+like(range('/big.bin', 'bytes=999990-'), qr!Content-Length: 10\r\n.*\r\n\r\nx{10}$!s, 'range of a streamed file');
+like(http_get('/index.html'), qr!^Accept-Ranges: bytes\r$!mi, 'Accept-Ranges');
 
 my $log = $t->read_file('error.log');
 like($log, qr!\[error\] .*open\(\) "\Q$d\E/www/missing" failed \(2: No such file or directory\), client: 127\.0\.0\.1, server: , request: "GET /missing HTTP/1\.0", host: "localhost"!,

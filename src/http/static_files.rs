@@ -144,10 +144,34 @@ async fn send_file(r: &Req, path: &Path, meta: std::fs::Metadata) -> Reply {
             .insert(header::SERVER, response::server_header(tokens));
         resp
     } else {
+        // One byte range, as nginx serves it; If-Range must name this file.
+        let if_range_ok = r
+            .headers
+            .get(header::IF_RANGE)
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|v| v == etag || v == last_modified);
+        let range = match r.headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+            Some(spec) if if_range_ok => match parse_range(spec, size) {
+                Range::Whole => None,
+                Range::Part(a, b) => Some((a, b)),
+                Range::Unsatisfiable => {
+                    let mut resp = response::status_page(416, tokens);
+                    if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                        resp.headers_mut().insert(header::CONTENT_RANGE, v);
+                    }
+                    return Reply::Full(resp);
+                }
+            },
+            _ => None,
+        };
+        let (start, len) = match range {
+            Some((a, b)) => (a, b - a + 1),
+            None => (0, size),
+        };
         let body = if r.method == Method::HEAD {
             response::full(Bytes::new())
-        } else if size <= WHOLE {
-            match std::fs::read(path) {
+        } else if len <= WHOLE {
+            match read_part(path, start, len) {
                 Ok(b) => response::full(Bytes::from(b)),
                 Err(e) => {
                     return not_found(r, &format!("open() \"{}\" failed", path.display()), &e);
@@ -155,20 +179,35 @@ async fn send_file(r: &Req, path: &Path, meta: std::fs::Metadata) -> Reply {
             }
         } else {
             match tokio::fs::File::open(path).await {
-                Ok(f) => FileBody {
-                    file: f,
-                    left: size,
+                Ok(mut f) => {
+                    use tokio::io::AsyncSeekExt;
+                    if start > 0 {
+                        if let Err(e) = f.seek(std::io::SeekFrom::Start(start)).await {
+                            return not_found(
+                                r,
+                                &format!("lseek() \"{}\" failed", path.display()),
+                                &e,
+                            );
+                        }
+                    }
+                    FileBody { file: f, left: len }.boxed()
                 }
-                .boxed(),
                 Err(e) => {
                     return not_found(r, &format!("open() \"{}\" failed", path.display()), &e);
                 }
             }
         };
-        let mut resp = response::build(200, Some(&ctype), Bytes::new(), tokens);
+        let code = if range.is_some() { 206 } else { 200 };
+        let mut resp = response::build(code, Some(&ctype), Bytes::new(), tokens);
         *resp.body_mut() = body;
-        resp.headers_mut()
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(size));
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        if let Some((a, b)) = range {
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes {a}-{b}/{size}")) {
+                h.insert(header::CONTENT_RANGE, v);
+            }
+        }
         resp
     };
     let h = resp.headers_mut();
@@ -179,6 +218,46 @@ async fn send_file(r: &Req, path: &Path, meta: std::fs::Metadata) -> Reply {
         h.insert(header::ETAG, v);
     }
     Reply::Full(resp)
+}
+
+enum Range {
+    Whole,
+    /// First and last byte, inclusive.
+    Part(u64, u64),
+    Unsatisfiable,
+}
+
+/// `bytes=A-B`, `bytes=A-` or `bytes=-N`. Several ranges, or a syntax sluice
+/// does not take, mean the whole file (a server may ignore Range).
+fn parse_range(spec: &str, size: u64) -> Range {
+    let Some(set) = spec.trim().strip_prefix("bytes=") else {
+        return Range::Whole;
+    };
+    if set.contains(',') {
+        return Range::Whole;
+    }
+    let Some((a, b)) = set.trim().split_once('-') else {
+        return Range::Whole;
+    };
+    let num = |s: &str| s.trim().parse::<u64>().ok();
+    match (a.trim().is_empty(), num(a), num(b)) {
+        (true, _, Some(n)) if n > 0 && size > 0 => Range::Part(size.saturating_sub(n), size - 1),
+        (true, _, _) => Range::Unsatisfiable,
+        (false, Some(a), _) if a >= size => Range::Unsatisfiable,
+        (false, Some(a), None) if b.trim().is_empty() => Range::Part(a, size - 1),
+        (false, Some(a), Some(b)) if b >= a => Range::Part(a, b.min(size - 1)),
+        _ => Range::Whole,
+    }
+}
+
+/// Reads `len` bytes of a file from `start`.
+fn read_part(path: &Path, start: u64, len: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek};
+    let mut f = std::fs::File::open(path)?;
+    f.seek(std::io::SeekFrom::Start(start))?;
+    let mut buf = Vec::with_capacity(len as usize);
+    f.take(len).read_to_end(&mut buf)?;
+    Ok(buf)
 }
 
 /// A file streamed in chunks.
@@ -224,5 +303,28 @@ impl HttpBody for FileBody {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        let part = |s: &str, n: u64| match parse_range(s, n) {
+            Range::Part(a, b) => format!("{a}-{b}"),
+            Range::Whole => "whole".into(),
+            Range::Unsatisfiable => "416".into(),
+        };
+        assert_eq!(part("bytes=0-4", 10), "0-4");
+        assert_eq!(part("bytes=5-", 10), "5-9");
+        assert_eq!(part("bytes=-3", 10), "7-9");
+        assert_eq!(part("bytes=-30", 10), "0-9");
+        assert_eq!(part("bytes=8-100", 10), "8-9");
+        assert_eq!(part("bytes=10-", 10), "416");
+        assert_eq!(part("bytes=0-1,3-4", 10), "whole");
+        assert_eq!(part("bytes=5-2", 10), "whole");
+        assert_eq!(part("items=1-2", 10), "whole");
     }
 }
