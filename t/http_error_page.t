@@ -13,7 +13,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(13);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(14);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -45,7 +45,7 @@ http {
             add_header X-Plain yes;
             return 404;
         }
-        location /ok { add_header X-Loc loc; return 200 ok; }
+        location /ok { add_header X-Loc loc; add_header X-CSRF-Token t; return 200 ok; }
         location /inherit { return 200 inherit; }
         location /empty { add_header X-Empty ""; return 200 empty; }
     }
@@ -70,6 +70,7 @@ unlike($r, qr!X-Plain!i, 'not without always on a 404');
 
 $r = http_get('/ok');
 like($r, qr!^X-Loc: loc\r$!mi, 'location add_header');
+like($r, qr!^X-CSRF-Token: t\r$!m, 'add_header name case kept');
 unlike($r, qr!X-Http!i, 'http level not inherited when the location has its own');
 like(http_get('/inherit'), qr!^X-Http: http\r$!mi, 'inherited when the location has none');
 unlike(http_get('/empty'), qr!X-Empty!i, 'an empty value adds nothing');

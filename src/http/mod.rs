@@ -5,6 +5,7 @@
 //! requests finish) or fast. Called by `process::worker` only.
 
 pub mod access;
+pub mod case;
 pub mod proxy;
 pub mod realip;
 pub mod response;
@@ -196,6 +197,8 @@ impl Drop for InFlight {
 }
 
 pub(crate) struct Shared {
+    /// hyper's header-case map for the names sluice writes (see `case`).
+    header_case: Option<hyper::http::Extensions>,
     /// How long hyper may wait for a request head: covers both the keep-alive
     /// wait and `client_header_timeout`; `Idle` enforces `keepalive_timeout`.
     header_wait: Duration,
@@ -226,11 +229,11 @@ pub async fn serve(
         header_wait: cfg
             .http
             .iter()
-            .flat_map(|h| h.servers.iter())
-            .flat_map(|s| std::iter::once(&s.conf).chain(s.locations.iter().map(|l| &l.conf)))
+            .flat_map(case::all_confs)
             .map(|c| c.client_header_timeout.max(c.keepalive_timeout))
             .max()
             .unwrap_or(Duration::from_secs(75)),
+        header_case: case::template(cfg.http.as_ref()).await,
         cfg: cfg.clone(),
         router,
         next_conn: AtomicU64::new(conn_base),
@@ -739,6 +742,12 @@ async fn finish(
             }
         }
     };
+    // Our own responses get nginx's spelling of the names we write.
+    if resp.extensions().get::<case::Proxied>().is_none() {
+        if let Some(t) = &shared.header_case {
+            resp.extensions_mut().extend(t.clone());
+        }
+    }
     let status = resp.status().as_u16();
     for h in &r.conf.add_header {
         if !h.always && !ADD_HEADER_STATUSES.contains(&status) {

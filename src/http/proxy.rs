@@ -744,12 +744,14 @@ pub(crate) async fn run(
                 // All of it fitted: the upstream connection is already back in
                 // the keep-alive cache.
                 let whole: Vec<Bytes> = body.ahead.drain(..).collect();
+                parts.extensions.insert(super::case::Proxied);
                 return Reply::Full(Response::from_parts(
                     parts,
                     response::full(Bytes::from(whole.concat())),
                 ));
             }
         }
+        parts.extensions.insert(super::case::Proxied);
         return Reply::Full(Response::from_parts(parts, body.boxed()));
     }
 }

@@ -37,6 +37,7 @@ pub(crate) fn switch_protocols(
     let (mut parts, body) = resp.into_parts();
     let upstream_up = hyper::upgrade::on(Response::from_parts(parts.clone(), body));
     parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
+    parts.extensions.insert(super::case::Proxied);
     parts.headers.remove(header::TRANSFER_ENCODING);
     parts.headers.remove(header::SERVER);
     parts.headers.insert(
