@@ -87,7 +87,7 @@ SKIP: {
 	skip 'not root', 1 unless $> == 0;
 	is($uid, scalar getpwnam('nobody'), 'workers drop to nobody');
 }
-like(http_get('/'), qr/^HTTP\/1\.[01] 204 No Content/, 'serves as nobody');
+like(http_get('/'), qr/^HTTP\/1\.1 204 No Content/, 'serves as nobody');
 $t->stop();
 
 # Start-up errors: exit code 1, [emerg] with file:line, no pid file.

@@ -55,14 +55,14 @@ EOF
 
 $t->run();
 
-like(http_get('/nf'), qr!^HTTP/1\.[01] 404 Not Found\r\n.*\r\n\r\npage for /page$!s, 'error_page keeps the status');
-like(http_get('/nf-code'), qr!^HTTP/1\.[01] 200 OK\r\n.*page for /page$!s, 'error_page =200');
-like(http_get('/nf-target'), qr!^HTTP/1\.[01] 200 OK\r\n.*page for /page$!s, 'error_page =');
-like(http_get('/named'), qr!^HTTP/1\.[01] 502 Bad Gateway\r\n.*fallback$!s, 'named location');
+like(http_get('/nf'), qr!^HTTP/1\.1 404 Not Found\r\n.*\r\n\r\npage for /page$!s, 'error_page keeps the status');
+like(http_get('/nf-code'), qr!^HTTP/1\.1 200 OK\r\n.*page for /page$!s, 'error_page =200');
+like(http_get('/nf-target'), qr!^HTTP/1\.1 200 OK\r\n.*page for /page$!s, 'error_page =');
+like(http_get('/named'), qr!^HTTP/1\.1 502 Bad Gateway\r\n.*fallback$!s, 'named location');
 my $r = http_get('/redir');
-like($r, qr!^HTTP/1\.[01] 302 Moved Temporarily\r\n.*Location: redirect\r\n!s, 'error_page to a non-URI: 302');
+like($r, qr!^HTTP/1\.1 302 Moved Temporarily\r\n.*Location: redirect\r\n!s, 'error_page to a non-URI: 302');
 like($r, qr!^X-Http: http\r$!m, 'add_header applies to that 302');
-like(http_get('/redir301'), qr!^HTTP/1\.[01] 301 .*Location: http://example\.com/\r\n!s, 'error_page =301 URL');
+like(http_get('/redir301'), qr!^HTTP/1\.1 301 .*Location: http://example\.com/\r\n!s, 'error_page =301 URL');
 
 $r = http_get('/always');
 like($r, qr!^X-Always: yes\r$!mi, 'always on a 404');

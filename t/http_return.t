@@ -79,7 +79,7 @@ sub get_host {
 	return http("GET $uri HTTP/1.0\nHost: $host\n\n");
 }
 
-like(http_get('/x?a=1'), qr!^HTTP/1\.[01] 200 OK\r\n.*\r\n\r\nroot /x 1\n$!s, 'prefix /');
+like(http_get('/x?a=1'), qr!^HTTP/1\.1 200 OK\r\n.*\r\n\r\nroot /x 1\n$!s, 'prefix /');
 like(http_get('/a/../b//c'), qr!root /b/c!, 'normalized uri');
 like(http_get('/exact'), qr!\r\n\r\nexact$!, 'exact');
 like(http_get('/docs/a'), qr!\r\n\r\ndocs$!, 'prefix');
@@ -89,15 +89,15 @@ like(http_get('/static/a.png'), qr!\r\n\r\nstatic$!, '^~ stops regexes');
 like(http_get('/img/a.png'), qr!\r\n\r\npng$!, 'regex');
 like(http_get('/img/A.jpg'), qr!\r\n\r\njpg$!, 'caseless regex');
 
-like(http_get('/redirect'), qr!^HTTP/1\.[01] 302 Moved Temporarily\r\n.*Location: http://localhost:$p/target\r\n!s,
+like(http_get('/redirect'), qr!^HTTP/1\.1 302 Moved Temporarily\r\n.*Location: http://localhost:$p/target\r\n!s,
 	'relative redirect made absolute');
-like(http_get('/moved'), qr!^HTTP/1\.[01] 301 Moved Permanently\r\n.*Location: http://example\.com/x\r\n.*<center><h1>301 Moved Permanently</h1></center>!s,
+like(http_get('/moved'), qr!^HTTP/1\.1 301 Moved Permanently\r\n.*Location: http://example\.com/x\r\n.*<center><h1>301 Moved Permanently</h1></center>!s,
 	'301 with page');
-like(http_get('/url'), qr!^HTTP/1\.[01] 302 .*Location: https://example\.org/\r\n!s, 'return URL');
+like(http_get('/url'), qr!^HTTP/1\.1 302 .*Location: https://example\.org/\r\n!s, 'return URL');
 is(http_get('/close'), '', '444 closes without response');
-like(http_get('/notfound'), qr!^HTTP/1\.[01] 404 Not Found\r\n.*Server: sluice/.*<title>404 Not Found</title>!s,
+like(http_get('/notfound'), qr!^HTTP/1\.1 404 Not Found\r\n.*Server: sluice/.*<title>404 Not Found</title>!s,
 	'404 page');
-like(http_get('/unavail'), qr!^HTTP/1\.[01] 503 Service Temporarily Unavailable\r\n!, 'nginx reason phrase');
+like(http_get('/unavail'), qr!^HTTP/1\.1 503 Service Temporarily Unavailable\r\n!, 'nginx reason phrase');
 like(http_get('/vars?q=1'), qr!\r\n\r\nGET /vars\?q=1 localhost $p 127\.0\.0\.1 HTTP/1\.0$!, 'variables');
 
 like(get_host('a.b.example.com', '/'), qr!\r\n\r\nwildcard a\.b\.example\.com$!, 'wildcard name');

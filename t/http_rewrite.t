@@ -80,11 +80,11 @@ like(http_get('/old/a?b=1'), qr!new /new/a b=1$!, 'server-level rewrite ... last
 like(http_get('/last/abc?y=2'), qr!target /target/abc x=1&y=2$!, 'last with captures, new arguments first');
 # break skips the rest of the rewrite directives (the return too), and the
 # static handler looks for the new URI.
-like(http_get('/break/x'), qr!^HTTP/1\.[01] 404 !, 'break stops rewrite processing');
+like(http_get('/break/x'), qr!^HTTP/1\.1 404 !, 'break stops rewrite processing');
 like($t->read_file('error.log'), qr!open\(\) "\Q$d\E/elsewhere" failed!, 'the rewritten URI was served');
 like(http_get('/noargs/x?y=2'), qr!target /target/q $!, 'trailing ? drops the arguments');
-like(http_get('/redirect/z?k=v'), qr!^HTTP/1\.[01] 302 .*Location: http://localhost:\d+/target/z\?k=v\r\n!s, 'redirect flag');
-like(http_get('/permanent/'), qr!^HTTP/1\.[01] 301 .*Location: http://example\.com/p\r\n!s, 'permanent to a URL');
+like(http_get('/redirect/z?k=v'), qr!^HTTP/1\.1 302 .*Location: http://localhost:\d+/target/z\?k=v\r\n!s, 'redirect flag');
+like(http_get('/permanent/'), qr!^HTTP/1\.1 301 .*Location: http://example\.com/p\r\n!s, 'permanent to a URL');
 like(http_get('/set/'), qr!who=a GET\!$!, 'set, reading itself');
 like(http_get('/if/?x=yes'), qr!x is yes$!, 'if =');
 like(http_get('/if/?x=maybe'), qr!x is not no$!, 'if !=');
@@ -92,6 +92,6 @@ like(http_get('/if/?x=no'), qr!x is no$!, 'fall through');
 like(http("GET /re/ HTTP/1.0\nHost: localhost\nUser-Agent: Curl/8\n\n"), qr!agent Curl$!, 'if ~* with a capture');
 like(http_get('/truthy/?f=1'), qr!on$!, 'if ($var) true');
 like(http_get('/truthy/?f=0'), qr!off$!, 'if ($var) false for 0');
-like(http_get('/loop/'), qr!^HTTP/1\.[01] 500 !, 'rewrite cycle stopped with 500');
+like(http_get('/loop/'), qr!^HTTP/1\.1 500 !, 'rewrite cycle stopped with 500');
 http_get('/logged/q');
 like($t->read_file('error.log'), qr!\[notice\] .*"\^/logged/\(\.\*\)" matches "/logged/q", rewritten to "/target/q"!, 'rewrite_log');

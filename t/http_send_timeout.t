@@ -47,7 +47,7 @@ $t->write_file('big.bin', 'x' x 30_000_000);
 $t->backend(port(8081), status => 404);
 $t->run();
 
-like(http_get('/up'), qr!^HTTP/1\.[01] 404 .*\r\n\r\nour page$!s, 'proxy_intercept_errors uses error_page');
+like(http_get('/up'), qr!^HTTP/1\.1 404 .*\r\n\r\nour page$!s, 'proxy_intercept_errors uses error_page');
 like(http_get('/up-plain'), qr!^X-Port: \d+!m, 'without it the upstream answer passes');
 
 my $s = http("GET /big.bin HTTP/1.0\nHost: localhost\n\n", start => 1);

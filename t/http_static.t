@@ -59,26 +59,26 @@ $t->write_file('www/big.bin', 'x' x 1_000_000);
 $t->run();
 
 my $r = http_get('/');
-like($r, qr!^HTTP/1\.[01] 200 OK\r\n.*Content-Type: text/html\r\n.*\r\n\r\nthe index$!s, 'index.html');
+like($r, qr!^HTTP/1\.1 200 OK\r\n.*Content-Type: text/html\r\n.*\r\n\r\nthe index$!s, 'index.html');
 like(http_get('/style.css'), qr!Content-Type: text/css\r\n.*body\{\}$!s, 'type by extension');
 like(http_get('/PIC.PNG'), qr!Content-Type: image/png\r\n!, 'extension matched without case');
 like(http_get('/data.bin'), qr!Content-Type: application/octet-stream\r\n!, 'default_type');
 like(http_get('/alias/file.txt'), qr!\r\n\r\naliased$!, 'alias');
 like(http_get('/idx/'), qr!\r\n\r\nsecond$!, 'index list in order');
-like(http_get('/dir?a=1'), qr!^HTTP/1\.[01] 301 .*Location: http://localhost:\d+/dir/\?a=1\r\n!s,
+like(http_get('/dir?a=1'), qr!^HTTP/1\.1 301 .*Location: http://localhost:\d+/dir/\?a=1\r\n!s,
 	'directory redirected to its slash');
-like(http_get('/noindex/'), qr!^HTTP/1\.[01] 403 Forbidden!, 'directory without index: 403');
-like(http_get('/missing'), qr!^HTTP/1\.[01] 404 Not Found!, 'missing: 404');
+like(http_get('/noindex/'), qr!^HTTP/1\.1 403 Forbidden!, 'directory without index: 403');
+like(http_get('/missing'), qr!^HTTP/1\.1 404 Not Found!, 'missing: 404');
 # Mode 000: unreadable for the workers (root's workers run as nobody).
-like(http_get('/secret.html'), qr!^HTTP/1\.[01] 403 Forbidden!, 'unreadable: 403');
-like(http("POST /index.html HTTP/1.0\nHost: localhost\nContent-Length: 0\n\n"), qr!^HTTP/1\.[01] 405 Not Allowed!, 'POST: 405');
+like(http_get('/secret.html'), qr!^HTTP/1\.1 403 Forbidden!, 'unreadable: 403');
+like(http("POST /index.html HTTP/1.0\nHost: localhost\nContent-Length: 0\n\n"), qr!^HTTP/1\.1 405 Not Allowed!, 'POST: 405');
 
 $r = http_get('/style.css');
 my ($etag) = $r =~ /^ETag: (\S+)\r$/m;
 my ($lm) = $r =~ /^Last-Modified: (.+)\r$/m;
 ok($etag && $lm, 'ETag and Last-Modified, spelled as nginx spells them');
-like(http("GET /style.css HTTP/1.0\nHost: localhost\nIf-None-Match: $etag\n\n"), qr!^HTTP/1\.[01] 304 Not Modified!, 'If-None-Match: 304');
-like(http("GET /style.css HTTP/1.0\nHost: localhost\nIf-Modified-Since: $lm\n\n"), qr!^HTTP/1\.[01] 304 !, 'If-Modified-Since: 304');
+like(http("GET /style.css HTTP/1.0\nHost: localhost\nIf-None-Match: $etag\n\n"), qr!^HTTP/1\.1 304 Not Modified!, 'If-None-Match: 304');
+like(http("GET /style.css HTTP/1.0\nHost: localhost\nIf-Modified-Since: $lm\n\n"), qr!^HTTP/1\.1 304 !, 'If-Modified-Since: 304');
 like(http("HEAD /style.css HTTP/1.0\nHost: localhost\n\n"), qr!Content-Length: 6\r\n.*\r\n\r\n$!s, 'HEAD: length, no body');
 
 $r = http_get('/big.bin');
@@ -89,9 +89,9 @@ sub range {
 	my ($uri, $spec) = @_;
 	return http("GET $uri HTTP/1.0\nHost: localhost\nRange: $spec\n\n");
 }
-like(range('/index.html', 'bytes=4-8'), qr!^HTTP/1\.[01] 206 Partial Content\r\n.*Content-Range: bytes 4-8/9\r\n.*\r\n\r\nindex$!s, 'byte range');
+like(range('/index.html', 'bytes=4-8'), qr!^HTTP/1\.1 206 Partial Content\r\n.*Content-Range: bytes 4-8/9\r\n.*\r\n\r\nindex$!s, 'byte range');
 like(range('/index.html', 'bytes=-5'), qr!Content-Range: bytes 4-8/9\r\n.*\r\n\r\nindex$!s, 'suffix range');
-like(range('/index.html', 'bytes=20-'), qr!^HTTP/1\.[01] 416 .*Content-Range: bytes \*/9\r\n!s, 'unsatisfiable: 416');
+like(range('/index.html', 'bytes=20-'), qr!^HTTP/1\.1 416 .*Content-Range: bytes \*/9\r\n!s, 'unsatisfiable: 416');
 like(range('/big.bin', 'bytes=999990-'), qr!Content-Length: 10\r\n.*\r\n\r\nx{10}$!s, 'range of a streamed file');
 like(http_get('/index.html'), qr!^Accept-Ranges: bytes\r$!mi, 'Accept-Ranges');
 

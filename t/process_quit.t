@@ -79,7 +79,7 @@ ok(!IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080), Proto => 'tcp')
 # The in-flight request is still being served.
 $inflight->syswrite("\r\n");
 my ($resp) = read_until_eof($inflight, 5);
-like($resp, qr/^HTTP\/1\.[01] 200 OK.*done$/s, 'in-flight request finished');
+like($resp, qr/^HTTP\/1\.1 200 OK.*done$/s, 'in-flight request finished');
 
 ok($t->wait_exit(10), 'master exited');
 ok(!-e $pid_file, 'pid file removed');

@@ -12,6 +12,7 @@ pub mod response;
 pub mod router;
 pub mod script;
 pub mod static_files;
+mod status_line;
 mod tunnel;
 pub mod uri;
 pub mod vars;
@@ -386,6 +387,9 @@ async fn serve_conn(
 ) {
     let info = Arc::new(info);
     let served = Arc::new(AtomicU64::new(0));
+    // An HTTP/1.0 request still gets an HTTP/1.1 status line, as from nginx.
+    let head_next = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let io = status_line::StatusLine::new(io, head_next.clone());
     // Until the first request: nginx's client_header_timeout default.
     let idle = Arc::new(Idle::new(Duration::from_secs(60)));
     let svc = {
@@ -398,9 +402,15 @@ async fn serve_conn(
             let listen = listen.clone();
             let served = served.clone();
             let flight = InFlight::start(&idle);
+            let head_next = head_next.clone();
             async move {
                 let n = served.fetch_add(1, Ordering::Relaxed) + 1;
-                handle(&shared, info, &listen, req, n, flight).await
+                let v10 = req.version() == hyper::Version::HTTP_10;
+                let resp = handle(&shared, info, &listen, req, n, flight).await;
+                if v10 && resp.is_ok() {
+                    head_next.store(true, Ordering::Release);
+                }
+                resp
             }
         })
     };
