@@ -61,7 +61,8 @@ pub fn write(req: &Req) {
 /// The response body as sent to the client: counts the bytes and writes the
 /// access log line when it ends or is dropped.
 pub struct LoggedBody {
-    inner: Body,
+    /// None once finished (dropped first, see `finish`).
+    inner: Option<Body>,
     req: Option<Box<Req>>,
     /// Ends the request for the connection's keep-alive clock.
     flight: Option<super::InFlight>,
@@ -70,7 +71,7 @@ pub struct LoggedBody {
 impl LoggedBody {
     pub(crate) fn new(inner: Body, req: Req, flight: super::InFlight) -> LoggedBody {
         LoggedBody {
-            inner,
+            inner: Some(inner),
             req: Some(Box::new(req)),
             flight: Some(flight),
         }
@@ -80,10 +81,7 @@ impl LoggedBody {
         if let Some(req) = self.req.take() {
             // The inner body goes first: a proxied body records the upstream's
             // response time and length when it ends.
-            drop(std::mem::replace(
-                &mut self.inner,
-                super::response::full(Bytes::new()),
-            ));
+            self.inner = None;
             write(&req);
         }
         if let Some(f) = self.flight.take() {
@@ -100,7 +98,10 @@ impl HttpBody for LoggedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let r = Pin::new(inner).poll_frame(cx);
         // send_timeout counts only while the client, not the source, holds us up.
         if let (Some(f), Some(req)) = (self.flight.as_ref(), self.req.as_ref()) {
             match &r {
@@ -137,11 +138,14 @@ impl HttpBody for LoggedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map(|b| b.size_hint())
+            .unwrap_or_else(|| SizeHint::with_exact(0))
     }
 }
 

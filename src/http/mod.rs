@@ -466,25 +466,30 @@ async fn serve_conn(
 /// `Host` (or the absolute URI's authority) lowercased, without port or final dot.
 /// Err for a host nginx refuses with 400.
 fn request_host(req: &Request<Incoming>) -> Result<Option<String>, ()> {
-    let raw = match req.uri().authority() {
-        Some(a) => a.host().to_string(),
+    let raw: &str = match req.uri().authority() {
+        Some(a) => a.host(),
         None => match req.headers().get(HOST) {
-            Some(h) => h.to_str().map_err(|_| ())?.to_string(),
+            Some(h) => h.to_str().map_err(|_| ())?,
             None => return Ok(None),
         },
     };
     let host = if raw.starts_with('[') {
-        raw.split_once(']')
-            .map(|(h, _)| format!("{h}]"))
-            .ok_or(())?
+        match raw.find(']') {
+            Some(end) => &raw[..=end],
+            None => return Err(()),
+        }
     } else {
-        raw.split(':').next().unwrap_or("").to_string()
+        raw.split(':').next().unwrap_or("")
     };
     if host.contains('/') || host.contains("..") || host.starts_with('.') || host.contains('\\') {
         return Err(());
     }
-    let host = host.strip_suffix('.').unwrap_or(&host).to_ascii_lowercase();
-    Ok(if host.is_empty() { None } else { Some(host) })
+    let host = host.strip_suffix('.').unwrap_or(host);
+    Ok(if host.is_empty() {
+        None
+    } else {
+        Some(host.to_ascii_lowercase())
+    })
 }
 
 /// Serves one request: picks server and location, runs the handler, and

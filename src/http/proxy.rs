@@ -212,7 +212,7 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Bytes, u16> {
 /// (with the default `Host: $proxy_host`) first, then the client's.
 fn upstream_headers(r: &Req, body_len: usize) -> HeaderMap {
     let conf = &r.conf;
-    let mut out = HeaderMap::new();
+    let mut out = HeaderMap::with_capacity(r.headers.len() + conf.proxy_set_header.len() + 2);
     let mut set_names: Vec<String> = Vec::new();
     let put = |out: &mut HeaderMap, name: &str, value: String| {
         if let (Ok(n), Ok(v)) = (
@@ -396,10 +396,11 @@ pub(crate) async fn run(
         Balancer::Hash { key, .. } => r.eval(key),
         _ => String::new(),
     };
-    let addr_key: Vec<u8> = match r.client_ip() {
-        Some(std::net::IpAddr::V4(ip)) => ip.octets()[..3].to_vec(),
-        Some(std::net::IpAddr::V6(ip)) => ip.octets().to_vec(),
-        None => vec![0, 0, 0],
+    let addr_key: Vec<u8> = match (&ups.cfg.balancer, r.client_ip()) {
+        (Balancer::IpHash, Some(std::net::IpAddr::V4(ip))) => ip.octets()[..3].to_vec(),
+        (Balancer::IpHash, Some(std::net::IpAddr::V6(ip))) => ip.octets().to_vec(),
+        (Balancer::IpHash, None) => vec![0, 0, 0],
+        _ => Vec::new(),
     };
     let key = match &ups.cfg.balancer {
         Balancer::Hash { .. } => Key::Text(&hash_text),
@@ -452,7 +453,7 @@ pub(crate) async fn run(
             record(
                 r,
                 Attempt {
-                    addr: ups.cfg.name.clone(),
+                    addr: ups.cfg.name.as_str().into(),
                     status: Some(502),
                     ..Attempt::default()
                 },
@@ -721,7 +722,8 @@ pub(crate) async fn run(
             received: 0,
             read_timeout: conf.proxy_read_timeout,
             timer: None,
-            url: format!("http://{name}{}", plan.uri),
+            peer_name: name.clone(),
+            uri: std::mem::take(&mut plan.uri),
         };
         if conf.proxy_buffering {
             let (count, size) = conf.proxy_buffers;
@@ -743,12 +745,16 @@ pub(crate) async fn run(
             if body.peer.is_none() {
                 // All of it fitted: the upstream connection is already back in
                 // the keep-alive cache.
-                let whole: Vec<Bytes> = body.ahead.drain(..).collect();
+                let whole = match body.ahead.len() {
+                    0 => Bytes::new(),
+                    1 => body.ahead.pop_front().unwrap_or_default(),
+                    _ => {
+                        let parts: Vec<Bytes> = body.ahead.drain(..).collect();
+                        Bytes::from(parts.concat())
+                    }
+                };
                 parts.extensions.insert(super::case::Proxied);
-                return Reply::Full(Response::from_parts(
-                    parts,
-                    response::full(Bytes::from(whole.concat())),
-                ));
+                return Reply::Full(Response::from_parts(parts, response::full(whole)));
             }
         }
         parts.extensions.insert(super::case::Proxied);
@@ -842,8 +848,9 @@ struct ProxyBody {
     read_timeout: Duration,
     /// Armed only while waiting: a body that is ready at once needs no timer.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// The upstream URL, for the error the access-log body reports.
-    url: String,
+    /// For the upstream URL an error names: the peer and the URI sent.
+    peer_name: Arc<str>,
+    uri: String,
 }
 
 /// An upstream failure while streaming the response body; the body that owns
@@ -888,6 +895,10 @@ impl ProxyBody {
 }
 
 impl ProxyBody {
+    fn url(&self) -> String {
+        format!("http://{}{}", self.peer_name, self.uri)
+    }
+
     /// `proxy_buffering on`: reads the upstream's body into memory, up to
     /// `room` bytes, so that a response that fits frees its upstream
     /// connection before the client has read it.
@@ -903,7 +914,7 @@ impl ProxyBody {
                     self.finish(false);
                     return Err(UpstreamBodyError {
                         message: "upstream timed out (110: Connection timed out) while reading upstream",
-                        url: std::mem::take(&mut self.url),
+                        url: self.url(),
                     });
                 }
                 Ok(None) => {
@@ -914,7 +925,7 @@ impl ProxyBody {
                     self.finish(false);
                     return Err(UpstreamBodyError {
                         message: "upstream prematurely closed connection while reading upstream",
-                        url: std::mem::take(&mut self.url),
+                        url: self.url(),
                     });
                 }
                 Ok(Some(Ok(f))) => {
@@ -958,7 +969,7 @@ impl HttpBody for ProxyBody {
             }
             Poll::Ready(Some(Err(_))) => {
                 self.finish(false);
-                let url = std::mem::take(&mut self.url);
+                let url = self.url();
                 Poll::Ready(Some(Err(Box::new(UpstreamBodyError {
                     message: "upstream prematurely closed connection while reading upstream",
                     url,
@@ -971,7 +982,7 @@ impl HttpBody for ProxyBody {
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
                 if timer.as_mut().poll(cx).is_ready() {
                     self.finish(false);
-                    let url = std::mem::take(&mut self.url);
+                    let url = self.url();
                     return Poll::Ready(Some(Err(Box::new(UpstreamBodyError {
                         message: "upstream timed out (110: Connection timed out) while reading upstream",
                         url,

@@ -7,6 +7,10 @@ pub fn normalize(path: &str) -> Option<String> {
     if !path.starts_with('/') {
         return None;
     }
+    // Most paths need nothing done: no escapes, no empty or dot segments.
+    if !path.contains('%') && !path.contains("//") && !path.contains("/.") {
+        return Some(path.to_string());
+    }
     let bytes = path.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -26,7 +26,7 @@ pub struct ConnInfo {
 #[derive(Debug, Clone, Default)]
 pub struct Attempt {
     /// `ip:port`, or the upstream's name when no peer was available.
-    pub addr: String,
+    pub addr: Arc<str>,
     pub status: Option<u16>,
     pub connect: Option<Duration>,
     pub header: Option<Duration>,
@@ -259,7 +259,7 @@ impl Req {
                     None => addr,
                 }
             }
-            Var::UpstreamAddr => self.upstream_list(|a| a.addr.clone()),
+            Var::UpstreamAddr => self.upstream_list(|a| a.addr.to_string()),
             Var::UpstreamStatus => {
                 self.upstream_list(|a| a.status.map_or("-".into(), |s| s.to_string()))
             }

@@ -13,7 +13,7 @@ use crate::conf::model::{PeerAddr, Upstream};
 pub struct Peer {
     pub addr: PeerAddr,
     /// `ip:port`, `[v6]:port` or `unix:/path`, as `$upstream_addr` shows it.
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     /// Which `server` line it comes from (index into `Peers::servers`).
     pub server: usize,
     pub weight: i64,
@@ -113,8 +113,8 @@ pub struct Peers {
     pub points: Vec<(u32, usize)>,
 }
 
-fn peer_name(addr: &PeerAddr) -> String {
-    addr.to_string()
+fn peer_name(addr: &PeerAddr) -> std::sync::Arc<str> {
+    addr.to_string().into()
 }
 
 impl Peers {
