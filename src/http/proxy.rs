@@ -807,25 +807,32 @@ fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
     }
 }
 
+/// Response headers not passed to the client whatever the configuration.
+const HOP_BY_HOP_RESPONSE: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
 fn filter_response_headers(h: &mut HeaderMap, hide: &[String], pass: &[String], tokens: bool) {
-    for n in [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ] {
+    // One pass over the (few) headers present, instead of a lookup for each
+    // name that might be: names are already lowercase here.
+    let drop: Vec<HeaderName> = h
+        .keys()
+        .filter(|k| {
+            let n = k.as_str();
+            HOP_BY_HOP_RESPONSE.contains(&n)
+                || (HIDDEN_BY_DEFAULT.contains(&n) && !pass.iter().any(|p| p == n))
+                || hide.iter().any(|x| x == n)
+        })
+        .cloned()
+        .collect();
+    for n in drop {
         h.remove(n);
-    }
-    for n in HIDDEN_BY_DEFAULT {
-        if !pass.iter().any(|p| p == n) {
-            h.remove(n);
-        }
-    }
-    for n in hide {
-        h.remove(n.as_str());
     }
     if !h.contains_key(header::SERVER) {
         h.insert(header::SERVER, response::server_header(tokens));
