@@ -213,34 +213,32 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Bytes, u16> {
 fn upstream_headers(r: &Req, body_len: usize) -> HeaderMap {
     let conf = &r.conf;
     let mut out = HeaderMap::with_capacity(r.headers.len() + conf.proxy_set_header.len() + 2);
-    let mut set_names: Vec<String> = Vec::new();
-    let put = |out: &mut HeaderMap, name: &str, value: String| {
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(&value),
-        ) {
-            out.append(n, v);
-        }
-    };
     let user_sets = |n: &str| {
         conf.proxy_set_header
             .iter()
             .any(|(h, _)| h.eq_ignore_ascii_case(n))
     };
-    if !user_sets("host") {
-        put(&mut out, "host", r.proxy_host.clone());
-        set_names.push("host".into());
+    let host_set = user_sets("host");
+    if !host_set {
+        if let Ok(v) = HeaderValue::from_str(&r.proxy_host) {
+            out.append(header::HOST, v);
+        }
     }
-    if conf.proxy_http_version == 10 && !user_sets("connection") {
-        put(&mut out, "connection", "close".into());
-        set_names.push("connection".into());
+    let close = conf.proxy_http_version == 10 && !user_sets("connection");
+    if close {
+        out.append(header::CONNECTION, HeaderValue::from_static("close"));
     }
     for (name, t) in &conf.proxy_set_header {
-        set_names.push(name.to_ascii_lowercase());
         let v = r.eval(t);
         // An empty value means: do not send this header at all.
-        if !v.is_empty() {
-            put(&mut out, name, v);
+        if v.is_empty() {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&v),
+        ) {
+            out.append(n, v);
         }
     }
     if conf.proxy_pass_request_headers {
@@ -250,7 +248,7 @@ fn upstream_headers(r: &Req, body_len: usize) -> HeaderMap {
                 || n == "content-length"
                 || n == "transfer-encoding"
                 || HOP_BY_HOP.contains(&n)
-                || set_names.iter().any(|s| s == n)
+                || (!conf.proxy_set_header.is_empty() && user_sets(n))
             {
                 continue;
             }
@@ -326,17 +324,17 @@ async fn connect(
 
 /// Whether the upstream lets the connection be reused after this response.
 fn upstream_keeps_alive(resp: &Response<Incoming>) -> bool {
-    let conn = resp
-        .headers()
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
-        .collect::<Vec<_>>();
+    let has = |token: &str| {
+        resp.headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
     match resp.version() {
-        Version::HTTP_11 => !conn.iter().any(|t| t == "close"),
-        Version::HTTP_10 => conn.iter().any(|t| t == "keep-alive"),
+        Version::HTTP_11 => !has("close"),
+        Version::HTTP_10 => has("keep-alive"),
         _ => false,
     }
 }
