@@ -405,11 +405,17 @@ pub(crate) async fn run(
         Balancer::IpHash => Key::Addr(&addr_key),
         _ => Key::None,
     };
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-        ^ r.conn.number.rotate_left(32);
+    // Only `random` draws numbers; the others need no seed (and no clock read).
+    let seed = match &ups.cfg.balancer {
+        Balancer::Random { .. } => {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+                ^ r.conn.number.rotate_left(32)
+        }
+        _ => 0,
+    };
     let mut pick_state = PickState::new(seed);
     let method = r.method.clone();
     let retry = |bits: u32, tries_left: usize, request_sent: bool| {
