@@ -118,7 +118,7 @@ impl HttpBody for LoggedBody {
             }
             Poll::Ready(Some(Err(e))) => {
                 if let (Some(u), Some(req)) = (
-                    e.downcast_ref::<super::proxy::UpstreamBodyError>(),
+                    e.downcast_ref::<super::proxy_body::UpstreamBodyError>(),
                     self.req.as_ref(),
                 ) {
                     crate::log_conn!(

@@ -7,6 +7,7 @@
 pub mod access;
 pub mod case;
 pub mod proxy;
+mod proxy_body;
 pub mod realip;
 pub mod response;
 pub mod router;
