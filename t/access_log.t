@@ -42,6 +42,7 @@ http {
         }
         location /off { access_log off; return 200; }
         location /close { access_log %%TESTDIR%%/plain.log plain; return 444; }
+        location /big.bin { root %%TESTDIR%%; }
     }
 }
 
@@ -67,10 +68,14 @@ http_get('/close');
 ok($t->waitforlog(qr!^GET /close 444 0 \[-\]$!m, 3, 'plain.log'), '444 logged');
 unlike($t->read_file('combined.log'), qr!/off!, 'access_log off');
 
-# An aborted request is logged too.
-my $s = http("GET /aborted HTTP/1.1\nHost: localhost\n\n", start => 1);
+# A response the client stops reading is logged too, with the bytes sent.
+$t->write_file('big.bin', 'x' x 20_000_000);
+my $s = http("GET /big.bin HTTP/1.1\nHost: localhost\n\n", start => 1);
+$s->sysread(my $first, 4096);
 close $s;
-ok($t->waitforlog(qr!"GET /aborted HTTP/1\.1" 200!, 3, 'combined.log'), 'aborted request logged');
+ok($t->waitforlog(sub {
+	$_[0] =~ m!"GET /big\.bin HTTP/1\.1" 200 (\d+) ! && $1 < 20_000_000;
+}, 5, 'combined.log'), 'aborted response logged with the bytes sent');
 
 # USR1 after a rename.
 my $d = $t->testdir();
