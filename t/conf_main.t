@@ -14,7 +14,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(14);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(15);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -32,6 +32,10 @@ events {
     worker_connections 64;
     use epoll;
     multi_accept on;
+    accept_mutex off;
+    accept_mutex_delay 100ms;
+    worker_aio_requests 32;
+    debug_connection 127.0.0.1;
 }
 
 http {
@@ -65,6 +69,7 @@ like($t->read_file('error.log'), qr/\[warn\] \d+#0: the "use" directive is ignor
 unlike($t->read_file('warn.log'), qr/\[notice\]/, 'warn-level log has no notices');
 like($t->read_file('error.log'), qr/\[notice\] \d+#0: start worker processes/, 'debug log has notices');
 ok(-d "$d/tmp/body" && -d "$d/tmp/proxy", 'temp paths created');
+is(() = $t->read_file('error.log') =~ /\[warn\] .*directive is ignored/g, 6, 'each ignored events directive warns');
 # An [info] line from a worker reaches the debug log only.
 http("GET / HTTP/1.0\nHost: a..b\n\n");
 ok($t->waitforlog(qr/\[info\] .*invalid host header/) && $t->read_file('warn.log') !~ /\[info\]/,

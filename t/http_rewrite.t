@@ -14,7 +14,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http rewrite/)->plan(16);
+my $t = Test::Sluice->new()->has(qw/http rewrite/)->plan(19);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -68,6 +68,9 @@ http {
         }
         location /loop/ { rewrite ^ /loop/again last; }
         location /logged/ { rewrite_log on; rewrite ^/logged/(.*) /target/$1 last; }
+        location /unset/ { return 200 "[$never_set]"; }
+        location /unset-quiet/ { uninitialized_variable_warn off; return 200 "[$never_set]"; }
+        location /setter { set $never_set x; }
     }
 }
 
@@ -95,3 +98,7 @@ like(http_get('/truthy/?f=0'), qr!off$!, 'if ($var) false for 0');
 like(http_get('/loop/'), qr!^HTTP/1\.1 500 !, 'rewrite cycle stopped with 500');
 http_get('/logged/q');
 like($t->read_file('error.log'), qr!\[notice\] .*"\^/logged/\(\.\*\)" matches "/logged/q", rewritten to "/target/q"!, 'rewrite_log');
+like(http_get('/unset-quiet/'), qr!\[\]$!, 'an unset variable is empty');
+unlike($t->read_file('error.log'), qr!uninitialized!, 'uninitialized_variable_warn off: no warning');
+http_get('/unset/');
+like($t->read_file('error.log'), qr!\[warn\] .*using uninitialized "never_set" variable!, 'warning by default');

@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_hash upstream_ip_hash upstream_least_conn/)->plan(12);
+my $t = Test::Sluice->new()->has(qw/http upstream_hash upstream_ip_hash upstream_least_conn/)->plan(13);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -42,6 +42,7 @@ http {
     upstream hash { hash $remote_addr; server 127.0.0.1:%%PORT_8081%%; server 127.0.0.1:%%PORT_8082%%; }
     upstream iphash { ip_hash; server 127.0.0.1:%%PORT_8081%%; server 127.0.0.1:%%PORT_8082%%; }
     upstream lc { least_conn; server 127.0.0.1:%%PORT_8081%%; server 127.0.0.1:%%PORT_8082%%; }
+    upstream rnd { random two least_conn; server 127.0.0.1:%%PORT_8081%%; server 127.0.0.1:%%PORT_8082%%; }
 
     server {
         listen 127.0.0.1:%%PORT_8080%%;
@@ -55,6 +56,7 @@ http {
         location /hash { proxy_pass http://hash; }
         location /iphash { proxy_pass http://iphash; }
         location /lc { proxy_pass http://lc; }
+        location /rnd { proxy_pass http://rnd; }
         location /slow { proxy_pass http://lc; }
     }
 }
@@ -131,3 +133,6 @@ my $slow_peer;
 }
 ok($slow_peer, 'least_conn avoids the busy peer');
 http_end($slow);
+
+$c = many('/rnd', 30);
+ok($c->{$p1} && $c->{$p2} && $c->{$p1} + $c->{$p2} == 30, 'random two spreads over both peers');
