@@ -139,8 +139,9 @@ impl Idle {
     /// How long to wait before checking again; zero when the limit has passed.
     fn remaining(&self) -> Duration {
         let limit = self.limit.load(Ordering::Relaxed);
+        // While a request is in flight, look again each second (send_timeout).
         if self.inflight.load(Ordering::Acquire) > 0 {
-            return Duration::from_millis(limit.clamp(1, 1000));
+            return Duration::from_secs(1);
         }
         let idle = self
             .now_ms()
