@@ -10,13 +10,14 @@ use warnings;
 use strict;
 
 use Test::More;
+use IO::Select;
 
 BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(24);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(26);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -134,6 +135,18 @@ $r = http_get('/tokens');
 like($r, qr/^Server: sluice\r$/m, 'server_tokens off');
 
 like(http_get('/rw/a%20b?q=2'), qr!^GET /echo/a%20b\?r=1&q=2 HTTP/1\.1\r$!m, 'rewritten URI sent upstream');
+
+# Expect: 100-continue: the interim answer comes before the body is sent.
+{
+	my $s = http("POST /echo HTTP/1.1\nHost: localhost\nContent-Length: 5\nExpect: 100-continue\nConnection: close\n\n", start => 1);
+	my $sel = IO::Select->new($s);
+	my $first = '';
+	$s->sysread($first, 4096) if $sel->can_read(3);
+	like($first, qr!^HTTP/1\.1 100 Continue\r\n!, 'Expect: 100-continue answered');
+	$s->syswrite('hello');
+	my $rest = http_end($s);
+	like($rest, qr!\r\n\r\n.*hello$!s, 'then the body went upstream');
+}
 
 # Bodies larger than the buffers stream whole, with buffering on or off.
 my $big = 'z' x 200_000;
