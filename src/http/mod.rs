@@ -60,6 +60,9 @@ pub enum Phase {
 pub enum Reply {
     Full(Response<Body>),
     Status(u16),
+    /// An internal redirect to a URI or `@name` (an upstream's
+    /// `X-Accel-Redirect`).
+    Internal(String),
 }
 
 /// The client's request body, or none (an internal redirect has none).
@@ -744,18 +747,36 @@ async fn finish(
     reply: Reply,
 ) -> Result<Response<Body>, CloseConnection> {
     let tokens = r.conf.server_tokens;
-    let mut resp = match reply {
-        Reply::Full(resp) => resp,
-        Reply::Status(code) => {
-            let page = r
-                .conf
-                .error_page
-                .iter()
-                .find(|p| p.codes.contains(&code))
-                .cloned();
-            match page {
-                None => response::status_page(code, tokens),
-                Some(page) => error_page(shared, r, server, code, &page).await?,
+    let mut reply = reply;
+    let mut redirects = 0;
+    let mut resp = loop {
+        match reply {
+            Reply::Full(resp) => break resp,
+            Reply::Status(code) => {
+                let page = r
+                    .conf
+                    .error_page
+                    .iter()
+                    .find(|p| p.codes.contains(&code))
+                    .cloned();
+                break match page {
+                    None => response::status_page(code, tokens),
+                    Some(page) => error_page(shared, r, server, code, &page).await?,
+                };
+            }
+            Reply::Internal(target) => {
+                redirects += 1;
+                if redirects > 10 {
+                    crate::log_conn!(
+                        Level::Error,
+                        r.conn.number,
+                        "rewrite or internal redirection cycle while internally redirecting to \"{}\"{}",
+                        target,
+                        r.log_context(None)
+                    );
+                    break response::status_page(500, tokens);
+                }
+                reply = internal_redirect(shared, r, server, &target).await?;
             }
         }
     };
@@ -813,35 +834,12 @@ async fn error_page(
         };
         return Ok(response::redirect(code, &target, tokens));
     }
-    // An internal redirect: GET (HEAD stays HEAD), a new URI, a new location.
-    if r.method != hyper::Method::HEAD {
-        r.method = hyper::Method::GET;
-    }
-    let named = if target.starts_with('@') {
-        router::named_location(server, &target)
-    } else {
-        let (path, args) = match target.split_once('?') {
-            Some((p, a)) => (p.to_string(), Some(a.to_string())),
-            None => (target.clone(), None),
-        };
-        r.uri = uri::normalize(&path).unwrap_or(path);
-        r.args = args;
-        r.uri_changed = true;
-        None
-    };
-    let inner = Box::pin(dispatch(
-        shared,
-        r,
-        server,
-        named,
-        ClientBody::Empty,
-        Default::default(),
-    ))
-    .await?;
+    let inner = internal_redirect(shared, r, server, &target).await?;
     // error_page does not apply again (nginx's recursive_error_pages off).
     let mut resp = match inner {
         Reply::Full(resp) => resp,
         Reply::Status(c) => response::status_page(c, tokens),
+        Reply::Internal(_) => response::status_page(500, tokens),
     };
     match page.status {
         ErrorPageStatus::Keep => set_status(&mut resp, code),
@@ -849,6 +847,40 @@ async fn error_page(
         ErrorPageStatus::Target => {}
     }
     Ok(resp)
+}
+
+/// An internal redirect: GET (HEAD stays HEAD), the new URI (or a named
+/// location), the location chosen again, its handler run without a body.
+async fn internal_redirect(
+    shared: &Arc<Shared>,
+    r: &mut Req,
+    server: &Server,
+    target: &str,
+) -> Result<Reply, CloseConnection> {
+    if r.method != hyper::Method::HEAD {
+        r.method = hyper::Method::GET;
+    }
+    let named = if target.starts_with('@') {
+        router::named_location(server, target)
+    } else {
+        let (path, args) = match target.split_once('?') {
+            Some((p, a)) => (p.to_string(), Some(a.to_string())),
+            None => (target.to_string(), None),
+        };
+        r.uri = uri::normalize(&path).unwrap_or(path);
+        r.args = args;
+        r.uri_changed = true;
+        None
+    };
+    Box::pin(dispatch(
+        shared,
+        r,
+        server,
+        named,
+        ClientBody::Empty,
+        Default::default(),
+    ))
+    .await
 }
 
 pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection> {

@@ -662,6 +662,28 @@ pub(crate) async fn run(
                 tracked,
             );
         }
+        // X-Accel-Redirect: the upstream asks for an internal redirect.
+        if let Some(target) = resp
+            .headers()
+            .get("x-accel-redirect")
+            .and_then(|v| v.to_str().ok())
+            .filter(|t| t.starts_with('/') || t.starts_with('@'))
+            .map(str::to_string)
+        {
+            release(Outcome::Ok);
+            record(
+                r,
+                Attempt {
+                    addr: name.clone(),
+                    status: Some(status),
+                    connect: Some(connect_time),
+                    header: Some(header_time),
+                    sent: sent_bytes,
+                    ..Attempt::default()
+                },
+            );
+            return Reply::Internal(target);
+        }
         // proxy_intercept_errors: an error the location has an error_page for
         // is answered by sluice, not passed through.
         if conf.proxy_intercept_errors

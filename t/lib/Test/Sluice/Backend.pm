@@ -7,6 +7,7 @@ package Test::Sluice::Backend;
 #   /slow/SECS/...   answer after SECS seconds (other connections go on)
 #   /conns           the number of connections accepted so far
 #   /echo...         the request head and body as the response body
+#   .../accel[/X]    X-Accel-Redirect: /X (or /internal; /@X gives @X)
 #   .../redir...     302 with Location: http://127.0.0.1:PORT/two/target and
 #                    Refresh: 0; url=http://127.0.0.1:PORT/two/refresh
 #   (Upgrade header) 101 Switching Protocols, then every byte sent back in
@@ -123,6 +124,10 @@ sub respond {
 		$text = $head . $body;
 	}
 	my $extra = $opts{header_case} ? "X-MiXeD-Case: yes\r\n" : '';
+	if ($uri =~ m!/accel(/\S*)?!) {
+		(my $target = $1 || '/internal') =~ s!^/@!@!;
+		$extra .= "X-Accel-Redirect: $target\r\n";
+	}
 	if ($uri =~ m!/redir!) {
 		$status = 302;
 		$extra .= "Location: http://127.0.0.1:$port/two/target\r\n"
