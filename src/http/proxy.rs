@@ -625,6 +625,15 @@ pub(crate) async fn run(
         };
         let header_time = attempt_start.elapsed();
         let status = resp.status().as_u16();
+        // The attempt's record once the upstream has answered.
+        let answered = || Attempt {
+            addr: name.clone(),
+            status: Some(status),
+            connect: Some(connect_time),
+            header: Some(header_time),
+            sent: sent_bytes,
+            ..Attempt::default()
+        };
 
         // proxy_next_upstream http_5xx/403/404/429.
         if let Some(bits) = NextUpstream::for_status(status) {
@@ -635,17 +644,7 @@ pub(crate) async fn run(
                     Outcome::Failed
                 };
                 release(outcome);
-                record(
-                    r,
-                    Attempt {
-                        addr: name.clone(),
-                        status: Some(status),
-                        connect: Some(connect_time),
-                        header: Some(header_time),
-                        sent: sent_bytes,
-                        ..Attempt::default()
-                    },
-                );
+                record(r, answered());
                 continue;
             }
         }
@@ -671,17 +670,7 @@ pub(crate) async fn run(
             .map(str::to_string)
         {
             release(Outcome::Ok);
-            record(
-                r,
-                Attempt {
-                    addr: name.clone(),
-                    status: Some(status),
-                    connect: Some(connect_time),
-                    header: Some(header_time),
-                    sent: sent_bytes,
-                    ..Attempt::default()
-                },
-            );
+            record(r, answered());
             return Reply::Internal(target);
         }
         // proxy_intercept_errors: an error the location has an error_page for
@@ -691,17 +680,7 @@ pub(crate) async fn run(
             && conf.error_page.iter().any(|p| p.codes.contains(&status))
         {
             release(Outcome::Ok);
-            record(
-                r,
-                Attempt {
-                    addr: name.clone(),
-                    status: Some(status),
-                    connect: Some(connect_time),
-                    header: Some(header_time),
-                    sent: sent_bytes,
-                    ..Attempt::default()
-                },
-            );
+            record(r, answered());
             return Reply::Status(status);
         }
         let keep = upstream_keeps_alive(&resp);
@@ -719,14 +698,7 @@ pub(crate) async fn run(
             }) {
                 log.headers = Some(parts.headers.clone());
             }
-            log.attempts.push(Attempt {
-                addr: name.clone(),
-                status: Some(status),
-                connect: Some(connect_time),
-                header: Some(header_time),
-                sent: sent_bytes,
-                ..Attempt::default()
-            });
+            log.attempts.push(answered());
         }
         redirect_headers(r, pp, &mut parts.headers);
         filter_response_headers(
