@@ -251,6 +251,22 @@ pub struct UpstreamServer {
     pub down: bool,
 }
 
+impl UpstreamServer {
+    /// A server with nginx's defaults: weight=1 max_fails=1 fail_timeout=10s.
+    pub fn new(text: String, addrs: Vec<PeerAddr>) -> UpstreamServer {
+        UpstreamServer {
+            text,
+            addrs,
+            weight: 1,
+            max_fails: 1,
+            fail_timeout: Duration::from_secs(10),
+            max_conns: 0,
+            backup: false,
+            down: false,
+        }
+    }
+}
+
 /// Which balancer an upstream uses.
 #[derive(Debug, Clone)]
 pub enum Balancer {

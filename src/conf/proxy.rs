@@ -222,16 +222,7 @@ fn set_server(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
                 e
             }
         })?;
-    let mut s = UpstreamServer {
-        text: d.args[0].clone(),
-        addrs,
-        weight: 1,
-        max_fails: 1,
-        fail_timeout: Duration::from_secs(10),
-        max_conns: 0,
-        backup: false,
-        down: false,
-    };
+    let mut s = UpstreamServer::new(d.args[0].clone(), addrs);
     let invalid = |p: &str| ConfError::at(format!("invalid parameter \"{p}\""), &d.src);
     for p in &d.args[1..] {
         if let Some(v) = p.strip_prefix("weight=") {
@@ -489,16 +480,7 @@ pub(super) fn resolve_proxy_pass(
                 };
                 upstreams.push(Upstream {
                     name: proxy_host.clone(),
-                    servers: vec![UpstreamServer {
-                        text: proxy_host.clone(),
-                        addrs,
-                        weight: 1,
-                        max_fails: 1,
-                        fail_timeout: Duration::from_secs(10),
-                        max_conns: 0,
-                        backup: false,
-                        down: false,
-                    }],
+                    servers: vec![UpstreamServer::new(proxy_host.clone(), addrs)],
                     balancer: Balancer::RoundRobin,
                     keepalive: default_keepalive(),
                     implicit: true,
