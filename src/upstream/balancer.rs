@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use super::crc32::{Crc32, crc32};
-use super::peers::{Peer, PeerId, Peers, Tried};
+use super::peers::{Peer, PeerId, Peers, Tried, smooth_pick};
 use crate::conf::model::Balancer;
 
 /// Per-request balancer state, kept across retries as nginx keeps it.
@@ -177,30 +177,18 @@ impl Peers {
             };
         };
         if many {
+            // Ties from the first best on go to smooth weighted round robin.
             let (bc, bw) = (i64::from(self.primary[b].conns), self.primary[b].weight);
-            let mut total = 0;
-            let mut top: Option<usize> = None;
-            for i in b..self.primary.len() {
-                if !free(self, tried, i, now) {
-                    continue;
-                }
-                let p = &mut self.primary[i];
-                if i64::from(p.conns) * bw != bc * p.weight {
-                    continue;
-                }
-                p.current_weight += p.effective_weight;
-                total += p.effective_weight;
-                if p.effective_weight < p.weight {
-                    p.effective_weight += 1;
-                }
-                if top
-                    .is_none_or(|t| self.primary[i].current_weight > self.primary[t].current_weight)
-                {
-                    top = Some(i);
-                }
-            }
-            if let Some(t) = top {
-                self.primary[t].current_weight -= total;
+            let first = b;
+            if let Some(t) = smooth_pick(&mut self.primary, |i, p| {
+                i >= first
+                    && !tried.has(PeerId {
+                        backup: false,
+                        index: i,
+                    })
+                    && p.usable(now)
+                    && i64::from(p.conns) * bw == bc * p.weight
+            }) {
                 b = t;
             }
         }
@@ -262,26 +250,15 @@ impl Peers {
         });
         loop {
             let server = self.points[pos % n].1;
-            let mut best: Option<usize> = None;
-            let mut total = 0;
-            for i in 0..self.primary.len() {
-                if self.primary[i].server != server || !free(self, tried, i, now) {
-                    continue;
-                }
-                let p = &mut self.primary[i];
-                p.current_weight += p.effective_weight;
-                total += p.effective_weight;
-                if p.effective_weight < p.weight {
-                    p.effective_weight += 1;
-                }
-                if best
-                    .is_none_or(|b| self.primary[i].current_weight > self.primary[b].current_weight)
-                {
-                    best = Some(i);
-                }
-            }
-            if let Some(b) = best {
-                self.primary[b].current_weight -= total;
+            let pick = smooth_pick(&mut self.primary, |i, p| {
+                p.server == server
+                    && !tried.has(PeerId {
+                        backup: false,
+                        index: i,
+                    })
+                    && p.usable(now)
+            });
+            if let Some(b) = pick {
                 st.point = Some(pos);
                 return Some(chosen(self, b, now));
             }

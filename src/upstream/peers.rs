@@ -46,6 +46,34 @@ impl Peer {
     }
 }
 
+/// nginx's smooth weighted round robin over the peers `eligible` admits:
+/// each gains its effective weight, the heaviest wins and pays the total.
+/// The caller marks the pick (`checked`).
+pub(super) fn smooth_pick(
+    set: &mut [Peer],
+    eligible: impl Fn(usize, &Peer) -> bool,
+) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    let mut total: i64 = 0;
+    for i in 0..set.len() {
+        if !eligible(i, &set[i]) {
+            continue;
+        }
+        let p = &mut set[i];
+        p.current_weight += p.effective_weight;
+        total += p.effective_weight;
+        if p.effective_weight < p.weight {
+            p.effective_weight += 1;
+        }
+        if best.is_none_or(|b| set[i].current_weight > set[b].current_weight) {
+            best = Some(i);
+        }
+    }
+    let b = best?;
+    set[b].current_weight -= total;
+    Some(b)
+}
+
 /// Which peer: primary or backup, and its index there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerId {
@@ -199,25 +227,10 @@ impl Peers {
         } else {
             &mut self.primary
         };
-        let mut best: Option<usize> = None;
-        let mut total: i64 = 0;
-        for i in 0..set.len() {
-            if tried.has(PeerId { backup, index: i }) || !set[i].usable(now) {
-                continue;
-            }
-            let p = &mut set[i];
-            p.current_weight += p.effective_weight;
-            total += p.effective_weight;
-            if p.effective_weight < p.weight {
-                p.effective_weight += 1;
-            }
-            if best.is_none_or(|b| set[i].current_weight > set[b].current_weight) {
-                best = Some(i);
-            }
-        }
-        let b = best?;
+        let b = smooth_pick(set, |i, p| {
+            !tried.has(PeerId { backup, index: i }) && p.usable(now)
+        })?;
         let p = &mut set[b];
-        p.current_weight -= total;
         if p.checked
             .is_none_or(|c| now.duration_since(c) > p.fail_timeout)
         {
