@@ -621,7 +621,10 @@ async fn handle(
         }
     }
     r.status = resp.status().as_u16();
-    r.bytes_sent = header_bytes(&resp);
+    // Only an access log reads $bytes_sent.
+    if !r.conf.access_log.is_empty() {
+        r.bytes_sent = header_bytes(&resp);
+    }
     let (parts, body) = resp.into_parts();
     Ok(Response::from_parts(
         parts,
