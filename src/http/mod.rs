@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod case;
+mod client_io;
 pub mod proxy;
 mod proxy_body;
 pub mod realip;
@@ -13,7 +14,6 @@ pub mod response;
 pub mod router;
 pub mod script;
 pub mod static_files;
-mod status_line;
 mod tunnel;
 pub mod uri;
 pub mod vars;
@@ -98,6 +98,9 @@ pub(crate) struct Idle {
     /// (ms after `born`), and the `send_timeout` in ms (0: not sending).
     sent_at: AtomicU64,
     send_limit: AtomicU64,
+    /// Requests ended on this connection.
+    ended: AtomicU64,
+    pub(crate) flags: client_io::Flags,
 }
 
 impl Idle {
@@ -123,7 +126,7 @@ impl Idle {
                 >= limit
     }
 
-    fn new(limit: Duration) -> Idle {
+    pub(crate) fn new(limit: Duration) -> Idle {
         Idle {
             born: std::time::Instant::now(),
             inflight: AtomicUsize::new(0),
@@ -132,6 +135,8 @@ impl Idle {
             changed: Notify::new(),
             sent_at: AtomicU64::new(0),
             send_limit: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
+            flags: client_io::Flags::default(),
         }
     }
 
@@ -198,6 +203,7 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.since.store(self.0.now_ms(), Ordering::Release);
+        self.0.ended.fetch_add(1, Ordering::AcqRel);
         self.0.inflight.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -213,6 +219,9 @@ pub(crate) struct Shared {
     upstreams: Upstreams,
     next_conn: AtomicU64,
     active: AtomicUsize,
+    /// Idle keep-alive connections are parked (see `client_io`) while the
+    /// worker holds more connections than this.
+    park_above: usize,
     drained: Notify,
     slots: Arc<Semaphore>,
 }
@@ -244,6 +253,7 @@ pub async fn serve(
         router,
         next_conn: AtomicU64::new(conn_base),
         active: AtomicUsize::new(0),
+        park_above: (cfg.events.worker_connections / 4).min(256),
         drained: Notify::new(),
     });
     let mut accepts = tokio::task::JoinSet::new();
@@ -341,12 +351,12 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             Sock::Tcp(t) => t.accept().await.map(|(s, peer)| {
                 let local = s.local_addr().ok();
                 let _ = s.set_nodelay(true);
-                (Box::new(s) as Box<dyn Io>, Some(peer), local)
+                (client_io::Stream::Tcp(s), Some(peer), local)
             }),
             Sock::Unix(u) => u
                 .accept()
                 .await
-                .map(|(s, _)| (Box::new(s) as Box<dyn Io>, None, None)),
+                .map(|(s, _)| (client_io::Stream::Unix(s), None, None)),
         };
         let (io, remote, local) = match accepted {
             Ok(a) => a,
@@ -376,6 +386,10 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             phase.clone(),
             permit,
         ));
+        // One connection per turn, as nginx's `multi_accept off`: the new
+        // connection's request runs before the next accept, so a burst of
+        // connections does not hold a burst of buffers at once.
+        tokio::task::yield_now().await;
     }
 }
 
@@ -383,7 +397,7 @@ pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 async fn serve_conn(
-    io: Box<dyn Io>,
+    stream: client_io::Stream,
     info: ConnInfo,
     listen: ListenAddr,
     shared: Arc<Shared>,
@@ -392,28 +406,37 @@ async fn serve_conn(
 ) {
     let info = Arc::new(info);
     let served = Arc::new(AtomicU64::new(0));
-    // An HTTP/1.0 request still gets an HTTP/1.1 status line, as from nginx.
-    let head_next = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let io = status_line::StatusLine::new(io, head_next.clone());
     // Until the first request: nginx's client_header_timeout default.
     let idle = Arc::new(Idle::new(Duration::from_secs(60)));
     let svc = {
         let shared = shared.clone();
         let info = info.clone();
         let idle = idle.clone();
-        service_fn(move |req| {
+        service_fn(move |req: Request<Incoming>| {
             let shared = shared.clone();
             let info = info.clone();
             let listen = listen.clone();
             let served = served.clone();
             let flight = InFlight::start(&idle);
-            let head_next = head_next.clone();
+            let flags = &idle.flags;
+            flags.body.store(
+                !hyper::body::Body::is_end_stream(req.body()),
+                Ordering::Relaxed,
+            );
+            let idle = idle.clone();
             async move {
                 let n = served.fetch_add(1, Ordering::Relaxed) + 1;
                 let v10 = req.version() == hyper::Version::HTTP_10;
                 let resp = handle(&shared, info, &listen, req, n, flight).await;
-                if v10 && resp.is_ok() {
-                    head_next.store(true, Ordering::Release);
+                if let Ok(resp) = &resp {
+                    // An HTTP/1.0 request still gets an HTTP/1.1 status line,
+                    // as from nginx.
+                    if v10 {
+                        idle.flags.head_next.store(true, Ordering::Release);
+                    }
+                    if resp.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {
+                        idle.flags.no_park.store(true, Ordering::Release);
+                    }
                 }
                 resp
             }
@@ -425,46 +448,183 @@ async fn serve_conn(
         .title_case_headers(true)
         .timer(TokioTimer::new())
         .header_read_timeout(shared.header_wait);
-    let conn = builder
-        .serve_connection(TokioIo::new(io), svc)
-        .with_upgrades();
-    tokio::pin!(conn);
-    let mut shutting = false;
+    let mut io = client_io::ClientIo::new(stream, idle.clone());
+    let mut fresh = true;
     loop {
-        if !shutting && *phase.borrow_and_update() != Phase::Running {
-            conn.as_mut().graceful_shutdown();
-            shutting = true;
-        }
-        if shutting {
-            let _ = conn.as_mut().await;
+        if !io.has_unread() && !wait_for_request(&io, &idle, &mut phase, fresh).await {
             break;
         }
-        let wait = idle.remaining();
-        tokio::select! {
-            _ = conn.as_mut() => break,
-            ch = phase.changed() => {
-                if ch.is_err() {
-                    conn.as_mut().graceful_shutdown();
-                    shutting = true;
-                }
+        fresh = false;
+        idle.flags.parking.store(false, Ordering::Release);
+        let mut conn = Box::new(
+            builder
+                .serve_connection(TokioIo::new(io), svc.clone())
+                .with_upgrades(),
+        );
+        if !drive(&mut conn, &shared, &idle, &info, &mut phase).await {
+            break;
+        }
+        // Parked: keep the socket and what hyper read ahead; drop the rest.
+        match conn.into_parts() {
+            Some(parts) => {
+                io = parts.io.into_inner();
+                io.unread(parts.read_buf);
+                crate::log_conn!(
+                    Level::Debug,
+                    info.number,
+                    "http keepalive: connection parked, buffers freed"
+                );
             }
-            // keepalive_timeout: an idle connection closes (one mid-request
-            // finishes its request first).
-            _ = idle.changed.notified() => {}
-            _ = tokio::time::sleep(wait) => {
-                if idle.send_stalled() {
-                    crate::log_conn!(Level::Info, info.number, "client timed out (110: Connection timed out) while sending response to client");
-                    break;
-                }
-                if idle.remaining().is_zero() {
-                    conn.as_mut().graceful_shutdown();
-                    shutting = true;
-                }
-            }
+            None => break,
         }
     }
     if shared.active.fetch_sub(1, Ordering::AcqRel) == 1 {
         shared.drained.notify_waiters();
+    }
+}
+
+/// A parked connection waits here, holding no buffer, until the client sends
+/// (true) or `keepalive_timeout` passes or the worker stops (false).
+async fn wait_for_request(
+    io: &client_io::ClientIo<client_io::Stream>,
+    idle: &Idle,
+    phase: &mut watch::Receiver<Phase>,
+    fresh: bool,
+) -> bool {
+    loop {
+        if *phase.borrow_and_update() != Phase::Running {
+            return false;
+        }
+        let wait = idle.remaining();
+        if wait.is_zero() {
+            return false;
+        }
+        tokio::select! {
+            r = std::future::poll_fn(|cx| io.get_ref().poll_readable(cx, fresh)) => return r.is_ok(),
+            ch = phase.changed() => {
+                if ch.is_err() {
+                    return false;
+                }
+            }
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+type ClientConn<S> = hyper::server::conn::http1::UpgradeableConnection<
+    TokioIo<client_io::ClientIo<client_io::Stream>>,
+    S,
+>;
+
+/// What woke `drive`.
+enum Step {
+    /// hyper's connection ended; true when it was parked.
+    Done(bool),
+    /// The phase changed; true when its sender is gone.
+    Phase(bool),
+    Timer,
+    /// The idle limit changed.
+    Limit,
+}
+
+/// Runs hyper's connection until it ends. True when it ended because it was
+/// parked (the socket stays open for the next request): that is decided
+/// right after hyper's own poll, when a request has ended and none is in
+/// flight, so parking costs no extra wake-up. Parking costs a new hyper
+/// connection per request (about 15% more instructions per request), so it
+/// starts only when the worker holds many connections (`Shared::park_above`),
+/// where buffers, not instructions, are what runs out.
+async fn drive<S>(
+    conn: &mut ClientConn<S>,
+    shared: &Shared,
+    idle: &Idle,
+    info: &ConnInfo,
+    phase: &mut watch::Receiver<Phase>,
+) -> bool
+where
+    S: hyper::service::HttpService<Incoming, ResBody = LoggedBody> + Unpin,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    ClientConn<S>: Future<Output = hyper::Result<()>> + Unpin,
+{
+    use std::pin::Pin;
+    use std::task::Poll;
+    let flags = &idle.flags;
+    let ended_before = idle.ended.load(Ordering::Acquire);
+    let mut shutting = false;
+    loop {
+        if !shutting && *phase.borrow_and_update() != Phase::Running {
+            Pin::new(&mut *conn).graceful_shutdown();
+            shutting = true;
+        }
+        if shutting {
+            let _ = (&mut *conn).await;
+            return false;
+        }
+        let wait = idle.remaining();
+        let step = {
+            let changed = phase.changed();
+            let limit = idle.changed.notified();
+            let sleep = tokio::time::sleep(wait);
+            tokio::pin!(changed, limit, sleep);
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(r) = Pin::new(&mut *conn).poll(cx) {
+                    return Poll::Ready(Step::Done(
+                        r.is_ok() && flags.parking.load(Ordering::Acquire),
+                    ));
+                }
+                if idle.inflight.load(Ordering::Acquire) == 0
+                    && idle.ended.load(Ordering::Acquire) != ended_before
+                    && shared.active.load(Ordering::Relaxed) > shared.park_above
+                    && !flags.parking.load(Ordering::Acquire)
+                    && !flags.body.load(Ordering::Relaxed)
+                    && !flags.no_park.load(Ordering::Acquire)
+                {
+                    flags.parking.store(true, Ordering::Release);
+                    Pin::new(&mut *conn).graceful_shutdown();
+                    if let Poll::Ready(r) = Pin::new(&mut *conn).poll(cx) {
+                        return Poll::Ready(Step::Done(r.is_ok()));
+                    }
+                }
+                if let Poll::Ready(ch) = changed.as_mut().poll(cx) {
+                    return Poll::Ready(Step::Phase(ch.is_err()));
+                }
+                if limit.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Step::Limit);
+                }
+                if sleep.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Step::Timer);
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        match step {
+            Step::Done(parked) => return parked,
+            Step::Phase(gone) => {
+                if gone {
+                    Pin::new(&mut *conn).graceful_shutdown();
+                    shutting = true;
+                }
+            }
+            Step::Limit => {}
+            // keepalive_timeout: an idle connection closes (one mid-request
+            // finishes its request first).
+            Step::Timer => {
+                if idle.send_stalled() {
+                    crate::log_conn!(
+                        Level::Info,
+                        info.number,
+                        "client timed out (110: Connection timed out) while sending response to client"
+                    );
+                    return false;
+                }
+                if idle.remaining().is_zero() {
+                    flags.parking.store(false, Ordering::Release);
+                    Pin::new(&mut *conn).graceful_shutdown();
+                    shutting = true;
+                }
+            }
+        }
     }
 }
 
