@@ -19,6 +19,7 @@ pub mod http;
 pub mod log;
 pub mod net;
 pub mod process;
+pub mod shm;
 pub mod upstream;
 
 /// sluice's version, printed by `-v` and `-V` and in `Server:` headers.
