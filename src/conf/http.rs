@@ -487,7 +487,7 @@ pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
         prefix: paths.prefix.clone(),
         combined: combined(),
     };
-    let mut upstreams = super::proxy::finish_upstreams(h.upstreams)?;
+    let (mut upstreams, zones) = super::proxy::finish_upstreams(h.upstreams)?;
     let mut access_log_paths: Vec<PathBuf> = Vec::new();
     let mut temp_paths: Vec<PathBuf> = Vec::new();
     let mut servers = Vec::with_capacity(h.servers.len());
@@ -522,6 +522,7 @@ pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
         servers,
         error_log: h.error_log,
         upstreams: upstreams.into_iter().map(Arc::new).collect(),
+        zones,
         access_log_paths,
         temp_paths,
     })

@@ -66,6 +66,18 @@ pub struct Http {
     pub access_log_paths: Vec<PathBuf>,
     /// Every temp directory any level names, for the master to create.
     pub temp_paths: Vec<PathBuf>,
+    /// Shared memory zones the upstreams name (`zone NAME SIZE`).
+    pub zones: Vec<ZoneSpec>,
+}
+
+/// One shared zone: its size and the upstreams (by name) that keep their
+/// peers in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneSpec {
+    pub name: String,
+    /// Always set once the configuration is finished.
+    pub size: Option<u64>,
+    pub upstreams: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -301,6 +313,8 @@ pub struct Upstream {
     pub servers: Vec<UpstreamServer>,
     pub balancer: Balancer,
     pub keepalive: Keepalive,
+    /// `zone NAME`: the shared zone holding its peers.
+    pub zone: Option<String>,
     /// Made by `proxy_pass http://host:port`, not by an `upstream` block.
     pub implicit: bool,
     pub src: Src,

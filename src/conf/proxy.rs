@@ -86,6 +86,13 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_balancer,
     },
     Spec {
+        name: "zone",
+        ctx: UPS,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_zone,
+    },
+    Spec {
         name: "proxy_pass",
         ctx: LOC,
         args: Args::Exactly(1),
@@ -102,6 +109,8 @@ pub(super) struct UpstreamB {
     balancer: Option<(Balancer, Src)>,
     keepalive: Keepalive,
     keepalive_set: [bool; 4],
+    /// `zone NAME [SIZE]`, where it was written.
+    zone: Option<(String, Option<u64>, Src)>,
     src: Src,
 }
 
@@ -145,6 +154,7 @@ fn set_upstream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         balancer: None,
         keepalive: default_keepalive(),
         keepalive_set: [false; 4],
+        zone: None,
         src: d.src.clone(),
     };
     b.walk(
@@ -306,6 +316,32 @@ fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Resul
     Ok(())
 }
 
+/// `zone NAME [SIZE]`: the peers live in shared memory. nginx's checks.
+fn set_zone(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Upstream(u) = n else {
+        return Err(not_here(d));
+    };
+    if u.zone.is_some() {
+        return Err(duplicate(d));
+    }
+    let size = match d.args.get(1) {
+        None => None,
+        Some(text) => {
+            let size = super::values::parse_size(text)
+                .ok_or_else(|| ConfError::at(format!("invalid zone size \"{text}\""), &d.src))?;
+            if size < crate::upstream::zone::MIN_SIZE {
+                return Err(ConfError::at(
+                    format!("zone \"{}\" is too small", d.args[0]),
+                    &d.src,
+                ));
+            }
+            Some(size)
+        }
+    };
+    u.zone = Some((d.args[0].clone(), size, d.src.clone()));
+    Ok(())
+}
+
 fn set_balancer(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let Node::Upstream(u) = n else {
         return Err(not_here(d));
@@ -422,18 +458,62 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
 }
 
 /// The explicit upstreams, checked and finished.
-pub(super) fn finish_upstreams(list: Vec<UpstreamB>) -> Result<Vec<Upstream>, ConfError> {
-    Ok(list
+pub(super) fn finish_upstreams(
+    list: Vec<UpstreamB>,
+) -> Result<(Vec<Upstream>, Vec<ZoneSpec>), ConfError> {
+    // One zone per name: sizes must agree, and one of them must give it.
+    let mut zones: Vec<ZoneSpec> = Vec::new();
+    let mut first_src: Vec<Src> = Vec::new();
+    for u in &list {
+        let Some((name, size, src)) = &u.zone else {
+            continue;
+        };
+        match zones.iter().position(|z| &z.name == name) {
+            Some(i) => {
+                let z = &mut zones[i];
+                match (z.size, size) {
+                    (Some(have), Some(new)) if have != *new => {
+                        return Err(ConfError::at(
+                            format!(
+                                "the size {new} of shared memory zone \"{name}\" conflicts with already declared size {have}"
+                            ),
+                            src,
+                        ));
+                    }
+                    (None, Some(new)) => z.size = Some(*new),
+                    _ => {}
+                }
+                z.upstreams.push(u.name.clone());
+            }
+            None => {
+                zones.push(ZoneSpec {
+                    name: name.clone(),
+                    size: *size,
+                    upstreams: vec![u.name.clone()],
+                });
+                first_src.push(src.clone());
+            }
+        }
+    }
+    if let Some(i) = zones.iter().position(|z| z.size.is_none()) {
+        return Err(ConfError::at(
+            format!("zero size shared memory zone \"{}\"", zones[i].name),
+            &first_src[i],
+        ));
+    }
+    let upstreams = list
         .into_iter()
         .map(|u| Upstream {
             name: u.name,
             servers: u.servers,
             balancer: u.balancer.map(|(b, _)| b).unwrap_or(Balancer::RoundRobin),
             keepalive: u.keepalive,
+            zone: u.zone.map(|(name, _, _)| name),
             implicit: false,
             src: u.src,
         })
-        .collect())
+        .collect();
+    Ok((upstreams, zones))
 }
 
 /// Ties a `proxy_pass` to its upstream, making an implicit one for host:port.
@@ -483,6 +563,7 @@ pub(super) fn resolve_proxy_pass(
                     servers: vec![UpstreamServer::new(proxy_host.clone(), addrs)],
                     balancer: Balancer::RoundRobin,
                     keepalive: default_keepalive(),
+                    zone: None,
                     implicit: true,
                     src: p.src.clone(),
                 });

@@ -233,6 +233,8 @@ pub async fn serve(
     listeners: Vec<Listener>,
     mut phase: watch::Receiver<Phase>,
     conn_base: u64,
+    zones: crate::upstream::Zones,
+    slot: usize,
 ) {
     let router = match &cfg.http {
         Some(h) => router::Router::new(h),
@@ -240,7 +242,7 @@ pub async fn serve(
     };
     let shared = Arc::new(Shared {
         slots: Arc::new(Semaphore::new(cfg.events.worker_connections)),
-        upstreams: Upstreams::new(cfg.http.as_ref()),
+        upstreams: Upstreams::new(cfg.http.as_ref(), &zones),
         header_wait: cfg
             .http
             .iter()
@@ -256,6 +258,18 @@ pub async fn serve(
         park_above: (cfg.events.worker_connections / 4).min(256),
         drained: Notify::new(),
     });
+    // Zone upstreams: keep snapshots current and tell each zone which
+    // publications this worker still holds peers of.
+    if !zones.is_empty() {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                shared.upstreams.acknowledge(slot);
+            }
+        });
+    }
     let mut accepts = tokio::task::JoinSet::new();
     for l in listeners {
         let shared = shared.clone();

@@ -22,6 +22,7 @@ use super::{ClientBody, Reply};
 use crate::conf::model::{Balancer, NextUpstream, PeerAddr, ProxyPass};
 use crate::log::Level;
 use crate::upstream::balancer::{Key, PickState};
+use crate::upstream::peers::now_ms;
 use crate::upstream::{Outcome, Pooled, Released, Tried, UpstreamRt};
 
 /// Why an attempt failed, as `proxy_next_upstream` names it.
@@ -427,21 +428,28 @@ pub(crate) async fn run(
             conf.proxy_next_upstream_timeout,
         )
     };
+    // The peers as this request sees them, for all its tries.
+    let snap = ups.peers();
     let (mut tried, mut tries_left) = {
-        let p = ups.peers();
-        let n = p.count();
+        let n = snap.count();
         let limit = conf.proxy_next_upstream_tries as usize;
-        (Tried::new(&p), if limit > 0 { n.min(limit) } else { n })
+        (Tried::new(&snap), if limit > 0 { n.min(limit) } else { n })
     };
+    let mut first_try = true;
     loop {
         let now = Instant::now();
-        let pick = {
-            let mut p = ups.peers();
-            p.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, now)
+        let ms = now_ms();
+        // nginx: a retry after the zone's peer list changed is refused.
+        let moved = !first_try && ups.peers().config != snap.config;
+        first_try = false;
+        let pick = if moved {
+            None
+        } else {
+            snap.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, ms)
                 .map(|id| {
-                    p.acquire(id);
+                    snap.acquire(id, ms);
                     tried.set(id);
-                    (id, p.get(id).addr.clone(), p.get(id).name.clone())
+                    (id, snap.get(id).addr.clone(), snap.get(id).name.clone())
                 })
         };
         let Some((id, addr, name)) = pick else {
@@ -467,7 +475,7 @@ pub(crate) async fn run(
         let url = || format!("http://{name}{}", plan.uri);
         let attempt_start = now;
         let release = |outcome: Outcome| {
-            if ups.peers().release(id, outcome, Instant::now()) == Released::Disabled {
+            if snap.release(id, outcome, now_ms()) == Released::Disabled {
                 crate::log_conn!(
                     Level::Warn,
                     r.conn.number,
@@ -602,8 +610,8 @@ pub(crate) async fn run(
                 release(Outcome::Failed);
                 if stale {
                     tries_left += 1;
-                    if ups.peers().single() {
-                        tried = Tried::new(&ups.peers());
+                    if snap.single() {
+                        tried = Tried::new(&snap);
                     }
                 }
                 let status = final_status(f.bits());
@@ -625,6 +633,7 @@ pub(crate) async fn run(
         };
         let header_time = attempt_start.elapsed();
         let status = resp.status().as_u16();
+        snap.responded(id, status);
         // The attempt's record once the upstream has answered.
         let answered = || Attempt {
             addr: name.clone(),
@@ -655,7 +664,7 @@ pub(crate) async fn run(
                 r,
                 resp,
                 client_upgrade,
-                ups.clone(),
+                snap.clone(),
                 id,
                 conf.proxy_read_timeout,
                 tracked,
@@ -712,7 +721,7 @@ pub(crate) async fn run(
             ahead: std::collections::VecDeque::new(),
             conn: keep.then_some(conn),
             ups: ups.clone(),
-            peer: Some(id),
+            peer: Some((snap.clone(), id)),
             log: r.upstream.clone(),
             attempt_start,
             received: 0,

@@ -17,7 +17,8 @@ use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 
 use super::response::BoxError;
 use super::vars::UpstreamLog;
-use crate::upstream::{Outcome, PeerId, Pooled, UpstreamRt};
+use crate::upstream::peers::now_ms;
+use crate::upstream::{Outcome, PeerId, Peers, Pooled, UpstreamRt};
 
 /// The upstream's response body on its way to the client. When it ends, the
 /// connection goes back to the keep-alive cache and the peer is released;
@@ -28,7 +29,8 @@ pub(crate) struct ProxyBody {
     pub(crate) ahead: VecDeque<Bytes>,
     pub(crate) conn: Option<Pooled>,
     pub(crate) ups: Arc<UpstreamRt>,
-    pub(crate) peer: Option<PeerId>,
+    /// The request's snapshot of the peers and the one that answered.
+    pub(crate) peer: Option<(Arc<Peers>, PeerId)>,
     pub(crate) log: Arc<Mutex<UpstreamLog>>,
     pub(crate) attempt_start: Instant,
     pub(crate) received: u64,
@@ -58,7 +60,9 @@ impl std::error::Error for UpstreamBodyError {}
 
 impl ProxyBody {
     pub(crate) fn finish(&mut self, complete: bool) {
-        let Some(id) = self.peer.take() else { return };
+        let Some((peers, id)) = self.peer.take() else {
+            return;
+        };
         let now = Instant::now();
         if let Some(a) = self
             .log
@@ -77,7 +81,10 @@ impl ProxyBody {
             }
         }
         self.conn = None;
-        self.ups.peers().release(id, Outcome::Ok, now);
+        let live = &peers.get(id).live;
+        live.received
+            .fetch_add(self.received, std::sync::atomic::Ordering::Relaxed);
+        peers.release(id, Outcome::Ok, now_ms());
     }
 }
 

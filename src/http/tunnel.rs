@@ -3,7 +3,7 @@
 //! ways. Called by the proxy handler.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::Response;
@@ -15,7 +15,8 @@ use super::response;
 use super::vars::Req;
 use super::{Reply, Tracked};
 use crate::log::Level;
-use crate::upstream::{Outcome, PeerId, UpstreamRt};
+use crate::upstream::peers::now_ms;
+use crate::upstream::{Outcome, PeerId, Peers};
 
 /// A 101 from the upstream: answer 101 to the client and, once both sides
 /// have switched, copy bytes both ways until either closes or stays silent
@@ -25,13 +26,13 @@ pub(crate) fn switch_protocols(
     r: &mut Req,
     resp: Response<Incoming>,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-    ups: Arc<UpstreamRt>,
+    peers: Arc<Peers>,
     id: PeerId,
     idle: Duration,
     tracked: Tracked,
 ) -> Reply {
     let Some(client_up) = client_upgrade else {
-        ups.peers().release(id, Outcome::Ok, Instant::now());
+        peers.release(id, Outcome::Ok, now_ms());
         return Reply::Status(502);
     };
     let (mut parts, body) = resp.into_parts();
@@ -51,12 +52,12 @@ pub(crate) fn switch_protocols(
             Ok(pair) => pair,
             Err(e) => {
                 crate::log_conn!(Level::Info, number, "upgrade failed: {}", e);
-                ups.peers().release(id, Outcome::Ok, Instant::now());
+                peers.release(id, Outcome::Ok, now_ms());
                 return;
             }
         };
         tunnel(TokioIo::new(client), TokioIo::new(upstream), idle).await;
-        ups.peers().release(id, Outcome::Ok, Instant::now());
+        peers.release(id, Outcome::Ok, now_ms());
     });
     Reply::Full(Response::from_parts(parts, response::full(Bytes::new())))
 }

@@ -28,6 +28,7 @@ use crate::conf::Config;
 use crate::http::Listener;
 use crate::log::{self, Level, Target};
 use crate::net::{self, Bound};
+use crate::upstream::Zones;
 
 /// One configuration with its listening sockets.
 struct Generation {
@@ -35,6 +36,8 @@ struct Generation {
     cfg: Arc<Config>,
     bound: Vec<Bound>,
     creds: Option<Creds>,
+    /// Its shared zones, mapped before its workers are forked.
+    zones: Zones,
 }
 
 struct Worker {
@@ -169,6 +172,13 @@ pub fn start(cli: &Cli) -> i32 {
             return 1;
         }
     };
+    let zones = match make_zones(&cfg, 1) {
+        Ok(z) => z,
+        Err(()) => {
+            let _ = std::fs::remove_file(&pid_path);
+            return 1;
+        }
+    };
     let mut m = Master {
         cli: cli.clone(),
         generations: vec![Generation {
@@ -176,6 +186,7 @@ pub fn start(cli: &Cli) -> i32 {
             cfg,
             bound,
             creds,
+            zones,
         }],
         workers: Vec::new(),
         signals: Some(signals),
@@ -185,6 +196,18 @@ pub fn start(cli: &Cli) -> i32 {
     };
     m.start_workers(1);
     m.run()
+}
+
+/// The generation's zones, or `[emerg]` and Err.
+fn make_zones(cfg: &Config, generation: u64) -> Result<Zones, ()> {
+    let workers = if cfg.main.master_process {
+        cfg.main.worker_processes
+    } else {
+        1
+    };
+    crate::upstream::zone::create_all(cfg.http.as_ref(), generation, workers).map_err(|e| {
+        crate::log!(Level::Emerg, "{}", e);
+    })
 }
 
 fn bind(cfg: &Config, existing: &[Bound]) -> Result<Vec<Bound>, net::NetError> {
@@ -254,7 +277,11 @@ fn single_process(
     let listeners = listeners_for(&bound, 0);
     drop(bound);
     let _ = creds; // One process keeps its privileges, as nginx does without a master.
-    let code = worker::run(cfg, listeners, None, None);
+    let Ok(zones) = make_zones(&cfg, 1) else {
+        let _ = std::fs::remove_file(pid_path);
+        return 1;
+    };
+    let code = worker::run(cfg, listeners, None, None, zones, 0);
     let _ = std::fs::remove_file(pid_path);
     code
 }
@@ -356,9 +383,9 @@ impl Master {
         // Every other listening socket closes here, so that no connection queues
         // on a socket this process will never accept on.
         self.generations.clear();
-        let (cfg, creds) = (g.cfg.clone(), g.creds.clone());
+        let (cfg, creds, zones) = (g.cfg.clone(), g.creds.clone(), g.zones.clone());
         drop(g);
-        worker::run(cfg, listeners, Some(channel), creds)
+        worker::run(cfg, listeners, Some(channel), creds, zones, slot)
     }
 
     fn run(&mut self) -> i32 {
@@ -591,12 +618,16 @@ impl Master {
             }
         }
         let id = self.next_generation;
+        let Ok(zones) = make_zones(&cfg, id) else {
+            return;
+        };
         self.next_generation += 1;
         self.generations.push(Generation {
             id,
             cfg: Arc::new(cfg),
             bound,
             creds,
+            zones,
         });
         self.state = State::Running;
         self.start_workers(id);
@@ -638,6 +669,20 @@ impl Master {
                 continue;
             };
             let w = self.workers.swap_remove(i);
+            // Whatever it held in its generation's zones is opened again.
+            if let Some(g) = self.generations.iter().find(|g| g.id == w.generation) {
+                let raw = pid.as_raw() as u32;
+                for z in g.zones.values() {
+                    if z.repair(w.slot, raw) {
+                        crate::log!(
+                            Level::Alert,
+                            "shared memory zone \"{}\" was locked by {}",
+                            z.name,
+                            pid
+                        );
+                    }
+                }
+            }
             match (code, signal) {
                 (_, Some(sig)) => crate::log!(
                     Level::Alert,

@@ -59,6 +59,8 @@ pub fn run(
     listeners: Vec<Listener>,
     channel: Option<UnixStream>,
     creds: Option<Creds>,
+    zones: crate::upstream::Zones,
+    slot: usize,
 ) -> i32 {
     if let Err(e) = set_limits(&cfg) {
         crate::log!(Level::Alert, "{}", e);
@@ -84,12 +86,18 @@ pub fn run(
             return FATAL;
         }
     };
-    rt.block_on(serve(cfg, listeners, channel));
+    rt.block_on(serve(cfg, listeners, channel, zones, slot));
     crate::log!(Level::Notice, "exiting");
     0
 }
 
-async fn serve(cfg: Arc<Config>, listeners: Vec<Listener>, channel: Option<UnixStream>) {
+async fn serve(
+    cfg: Arc<Config>,
+    listeners: Vec<Listener>,
+    channel: Option<UnixStream>,
+    zones: crate::upstream::Zones,
+    slot: usize,
+) {
     let signals = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
@@ -111,7 +119,7 @@ async fn serve(cfg: Arc<Config>, listeners: Vec<Listener>, channel: Option<UnixS
         _ => (None, None),
     };
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
-    let mut server = tokio::spawn(http::serve(cfg, listeners, phase_rx, 1));
+    let mut server = tokio::spawn(http::serve(cfg, listeners, phase_rx, 1, zones, slot));
 
     // Ready: tell the master, then watch the channel for its end (master gone).
     let mut master = None;

@@ -8,6 +8,7 @@
 #![allow(unsafe_code)]
 
 pub mod lock;
+pub mod records;
 pub mod seqlock;
 
 use std::marker::PhantomData;

@@ -4,10 +4,8 @@
 //! [two]`. Each falls back to round robin where nginx does. Pure: the request's
 //! state (`PickState`), its key and the time come in, a peer comes out.
 
-use std::time::Instant;
-
 use super::crc32::{Crc32, crc32};
-use super::peers::{Peer, PeerId, Peers, Tried, smooth_pick};
+use super::peers::{Ms, Peer, PeerId, Peers, Tried, smooth_pick};
 use crate::conf::model::Balancer;
 
 /// Per-request balancer state, kept across retries as nginx keeps it.
@@ -98,7 +96,7 @@ fn by_weight(primary: &[Peer], mut w: i64) -> usize {
     i
 }
 
-fn free(peers: &Peers, tried: &Tried, i: usize, now: Instant) -> bool {
+fn free(peers: &Peers, tried: &Tried, i: usize, now: Ms) -> bool {
     !tried.has(PeerId {
         backup: false,
         index: i,
@@ -106,13 +104,8 @@ fn free(peers: &Peers, tried: &Tried, i: usize, now: Instant) -> bool {
 }
 
 /// Marks the pick as nginx does (`checked` opens a new failure window).
-fn chosen(peers: &mut Peers, i: usize, now: Instant) -> PeerId {
-    let p = &mut peers.primary[i];
-    if p.checked
-        .is_none_or(|c| now.duration_since(c) > p.fail_timeout)
-    {
-        p.checked = Some(now);
-    }
+fn chosen(peers: &Peers, i: usize, now: Ms) -> PeerId {
+    peers.primary[i].mark_chosen(now);
     PeerId {
         backup: false,
         index: i,
@@ -122,12 +115,12 @@ fn chosen(peers: &mut Peers, i: usize, now: Instant) -> PeerId {
 impl Peers {
     /// The balancer's choice among peers not yet tried, or None: no live upstreams.
     pub fn pick(
-        &mut self,
+        &self,
         b: &Balancer,
         st: &mut PickState,
         key: &Key<'_>,
         tried: &Tried,
-        now: Instant,
+        now: Ms,
     ) -> Option<PeerId> {
         if self.single() {
             return self.pick_round_robin(tried, now);
@@ -147,7 +140,7 @@ impl Peers {
     }
 
     /// The fewest connections per weight; ties by smooth weighted round robin.
-    fn pick_least_conn(&mut self, tried: &Tried, now: Instant) -> Option<PeerId> {
+    fn pick_least_conn(&self, tried: &Tried, now: Ms) -> Option<PeerId> {
         let mut best: Option<usize> = None;
         let mut many = false;
         for i in 0..self.primary.len() {
@@ -159,7 +152,10 @@ impl Peers {
                 None => best = Some(i),
                 Some(b) => {
                     let q = &self.primary[b];
-                    let (l, r) = (i64::from(p.conns) * q.weight, i64::from(q.conns) * p.weight);
+                    let (l, r) = (
+                        i64::from(p.conns()) * q.weight,
+                        i64::from(q.conns()) * p.weight,
+                    );
                     if l < r {
                         best = Some(i);
                         many = false;
@@ -178,16 +174,16 @@ impl Peers {
         };
         if many {
             // Ties from the first best on go to smooth weighted round robin.
-            let (bc, bw) = (i64::from(self.primary[b].conns), self.primary[b].weight);
+            let (bc, bw) = (i64::from(self.primary[b].conns()), self.primary[b].weight);
             let first = b;
-            if let Some(t) = smooth_pick(&mut self.primary, |i, p| {
+            if let Some(t) = smooth_pick(&self.primary, |i, p| {
                 i >= first
                     && !tried.has(PeerId {
                         backup: false,
                         index: i,
                     })
                     && p.usable(now)
-                    && i64::from(p.conns) * bw == bc * p.weight
+                    && i64::from(p.conns()) * bw == bc * p.weight
             }) {
                 b = t;
             }
@@ -196,11 +192,11 @@ impl Peers {
     }
 
     fn pick_hash(
-        &mut self,
+        &self,
         st: &mut PickState,
         key: &Key<'_>,
         tried: &Tried,
-        now: Instant,
+        now: Ms,
     ) -> Option<PeerId> {
         let text = match key {
             Key::Text(t) if !t.is_empty() => *t,
@@ -230,11 +226,11 @@ impl Peers {
     }
 
     fn pick_ketama(
-        &mut self,
+        &self,
         st: &mut PickState,
         key: &Key<'_>,
         tried: &Tried,
-        now: Instant,
+        now: Ms,
     ) -> Option<PeerId> {
         let text = match key {
             Key::Text(t) => *t,
@@ -250,7 +246,7 @@ impl Peers {
         });
         loop {
             let server = self.points[pos % n].1;
-            let pick = smooth_pick(&mut self.primary, |i, p| {
+            let pick = smooth_pick(&self.primary, |i, p| {
                 p.server == server
                     && !tried.has(PeerId {
                         backup: false,
@@ -272,11 +268,11 @@ impl Peers {
     }
 
     fn pick_ip_hash(
-        &mut self,
+        &self,
         st: &mut PickState,
         key: &Key<'_>,
         tried: &Tried,
-        now: Instant,
+        now: Ms,
     ) -> Option<PeerId> {
         let addr: &[u8] = match key {
             Key::Addr(a) => a,
@@ -307,13 +303,7 @@ impl Peers {
         by_weight(&self.primary, (st.random() % total as u64) as i64)
     }
 
-    fn pick_random(
-        &mut self,
-        st: &mut PickState,
-        two: bool,
-        tried: &Tried,
-        now: Instant,
-    ) -> Option<PeerId> {
+    fn pick_random(&self, st: &mut PickState, two: bool, tried: &Tried, now: Ms) -> Option<PeerId> {
         let total = self.total_weight();
         if total <= 0 {
             return self.pick_round_robin(tried, now);
@@ -346,7 +336,7 @@ impl Peers {
             };
             let (a, b) = (&self.primary[pick], &self.primary[other]);
             // The second wins unless it carries more load per weight.
-            if i64::from(b.conns) * a.weight > i64::from(a.conns) * b.weight {
+            if i64::from(b.conns()) * a.weight > i64::from(a.conns()) * b.weight {
                 // keep `pick`
             } else {
                 pick = other;
@@ -376,8 +366,8 @@ mod tests {
     #[test]
     fn hash_remote_addr_goes_to_second_peer() {
         let b = hash(false);
-        let mut p = peers(&["127.0.0.1:8081", "127.0.0.1:8082"], b.clone());
-        let now = Instant::now();
+        let p = peers(&["127.0.0.1:8081", "127.0.0.1:8082"], b.clone());
+        let now = 1_000_000u64;
         for _ in 0..5 {
             let mut st = PickState::new(1);
             let id = p
@@ -390,8 +380,8 @@ mod tests {
     #[test]
     fn hash_empty_key_is_round_robin() {
         let b = hash(false);
-        let mut p = peers(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"], b.clone());
-        let now = Instant::now();
+        let p = peers(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"], b.clone());
+        let now = 1_000_000u64;
         let mut counts = [0; 3];
         for _ in 0..6 {
             let mut st = PickState::new(1);
@@ -408,8 +398,8 @@ mod tests {
         for (n, want) in [(2usize, vec![15, 15]), (3, vec![10, 10, 10])] {
             let addrs: Vec<String> = (1..=n).map(|i| format!("127.0.0.1:{}", 8080 + i)).collect();
             let refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
-            let mut p = peers(&refs, Balancer::IpHash);
-            let now = Instant::now();
+            let p = peers(&refs, Balancer::IpHash);
+            let now = 1_000_000u64;
             let mut counts = vec![0; n];
             for i in 1..=30u8 {
                 let mut st = PickState::new(1);
@@ -432,8 +422,8 @@ mod tests {
     #[test]
     fn least_conn_prefers_idle_peer() {
         let b = Balancer::LeastConn;
-        let mut p = peers(&["127.0.0.1:1", "127.0.0.1:2"], b.clone());
-        let now = Instant::now();
+        let p = peers(&["127.0.0.1:1", "127.0.0.1:2"], b.clone());
+        let now = 1_000_000u64;
         let mut counts = [0; 2];
         for _ in 0..10 {
             let mut st = PickState::new(1);
@@ -441,7 +431,7 @@ mod tests {
                 .pick(&b, &mut st, &Key::None, &Tried::new(&p), now)
                 .unwrap();
             counts[id.index] += 1;
-            p.acquire(id);
+            p.acquire(id, 1_000_000);
             p.release(id, Outcome::Ok, now);
         }
         assert_eq!(counts, [5, 5]);
@@ -450,14 +440,14 @@ mod tests {
             backup: false,
             index: 0,
         };
-        p.acquire(busy);
+        p.acquire(busy, 1_000_000);
         for _ in 0..10 {
             let mut st = PickState::new(1);
             let id = p
                 .pick(&b, &mut st, &Key::None, &Tried::new(&p), now)
                 .unwrap();
             assert_eq!(id.index, 1);
-            p.acquire(id);
+            p.acquire(id, 1_000_000);
             p.release(id, Outcome::Ok, now);
         }
     }
@@ -465,10 +455,10 @@ mod tests {
     #[test]
     fn consistent_hash_keeps_keys_when_a_peer_goes() {
         let b = hash(true);
-        let now = Instant::now();
+        let now = 1_000_000u64;
         let three = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"];
-        let mut p3 = peers(&three, b.clone());
-        let mut p2 = peers(&three[..2], b.clone());
+        let p3 = peers(&three, b.clone());
+        let p2 = peers(&three[..2], b.clone());
         let mut moved = 0;
         for k in 0..200 {
             let key = format!("key{k}");
@@ -501,16 +491,22 @@ mod tests {
     #[test]
     fn random_two_picks_less_loaded() {
         let b = Balancer::Random { two: true };
-        let mut p = peers(&["127.0.0.1:1", "127.0.0.1:2"], b.clone());
-        let now = Instant::now();
-        p.acquire(PeerId {
-            backup: false,
-            index: 0,
-        });
-        p.acquire(PeerId {
-            backup: false,
-            index: 0,
-        });
+        let p = peers(&["127.0.0.1:1", "127.0.0.1:2"], b.clone());
+        let now = 1_000_000u64;
+        p.acquire(
+            PeerId {
+                backup: false,
+                index: 0,
+            },
+            1_000_000,
+        );
+        p.acquire(
+            PeerId {
+                backup: false,
+                index: 0,
+            },
+            1_000_000,
+        );
         let mut st = PickState::new(42);
         for _ in 0..10 {
             assert_eq!(

@@ -1,39 +1,104 @@
-//! Upstreams at run time, per worker: each configured upstream's peers (with
-//! nginx's balancing state) and its keep-alive connection cache. The HTTP proxy
-//! asks for a peer, connects or reuses, and releases the peer with the outcome.
+//! Upstreams at run time, per worker: each configured upstream's peers (a
+//! snapshot; with `zone`, read from shared memory and rebuilt only when the
+//! zone's publication counter moved) and its keep-alive connection cache. The
+//! HTTP proxy takes a snapshot per request, asks it for a peer, connects or
+//! reuses, and releases the peer with the outcome.
 
 pub mod balancer;
 mod crc32;
 pub mod peers;
 pub mod pool;
+pub mod zone;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::conf::model::{Http, Upstream};
 pub use peers::{Outcome, PeerId, Peers, Released, Tried};
 pub use pool::{Pool, Pooled};
+pub use zone::{Zone, Zones};
+
+/// A worker's current snapshot of an upstream, and older ones that requests
+/// in flight may still hold.
+struct Snap {
+    seq: u64,
+    peers: Arc<Peers>,
+    old: Vec<Weak<Peers>>,
+}
 
 /// One upstream in one worker.
 pub struct UpstreamRt {
     pub cfg: Arc<Upstream>,
-    // Process-local locks: this state is per worker (the zone issue moves it).
-    peers: Mutex<Peers>,
+    /// The zone holding its peers, and its index there.
+    shared: Option<(Arc<Zone>, usize)>,
+    // Process-local locks: a worker's own snapshot and cache.
+    snap: Mutex<Snap>,
     pool: Mutex<Pool>,
 }
 
 impl UpstreamRt {
-    pub fn new(cfg: Arc<Upstream>) -> UpstreamRt {
-        let peers = Peers::from_config(&cfg);
+    pub fn new(cfg: Arc<Upstream>, zone: Option<Arc<Zone>>) -> UpstreamRt {
+        let shared = zone.and_then(|z| z.upstream(&cfg.name).map(|i| (z, i)));
+        let (seq, peers) = match &shared {
+            Some((z, i)) => {
+                let seq = z.seq(*i);
+                // A writer mid-publication: an empty snapshot now, the next
+                // request reads the list again (the counter will have moved).
+                let peers = z
+                    .snapshot(*i, &cfg)
+                    .unwrap_or_else(|| Peers::assemble(&cfg, Vec::new(), 0));
+                (seq, peers)
+            }
+            None => (0, Peers::from_config(&cfg)),
+        };
         let pool = Pool::new(cfg.keepalive.clone());
         UpstreamRt {
             cfg,
-            peers: Mutex::new(peers),
+            shared,
+            snap: Mutex::new(Snap {
+                seq,
+                peers: Arc::new(peers),
+                old: Vec::new(),
+            }),
             pool: Mutex::new(pool),
         }
     }
 
-    pub fn peers(&self) -> MutexGuard<'_, Peers> {
-        self.peers.lock().unwrap_or_else(|e| e.into_inner())
+    fn snap(&self) -> MutexGuard<'_, Snap> {
+        self.snap.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The peers now: one atomic load when nothing changed.
+    pub fn peers(&self) -> Arc<Peers> {
+        let mut s = self.snap();
+        if let Some((z, i)) = &self.shared {
+            let seq = z.seq(*i);
+            if seq != s.seq {
+                if let Some(p) = z.snapshot(*i, &self.cfg) {
+                    let old = std::mem::replace(&mut s.peers, Arc::new(p));
+                    s.old.push(Arc::downgrade(&old));
+                    s.seq = seq;
+                }
+            }
+        }
+        s.peers.clone()
+    }
+
+    /// The oldest zone publication whose peers this worker may still use.
+    fn oldest(&self) -> u64 {
+        let mut s = self.snap();
+        s.old.retain(|w| w.strong_count() > 0);
+        s.old
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|p| p.config)
+            .chain(std::iter::once(s.peers.config))
+            .min()
+            .unwrap_or(0)
+    }
+
+    pub fn zone(&self) -> Option<&Arc<Zone>> {
+        self.shared.as_ref().map(|(z, _)| z)
     }
 
     pub fn pool(&self) -> MutexGuard<'_, Pool> {
@@ -45,12 +110,16 @@ impl UpstreamRt {
 pub struct Upstreams(Vec<Arc<UpstreamRt>>);
 
 impl Upstreams {
-    pub fn new(http: Option<&Http>) -> Upstreams {
+    /// `zones` by name: the generation's shared zones this worker inherited.
+    pub fn new(http: Option<&Http>, zones: &Zones) -> Upstreams {
         Upstreams(
             http.map(|h| {
                 h.upstreams
                     .iter()
-                    .map(|u| Arc::new(UpstreamRt::new(u.clone())))
+                    .map(|u| {
+                        let zone = u.zone.as_ref().and_then(|z| zones.get(z)).cloned();
+                        Arc::new(UpstreamRt::new(u.clone(), zone))
+                    })
                     .collect()
             })
             .unwrap_or_default(),
@@ -59,5 +128,28 @@ impl Upstreams {
 
     pub fn get(&self, i: usize) -> Option<&Arc<UpstreamRt>> {
         self.0.get(i)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<UpstreamRt>> {
+        self.0.iter()
+    }
+
+    /// Brings every zone snapshot up to date and tells each zone the oldest
+    /// publication this worker (slot `worker`) still holds peers of, so that
+    /// the writer may reuse slots nobody holds.
+    pub fn acknowledge(&self, worker: usize) {
+        let mut oldest: HashMap<*const Zone, (Arc<Zone>, u64)> = HashMap::new();
+        for u in &self.0 {
+            let Some(z) = u.zone() else { continue };
+            u.peers();
+            let seen = u.oldest();
+            oldest
+                .entry(Arc::as_ptr(z))
+                .and_modify(|e| e.1 = e.1.min(seen))
+                .or_insert((z.clone(), seen));
+        }
+        for (z, seen) in oldest.into_values() {
+            z.ack(worker, std::process::id(), seen);
+        }
     }
 }

@@ -1,12 +1,44 @@
-//! An upstream's peers as one worker sees them, and nginx's round-robin
-//! arithmetic over them: smooth weighted round robin, `max_fails` within
-//! `fail_timeout`, `max_conns`, `down`, backup peers used only when no primary
-//! is usable, and the bookkeeping when a peer is released. Pure: the caller
-//! passes the time in; the zone issue moves this state into shared memory.
+//! An upstream's peers as one worker sees them (a snapshot), and nginx's
+//! round-robin arithmetic over them: smooth weighted round robin,
+//! `max_fails` within `fail_timeout`, `max_conns`, `down`, backup peers used
+//! only when no primary is usable, and the bookkeeping when a peer is
+//! released. The live state is atomics ([`PeerLive`]): in the worker's own
+//! memory, or in a shared zone so that every worker sees it. Pure otherwise:
+//! the caller passes the time in (milliseconds of the shared monotonic clock).
 
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::conf::model::{PeerAddr, Upstream};
+use crate::shm::Ref;
+pub use crate::shm::records::PeerLive;
+
+/// Milliseconds on CLOCK_MONOTONIC: one clock for every process, so a time
+/// stored in a zone by one worker means the same to another.
+pub type Ms = u64;
+
+pub fn now_ms() -> Ms {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
+        .unwrap_or(1)
+}
+
+/// Where a peer's live state is: this worker's memory or a zone.
+#[derive(Clone, Debug)]
+pub enum Live {
+    Local(Arc<PeerLive>),
+    Zone(Ref<PeerLive>),
+}
+
+impl std::ops::Deref for Live {
+    type Target = PeerLive;
+    fn deref(&self) -> &PeerLive {
+        match self {
+            Live::Local(l) => l,
+            Live::Zone(r) => r,
+        }
+    }
+}
 
 /// One peer: one address of one `server` line.
 #[derive(Debug, Clone)]
@@ -18,59 +50,73 @@ pub struct Peer {
     pub server: usize,
     pub weight: i64,
     pub max_fails: u32,
-    pub fail_timeout: Duration,
+    pub fail_timeout: Ms,
     pub max_conns: u32,
     pub down: bool,
-    pub current_weight: i64,
-    pub effective_weight: i64,
-    pub conns: u32,
-    pub fails: u32,
-    pub accessed: Option<Instant>,
-    pub checked: Option<Instant>,
+    pub backup: bool,
+    pub live: Live,
 }
 
 impl Peer {
-    pub(super) fn usable(&self, now: Instant) -> bool {
-        if self.down {
-            return false;
+    pub fn conns(&self) -> u32 {
+        self.live.conns.load(Relaxed)
+    }
+
+    pub fn fails(&self) -> u32 {
+        self.live.fails.load(Relaxed)
+    }
+
+    /// Failed `max_fails` times within `fail_timeout`.
+    pub fn failed(&self, now: Ms) -> bool {
+        let checked = self.live.checked.load(Relaxed);
+        self.max_fails > 0
+            && self.fails() >= self.max_fails
+            && checked != 0
+            && now.saturating_sub(checked) <= self.fail_timeout
+    }
+
+    pub(super) fn usable(&self, now: Ms) -> bool {
+        let full = self.max_conns > 0 && self.conns() >= self.max_conns;
+        !(self.down || full || self.failed(now))
+    }
+
+    /// nginx: a pick opens a new failure window once the last one is over.
+    pub(super) fn mark_chosen(&self, now: Ms) {
+        let l = &self.live;
+        let checked = l.checked.load(Relaxed);
+        if checked == 0 || now.saturating_sub(checked) > self.fail_timeout {
+            l.checked.store(now, Relaxed);
         }
-        if self.max_fails > 0
-            && self.fails >= self.max_fails
-            && self
-                .checked
-                .is_some_and(|c| now.duration_since(c) <= self.fail_timeout)
-        {
-            return false;
-        }
-        !(self.max_conns > 0 && self.conns >= self.max_conns)
     }
 }
 
 /// nginx's smooth weighted round robin over the peers `eligible` admits:
 /// each gains its effective weight, the heaviest wins and pays the total.
-/// The caller marks the pick (`checked`).
-pub(super) fn smooth_pick(
-    set: &mut [Peer],
-    eligible: impl Fn(usize, &Peer) -> bool,
-) -> Option<usize> {
-    let mut best: Option<usize> = None;
+/// With the state in a zone, two workers may pick at once: every step is an
+/// atomic update, so the weights still add up and the shares stay right.
+/// The caller marks the pick (`mark_chosen`).
+pub(super) fn smooth_pick(set: &[Peer], eligible: impl Fn(usize, &Peer) -> bool) -> Option<usize> {
+    let mut best: Option<(usize, i64)> = None;
     let mut total: i64 = 0;
-    for i in 0..set.len() {
-        if !eligible(i, &set[i]) {
+    for (i, p) in set.iter().enumerate() {
+        if !eligible(i, p) {
             continue;
         }
-        let p = &mut set[i];
-        p.current_weight += p.effective_weight;
-        total += p.effective_weight;
-        if p.effective_weight < p.weight {
-            p.effective_weight += 1;
+        let l = &p.live;
+        let eff = l.effective_weight.load(Relaxed);
+        let cur = l.current_weight.fetch_add(eff, Relaxed) + eff;
+        total += eff;
+        if eff < p.weight {
+            let _ = l
+                .effective_weight
+                .fetch_update(Relaxed, Relaxed, |e| (e < p.weight).then_some(e + 1));
         }
-        if best.is_none_or(|b| set[i].current_weight > set[b].current_weight) {
-            best = Some(i);
+        if best.is_none_or(|(_, bc)| cur > bc) {
+            best = Some((i, cur));
         }
     }
-    let b = best?;
-    set[b].current_weight -= total;
+    let (b, _) = best?;
+    set[b].live.current_weight.fetch_sub(total, Relaxed);
     Some(b)
 }
 
@@ -139,41 +185,58 @@ pub struct Peers {
     pub servers: Vec<String>,
     /// The consistent-hash ring: (point, server line), sorted, de-duplicated.
     pub points: Vec<(u32, usize)>,
+    /// The zone's publication this snapshot was read at (nginx's config
+    /// counter); 0 for a worker's own peers, which never change.
+    pub config: u64,
 }
 
 fn peer_name(addr: &PeerAddr) -> std::sync::Arc<str> {
     addr.to_string().into()
 }
 
-impl Peers {
-    pub fn from_config(u: &Upstream) -> Peers {
-        let mut primary = Vec::new();
-        let mut backup = Vec::new();
-        for (si, s) in u.servers.iter().enumerate() {
-            for a in &s.addrs {
-                let p = Peer {
-                    addr: a.clone(),
-                    name: peer_name(a),
-                    server: si,
-                    weight: i64::from(s.weight),
-                    max_fails: s.max_fails,
-                    fail_timeout: s.fail_timeout,
-                    max_conns: s.max_conns,
-                    down: s.down,
-                    current_weight: 0,
-                    effective_weight: i64::from(s.weight),
-                    conns: 0,
-                    fails: 0,
-                    accessed: None,
-                    checked: None,
-                };
-                if s.backup {
-                    backup.push(p)
-                } else {
-                    primary.push(p)
-                }
-            }
+impl Peer {
+    /// A peer for one address of `server` line number `server`.
+    pub fn from_server(
+        server: usize,
+        s: &crate::conf::model::UpstreamServer,
+        addr: &PeerAddr,
+        live: Live,
+    ) -> Peer {
+        Peer {
+            addr: addr.clone(),
+            name: peer_name(addr),
+            server,
+            weight: i64::from(s.weight),
+            max_fails: s.max_fails,
+            fail_timeout: s.fail_timeout.as_millis() as Ms,
+            max_conns: s.max_conns,
+            down: s.down,
+            backup: s.backup,
+            live,
         }
+    }
+}
+
+impl Peers {
+    /// Every address of the `server` lines, with this worker's own state.
+    pub fn from_config(u: &Upstream) -> Peers {
+        let peers = u
+            .servers
+            .iter()
+            .enumerate()
+            .flat_map(|(si, s)| {
+                s.addrs.iter().map(move |a| {
+                    let live = Live::Local(Arc::new(PeerLive::with_weight(i64::from(s.weight))));
+                    Peer::from_server(si, s, a, live)
+                })
+            })
+            .collect();
+        Peers::assemble(u, peers, 0)
+    }
+
+    /// Peers in `server` order, split into primary and backup.
+    pub fn assemble(u: &Upstream, peers: Vec<Peer>, config: u64) -> Peers {
+        let (backup, primary): (Vec<Peer>, Vec<Peer>) = peers.into_iter().partition(|p| p.backup);
         let servers: Vec<String> = u.servers.iter().map(|s| s.text.clone()).collect();
         let points = match &u.balancer {
             crate::conf::model::Balancer::Hash {
@@ -186,6 +249,7 @@ impl Peers {
             backup,
             servers,
             points,
+            config,
         }
     }
 
@@ -212,39 +276,22 @@ impl Peers {
         }
     }
 
-    pub fn get_mut(&mut self, id: PeerId) -> &mut Peer {
-        if id.backup {
-            &mut self.backup[id.index]
-        } else {
-            &mut self.primary[id.index]
-        }
-    }
-
     /// Smooth weighted round robin over the usable, untried peers of one set.
-    pub(super) fn pick_in(&mut self, backup: bool, tried: &Tried, now: Instant) -> Option<PeerId> {
-        let set = if backup {
-            &mut self.backup
-        } else {
-            &mut self.primary
-        };
+    pub(super) fn pick_in(&self, backup: bool, tried: &Tried, now: Ms) -> Option<PeerId> {
+        let set = if backup { &self.backup } else { &self.primary };
         let b = smooth_pick(set, |i, p| {
             !tried.has(PeerId { backup, index: i }) && p.usable(now)
         })?;
-        let p = &mut set[b];
-        if p.checked
-            .is_none_or(|c| now.duration_since(c) > p.fail_timeout)
-        {
-            p.checked = Some(now);
-        }
+        set[b].mark_chosen(now);
         Some(PeerId { backup, index: b })
     }
 
     /// The next peer by round robin: primaries first, backups when no primary
     /// is usable. None is nginx's "no live upstreams".
-    pub fn pick_round_robin(&mut self, tried: &Tried, now: Instant) -> Option<PeerId> {
+    pub fn pick_round_robin(&self, tried: &Tried, now: Ms) -> Option<PeerId> {
         if self.single() {
             let p = &self.primary[0];
-            if p.down || (p.max_conns > 0 && p.conns >= p.max_conns) {
+            if p.down || (p.max_conns > 0 && p.conns() >= p.max_conns) {
                 return None;
             }
             return Some(PeerId {
@@ -262,41 +309,59 @@ impl Peers {
     }
 
     /// Counts a connection to a peer the balancer chose.
-    pub fn acquire(&mut self, id: PeerId) {
-        self.get_mut(id).conns += 1;
+    pub fn acquire(&self, id: PeerId, now: Ms) {
+        let l = &self.get(id).live;
+        l.conns.fetch_add(1, Relaxed);
+        l.requests.fetch_add(1, Relaxed);
+        l.selected.store(now, Relaxed);
+    }
+
+    /// Counts a response from the peer by its status class.
+    pub fn responded(&self, id: PeerId, status: u16) {
+        let l = &self.get(id).live;
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        l.responses[class].fetch_add(1, Relaxed);
+        l.responses[5].fetch_add(1, Relaxed);
     }
 
     /// Releases a peer after use, with nginx's failure accounting.
-    pub fn release(&mut self, id: PeerId, outcome: Outcome, now: Instant) -> Released {
-        let single = self.single();
-        let p = self.get_mut(id);
-        p.conns = p.conns.saturating_sub(1);
-        if single {
+    pub fn release(&self, id: PeerId, outcome: Outcome, now: Ms) -> Released {
+        let p = self.get(id);
+        let l = &p.live;
+        let _ = l
+            .conns
+            .fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_sub(1)));
+        if self.single() {
             return Released::Quiet;
         }
         match outcome {
             Outcome::Failed => {
-                p.fails += 1;
-                p.accessed = Some(now);
-                p.checked = Some(now);
+                let fails = l.fails.fetch_add(1, Relaxed) + 1;
+                l.accessed.store(now, Relaxed);
+                l.checked.store(now, Relaxed);
                 if p.max_fails > 0 {
-                    p.effective_weight -= p.weight / i64::from(p.max_fails);
-                    if p.effective_weight < 0 {
-                        p.effective_weight = 0;
+                    let step = p.weight / i64::from(p.max_fails);
+                    let _ = l
+                        .effective_weight
+                        .fetch_update(Relaxed, Relaxed, |e| Some((e - step).max(0)));
+                    if fails == p.max_fails {
+                        l.unavail.fetch_add(1, Relaxed);
+                        l.down_since.store(now, Relaxed);
                     }
-                    if p.fails >= p.max_fails {
+                    if fails >= p.max_fails {
                         return Released::Disabled;
                     }
-                }
-                if p.effective_weight < 0 {
-                    p.effective_weight = 0;
                 }
                 Released::Quiet
             }
             Outcome::Ok | Outcome::Next => {
                 // A success after the failure window closes the window.
-                if outcome == Outcome::Ok && p.accessed < p.checked {
-                    p.fails = 0;
+                if outcome == Outcome::Ok && l.accessed.load(Relaxed) < l.checked.load(Relaxed) {
+                    l.fails.store(0, Relaxed);
+                    let since = l.down_since.swap(0, Relaxed);
+                    if since != 0 {
+                        l.downtime.fetch_add(now.saturating_sub(since), Relaxed);
+                    }
                 }
                 Released::Quiet
             }
@@ -312,6 +377,7 @@ pub(crate) fn test_upstream(
 ) -> Upstream {
     use crate::conf::Src;
     use crate::conf::model::{Keepalive, UpstreamServer};
+    use std::time::Duration;
     Upstream {
         name: "u".into(),
         servers: servers
@@ -335,6 +401,7 @@ pub(crate) fn test_upstream(
             time: Duration::ZERO,
             timeout: Duration::ZERO,
         },
+        zone: None,
         implicit: false,
         src: Src {
             file: None,
@@ -352,13 +419,13 @@ mod tests {
         test_upstream(servers, Balancer::RoundRobin)
     }
 
-    fn run(p: &mut Peers, n: usize) -> Vec<usize> {
-        let now = Instant::now();
+    fn run(p: &Peers, n: usize) -> Vec<usize> {
+        let now = 1_000_000u64;
         let mut counts = vec![0; p.count()];
         for _ in 0..n {
             let t = Tried::new(p);
             let id = p.pick_round_robin(&t, now).unwrap();
-            p.acquire(id);
+            p.acquire(id, 1_000_000);
             p.release(id, Outcome::Ok, now);
             counts[if id.backup {
                 p.primary.len() + id.index
@@ -371,22 +438,22 @@ mod tests {
 
     #[test]
     fn equal_weights_alternate() {
-        let mut p = Peers::from_config(&upstream(&[
+        let p = Peers::from_config(&upstream(&[
             ("127.0.0.1:1", 1, false),
             ("127.0.0.1:2", 1, false),
         ]));
-        assert_eq!(run(&mut p, 30), vec![15, 15]);
+        assert_eq!(run(&p, 30), vec![15, 15]);
     }
 
     #[test]
     fn weights_one_two() {
-        let mut p = Peers::from_config(&upstream(&[
+        let p = Peers::from_config(&upstream(&[
             ("127.0.0.1:1", 1, false),
             ("127.0.0.1:2", 2, false),
         ]));
-        assert_eq!(run(&mut p, 30), vec![10, 20]);
+        assert_eq!(run(&p, 30), vec![10, 20]);
         // Smooth: never two of the lighter peer in a row.
-        let now = Instant::now();
+        let now = 1_000_000u64;
         let seq: Vec<usize> = (0..6)
             .map(|_| p.pick_round_robin(&Tried::new(&p), now).unwrap().index)
             .collect();
@@ -395,47 +462,47 @@ mod tests {
 
     #[test]
     fn failures_disable_then_recover() {
-        let mut p = Peers::from_config(&upstream(&[
+        let p = Peers::from_config(&upstream(&[
             ("127.0.0.1:1", 1, false),
             ("127.0.0.1:2", 1, false),
         ]));
-        let t0 = Instant::now();
+        let t0 = 1_000_000u64;
         let id = PeerId {
             backup: false,
             index: 0,
         };
-        p.acquire(id);
+        p.acquire(id, 1_000_000);
         assert_eq!(p.release(id, Outcome::Failed, t0), Released::Disabled);
         // Within fail_timeout only the other peer is chosen.
         for _ in 0..5 {
             assert_eq!(
-                p.pick_round_robin(&Tried::new(&p), t0 + Duration::from_secs(1))
+                p.pick_round_robin(&Tried::new(&p), t0 + 1000)
                     .unwrap()
                     .index,
                 1
             );
         }
         // After it, the failed peer is tried again; a success resets its fails.
-        let later = t0 + Duration::from_secs(11);
+        let later = t0 + 11_000;
         let mut seen = false;
         for _ in 0..4 {
             let id = p.pick_round_robin(&Tried::new(&p), later).unwrap();
-            p.acquire(id);
+            p.acquire(id, 1_000_000);
             p.release(id, Outcome::Ok, later);
             seen |= id.index == 0;
         }
         assert!(seen);
-        assert_eq!(p.primary[0].fails, 0);
+        assert_eq!(p.primary[0].fails(), 0);
     }
 
     #[test]
     fn backup_only_when_primaries_unusable() {
-        let mut p = Peers::from_config(&upstream(&[
+        let p = Peers::from_config(&upstream(&[
             ("127.0.0.1:1", 1, false),
             ("127.0.0.1:9", 1, true),
         ]));
-        assert_eq!(run(&mut p, 4), vec![4, 0]);
-        let now = Instant::now();
+        assert_eq!(run(&p, 4), vec![4, 0]);
+        let now = 1_000_000u64;
         let mut t = Tried::new(&p);
         t.set(PeerId {
             backup: false,
@@ -457,13 +524,13 @@ mod tests {
 
     #[test]
     fn single_peer_never_fails() {
-        let mut p = Peers::from_config(&upstream(&[("127.0.0.1:1", 1, false)]));
-        let now = Instant::now();
+        let p = Peers::from_config(&upstream(&[("127.0.0.1:1", 1, false)]));
+        let now = 1_000_000u64;
         let id = PeerId {
             backup: false,
             index: 0,
         };
-        p.acquire(id);
+        p.acquire(id, 1_000_000);
         assert_eq!(p.release(id, Outcome::Failed, now), Released::Quiet);
         let mut t = Tried::new(&p);
         t.set(id);
@@ -475,11 +542,11 @@ mod tests {
         let mut u = upstream(&[("127.0.0.1:1", 1, false), ("127.0.0.1:2", 1, false)]);
         u.servers[0].down = true;
         u.servers[1].max_conns = 1;
-        let mut p = Peers::from_config(&u);
-        let now = Instant::now();
+        let p = Peers::from_config(&u);
+        let now = 1_000_000u64;
         let id = p.pick_round_robin(&Tried::new(&p), now).unwrap();
         assert_eq!(id.index, 1);
-        p.acquire(id);
+        p.acquire(id, 1_000_000);
         assert_eq!(p.pick_round_robin(&Tried::new(&p), now), None);
     }
 }

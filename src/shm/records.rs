@@ -1,0 +1,133 @@
+//! The records of an upstream zone, as they lie in shared memory:
+//! `#[repr(C)]`, atomics only, linked by `u32` index, sizes fixed at compile
+//! time. Here because implementing [`Shared`] is the unsafe promise this
+//! module keeps; the logic over them is `upstream::zone`.
+
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64};
+
+use super::{PidLock, SeqLock, Shared};
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SLUICEZN");
+/// Bumped whenever a record here changes shape.
+pub const LAYOUT: u32 = 1;
+/// Longest upstream name a zone records.
+pub(crate) const NAME_MAX: usize = 64;
+pub(crate) const BACKUP: u32 = 1;
+pub(crate) const DOWN: u32 = 2;
+
+#[repr(C)]
+pub(crate) struct Header {
+    pub(crate) magic: AtomicU64,
+    pub(crate) layout: AtomicU32,
+    pub(crate) creator: AtomicU32,
+    pub(crate) size: AtomicU64,
+    pub(crate) generation: AtomicU64,
+    /// Publications so far in this zone (any upstream): what slots retire at.
+    pub(crate) version: AtomicU64,
+    pub(crate) writer: PidLock,
+    pub(crate) upstreams: AtomicU32,
+    pub(crate) workers: AtomicU32,
+    pub(crate) slots: AtomicU32,
+    /// Free slots, linked through `PeerSlot::next` (index + 1; 0 ends).
+    pub(crate) free: AtomicU32,
+    /// Removed slots waiting for every worker's acknowledgement.
+    pub(crate) retired: AtomicU32,
+    /// Slots listed or retired (not free).
+    pub(crate) in_use: AtomicU32,
+    pub(crate) _pad: AtomicU32,
+}
+
+#[repr(C)]
+pub(crate) struct Ack {
+    pub(crate) pid: AtomicU32,
+    pub(crate) _pad: AtomicU32,
+    /// The oldest publication this worker may still hold peers of.
+    pub(crate) seen: AtomicU64,
+}
+
+#[repr(C)]
+pub(crate) struct UpstreamRec {
+    pub(crate) name: [AtomicU8; NAME_MAX],
+    pub(crate) name_len: AtomicU32,
+    /// Which of the two lists is published.
+    pub(crate) active: AtomicU32,
+    pub(crate) seq: SeqLock,
+    pub(crate) count: [AtomicU32; 2],
+    /// The zone version of the last publication (nginx's config counter).
+    pub(crate) config: AtomicU64,
+}
+
+/// A peer's run-time state and counters. All atomics: it may live in a zone.
+#[repr(C)]
+#[derive(Default, Debug)]
+pub struct PeerLive {
+    pub conns: AtomicU32,
+    pub fails: AtomicU32,
+    pub current_weight: AtomicI64,
+    pub effective_weight: AtomicI64,
+    /// Last failure (`accessed`) and start of the failure window (`checked`), 0: never.
+    pub accessed: AtomicU64,
+    pub checked: AtomicU64,
+    /// When the balancer last chose it.
+    pub selected: AtomicU64,
+    pub requests: AtomicU64,
+    /// Responses by class: 1xx to 5xx, then all of them.
+    pub responses: [AtomicU64; 6],
+    pub sent: AtomicU64,
+    pub received: AtomicU64,
+    /// Times it became unavailable (`max_fails` reached).
+    pub unavail: AtomicU32,
+    _pad: AtomicU32,
+    /// Total milliseconds unavailable so far, and since when (0: available).
+    pub downtime: AtomicU64,
+    pub down_since: AtomicU64,
+}
+
+// SAFETY: repr(C), atomics only.
+unsafe impl Shared for PeerLive {}
+
+const _: () = assert!(std::mem::size_of::<PeerLive>() == 144);
+
+impl PeerLive {
+    pub fn with_weight(weight: i64) -> PeerLive {
+        let l = PeerLive::default();
+        l.effective_weight
+            .store(weight, std::sync::atomic::Ordering::Relaxed);
+        l
+    }
+}
+
+#[repr(C)]
+pub(crate) struct PeerSlot {
+    /// 0 free, 1 unix (the path is the `server` line's), 4 IPv4, 6 IPv6.
+    pub(crate) family: AtomicU32,
+    pub(crate) port: AtomicU32,
+    pub(crate) addr: [AtomicU8; 16],
+    /// The `server` line (index in the upstream's config).
+    pub(crate) server: AtomicU32,
+    pub(crate) weight: AtomicU32,
+    pub(crate) max_fails: AtomicU32,
+    pub(crate) fail_timeout_ms: AtomicU32,
+    pub(crate) max_conns: AtomicU32,
+    pub(crate) flags: AtomicU32,
+    pub(crate) next: AtomicU32,
+    pub(crate) _pad: AtomicU32,
+    pub(crate) retired_at: AtomicU64,
+    pub(crate) live: PeerLive,
+}
+
+// SAFETY: each record is repr(C) and made only of atomics.
+unsafe impl Shared for Header {}
+// SAFETY: as above.
+unsafe impl Shared for Ack {}
+// SAFETY: as above.
+unsafe impl Shared for UpstreamRec {}
+// SAFETY: as above.
+unsafe impl Shared for PeerSlot {}
+
+const _: () = assert!(size_of::<Header>() == 72);
+const _: () = assert!(size_of::<Ack>() == 16);
+const _: () = assert!(size_of::<UpstreamRec>() == 96);
+const _: () = assert!(size_of::<PeerSlot>() == 208);

@@ -1,0 +1,733 @@
+//! An upstream zone (`zone NAME [SIZE]`): the peers of one or more upstreams
+//! and their live state in one shared region, laid out as `#[repr(C)]`
+//! records of atomics linked by `u32` index. The master builds it before
+//! forking; workers read peer lists through a per-upstream seqlock into
+//! snapshots and update the live state in place. Peer lists change only
+//! under the zone's pid-owned writer lock ([`Zone::publish`]); a removed
+//! peer's slot is reused only after every live worker has acknowledged a
+//! publication that no longer lists it ([`Zone::ack`]). The master repairs
+//! the zone when it reaps a worker that died abnormally ([`Zone::repair`]).
+//! No I/O besides creating the region.
+
+use std::mem::{offset_of, size_of};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering::*};
+use std::time::Duration;
+
+use super::peers::{Live, Peer, PeerLive, Peers};
+use crate::conf::model::{PeerAddr, Upstream};
+use crate::shm::records::{Ack, BACKUP, DOWN, Header, NAME_MAX, PeerSlot, UpstreamRec};
+use crate::shm::{Ref, Region, ShmError};
+
+pub use crate::shm::records::{LAYOUT, MAGIC};
+/// nginx's smallest zone: eight pages.
+pub const MIN_SIZE: u64 = 8 * 4096;
+
+/// Bytes a zone needs besides its peers, and per peer.
+const HEADER: usize = 128;
+fn fixed(upstreams: usize, workers: usize) -> usize {
+    HEADER + workers * size_of::<Ack>() + upstreams * size_of::<UpstreamRec>()
+}
+fn per_peer(upstreams: usize) -> usize {
+    size_of::<PeerSlot>() + 2 * 4 * upstreams
+}
+
+/// The size a zone needs for `peers` peers.
+pub fn size_needed(peers: usize, upstreams: usize, workers: usize) -> u64 {
+    let bytes = fixed(upstreams, workers) + peers * per_peer(upstreams) + 8;
+    (bytes as u64).div_ceil(4096) * 4096
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ZoneError {
+    #[error("{0}")]
+    Shm(#[from] ShmError),
+    #[error("zone \"{zone}\" of {size} bytes cannot hold its upstreams' records")]
+    TooSmall { zone: String, size: u64 },
+    #[error("zone \"{zone}\" is busy: its writer lock is held by process {pid}")]
+    Busy { zone: String, pid: u32 },
+    #[error("zone \"{zone}\" was made by another layout ({found}, this binary uses {LAYOUT})")]
+    Layout { zone: String, found: u32 },
+}
+
+/// One peer to publish.
+#[derive(Debug, Clone)]
+pub struct NewPeer {
+    pub addr: PeerAddr,
+    pub server: u32,
+    pub weight: u32,
+    pub max_fails: u32,
+    pub fail_timeout: Duration,
+    pub max_conns: u32,
+    pub backup: bool,
+    pub down: bool,
+}
+
+impl NewPeer {
+    /// Every address of every `server` line, in order.
+    pub fn from_config(u: &Upstream) -> Vec<NewPeer> {
+        u.servers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| {
+                s.addrs.iter().map(move |a| NewPeer {
+                    addr: a.clone(),
+                    server: i as u32,
+                    weight: s.weight,
+                    max_fails: s.max_fails,
+                    fail_timeout: s.fail_timeout,
+                    max_conns: s.max_conns,
+                    backup: s.backup,
+                    down: s.down,
+                })
+            })
+            .collect()
+    }
+}
+
+/// What a publication did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    pub kept: usize,
+    pub added: usize,
+    pub removed: usize,
+    /// Peers that did not fit; `needed` is the zone size that would hold all.
+    pub refused: usize,
+    pub needed: u64,
+}
+
+/// Usage figures for the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub size: u64,
+    pub used: u64,
+    pub slots: u32,
+    pub in_use: u32,
+    pub generation: u64,
+}
+
+pub struct Zone {
+    pub name: String,
+    region: Arc<Region>,
+    upstreams: Vec<String>,
+    slots: usize,
+    acks_off: usize,
+    ups_off: usize,
+    lists_off: usize,
+    slots_off: usize,
+}
+
+impl Zone {
+    /// Lays out a zone of `size` bytes for these upstreams (by name) and
+    /// `workers` acknowledgement entries, in a new memfd.
+    pub fn create(
+        name: &str,
+        size: u64,
+        generation: u64,
+        upstreams: &[&str],
+        workers: usize,
+    ) -> Result<Zone, ZoneError> {
+        let region = Region::create(name, size as usize)?;
+        Zone::init(name, Arc::new(region), generation, upstreams, workers)
+    }
+
+    /// The same layout over process-private memory (tests).
+    pub fn heap(
+        name: &str,
+        size: u64,
+        upstreams: &[&str],
+        workers: usize,
+    ) -> Result<Zone, ZoneError> {
+        Zone::init(
+            name,
+            Arc::new(Region::heap(size as usize)),
+            1,
+            upstreams,
+            workers,
+        )
+    }
+
+    fn init(
+        name: &str,
+        region: Arc<Region>,
+        generation: u64,
+        upstreams: &[&str],
+        workers: usize,
+    ) -> Result<Zone, ZoneError> {
+        let size = region.len();
+        let (u, w) = (upstreams.len(), workers.max(1));
+        let room = size.saturating_sub(fixed(u, w) + 8);
+        let slots = (room / per_peer(u)).min(u32::MAX as usize - 1);
+        if slots == 0 {
+            return Err(ZoneError::TooSmall {
+                zone: name.into(),
+                size: size as u64,
+            });
+        }
+        let acks_off = HEADER;
+        let ups_off = acks_off + w * size_of::<Ack>();
+        let lists_off = ups_off + u * size_of::<UpstreamRec>();
+        let slots_off = (lists_off + 2 * 4 * u * slots).next_multiple_of(8);
+        let zone = Zone {
+            name: name.into(),
+            region,
+            upstreams: upstreams.iter().map(|s| s.to_string()).collect(),
+            slots,
+            acks_off,
+            ups_off,
+            lists_off,
+            slots_off,
+        };
+        let h = zone.header()?;
+        h.layout.store(LAYOUT, Relaxed);
+        h.creator.store(std::process::id(), Relaxed);
+        h.size.store(size as u64, Relaxed);
+        h.generation.store(generation, Relaxed);
+        h.upstreams.store(u as u32, Relaxed);
+        h.workers.store(w as u32, Relaxed);
+        h.slots.store(slots as u32, Relaxed);
+        for i in 0..slots {
+            let next = if i + 1 < slots { i as u32 + 2 } else { 0 };
+            zone.slot(i)?.next.store(next, Relaxed);
+        }
+        h.free.store(1, Relaxed);
+        for (i, n) in upstreams.iter().enumerate() {
+            let rec = zone.rec(i)?;
+            let bytes = n.as_bytes();
+            let len = bytes.len().min(NAME_MAX);
+            for (d, b) in rec.name.iter().zip(&bytes[..len]) {
+                d.store(*b, Relaxed);
+            }
+            rec.name_len.store(len as u32, Relaxed);
+        }
+        h.magic.store(MAGIC, Release);
+        Ok(zone)
+    }
+
+    fn header(&self) -> Result<&Header, ShmError> {
+        self.region.get::<Header>(0)
+    }
+
+    fn rec(&self, u: usize) -> Result<&UpstreamRec, ShmError> {
+        self.region
+            .get::<UpstreamRec>(self.ups_off + u * size_of::<UpstreamRec>())
+    }
+
+    fn ack_entry(&self, worker: usize) -> Result<&Ack, ShmError> {
+        self.region
+            .get::<Ack>(self.acks_off + worker * size_of::<Ack>())
+    }
+
+    fn list(&self, u: usize, which: usize) -> Result<&[AtomicU32], ShmError> {
+        self.region.slice::<AtomicU32>(
+            self.lists_off + (2 * u + which) * self.slots * 4,
+            self.slots,
+        )
+    }
+
+    fn slot_off(&self, i: usize) -> usize {
+        self.slots_off + i * size_of::<PeerSlot>()
+    }
+
+    fn slot(&self, i: usize) -> Result<&PeerSlot, ShmError> {
+        self.region.get::<PeerSlot>(self.slot_off(i))
+    }
+
+    /// The index of upstream `name` in this zone.
+    pub fn upstream(&self, name: &str) -> Option<usize> {
+        self.upstreams.iter().position(|n| n == name)
+    }
+
+    pub fn upstream_names(&self) -> &[String] {
+        &self.upstreams
+    }
+
+    /// The memfd, for a binary upgrade.
+    pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.region.fd()
+    }
+
+    /// The upstream's publication counter: one atomic load, what a worker
+    /// checks per request to know its snapshot is current.
+    pub fn seq(&self, u: usize) -> u64 {
+        self.rec(u).map(|r| r.seq.current()).unwrap_or(0)
+    }
+
+    pub fn usage(&self) -> Usage {
+        let h = self.header().ok();
+        let in_use = h.map(|h| h.in_use.load(Relaxed)).unwrap_or(0);
+        let size = self.region.len() as u64;
+        Usage {
+            size,
+            used: (self.slots_off + in_use as usize * size_of::<PeerSlot>()) as u64,
+            slots: self.slots as u32,
+            in_use,
+            generation: h.map(|h| h.generation.load(Relaxed)).unwrap_or(0),
+        }
+    }
+
+    /// Bytes one more peer takes in this zone.
+    pub fn bytes_per_peer(&self) -> usize {
+        per_peer(self.upstreams.len())
+    }
+
+    /// Reads the upstream's published peers into a snapshot, or None while a
+    /// write is in progress (the caller keeps the one it has).
+    pub fn snapshot(&self, u: usize, cfg: &Upstream) -> Option<Peers> {
+        let rec = self.rec(u).ok()?;
+        for _ in 0..16 {
+            let Some(start) = rec.seq.read_begin() else {
+                std::hint::spin_loop();
+                continue;
+            };
+            let which = rec.active.load(Relaxed) as usize & 1;
+            let n = (rec.count[which].load(Relaxed) as usize).min(self.slots);
+            let config = rec.config.load(Relaxed);
+            let list = self.list(u, which).ok()?;
+            let peers: Vec<Peer> = list[..n]
+                .iter()
+                .filter_map(|i| self.read_peer(i.load(Relaxed) as usize, cfg))
+                .collect();
+            if rec.seq.read_valid(start) && peers.len() == n {
+                return Some(Peers::assemble(cfg, peers, config));
+            }
+        }
+        None
+    }
+
+    fn read_peer(&self, i: usize, cfg: &Upstream) -> Option<Peer> {
+        let s = self.slot(i).ok()?;
+        let server = s.server.load(Relaxed) as usize;
+        let line = cfg.servers.get(server)?;
+        let port = s.port.load(Relaxed) as u16;
+        let mut b = [0u8; 16];
+        for (d, a) in b.iter_mut().zip(&s.addr) {
+            *d = a.load(Relaxed);
+        }
+        let addr = match s.family.load(Relaxed) {
+            4 => PeerAddr::Inet(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3])),
+                port,
+            )),
+            6 => PeerAddr::Inet(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(b)), port)),
+            1 => line
+                .addrs
+                .iter()
+                .find(|a| matches!(a, PeerAddr::Unix(_)))?
+                .clone(),
+            _ => return None,
+        };
+        let flags = s.flags.load(Relaxed);
+        let live =
+            Ref::<PeerLive>::new(&self.region, self.slot_off(i) + offset_of!(PeerSlot, live))
+                .ok()?;
+        let mut p = Peer::from_server(server, line, &addr, Live::Zone(live));
+        p.weight = i64::from(s.weight.load(Relaxed));
+        p.max_fails = s.max_fails.load(Relaxed);
+        p.fail_timeout = u64::from(s.fail_timeout_ms.load(Relaxed));
+        p.max_conns = s.max_conns.load(Relaxed);
+        p.backup = flags & BACKUP != 0;
+        p.down = flags & DOWN != 0;
+        Some(p)
+    }
+
+    /// Publishes `peers` as upstream `u`'s list: peers already listed with
+    /// the same address and `server` line keep their slot and live state,
+    /// the others are retired, new ones take free slots. Peers that find no
+    /// slot are refused (reported with the size that would hold them all).
+    pub fn publish(&self, u: usize, pid: u32, peers: &[NewPeer]) -> Result<Published, ZoneError> {
+        let h = self.header()?;
+        let rec = self.rec(u)?;
+        let guard = h
+            .writer
+            .lock(pid, Duration::from_secs(1))
+            .ok_or_else(|| ZoneError::Busy {
+                zone: self.name.clone(),
+                pid: h.writer.owner(),
+            })?;
+        self.reclaim(h);
+        let active = rec.active.load(Relaxed) as usize & 1;
+        let old_n = (rec.count[active].load(Relaxed) as usize).min(self.slots);
+        let old: Vec<usize> = self.list(u, active)?[..old_n]
+            .iter()
+            .map(|i| i.load(Relaxed) as usize)
+            .collect();
+        let mut taken = vec![false; old.len()];
+        let mut out = Published::default();
+        let mut list = Vec::with_capacity(peers.len());
+        for p in peers {
+            let (family, port, bytes) = encode(&p.addr);
+            let found = old.iter().enumerate().position(|(k, &i)| {
+                !taken[k]
+                    && self.slot(i).is_ok_and(|s| {
+                        s.family.load(Relaxed) == family
+                            && s.port.load(Relaxed) == port
+                            && s.server.load(Relaxed) == p.server
+                            && s.addr
+                                .iter()
+                                .zip(&bytes)
+                                .all(|(a, b)| a.load(Relaxed) == *b)
+                    })
+            });
+            if let Some(k) = found {
+                taken[k] = true;
+                list.push((old[k], p, false));
+                out.kept += 1;
+                continue;
+            }
+            match self.alloc(h) {
+                Some(i) => {
+                    let s = self.slot(i)?;
+                    s.family.store(family, Relaxed);
+                    s.port.store(port, Relaxed);
+                    for (a, b) in s.addr.iter().zip(&bytes) {
+                        a.store(*b, Relaxed);
+                    }
+                    s.server.store(p.server, Relaxed);
+                    reset(&s.live, i64::from(p.weight));
+                    list.push((i, p, true));
+                    out.added += 1;
+                }
+                None => out.refused += 1,
+            }
+        }
+        let version = h.version.fetch_add(1, AcqRel) + 1;
+        let inactive = 1 - active;
+        let target = self.list(u, inactive)?;
+        rec.seq.write(&guard, || {
+            for (k, (i, p, _)) in list.iter().enumerate() {
+                if let Ok(s) = self.slot(*i) {
+                    s.weight.store(p.weight, Relaxed);
+                    s.max_fails.store(p.max_fails, Relaxed);
+                    s.fail_timeout_ms.store(
+                        p.fail_timeout.as_millis().min(u32::MAX as u128) as u32,
+                        Relaxed,
+                    );
+                    s.max_conns.store(p.max_conns, Relaxed);
+                    s.flags.store(
+                        (u32::from(p.backup) * BACKUP) | (u32::from(p.down) * DOWN),
+                        Relaxed,
+                    );
+                }
+                target[k].store(*i as u32, Relaxed);
+            }
+            rec.count[inactive].store(list.len() as u32, Relaxed);
+            rec.active.store(inactive as u32, Relaxed);
+            rec.config.store(version, Relaxed);
+        });
+        for (k, &i) in old.iter().enumerate() {
+            if !taken[k] {
+                if let Ok(s) = self.slot(i) {
+                    s.retired_at.store(version, Relaxed);
+                    s.next.store(h.retired.load(Relaxed), Relaxed);
+                    h.retired.store(i as u32 + 1, Relaxed);
+                }
+                out.removed += 1;
+            }
+        }
+        if out.refused > 0 {
+            let used = h.in_use.load(Relaxed) as usize;
+            out.needed = size_needed(
+                used + out.refused,
+                self.upstreams.len(),
+                h.workers.load(Relaxed) as usize,
+            );
+        }
+        drop(guard);
+        Ok(out)
+    }
+
+    /// A free slot, or None when the zone is full.
+    fn alloc(&self, h: &Header) -> Option<usize> {
+        let head = h.free.load(Relaxed);
+        if head == 0 {
+            return None;
+        }
+        let i = head as usize - 1;
+        let s = self.slot(i).ok()?;
+        h.free.store(s.next.load(Relaxed), Relaxed);
+        h.in_use.fetch_add(1, Relaxed);
+        Some(i)
+    }
+
+    /// Moves retired slots that no live worker can still hold to the free
+    /// list. Called with the writer lock held.
+    fn reclaim(&self, h: &Header) {
+        let workers = h.workers.load(Relaxed) as usize;
+        let oldest = (0..workers)
+            .filter_map(|w| self.ack_entry(w).ok())
+            .filter(|a| a.pid.load(Acquire) != 0)
+            .map(|a| a.seen.load(Acquire))
+            .min()
+            .unwrap_or(u64::MAX);
+        let mut prev: Option<usize> = None;
+        let mut cur = h.retired.load(Relaxed);
+        while cur != 0 {
+            let i = cur as usize - 1;
+            let Ok(s) = self.slot(i) else { break };
+            let next = s.next.load(Relaxed);
+            if s.retired_at.load(Relaxed) <= oldest {
+                match prev {
+                    None => h.retired.store(next, Relaxed),
+                    Some(p) => {
+                        if let Ok(ps) = self.slot(p) {
+                            ps.next.store(next, Relaxed);
+                        }
+                    }
+                }
+                s.family.store(0, Relaxed);
+                s.next.store(h.free.load(Relaxed), Relaxed);
+                h.free.store(cur, Relaxed);
+                let _ = h
+                    .in_use
+                    .fetch_update(Relaxed, Relaxed, |n| Some(n.saturating_sub(1)));
+            } else {
+                prev = Some(i);
+            }
+            cur = next;
+        }
+    }
+
+    /// Worker `worker` (pid `pid`) holds no peers older than publication
+    /// `seen` (the zone's version when it holds none).
+    pub fn ack(&self, worker: usize, pid: u32, seen: u64) {
+        if let Ok(a) = self.ack_entry(worker) {
+            a.seen.store(seen, Release);
+            a.pid.store(pid, Release);
+        }
+    }
+
+    /// The zone's publication counter.
+    pub fn version(&self) -> u64 {
+        self.header().map(|h| h.version.load(Acquire)).unwrap_or(0)
+    }
+
+    /// After worker `worker` (pid `pid`) died abnormally: forget its
+    /// acknowledgement, open the writer lock if it held it and make every
+    /// half-written seqlock even. True when the lock was held (the caller
+    /// logs it as nginx does).
+    pub fn repair(&self, worker: usize, pid: u32) -> bool {
+        if let Ok(a) = self.ack_entry(worker) {
+            if a.pid.load(Acquire) == pid {
+                a.pid.store(0, Release);
+            }
+        }
+        let Ok(h) = self.header() else { return false };
+        let held = h.writer.force_unlock(pid);
+        if held {
+            for u in 0..self.upstreams.len() {
+                if let Ok(r) = self.rec(u) {
+                    r.seq.repair();
+                }
+            }
+        }
+        held
+    }
+
+    /// Checks a zone another binary made (a binary upgrade).
+    pub fn check_layout(&self) -> Result<(), ZoneError> {
+        let h = self.header()?;
+        let found = h.layout.load(Acquire);
+        if h.magic.load(Acquire) != MAGIC || found != LAYOUT {
+            return Err(ZoneError::Layout {
+                zone: self.name.clone(),
+                found,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A generation's zones by name.
+pub type Zones = std::collections::HashMap<String, Arc<Zone>>;
+
+/// Builds the zones `http` names (in the master, before forking) and
+/// publishes each zone upstream's configured peers. Peers a zone has no room
+/// for are refused with an `[error]` that says the size needed.
+pub fn create_all(
+    http: Option<&crate::conf::model::Http>,
+    generation: u64,
+    workers: usize,
+) -> Result<Zones, ZoneError> {
+    let mut zones = Zones::new();
+    let Some(http) = http else { return Ok(zones) };
+    for spec in &http.zones {
+        let names: Vec<&str> = spec.upstreams.iter().map(String::as_str).collect();
+        let size = spec.size.unwrap_or(MIN_SIZE);
+        let zone = Zone::create(&spec.name, size, generation, &names, workers)?;
+        for (i, name) in spec.upstreams.iter().enumerate() {
+            let Some(u) = http.upstreams.iter().find(|u| &u.name == name) else {
+                continue;
+            };
+            let r = zone.publish(i, std::process::id(), &NewPeer::from_config(u))?;
+            if r.refused > 0 {
+                crate::log!(
+                    crate::log::Level::Error,
+                    "zone \"{}\" is too small for the peers of upstream \"{}\": {} of them not added, {} bytes needed",
+                    spec.name,
+                    name,
+                    r.refused,
+                    r.needed
+                );
+            }
+        }
+        zones.insert(spec.name.clone(), Arc::new(zone));
+    }
+    Ok(zones)
+}
+
+fn encode(addr: &PeerAddr) -> (u32, u32, [u8; 16]) {
+    let mut b = [0u8; 16];
+    match addr {
+        PeerAddr::Inet(SocketAddr::V4(a)) => {
+            b[..4].copy_from_slice(&a.ip().octets());
+            (4, u32::from(a.port()), b)
+        }
+        PeerAddr::Inet(SocketAddr::V6(a)) => (6, u32::from(a.port()), a.ip().octets()),
+        PeerAddr::Unix(_) => (1, 0, b),
+    }
+}
+
+/// Fresh live state for a slot nobody references.
+fn reset(l: &PeerLive, weight: i64) {
+    l.conns.store(0, Relaxed);
+    l.fails.store(0, Relaxed);
+    l.current_weight.store(0, Relaxed);
+    l.effective_weight.store(weight, Relaxed);
+    for a in [
+        &l.accessed,
+        &l.checked,
+        &l.selected,
+        &l.requests,
+        &l.sent,
+        &l.received,
+        &l.downtime,
+        &l.down_since,
+    ] {
+        a.store(0, Relaxed);
+    }
+    for r in &l.responses {
+        r.store(0, Relaxed);
+    }
+    l.unavail.store(0, Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conf::model::Balancer;
+    use crate::upstream::peers::test_upstream;
+
+    fn up(addrs: &[&str]) -> Upstream {
+        let servers: Vec<(&str, u32, bool)> = addrs.iter().map(|a| (*a, 1, false)).collect();
+        test_upstream(&servers, Balancer::RoundRobin)
+    }
+
+    fn names(p: &Peers) -> Vec<String> {
+        p.primary.iter().map(|p| p.name.to_string()).collect()
+    }
+
+    #[test]
+    fn static_peers_published_and_shared() {
+        let cfg = up(&["127.0.0.1:1", "[::1]:2"]);
+        let z = Zone::heap("z", 64 * 1024, &["u"], 2).expect("zone");
+        let r = z
+            .publish(0, 1, &NewPeer::from_config(&cfg))
+            .expect("publish");
+        assert_eq!((r.added, r.refused), (2, 0));
+        let a = z.snapshot(0, &cfg).expect("snapshot");
+        let b = z.snapshot(0, &cfg).expect("snapshot");
+        assert_eq!(names(&a), ["127.0.0.1:1", "[::1]:2"]);
+        // Two snapshots (two workers) see one live state.
+        a.primary[0].live.fails.store(3, Relaxed);
+        assert_eq!(b.primary[0].fails(), 3);
+        assert_eq!(z.upstream("u"), Some(0));
+        assert!(z.usage().used > 0);
+    }
+
+    #[test]
+    fn republish_keeps_matching_peers_and_their_state() {
+        let cfg = up(&["127.0.0.1:1", "127.0.0.1:2"]);
+        let z = Zone::heap("z", 64 * 1024, &["u"], 1).expect("zone");
+        z.publish(0, 1, &NewPeer::from_config(&cfg))
+            .expect("publish");
+        let s1 = z.seq(0);
+        let before = z.snapshot(0, &cfg).expect("snapshot");
+        before.primary[1].live.requests.store(5, Relaxed);
+        let mut next = NewPeer::from_config(&cfg);
+        next.remove(0);
+        let r = z.publish(0, 1, &next).expect("publish");
+        assert_eq!((r.kept, r.added, r.removed), (1, 0, 1));
+        assert_ne!(z.seq(0), s1, "readers see the list moved");
+        let after = z.snapshot(0, &cfg).expect("snapshot");
+        assert_eq!(names(&after), ["127.0.0.1:2"]);
+        assert_eq!(after.primary[0].live.requests.load(Relaxed), 5);
+        assert!(after.config > before.config);
+    }
+
+    #[test]
+    fn full_zone_refuses_extra_peers_and_says_what_is_needed() {
+        let z = Zone::heap("small", 1024, &["u"], 1).expect("zone");
+        let slots = z.usage().slots as usize;
+        let addrs: Vec<String> = (0..slots + 3)
+            .map(|i| format!("127.0.0.1:{}", i + 1))
+            .collect();
+        let refs: Vec<&str> = addrs.iter().map(|s| s.as_str()).collect();
+        let cfg = up(&refs);
+        let r = z
+            .publish(0, 1, &NewPeer::from_config(&cfg))
+            .expect("publish");
+        assert_eq!((r.added, r.refused), (slots, 3));
+        assert!(r.needed > 1024);
+        assert_eq!(z.snapshot(0, &cfg).expect("snapshot").count(), slots);
+        assert!(Zone::heap("tiny", 100, &["u"], 1).is_err());
+    }
+
+    #[test]
+    fn slots_are_reused_only_after_every_worker_acknowledged() {
+        let a = up(&["127.0.0.1:1"]);
+        let b = up(&["127.0.0.1:2"]);
+        // Room for exactly one peer.
+        let size = (fixed(1, 2) + per_peer(1) + 8) as u64;
+        let z = Zone::heap("z", size, &["u"], 2).expect("zone");
+        assert_eq!(z.usage().slots, 1);
+        z.publish(0, 1, &NewPeer::from_config(&a)).expect("publish");
+        // Both workers hold the first list.
+        let first = z.snapshot(0, &a).expect("snapshot").config;
+        z.ack(0, 100, first);
+        z.ack(1, 101, first);
+        // Replacing the peer: its slot is retired, not free, so the new one
+        // does not fit yet.
+        let r = z.publish(0, 1, &NewPeer::from_config(&b)).expect("publish");
+        assert_eq!((r.removed, r.refused), (1, 1));
+        // One worker moves on; the other still may hold the old peer.
+        let now = z.version();
+        z.ack(0, 100, now);
+        let r = z.publish(0, 1, &NewPeer::from_config(&b)).expect("publish");
+        assert_eq!(r.refused, 1);
+        // The second worker dies: the master forgets its acknowledgement.
+        assert!(!z.repair(1, 101));
+        let r = z.publish(0, 1, &NewPeer::from_config(&b)).expect("publish");
+        assert_eq!((r.added, r.refused), (1, 0));
+        let s = z.snapshot(0, &b).expect("snapshot");
+        assert_eq!(names(&s), ["127.0.0.1:2"]);
+        assert_eq!(s.primary[0].live.requests.load(Relaxed), 0, "fresh state");
+    }
+
+    #[test]
+    fn repair_opens_a_dead_writers_lock() {
+        let cfg = up(&["127.0.0.1:1"]);
+        let z = Zone::heap("z", 64 * 1024, &["u"], 1).expect("zone");
+        let h = z.header().expect("header");
+        // pid 1 (init) is alive: the lock is not pushed out by a waiter.
+        std::mem::forget(h.writer.try_lock(1));
+        assert!(matches!(
+            z.publish(0, 7, &NewPeer::from_config(&cfg)),
+            Err(ZoneError::Busy { pid: 1, .. })
+        ));
+        assert!(z.repair(0, 1));
+        assert!(z.publish(0, 1, &NewPeer::from_config(&cfg)).is_ok());
+        assert!(z.check_layout().is_ok());
+    }
+}
