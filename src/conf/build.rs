@@ -90,6 +90,7 @@ const TABLES: &[&[Spec]] = &[
     super::loc_table::TABLE,
     super::proxy::TABLE,
     super::logs::TABLE,
+    super::status::TABLE,
 ];
 
 const TABLE: &[Spec] = &[

@@ -81,6 +81,8 @@ pub(super) struct LocationB {
     pub(super) regex: Option<regex::Regex>,
     pub(super) script: Vec<Stmt>,
     pub(super) proxy_pass: Option<ProxyPassB>,
+    /// `api` or `stub_status`.
+    pub(super) handler: Option<Handler>,
     pub(super) locations: Vec<LocationB>,
     pub(super) src: Src,
 }
@@ -384,6 +386,7 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         regex,
         script: Vec::new(),
         proxy_pass: None,
+        handler: None,
         locations: Vec::new(),
         src: d.src.clone(),
     };
@@ -584,6 +587,7 @@ fn finish_location(
         error_log: l.error_log,
         conf,
         proxy_pass,
+        handler: l.handler,
         src: l.src,
     })
 }

@@ -12,6 +12,7 @@ mod logs;
 pub mod model;
 mod proxy;
 mod rewrite;
+mod status;
 #[cfg(test)]
 mod testutil;
 pub mod tree;

@@ -163,7 +163,18 @@ pub struct Location {
     pub conf: Arc<LocConf>,
     /// `proxy_pass` (not inherited by nested locations, as in nginx).
     pub proxy_pass: Option<ProxyPass>,
+    /// `api` or `stub_status` (not inherited either).
+    pub handler: Option<Handler>,
     pub src: Src,
+}
+
+/// A location's built-in content handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handler {
+    /// `api [write=on|off]`: the NGINX Plus-shaped JSON API (read-only).
+    Api { write: bool },
+    /// `stub_status`: nginx's text status.
+    StubStatus,
 }
 
 /// One rewrite-module directive.

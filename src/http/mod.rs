@@ -14,6 +14,7 @@ pub mod response;
 pub mod router;
 pub mod script;
 pub mod static_files;
+pub mod status;
 mod tunnel;
 pub mod uri;
 pub mod vars;
@@ -178,12 +179,16 @@ impl Drop for Tracked {
 }
 
 /// Held while a request is in flight; its end starts the idle clock.
-pub(crate) struct InFlight(Arc<Idle>);
+pub(crate) struct InFlight(Arc<Idle>, Option<Arc<status::Stats>>);
 
 impl InFlight {
-    fn start(idle: &Arc<Idle>) -> InFlight {
+    fn start(idle: &Arc<Idle>, stats: Option<&Arc<status::Stats>>) -> InFlight {
         idle.inflight.fetch_add(1, Ordering::AcqRel);
-        InFlight(idle.clone())
+        if let Some(c) = stats.and_then(|s| s.counters()) {
+            c.requests.fetch_add(1, Ordering::Relaxed);
+            c.writing.fetch_add(1, Ordering::Relaxed);
+        }
+        InFlight(idle.clone(), stats.cloned())
     }
 
     /// Sets the idle limit; the watcher re-arms only when it changes, so a
@@ -205,6 +210,9 @@ impl Drop for InFlight {
         self.0.since.store(self.0.now_ms(), Ordering::Release);
         self.0.ended.fetch_add(1, Ordering::AcqRel);
         self.0.inflight.fetch_sub(1, Ordering::AcqRel);
+        if let Some(c) = self.1.as_ref().and_then(|s| s.counters()) {
+            c.writing.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -222,6 +230,10 @@ pub(crate) struct Shared {
     /// Idle keep-alive connections are parked (see `client_io`) while the
     /// worker holds more connections than this.
     park_above: usize,
+    /// `stub_status` counters, when a location has it.
+    stats: Option<Arc<status::Stats>>,
+    /// The master's generation number for this configuration.
+    generation: u64,
     drained: Notify,
     slots: Arc<Semaphore>,
 }
@@ -233,7 +245,7 @@ pub async fn serve(
     listeners: Vec<Listener>,
     mut phase: watch::Receiver<Phase>,
     conn_base: u64,
-    zones: crate::upstream::Zones,
+    shm: status::Shm,
     slot: usize,
 ) {
     let router = match &cfg.http {
@@ -242,7 +254,9 @@ pub async fn serve(
     };
     let shared = Arc::new(Shared {
         slots: Arc::new(Semaphore::new(cfg.events.worker_connections)),
-        upstreams: Upstreams::new(cfg.http.as_ref(), &zones),
+        upstreams: Upstreams::new(cfg.http.as_ref(), &shm.zones),
+        stats: shm.stats.clone(),
+        generation: shm.generation,
         header_wait: cfg
             .http
             .iter()
@@ -260,7 +274,7 @@ pub async fn serve(
     });
     // Zone upstreams: keep snapshots current and tell each zone which
     // publications this worker still holds peers of.
-    if !zones.is_empty() {
+    if !shm.zones.is_empty() {
         let shared = shared.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -392,6 +406,11 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             listen_text: l.addr.to_string(),
         };
         shared.active.fetch_add(1, Ordering::AcqRel);
+        if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
+            c.accepted.fetch_add(1, Ordering::Relaxed);
+            c.handled.fetch_add(1, Ordering::Relaxed);
+            c.active.fetch_add(1, Ordering::Relaxed);
+        }
         tokio::spawn(serve_conn(
             io,
             info,
@@ -431,7 +450,7 @@ async fn serve_conn(
             let info = info.clone();
             let listen = listen.clone();
             let served = served.clone();
-            let flight = InFlight::start(&idle);
+            let flight = InFlight::start(&idle, shared.stats.as_ref());
             let flags = &idle.flags;
             flags.body.store(
                 !hyper::body::Body::is_end_stream(req.body()),
@@ -491,6 +510,9 @@ async fn serve_conn(
             }
             None => break,
         }
+    }
+    if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
+        c.active.fetch_sub(1, Ordering::Relaxed);
     }
     if shared.active.fetch_sub(1, Ordering::AcqRel) == 1 {
         shared.drained.notify_waiters();
@@ -899,6 +921,17 @@ async fn dispatch(
     // Else with the location's (nginx's preaccess phase).
     realip::apply(r);
     if let Some(l) = location {
+        match l.handler {
+            Some(crate::conf::model::Handler::Api { .. }) => {
+                drop(body);
+                return Ok(status::api(r, &l.uri, &shared.upstreams, shared.generation));
+            }
+            Some(crate::conf::model::Handler::StubStatus) => {
+                drop(body);
+                return Ok(status::stub_status(r, shared.stats.as_deref()));
+            }
+            None => {}
+        }
         if let Some(pp) = &l.proxy_pass {
             let Some(ups) = shared.upstreams.get(pp.upstream) else {
                 return Ok(Reply::Status(500));

@@ -26,9 +26,9 @@ use super::{create_temp_paths, daemon, load_config, open_logs, startup_log, sys}
 use crate::cli::Cli;
 use crate::conf::Config;
 use crate::http::Listener;
+use crate::http::status::{Shm, Stats};
 use crate::log::{self, Level, Target};
 use crate::net::{self, Bound};
-use crate::upstream::Zones;
 
 /// One configuration with its listening sockets.
 struct Generation {
@@ -36,8 +36,8 @@ struct Generation {
     cfg: Arc<Config>,
     bound: Vec<Bound>,
     creds: Option<Creds>,
-    /// Its shared zones, mapped before its workers are forked.
-    zones: Zones,
+    /// Its shared memory (zones, counters), mapped before its workers are forked.
+    shm: Shm,
 }
 
 struct Worker {
@@ -172,7 +172,7 @@ pub fn start(cli: &Cli) -> i32 {
             return 1;
         }
     };
-    let zones = match make_zones(&cfg, 1) {
+    let shm = match make_shm(&cfg, 1) {
         Ok(z) => z,
         Err(()) => {
             let _ = std::fs::remove_file(&pid_path);
@@ -186,7 +186,7 @@ pub fn start(cli: &Cli) -> i32 {
             cfg,
             bound,
             creds,
-            zones,
+            shm,
         }],
         workers: Vec::new(),
         signals: Some(signals),
@@ -198,16 +198,39 @@ pub fn start(cli: &Cli) -> i32 {
     m.run()
 }
 
-/// The generation's zones, or `[emerg]` and Err.
-fn make_zones(cfg: &Config, generation: u64) -> Result<Zones, ()> {
+/// The generation's shared memory, or `[emerg]` and Err.
+fn make_shm(cfg: &Config, generation: u64) -> Result<Shm, ()> {
     let workers = if cfg.main.master_process {
         cfg.main.worker_processes
     } else {
         1
     };
-    crate::upstream::zone::create_all(cfg.http.as_ref(), generation, workers).map_err(|e| {
-        crate::log!(Level::Emerg, "{}", e);
+    let zones =
+        crate::upstream::zone::create_all(cfg.http.as_ref(), generation, workers).map_err(|e| {
+            crate::log!(Level::Emerg, "{}", e);
+        })?;
+    let stats = if cfg.http.as_ref().is_some_and(has_stub_status) {
+        let s = Stats::create().map_err(|e| {
+            crate::log!(Level::Emerg, "stub_status: {}", e);
+        })?;
+        Some(Arc::new(s))
+    } else {
+        None
+    };
+    Ok(Shm {
+        zones,
+        stats,
+        generation,
     })
+}
+
+fn has_stub_status(http: &crate::conf::model::Http) -> bool {
+    fn any(ls: &[crate::conf::model::Location]) -> bool {
+        ls.iter().any(|l| {
+            l.handler == Some(crate::conf::model::Handler::StubStatus) || any(&l.locations)
+        })
+    }
+    http.servers.iter().any(|s| any(&s.locations))
 }
 
 fn bind(cfg: &Config, existing: &[Bound]) -> Result<Vec<Bound>, net::NetError> {
@@ -277,11 +300,11 @@ fn single_process(
     let listeners = listeners_for(&bound, 0);
     drop(bound);
     let _ = creds; // One process keeps its privileges, as nginx does without a master.
-    let Ok(zones) = make_zones(&cfg, 1) else {
+    let Ok(shm) = make_shm(&cfg, 1) else {
         let _ = std::fs::remove_file(pid_path);
         return 1;
     };
-    let code = worker::run(cfg, listeners, None, None, zones, 0);
+    let code = worker::run(cfg, listeners, None, None, shm, 0);
     let _ = std::fs::remove_file(pid_path);
     code
 }
@@ -383,9 +406,9 @@ impl Master {
         // Every other listening socket closes here, so that no connection queues
         // on a socket this process will never accept on.
         self.generations.clear();
-        let (cfg, creds, zones) = (g.cfg.clone(), g.creds.clone(), g.zones.clone());
+        let (cfg, creds, shm) = (g.cfg.clone(), g.creds.clone(), g.shm.clone());
         drop(g);
-        worker::run(cfg, listeners, Some(channel), creds, zones, slot)
+        worker::run(cfg, listeners, Some(channel), creds, shm, slot)
     }
 
     fn run(&mut self) -> i32 {
@@ -618,7 +641,7 @@ impl Master {
             }
         }
         let id = self.next_generation;
-        let Ok(zones) = make_zones(&cfg, id) else {
+        let Ok(shm) = make_shm(&cfg, id) else {
             return;
         };
         self.next_generation += 1;
@@ -627,7 +650,7 @@ impl Master {
             cfg: Arc::new(cfg),
             bound,
             creds,
-            zones,
+            shm,
         });
         self.state = State::Running;
         self.start_workers(id);
@@ -672,7 +695,7 @@ impl Master {
             // Whatever it held in its generation's zones is opened again.
             if let Some(g) = self.generations.iter().find(|g| g.id == w.generation) {
                 let raw = pid.as_raw() as u32;
-                for z in g.zones.values() {
+                for z in g.shm.zones.values() {
                     if z.repair(w.slot, raw) {
                         crate::log!(
                             Level::Alert,

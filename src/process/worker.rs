@@ -59,7 +59,7 @@ pub fn run(
     listeners: Vec<Listener>,
     channel: Option<UnixStream>,
     creds: Option<Creds>,
-    zones: crate::upstream::Zones,
+    shm: crate::http::status::Shm,
     slot: usize,
 ) -> i32 {
     if let Err(e) = set_limits(&cfg) {
@@ -86,7 +86,7 @@ pub fn run(
             return FATAL;
         }
     };
-    rt.block_on(serve(cfg, listeners, channel, zones, slot));
+    rt.block_on(serve(cfg, listeners, channel, shm, slot));
     crate::log!(Level::Notice, "exiting");
     0
 }
@@ -95,7 +95,7 @@ async fn serve(
     cfg: Arc<Config>,
     listeners: Vec<Listener>,
     channel: Option<UnixStream>,
-    zones: crate::upstream::Zones,
+    shm: crate::http::status::Shm,
     slot: usize,
 ) {
     let signals = (
@@ -119,7 +119,7 @@ async fn serve(
         _ => (None, None),
     };
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
-    let mut server = tokio::spawn(http::serve(cfg, listeners, phase_rx, 1, zones, slot));
+    let mut server = tokio::spawn(http::serve(cfg, listeners, phase_rx, 1, shm, slot));
 
     // Ready: tell the master, then watch the channel for its end (master gone).
     let mut master = None;

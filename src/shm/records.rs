@@ -131,3 +131,20 @@ const _: () = assert!(size_of::<Header>() == 72);
 const _: () = assert!(size_of::<Ack>() == 16);
 const _: () = assert!(size_of::<UpstreamRec>() == 96);
 const _: () = assert!(size_of::<PeerSlot>() == 208);
+
+/// Connection and request counters every worker adds to, for `stub_status`.
+#[repr(C)]
+#[derive(Default)]
+pub struct StatusCounters {
+    pub accepted: AtomicU64,
+    pub handled: AtomicU64,
+    pub active: AtomicU64,
+    pub requests: AtomicU64,
+    /// Requests being processed (nginx's "Writing").
+    pub writing: AtomicU64,
+}
+
+// SAFETY: repr(C), atomics only.
+unsafe impl Shared for StatusCounters {}
+
+const _: () = assert!(size_of::<StatusCounters>() == 40);

@@ -1,0 +1,91 @@
+//! `api [write=on|off]` and `stub_status`: a location's built-in status
+//! handlers. Only parsing here; the handlers are `http::status`.
+
+use super::ConfError;
+use super::build::{Args, Builder, LOC, Node, Spec, duplicate, not_here};
+use super::model::Handler;
+use super::tree::Directive;
+
+pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "api",
+        ctx: LOC,
+        args: Args::Range(0, 1),
+        block: false,
+        set: set_handler,
+    },
+    Spec {
+        name: "stub_status",
+        ctx: LOC,
+        args: Args::Range(0, 1),
+        block: false,
+        set: set_handler,
+    },
+];
+
+fn set_handler(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Location(l) = n else {
+        return Err(not_here(d));
+    };
+    if l.handler.is_some() {
+        return Err(duplicate(d));
+    }
+    let handler = match d.name.as_str() {
+        "api" => {
+            let write = match d.args.first().map(String::as_str) {
+                None | Some("write=off") => false,
+                Some("write=on") => true,
+                Some(other) => {
+                    return Err(ConfError::at(
+                        format!("invalid parameter \"{other}\""),
+                        &d.src,
+                    ));
+                }
+            };
+            if write {
+                return Err(ConfError::at(
+                    "\"api write=on\" is not supported yet: the API is read-only",
+                    &d.src,
+                ));
+            }
+            Handler::Api { write }
+        }
+        // nginx takes and ignores an argument (the old `stub_status on`).
+        _ => Handler::StubStatus,
+    };
+    l.handler = Some(handler);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{err, try_build};
+    use crate::conf::model::Handler;
+
+    fn handler(conf: &str) -> Option<Handler> {
+        let (c, _) = try_build(conf).expect("config");
+        let http = c.http.expect("http");
+        http.servers[0].locations[0].handler
+    }
+
+    #[test]
+    fn api_and_stub_status() {
+        assert_eq!(
+            handler("events {} http { server { location /api { api; } } }"),
+            Some(Handler::Api { write: false })
+        );
+        assert_eq!(
+            handler("events {} http { server { location /s { stub_status; } } }"),
+            Some(Handler::StubStatus)
+        );
+        assert!(
+            err("events {} http { server { location /api { api write=maybe; } } }")
+                .contains("invalid parameter \"write=maybe\"")
+        );
+        assert!(
+            err("events {} http { server { location /api { api; api; } } }")
+                .contains("\"api\" directive is duplicate")
+        );
+        assert!(err("events {} http { server { stub_status; } }").contains("is not allowed here"));
+    }
+}

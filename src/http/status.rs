@@ -1,0 +1,260 @@
+//! The status handlers: `api` (read-only JSON in the shape of the NGINX Plus
+//! API, for upstreams in zones, with sluice's additions under a `sluice`
+//! key) and `stub_status` (nginx's text, from counters every worker adds to
+//! in a small shared region). Called by the dispatcher for a location whose
+//! handler is one of them.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use hyper::Method;
+use serde_json::{Map, Value, json};
+
+use super::Reply;
+use super::response;
+use super::vars::Req;
+use crate::shm::records::StatusCounters;
+use crate::shm::{Region, ShmError};
+use crate::upstream::peers::now_ms;
+use crate::upstream::{Peers, UpstreamRt, Upstreams, Zones};
+
+/// What a worker inherits from the master in shared memory.
+#[derive(Clone, Default)]
+pub struct Shm {
+    pub zones: Zones,
+    pub stats: Option<Arc<Stats>>,
+    pub generation: u64,
+}
+
+/// `stub_status` counters shared by the workers of a generation.
+pub struct Stats {
+    region: Region,
+}
+
+impl Stats {
+    pub fn create() -> Result<Stats, ShmError> {
+        let region = Region::create("stub_status", 4096)?;
+        region.get::<StatusCounters>(0)?;
+        Ok(Stats { region })
+    }
+
+    pub(crate) fn counters(&self) -> Option<&StatusCounters> {
+        self.region.get::<StatusCounters>(0).ok()
+    }
+}
+
+/// nginx's `stub_status` page. Reading is always 0: hyper reads request
+/// heads itself and does not say when it starts one.
+pub fn stub_status(r: &Req, stats: Option<&Stats>) -> Reply {
+    if r.method != Method::GET && r.method != Method::HEAD {
+        return Reply::Status(405);
+    }
+    let Some(c) = stats.and_then(Stats::counters) else {
+        return Reply::Status(500);
+    };
+    let active = c.active.load(Relaxed);
+    let writing = c.writing.load(Relaxed);
+    let text = format!(
+        "Active connections: {} \nserver accepts handled requests\n {} {} {} \nReading: 0 Writing: {} Waiting: {} \n",
+        active,
+        c.accepted.load(Relaxed),
+        c.handled.load(Relaxed),
+        c.requests.load(Relaxed),
+        writing,
+        active.saturating_sub(writing),
+    );
+    let mut resp = response::build(
+        200,
+        Some("text/plain"),
+        Bytes::from(text),
+        r.conf.server_tokens,
+    );
+    no_cache(&mut resp);
+    Reply::Full(resp)
+}
+
+fn no_cache(resp: &mut hyper::Response<response::Body>) {
+    resp.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-cache"),
+    );
+}
+
+const DOCS: &str = "https://nginx.org/en/docs/http/ngx_http_api_module.html";
+const VERSIONS: std::ops::RangeInclusive<u32> = 1..=9;
+
+fn api_error(r: &Req, status: u16, text: &str, code: &str) -> Reply {
+    json_reply(
+        r,
+        status,
+        &json!({
+            "error": { "status": status, "text": text, "code": code },
+            "request_id": format!("{:016x}", r.conn.number),
+            "href": DOCS,
+        }),
+    )
+}
+
+fn json_reply(r: &Req, status: u16, v: &Value) -> Reply {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    let mut resp = response::build(
+        status,
+        Some("application/json"),
+        Bytes::from(body),
+        r.conf.server_tokens,
+    );
+    no_cache(&mut resp);
+    Reply::Full(resp)
+}
+
+/// `api`: the path after the location's prefix names the endpoint.
+pub fn api(r: &Req, prefix: &str, upstreams: &Upstreams, generation: u64) -> Reply {
+    if r.method != Method::GET && r.method != Method::HEAD {
+        return api_error(r, 405, "method disabled", "MethodDisabled");
+    }
+    let rest = r.uri.strip_prefix(prefix).unwrap_or(&r.uri);
+    let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    let Some((version, path)) = parts.split_first() else {
+        return json_reply(r, 200, &json!(VERSIONS.collect::<Vec<u32>>()));
+    };
+    if !version.parse::<u32>().is_ok_and(|v| VERSIONS.contains(&v)) {
+        return api_error(r, 404, "unknown version", "UnknownVersion");
+    }
+    match path {
+        [] => json_reply(r, 200, &json!(["nginx", "http"])),
+        ["nginx"] => json_reply(r, 200, &nginx_info(generation)),
+        ["http"] => json_reply(r, 200, &json!(["upstreams"])),
+        ["http", "upstreams"] => {
+            let mut all = Map::new();
+            for u in upstreams.iter().filter(|u| u.zone().is_some()) {
+                all.insert(u.cfg.name.clone(), upstream_json(u));
+            }
+            json_reply(r, 200, &Value::Object(all))
+        }
+        ["http", "upstreams", name] => {
+            match upstreams
+                .iter()
+                .find(|u| u.zone().is_some() && u.cfg.name == *name)
+            {
+                Some(u) => json_reply(r, 200, &upstream_json(u)),
+                None => api_error(r, 404, "upstream not found", "UpstreamNotFound"),
+            }
+        }
+        _ => api_error(r, 404, "path not found", "PathNotFound"),
+    }
+}
+
+fn nginx_info(generation: u64) -> Value {
+    json!({
+        "version": crate::NGINX_VERSION,
+        "build": format!("sluice/{}", crate::VERSION),
+        "generation": generation,
+        "timestamp": iso(std::time::SystemTime::now()),
+        "pid": std::process::id(),
+        "ppid": nix::unistd::getppid().as_raw(),
+    })
+}
+
+/// A monotonic millisecond time as wall-clock ISO 8601, as the API shows it.
+fn iso_ms(ms: u64) -> Value {
+    if ms == 0 {
+        return Value::Null;
+    }
+    let ago = std::time::Duration::from_millis(now_ms().saturating_sub(ms));
+    iso(std::time::SystemTime::now() - ago)
+}
+
+fn iso(t: std::time::SystemTime) -> Value {
+    let t: chrono::DateTime<chrono::Utc> = t.into();
+    Value::String(t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+}
+
+fn upstream_json(u: &UpstreamRt) -> Value {
+    let peers: Arc<Peers> = u.peers();
+    let now = now_ms();
+    let mut list = Vec::new();
+    for (id, p) in peers.primary.iter().chain(peers.backup.iter()).enumerate() {
+        let l = &p.live;
+        let state = if p.down {
+            "down"
+        } else if p.failed(now) {
+            "unavail"
+        } else {
+            "up"
+        };
+        let r = &l.responses;
+        let mut peer = json!({
+            "id": id,
+            "server": p.name.as_ref(),
+            "name": peers.servers.get(p.server).cloned().unwrap_or_default(),
+            "backup": p.backup,
+            "weight": p.weight,
+            "state": state,
+            "active": l.conns.load(Relaxed),
+            "requests": l.requests.load(Relaxed),
+            "responses": {
+                "1xx": r[0].load(Relaxed),
+                "2xx": r[1].load(Relaxed),
+                "3xx": r[2].load(Relaxed),
+                "4xx": r[3].load(Relaxed),
+                "5xx": r[4].load(Relaxed),
+                "total": r[5].load(Relaxed),
+            },
+            "sent": l.sent.load(Relaxed),
+            "received": l.received.load(Relaxed),
+            "fails": l.fails.load(Relaxed),
+            "unavail": l.unavail.load(Relaxed),
+            "health_checks": { "checks": 0, "fails": 0, "unhealthy": 0 },
+            "downtime": downtime(l, now),
+        });
+        if let Some(o) = peer.as_object_mut() {
+            if p.max_conns > 0 {
+                o.insert("max_conns".into(), json!(p.max_conns));
+            }
+            let since = l.down_since.load(Relaxed);
+            if since != 0 {
+                o.insert("downstart".into(), iso_ms(since));
+            }
+            let selected = l.selected.load(Relaxed);
+            if selected != 0 {
+                o.insert("selected".into(), iso_ms(selected));
+            }
+        }
+        list.push(peer);
+    }
+    let mut out = json!({
+        "peers": list,
+        "keepalive": u.pool().idle_count(),
+        "zombies": 0,
+    });
+    if let (Some(o), Some(z)) = (out.as_object_mut(), u.zone()) {
+        let usage = z.usage();
+        o.insert("zone".into(), json!(z.name));
+        o.insert(
+            "sluice".into(),
+            json!({
+                "zone": z.name,
+                "size": usage.size,
+                "used": usage.used,
+                "peer_slots": usage.slots,
+                "peer_slots_used": usage.in_use,
+                "bytes_per_peer": z.bytes_per_peer(),
+                "generation": usage.generation,
+                "config": peers.config,
+            }),
+        );
+    }
+    out
+}
+
+/// Milliseconds unavailable, the current stretch included.
+fn downtime(l: &crate::upstream::peers::PeerLive, now: u64) -> u64 {
+    let since = l.down_since.load(Relaxed);
+    l.downtime.load(Relaxed)
+        + if since != 0 {
+            now.saturating_sub(since)
+        } else {
+            0
+        }
+}
