@@ -47,6 +47,33 @@ pub(crate) struct Ack {
     pub(crate) seen: AtomicU64,
 }
 
+/// Longest host name a server record keeps (DNS names are at most 253).
+pub(crate) const HOST_MAX: usize = 256;
+/// Longest `service=` name.
+pub(crate) const SERVICE_MAX: usize = 64;
+
+/// One `server` line of a zone upstream: what it names and its parameters,
+/// with room for its resolve state (the resolver fills it).
+#[repr(C)]
+pub(crate) struct ServerRec {
+    pub(crate) host: [AtomicU8; HOST_MAX],
+    pub(crate) host_len: AtomicU32,
+    pub(crate) port: AtomicU32,
+    pub(crate) service: [AtomicU8; SERVICE_MAX],
+    pub(crate) service_len: AtomicU32,
+    pub(crate) weight: AtomicU32,
+    pub(crate) max_fails: AtomicU32,
+    pub(crate) fail_timeout_ms: AtomicU32,
+    pub(crate) max_conns: AtomicU32,
+    pub(crate) flags: AtomicU32,
+    /// Resolve state: when the answer expires, when it came (monotonic ms),
+    /// and the last error (0: none).
+    pub(crate) expires: AtomicU64,
+    pub(crate) answered: AtomicU64,
+    pub(crate) last_error: AtomicU32,
+    pub(crate) _pad: AtomicU32,
+}
+
 #[repr(C)]
 pub(crate) struct UpstreamRec {
     pub(crate) name: [AtomicU8; NAME_MAX],
@@ -57,6 +84,9 @@ pub(crate) struct UpstreamRec {
     pub(crate) count: [AtomicU32; 2],
     /// The zone version of the last publication (nginx's config counter).
     pub(crate) config: AtomicU64,
+    /// Its `server` lines: how many, and the index of the first record.
+    pub(crate) servers: AtomicU32,
+    pub(crate) first_server: AtomicU32,
 }
 
 /// A peer's run-time state and counters. All atomics: it may live in a zone.
@@ -125,11 +155,14 @@ unsafe impl Shared for Ack {}
 // SAFETY: as above.
 unsafe impl Shared for UpstreamRec {}
 // SAFETY: as above.
+unsafe impl Shared for ServerRec {}
+// SAFETY: as above.
 unsafe impl Shared for PeerSlot {}
 
 const _: () = assert!(size_of::<Header>() == 72);
 const _: () = assert!(size_of::<Ack>() == 16);
-const _: () = assert!(size_of::<UpstreamRec>() == 96);
+const _: () = assert!(size_of::<UpstreamRec>() == 104);
+const _: () = assert!(size_of::<ServerRec>() == 376);
 const _: () = assert!(size_of::<PeerSlot>() == 208);
 
 /// Connection and request counters every worker adds to, for `stub_status`.

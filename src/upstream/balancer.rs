@@ -73,7 +73,7 @@ pub fn ketama_points(primary: &[Peer], servers: &[String]) -> Vec<(u32, usize)> 
 }
 
 /// nginx splits the `server` text into host and port for the ring.
-fn split_server(text: &str) -> (&str, &str) {
+pub(super) fn split_server(text: &str) -> (&str, &str) {
     if let Some(h) = text.strip_prefix("unix:") {
         return (h, "");
     }

@@ -12,12 +12,12 @@
 use std::mem::{offset_of, size_of};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering::*};
 use std::time::Duration;
 
 use super::peers::{Live, Peer, PeerLive, Peers};
 use crate::conf::model::{PeerAddr, Upstream};
-use crate::shm::records::{Ack, BACKUP, DOWN, Header, NAME_MAX, PeerSlot, UpstreamRec};
+use crate::shm::records::{Ack, BACKUP, DOWN, Header, PeerSlot, ServerRec, UpstreamRec};
 use crate::shm::{Ref, Region, ShmError};
 
 pub use crate::shm::records::{LAYOUT, MAGIC};
@@ -26,16 +26,19 @@ pub const MIN_SIZE: u64 = 8 * 4096;
 
 /// Bytes a zone needs besides its peers, and per peer.
 const HEADER: usize = 128;
-fn fixed(upstreams: usize, workers: usize) -> usize {
-    HEADER + workers * size_of::<Ack>() + upstreams * size_of::<UpstreamRec>()
+fn fixed(upstreams: usize, servers: usize, workers: usize) -> usize {
+    HEADER
+        + workers * size_of::<Ack>()
+        + upstreams * size_of::<UpstreamRec>()
+        + servers * size_of::<ServerRec>()
 }
 fn per_peer(upstreams: usize) -> usize {
     size_of::<PeerSlot>() + 2 * 4 * upstreams
 }
 
 /// The size a zone needs for `peers` peers.
-pub fn size_needed(peers: usize, upstreams: usize, workers: usize) -> u64 {
-    let bytes = fixed(upstreams, workers) + peers * per_peer(upstreams) + 8;
+pub fn size_needed(peers: usize, upstreams: usize, servers: usize, workers: usize) -> u64 {
+    let bytes = fixed(upstreams, servers, workers) + peers * per_peer(upstreams) + 8;
     (bytes as u64).div_ceil(4096) * 4096
 }
 
@@ -111,9 +114,11 @@ pub struct Zone {
     pub name: String,
     region: Arc<Region>,
     upstreams: Vec<String>,
+    servers: usize,
     slots: usize,
     acks_off: usize,
     ups_off: usize,
+    servers_off: usize,
     lists_off: usize,
     slots_off: usize,
 }
@@ -125,7 +130,7 @@ impl Zone {
         name: &str,
         size: u64,
         generation: u64,
-        upstreams: &[&str],
+        upstreams: &[&Upstream],
         workers: usize,
     ) -> Result<Zone, ZoneError> {
         let region = Region::create(name, size as usize)?;
@@ -136,7 +141,7 @@ impl Zone {
     pub fn heap(
         name: &str,
         size: u64,
-        upstreams: &[&str],
+        upstreams: &[&Upstream],
         workers: usize,
     ) -> Result<Zone, ZoneError> {
         Zone::init(
@@ -152,12 +157,13 @@ impl Zone {
         name: &str,
         region: Arc<Region>,
         generation: u64,
-        upstreams: &[&str],
+        upstreams: &[&Upstream],
         workers: usize,
     ) -> Result<Zone, ZoneError> {
         let size = region.len();
         let (u, w) = (upstreams.len(), workers.max(1));
-        let room = size.saturating_sub(fixed(u, w) + 8);
+        let servers: usize = upstreams.iter().map(|u| u.servers.len()).sum();
+        let room = size.saturating_sub(fixed(u, servers, w) + 8);
         let slots = (room / per_peer(u)).min(u32::MAX as usize - 1);
         if slots == 0 {
             return Err(ZoneError::TooSmall {
@@ -167,15 +173,18 @@ impl Zone {
         }
         let acks_off = HEADER;
         let ups_off = acks_off + w * size_of::<Ack>();
-        let lists_off = ups_off + u * size_of::<UpstreamRec>();
+        let servers_off = ups_off + u * size_of::<UpstreamRec>();
+        let lists_off = servers_off + servers * size_of::<ServerRec>();
         let slots_off = (lists_off + 2 * 4 * u * slots).next_multiple_of(8);
         let zone = Zone {
             name: name.into(),
             region,
-            upstreams: upstreams.iter().map(|s| s.to_string()).collect(),
+            upstreams: upstreams.iter().map(|u| u.name.clone()).collect(),
+            servers,
             slots,
             acks_off,
             ups_off,
+            servers_off,
             lists_off,
             slots_off,
         };
@@ -192,14 +201,32 @@ impl Zone {
             zone.slot(i)?.next.store(next, Relaxed);
         }
         h.free.store(1, Relaxed);
-        for (i, n) in upstreams.iter().enumerate() {
+        let mut first = 0;
+        for (i, up) in upstreams.iter().enumerate() {
             let rec = zone.rec(i)?;
-            let bytes = n.as_bytes();
-            let len = bytes.len().min(NAME_MAX);
-            for (d, b) in rec.name.iter().zip(&bytes[..len]) {
-                d.store(*b, Relaxed);
+            rec.name_len
+                .store(put_text(&rec.name, &up.name) as u32, Relaxed);
+            rec.servers.store(up.servers.len() as u32, Relaxed);
+            rec.first_server.store(first as u32, Relaxed);
+            for (k, line) in up.servers.iter().enumerate() {
+                let s = zone.server(first + k)?;
+                let (host, port) = super::balancer::split_server(&line.text);
+                s.host_len.store(put_text(&s.host, host) as u32, Relaxed);
+                s.port.store(port.parse().unwrap_or(0), Relaxed);
+                s.service_len.store(0, Relaxed);
+                s.weight.store(line.weight, Relaxed);
+                s.max_fails.store(line.max_fails, Relaxed);
+                s.fail_timeout_ms.store(
+                    line.fail_timeout.as_millis().min(u32::MAX as u128) as u32,
+                    Relaxed,
+                );
+                s.max_conns.store(line.max_conns, Relaxed);
+                s.flags.store(
+                    (u32::from(line.backup) * BACKUP) | (u32::from(line.down) * DOWN),
+                    Relaxed,
+                );
             }
-            rec.name_len.store(len as u32, Relaxed);
+            first += up.servers.len();
         }
         h.magic.store(MAGIC, Release);
         Ok(zone)
@@ -212,6 +239,37 @@ impl Zone {
     fn rec(&self, u: usize) -> Result<&UpstreamRec, ShmError> {
         self.region
             .get::<UpstreamRec>(self.ups_off + u * size_of::<UpstreamRec>())
+    }
+
+    fn server(&self, i: usize) -> Result<&ServerRec, ShmError> {
+        if i >= self.servers {
+            return Err(ShmError::OutOfBounds {
+                offset: i,
+                size: size_of::<ServerRec>(),
+                len: self.servers,
+            });
+        }
+        self.region
+            .get::<ServerRec>(self.servers_off + i * size_of::<ServerRec>())
+    }
+
+    /// The `server` lines of upstream `u` as the zone records them: host,
+    /// port and `service=` (for a later generation or binary to match).
+    pub fn servers(&self, u: usize) -> Vec<(String, u16, String)> {
+        let Ok(rec) = self.rec(u) else {
+            return Vec::new();
+        };
+        let first = rec.first_server.load(Relaxed) as usize;
+        (0..rec.servers.load(Relaxed) as usize)
+            .filter_map(|k| self.server(first + k).ok())
+            .map(|s| {
+                (
+                    get_text(&s.host, s.host_len.load(Relaxed)),
+                    s.port.load(Relaxed) as u16,
+                    get_text(&s.service, s.service_len.load(Relaxed)),
+                )
+            })
+            .collect()
     }
 
     fn ack_entry(&self, worker: usize) -> Result<&Ack, ShmError> {
@@ -431,6 +489,7 @@ impl Zone {
             out.needed = size_needed(
                 used + out.refused,
                 self.upstreams.len(),
+                self.servers,
                 h.workers.load(Relaxed) as usize,
             );
         }
@@ -553,13 +612,16 @@ pub fn create_all(
     let mut zones = Zones::new();
     let Some(http) = http else { return Ok(zones) };
     for spec in &http.zones {
-        let names: Vec<&str> = spec.upstreams.iter().map(String::as_str).collect();
+        let ups: Vec<&Upstream> = spec
+            .upstreams
+            .iter()
+            .filter_map(|name| http.upstreams.iter().find(|u| &u.name == name))
+            .map(|u| u.as_ref())
+            .collect();
         let size = spec.size.unwrap_or(MIN_SIZE);
-        let zone = Zone::create(&spec.name, size, generation, &names, workers)?;
-        for (i, name) in spec.upstreams.iter().enumerate() {
-            let Some(u) = http.upstreams.iter().find(|u| &u.name == name) else {
-                continue;
-            };
+        let zone = Zone::create(&spec.name, size, generation, &ups, workers)?;
+        for (i, u) in ups.iter().enumerate() {
+            let name = &u.name;
             let r = zone.publish(i, std::process::id(), &NewPeer::from_config(u))?;
             if r.refused > 0 {
                 crate::log!(
@@ -575,6 +637,24 @@ pub fn create_all(
         zones.insert(spec.name.clone(), Arc::new(zone));
     }
     Ok(zones)
+}
+
+/// Writes text into a fixed byte field (cut at its size); returns the length kept.
+fn put_text(field: &[AtomicU8], text: &str) -> usize {
+    let len = text.len().min(field.len());
+    for (d, b) in field.iter().zip(&text.as_bytes()[..len]) {
+        d.store(*b, Relaxed);
+    }
+    len
+}
+
+fn get_text(field: &[AtomicU8], len: u32) -> String {
+    let bytes: Vec<u8> = field
+        .iter()
+        .take(len as usize)
+        .map(|b| b.load(Relaxed))
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn encode(addr: &PeerAddr) -> (u32, u32, [u8; 16]) {
@@ -631,7 +711,7 @@ mod tests {
     #[test]
     fn static_peers_published_and_shared() {
         let cfg = up(&["127.0.0.1:1", "[::1]:2"]);
-        let z = Zone::heap("z", 64 * 1024, &["u"], 2).expect("zone");
+        let z = Zone::heap("z", 64 * 1024, &[&cfg], 2).expect("zone");
         let r = z
             .publish(0, 1, &NewPeer::from_config(&cfg))
             .expect("publish");
@@ -647,9 +727,72 @@ mod tests {
     }
 
     #[test]
+    fn server_lines_are_recorded() {
+        let cfg = up(&["127.0.0.1:1", "[::1]:8080", "unix:/tmp/x.sock"]);
+        let z = Zone::heap("z", 64 * 1024, &[&cfg], 1).expect("zone");
+        assert_eq!(
+            z.servers(0),
+            [
+                ("127.0.0.1".to_string(), 1, String::new()),
+                ("[::1]".to_string(), 8080, String::new()),
+                ("/tmp/x.sock".to_string(), 0, String::new()),
+            ]
+        );
+    }
+
+    /// One thread republishes one of two lists over and over; readers
+    /// taking snapshots always see one list or the other, whole.
+    #[test]
+    fn snapshots_are_never_torn() {
+        let a = up(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
+        let b = up(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
+        let mut pa = NewPeer::from_config(&a);
+        pa.truncate(2);
+        let pb: Vec<NewPeer> = NewPeer::from_config(&b).into_iter().rev().collect();
+        let z = Arc::new(Zone::heap("z", 64 * 1024, &[&a], 1).expect("zone"));
+        z.publish(0, 1, &pa).expect("publish");
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (z, stop) = (z.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u32;
+                while !stop.load(Relaxed) {
+                    let list = if n % 2 == 0 { &pb } else { &pa };
+                    z.publish(0, 1, list).expect("publish");
+                    n += 1;
+                }
+                n
+            })
+        };
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (z, a) = (z.clone(), a.clone());
+                std::thread::spawn(move || {
+                    let mut seen = 0;
+                    while seen < 3000 {
+                        let Some(s) = z.snapshot(0, &a) else { continue };
+                        let got = names(&s);
+                        assert!(
+                            got == ["127.0.0.1:1", "127.0.0.1:2"]
+                                || got == ["127.0.0.1:3", "127.0.0.1:2", "127.0.0.1:1"],
+                            "torn: {got:?}"
+                        );
+                        seen += 1;
+                    }
+                })
+            })
+            .collect();
+        for r in readers {
+            r.join().expect("reader");
+        }
+        stop.store(true, Relaxed);
+        assert!(writer.join().expect("writer") > 0);
+    }
+
+    #[test]
     fn republish_keeps_matching_peers_and_their_state() {
         let cfg = up(&["127.0.0.1:1", "127.0.0.1:2"]);
-        let z = Zone::heap("z", 64 * 1024, &["u"], 1).expect("zone");
+        let z = Zone::heap("z", 64 * 1024, &[&cfg], 1).expect("zone");
         z.publish(0, 1, &NewPeer::from_config(&cfg))
             .expect("publish");
         let s1 = z.seq(0);
@@ -668,7 +811,8 @@ mod tests {
 
     #[test]
     fn full_zone_refuses_extra_peers_and_says_what_is_needed() {
-        let z = Zone::heap("small", 1024, &["u"], 1).expect("zone");
+        let base = up(&["127.0.0.1:1"]);
+        let z = Zone::heap("small", 2048, &[&base], 1).expect("zone");
         let slots = z.usage().slots as usize;
         let addrs: Vec<String> = (0..slots + 3)
             .map(|i| format!("127.0.0.1:{}", i + 1))
@@ -679,9 +823,9 @@ mod tests {
             .publish(0, 1, &NewPeer::from_config(&cfg))
             .expect("publish");
         assert_eq!((r.added, r.refused), (slots, 3));
-        assert!(r.needed > 1024);
+        assert!(r.needed > 2048);
         assert_eq!(z.snapshot(0, &cfg).expect("snapshot").count(), slots);
-        assert!(Zone::heap("tiny", 100, &["u"], 1).is_err());
+        assert!(Zone::heap("tiny", 100, &[&base], 1).is_err());
     }
 
     #[test]
@@ -689,8 +833,8 @@ mod tests {
         let a = up(&["127.0.0.1:1"]);
         let b = up(&["127.0.0.1:2"]);
         // Room for exactly one peer.
-        let size = (fixed(1, 2) + per_peer(1) + 8) as u64;
-        let z = Zone::heap("z", size, &["u"], 2).expect("zone");
+        let size = (fixed(1, 1, 2) + per_peer(1) + 8) as u64;
+        let z = Zone::heap("z", size, &[&a], 2).expect("zone");
         assert_eq!(z.usage().slots, 1);
         z.publish(0, 1, &NewPeer::from_config(&a)).expect("publish");
         // Both workers hold the first list.
@@ -718,7 +862,7 @@ mod tests {
     #[test]
     fn repair_opens_a_dead_writers_lock() {
         let cfg = up(&["127.0.0.1:1"]);
-        let z = Zone::heap("z", 64 * 1024, &["u"], 1).expect("zone");
+        let z = Zone::heap("z", 64 * 1024, &[&cfg], 1).expect("zone");
         let h = z.header().expect("header");
         // pid 1 (init) is alive: the lock is not pushed out by a waiter.
         std::mem::forget(h.writer.try_lock(1));
