@@ -17,7 +17,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(16);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(17);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -145,8 +145,17 @@ like(conf_error("upstream u { zone z 64k; server 127.0.0.1:1; }\n"
 like(conf_error("upstream u { zone z 64k; zone y 64k; server 127.0.0.1:1; }"),
 	qr/\[emerg\] "zone" directive is duplicate/, 'zone twice in an upstream');
 
+# Too small even for the server lines: refused at start-up.
+my $lines = join '', map { "server 127.0.0.1:" . (1000 + $_) . ";\n" } 1 .. 100;
+$t->write_file('huge.conf', "events {}\nhttp {\nupstream u { zone z 32k;\n$lines }\n}\n");
+my ($hrc, $hout, $herr) = $t->run_binary('-p', "$d/", '-c', 'huge.conf', '-e', 'huge.log');
+
+ok($hrc != 0 && $t->read_file('huge.log') =~ /\[emerg\] \d+#\d+: zone "z" of 32768 bytes is too small for its upstreams: \d+ bytes needed/,
+	'zone too small for its server lines: refused at start');
+
 # 5. A zone too small for its peers keeps those that fit and says why.
-my $servers = join '', map { "server 127.0.0.1:" . (1000 + $_) . ";\n" } 1 .. 200;
+# 60 server lines: their records fit in 32k, not all their peers.
+my $servers = join '', map { "server 127.0.0.1:" . (1000 + $_) . ";\n" } 1 .. 60;
 my $t2 = Test::Sluice->new();
 $t2->write_file_expand('sluice.conf', <<"EOF");
 %%TEST_GLOBALS%%

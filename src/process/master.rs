@@ -142,12 +142,24 @@ pub fn start(cli: &Cli) -> i32 {
             daemon::stderr_to(p);
         }
     }
+    // Zones before saying "started": a zone that cannot be built fails the
+    // start, also for a daemon's waiting parent.
+    let shm = match make_shm(&cfg, 1) {
+        Ok(z) => z,
+        Err(()) => {
+            let _ = std::fs::remove_file(&pid_path);
+            if let Some(s) = started {
+                s.report(false);
+            }
+            return 1;
+        }
+    };
     if let Some(s) = started {
         s.report(true);
     }
     let cfg = Arc::new(cfg);
     if !cfg.main.master_process {
-        return single_process(cfg, bound, creds, &pid_path);
+        return single_process(cfg, bound, creds, shm, &pid_path);
     }
     let (sig_read, sig_write) = match UnixStream::pair() {
         Ok(p) => p,
@@ -168,13 +180,6 @@ pub fn start(cli: &Cli) -> i32 {
         Ok(s) => s,
         Err(e) => {
             crate::log!(Level::Emerg, "cannot install signal handlers: {}", e);
-            let _ = std::fs::remove_file(&pid_path);
-            return 1;
-        }
-    };
-    let shm = match make_shm(&cfg, 1) {
-        Ok(z) => z,
-        Err(()) => {
             let _ = std::fs::remove_file(&pid_path);
             return 1;
         }
@@ -291,6 +296,7 @@ fn single_process(
     cfg: Arc<Config>,
     bound: Vec<Bound>,
     creds: Option<Creds>,
+    shm: Shm,
     pid_path: &PathBuf,
 ) -> i32 {
     crate::log!(
@@ -300,10 +306,6 @@ fn single_process(
     let listeners = listeners_for(&bound, 0);
     drop(bound);
     let _ = creds; // One process keeps its privileges, as nginx does without a master.
-    let Ok(shm) = make_shm(&cfg, 1) else {
-        let _ = std::fs::remove_file(pid_path);
-        return 1;
-    };
     let code = worker::run(cfg, listeners, None, None, shm, 0);
     let _ = std::fs::remove_file(pid_path);
     code

@@ -46,8 +46,14 @@ pub fn size_needed(peers: usize, upstreams: usize, servers: usize, workers: usiz
 pub enum ZoneError {
     #[error("{0}")]
     Shm(#[from] ShmError),
-    #[error("zone \"{zone}\" of {size} bytes cannot hold its upstreams' records")]
-    TooSmall { zone: String, size: u64 },
+    #[error(
+        "zone \"{zone}\" of {size} bytes is too small for its upstreams: {needed} bytes needed"
+    )]
+    TooSmall {
+        zone: String,
+        size: u64,
+        needed: u64,
+    },
     #[error("zone \"{zone}\" is busy: its writer lock is held by process {pid}")]
     Busy { zone: String, pid: u32 },
     #[error("zone \"{zone}\" was made by another layout ({found}, this binary uses {LAYOUT})")]
@@ -166,9 +172,15 @@ impl Zone {
         let room = size.saturating_sub(fixed(u, servers, w) + 8);
         let slots = (room / per_peer(u)).min(u32::MAX as usize - 1);
         if slots == 0 {
+            let peers: usize = upstreams
+                .iter()
+                .flat_map(|u| u.servers.iter())
+                .map(|s| s.addrs.len().max(1))
+                .sum();
             return Err(ZoneError::TooSmall {
                 zone: name.into(),
                 size: size as u64,
+                needed: size_needed(peers, u, servers, w),
             });
         }
         let acks_off = HEADER;
