@@ -634,10 +634,12 @@ pub(crate) async fn run(
         let header_time = attempt_start.elapsed();
         let status = resp.status().as_u16();
         snap.responded(id, status);
-        snap.get(id)
-            .live
-            .sent
-            .fetch_add(sent_bytes, std::sync::atomic::Ordering::Relaxed);
+        if sent_bytes > 0 {
+            snap.get(id)
+                .live
+                .sent
+                .fetch_add(sent_bytes, std::sync::atomic::Ordering::Relaxed);
+        }
         // The attempt's record once the upstream has answered.
         let answered = || Attempt {
             addr: name.clone(),

@@ -81,9 +81,13 @@ impl ProxyBody {
             }
         }
         self.conn = None;
-        let live = &peers.get(id).live;
-        live.received
-            .fetch_add(self.received, std::sync::atomic::Ordering::Relaxed);
+        if self.received > 0 {
+            peers
+                .get(id)
+                .live
+                .received
+                .fetch_add(self.received, std::sync::atomic::Ordering::Relaxed);
+        }
         peers.release(id, Outcome::Ok, now_ms());
     }
 }

@@ -199,7 +199,7 @@ fn upstream_json(u: &UpstreamRt) -> Value {
                 "3xx": r[2].load(Relaxed),
                 "4xx": r[3].load(Relaxed),
                 "5xx": r[4].load(Relaxed),
-                "total": r[5].load(Relaxed),
+                "total": r[..5].iter().map(|c| c.load(Relaxed)).sum::<u64>(),
             },
             "sent": l.sent.load(Relaxed),
             "received": l.received.load(Relaxed),

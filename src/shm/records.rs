@@ -103,7 +103,7 @@ pub struct PeerLive {
     /// When the balancer last chose it.
     pub selected: AtomicU64,
     pub requests: AtomicU64,
-    /// Responses by class: 1xx to 5xx, then all of them.
+    /// Responses by class: 1xx to 5xx (the sixth is unused).
     pub responses: [AtomicU64; 6],
     pub sent: AtomicU64,
     pub received: AtomicU64,

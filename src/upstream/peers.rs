@@ -321,7 +321,6 @@ impl Peers {
         let l = &self.get(id).live;
         let class = usize::from(status / 100).clamp(1, 5) - 1;
         l.responses[class].fetch_add(1, Relaxed);
-        l.responses[5].fetch_add(1, Relaxed);
     }
 
     /// Releases a peer after use, with nginx's failure accounting.
