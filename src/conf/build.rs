@@ -91,6 +91,7 @@ const TABLES: &[&[Spec]] = &[
     super::proxy::TABLE,
     super::logs::TABLE,
     super::status::TABLE,
+    super::resolver::TABLE,
 ];
 
 const TABLE: &[Spec] = &[

@@ -490,7 +490,7 @@ pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
         prefix: paths.prefix.clone(),
         combined: combined(),
     };
-    let (mut upstreams, zones) = super::proxy::finish_upstreams(h.upstreams)?;
+    let (mut upstreams, zones) = super::proxy::finish_upstreams(h.upstreams, &h.settings)?;
     let mut access_log_paths: Vec<PathBuf> = Vec::new();
     let mut temp_paths: Vec<PathBuf> = Vec::new();
     let mut servers = Vec::with_capacity(h.servers.len());

@@ -114,6 +114,9 @@ loc_settings! {
     proxy_next_upstream_tries: u32 = |_| 0,
     /// Zero: no limit.
     proxy_next_upstream_timeout: Duration = |_| Duration::ZERO,
+    /// `resolver` (its `resolver_timeout` is filled in when used).
+    resolver: Option<super::model::Resolver> = |_| None,
+    resolver_timeout: Duration = |_| Duration::from_secs(30),
 }
 
 /// Where files come from: `root` (path + URI) or `alias` (path replaces the

@@ -11,6 +11,7 @@ mod loc_table;
 mod logs;
 pub mod model;
 mod proxy;
+mod resolver;
 mod rewrite;
 mod status;
 #[cfg(test)]

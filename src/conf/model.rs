@@ -70,6 +70,18 @@ pub struct Http {
     pub zones: Vec<ZoneSpec>,
 }
 
+/// `resolver` with `resolver_timeout`: how run-time names are resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolver {
+    pub servers: Vec<SocketAddr>,
+    /// `valid=`: replaces the answers' TTL.
+    pub valid: Option<Duration>,
+    pub ipv4: bool,
+    pub ipv6: bool,
+    /// `resolver_timeout` (default 30s).
+    pub timeout: Duration,
+}
+
 /// One shared zone: its size and the upstreams (by name) that keep their
 /// peers in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,6 +284,11 @@ pub struct UpstreamServer {
     pub max_conns: u32,
     pub backup: bool,
     pub down: bool,
+    /// `resolve`: the name follows DNS at run time (no addresses at load).
+    pub resolve: bool,
+    /// The host and port to resolve (`resolve` only).
+    pub host: String,
+    pub port: u16,
 }
 
 impl UpstreamServer {
@@ -286,6 +303,9 @@ impl UpstreamServer {
             max_conns: 0,
             backup: false,
             down: false,
+            resolve: false,
+            host: String::new(),
+            port: 0,
         }
     }
 }
@@ -326,6 +346,9 @@ pub struct Upstream {
     pub keepalive: Keepalive,
     /// `zone NAME`: the shared zone holding its peers.
     pub zone: Option<String>,
+    /// The resolver for its `resolve` servers (the upstream's own, else
+    /// the http level's).
+    pub resolver: Option<std::sync::Arc<Resolver>>,
     /// Made by `proxy_pass http://host:port`, not by an `upstream` block.
     pub implicit: bool,
     pub src: Src,

@@ -111,6 +111,8 @@ pub(super) struct UpstreamB {
     keepalive_set: [bool; 4],
     /// `zone NAME [SIZE]`, where it was written.
     zone: Option<(String, Option<u64>, Src)>,
+    pub(super) resolver: Option<Resolver>,
+    pub(super) resolver_timeout: Option<Duration>,
     src: Src,
 }
 
@@ -155,6 +157,8 @@ fn set_upstream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         keepalive: default_keepalive(),
         keepalive_set: [false; 4],
         zone: None,
+        resolver: None,
+        resolver_timeout: None,
         src: d.src.clone(),
     };
     b.walk(
@@ -224,15 +228,30 @@ fn set_server(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         return Err(not_here(d));
     };
     let what = format!("\"{}\" of the \"server\" directive", d.args[0]);
-    let addrs =
-        parse_peer(&d.args[0], &d.src, &format!("upstream \"{}\"", d.args[0])).map_err(|e| {
-            if e.message.starts_with("invalid port") {
-                ConfError::at(format!("invalid port in {what}"), &d.src)
-            } else {
-                e
-            }
-        })?;
+    // `resolve` on a name: no lookup now, the zone's resolver follows it.
+    let run_time = d.args[1..]
+        .iter()
+        .any(|a| a == "resolve")
+        .then(|| run_time_name(&d.args[0]))
+        .flatten();
+    let addrs = match &run_time {
+        Some(_) => Vec::new(),
+        None => {
+            parse_peer(&d.args[0], &d.src, &format!("upstream \"{}\"", d.args[0])).map_err(|e| {
+                if e.message.starts_with("invalid port") {
+                    ConfError::at(format!("invalid port in {what}"), &d.src)
+                } else {
+                    e
+                }
+            })?
+        }
+    };
     let mut s = UpstreamServer::new(d.args[0].clone(), addrs);
+    if let Some((host, port)) = run_time {
+        s.resolve = true;
+        s.host = host;
+        s.port = port.ok_or_else(|| ConfError::at(format!("invalid port in {what}"), &d.src))?;
+    }
     let invalid = |p: &str| ConfError::at(format!("invalid parameter \"{p}\""), &d.src);
     for p in &d.args[1..] {
         if let Some(v) = p.strip_prefix("weight=") {
@@ -256,6 +275,13 @@ fn set_server(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             u.backup_src.get_or_insert(d.src.clone());
         } else if p == "down" {
             s.down = true;
+        } else if p == "resolve" {
+            // Handled above; no effect on an address literal.
+        } else if p.starts_with("service=") {
+            return Err(ConfError::at(
+                "\"service=\" (SRV) is not supported yet",
+                &d.src,
+            ));
         } else {
             return Err(invalid(p));
         }
@@ -314,6 +340,22 @@ fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Resul
         _ => u.keepalive.timeout = time_arg(d, 0)?,
     }
     Ok(())
+}
+
+/// `NAME[:PORT]` that is a name, not an address literal: (host, port); the
+/// port is None when it is not a number. Port 80 by default.
+fn run_time_name(text: &str) -> Option<(String, Option<u16>)> {
+    if text.starts_with("unix:") || text.starts_with('[') || text.parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    let (host, port) = match text.rsplit_once(':') {
+        Some((h, p)) => (h, p.parse::<u16>().ok().filter(|p| *p > 0)),
+        None => (text, Some(80)),
+    };
+    if host.parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    Some((host.to_ascii_lowercase(), port))
 }
 
 /// `zone NAME [SIZE]`: the peers live in shared memory. nginx's checks.
@@ -460,6 +502,7 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
 /// The explicit upstreams, checked and finished.
 pub(super) fn finish_upstreams(
     list: Vec<UpstreamB>,
+    http: &super::loc::LocB,
 ) -> Result<(Vec<Upstream>, Vec<ZoneSpec>), ConfError> {
     // One zone per name: sizes must agree, and one of them must give it.
     let mut zones: Vec<ZoneSpec> = Vec::new();
@@ -501,18 +544,61 @@ pub(super) fn finish_upstreams(
             &first_src[i],
         ));
     }
-    let upstreams = list
-        .into_iter()
-        .map(|u| Upstream {
+    let mut upstreams = Vec::with_capacity(list.len());
+    for u in list {
+        // The upstream's own resolver wins; its timeout, else the http one.
+        let timeout = u
+            .resolver_timeout
+            .or(http.resolver_timeout)
+            .unwrap_or(Duration::from_secs(30));
+        let resolver = u
+            .resolver
+            .clone()
+            .or_else(|| http.resolver.clone().flatten())
+            .map(|mut r| {
+                r.timeout = timeout;
+                std::sync::Arc::new(r)
+            });
+        if u.servers.iter().any(|s| s.resolve) {
+            let at = format!(
+                "{}:{}",
+                u.src
+                    .file
+                    .as_ref()
+                    .map(|f| f.display().to_string())
+                    .unwrap_or_default(),
+                u.src.line
+            );
+            if u.zone.is_none() {
+                return Err(ConfError::at(
+                    format!(
+                        "resolving names at run time requires upstream \"{}\" in {at} to be in shared memory",
+                        u.name
+                    ),
+                    &u.src,
+                ));
+            }
+            if resolver.is_none() {
+                return Err(ConfError::at(
+                    format!(
+                        "no resolver defined to resolve names at run time in upstream \"{}\"",
+                        u.name
+                    ),
+                    &u.src,
+                ));
+            }
+        }
+        upstreams.push(Upstream {
             name: u.name,
             servers: u.servers,
             balancer: u.balancer.map(|(b, _)| b).unwrap_or(Balancer::RoundRobin),
             keepalive: u.keepalive,
             zone: u.zone.map(|(name, _, _)| name),
+            resolver,
             implicit: false,
             src: u.src,
-        })
-        .collect();
+        });
+    }
     Ok((upstreams, zones))
 }
 
@@ -564,6 +650,7 @@ pub(super) fn resolve_proxy_pass(
                     balancer: Balancer::RoundRobin,
                     keepalive: default_keepalive(),
                     zone: None,
+                    resolver: None,
                     implicit: true,
                     src: p.src.clone(),
                 });

@@ -275,12 +275,13 @@ pub async fn serve(
     // Zone upstreams: keep snapshots current and tell each zone which
     // publications this worker still holds peers of.
     if !shm.zones.is_empty() {
+        crate::upstream::resolve::spawn_all(&shared.upstreams);
         let shared = shared.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut tick = tokio::time::interval(crate::upstream::resolve::LEASE_TICK);
             loop {
                 tick.tick().await;
-                shared.upstreams.acknowledge(slot);
+                shared.upstreams.tick(slot);
             }
         });
     }

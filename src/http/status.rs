@@ -161,8 +161,15 @@ fn iso_ms(ms: u64) -> Value {
     if ms == 0 {
         return Value::Null;
     }
-    let ago = std::time::Duration::from_millis(now_ms().saturating_sub(ms));
-    iso(std::time::SystemTime::now() - ago)
+    let now = now_ms();
+    let wall = std::time::SystemTime::now();
+    // A time in the past or (an expiry) in the future.
+    let t = if ms <= now {
+        wall - std::time::Duration::from_millis(now - ms)
+    } else {
+        wall + std::time::Duration::from_millis(ms - now)
+    };
+    iso(t)
 }
 
 fn iso(t: std::time::SystemTime) -> Value {
@@ -242,10 +249,52 @@ fn upstream_json(u: &UpstreamRt) -> Value {
                 "bytes_per_peer": z.bytes_per_peer(),
                 "generation": usage.generation,
                 "config": peers.config,
+                "resolver_pid": z.lease().map(|l| l.holder()).unwrap_or(0),
+                "resolve": resolve_json(u, &peers),
             }),
         );
     }
     out
+}
+
+/// Per `resolve` server line: its name, the last answer's time and
+/// expiry, the last error, and the addresses it has now.
+fn resolve_json(u: &UpstreamRt, peers: &Peers) -> Value {
+    let Some(i) = u.zone_index() else {
+        return json!([]);
+    };
+    let Some(z) = u.zone() else {
+        return json!([]);
+    };
+    let list: Vec<Value> = u
+        .cfg
+        .servers
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.resolve)
+        .map(|(k, s)| {
+            let (expires, answered, error) = z.resolved(i, k);
+            let addrs: Vec<&str> = peers
+                .primary
+                .iter()
+                .chain(peers.backup.iter())
+                .filter(|p| p.server == k)
+                .map(|p| p.name.as_ref())
+                .collect();
+            json!({
+                "name": s.text,
+                "answered": iso_ms(answered),
+                "expires": iso_ms(expires),
+                "last_error": if error == 0 {
+                    Value::Null
+                } else {
+                    json!(format!("{}: {}", error, crate::upstream::dns::strerror(error)))
+                },
+                "addresses": addrs,
+            })
+        })
+        .collect();
+    Value::Array(list)
 }
 
 /// Milliseconds unavailable, the current stretch included.

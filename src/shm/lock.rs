@@ -73,7 +73,8 @@ impl PidLock {
     }
 }
 
-fn alive(pid: u32) -> bool {
+/// True unless no process `pid` exists.
+pub(crate) fn alive(pid: u32) -> bool {
     let Ok(pid) = i32::try_from(pid) else {
         return false;
     };

@@ -7,6 +7,7 @@
 
 #![allow(unsafe_code)]
 
+pub mod lease;
 pub mod lock;
 pub mod records;
 pub mod seqlock;
@@ -17,6 +18,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64};
 
+pub use lease::Lease;
 pub use lock::{Guard, PidLock};
 pub use seqlock::SeqLock;
 

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64};
 
-use super::{PidLock, SeqLock, Shared};
+use super::{Lease, PidLock, SeqLock, Shared};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SLUICEZN");
 /// Bumped whenever a record here changes shape.
@@ -37,6 +37,8 @@ pub(crate) struct Header {
     /// Slots listed or retired (not free).
     pub(crate) in_use: AtomicU32,
     pub(crate) _pad: AtomicU32,
+    /// The resolver lease: the one worker that resolves this zone's names.
+    pub(crate) lease: Lease,
 }
 
 #[repr(C)]
@@ -159,7 +161,7 @@ unsafe impl Shared for ServerRec {}
 // SAFETY: as above.
 unsafe impl Shared for PeerSlot {}
 
-const _: () = assert!(size_of::<Header>() == 72);
+const _: () = assert!(size_of::<Header>() == 96);
 const _: () = assert!(size_of::<Ack>() == 16);
 const _: () = assert!(size_of::<UpstreamRec>() == 104);
 const _: () = assert!(size_of::<ServerRec>() == 376);

@@ -6,8 +6,10 @@
 
 pub mod balancer;
 mod crc32;
+pub mod dns;
 pub mod peers;
 pub mod pool;
+pub mod resolve;
 pub mod zone;
 
 use std::collections::HashMap;
@@ -101,6 +103,11 @@ impl UpstreamRt {
         self.shared.as_ref().map(|(z, _)| z)
     }
 
+    /// Its index in its zone.
+    pub fn zone_index(&self) -> Option<usize> {
+        self.shared.as_ref().map(|(_, i)| *i)
+    }
+
     pub fn pool(&self) -> MutexGuard<'_, Pool> {
         self.pool.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -134,10 +141,27 @@ impl Upstreams {
         self.0.iter()
     }
 
-    /// Brings every zone snapshot up to date and tells each zone the oldest
-    /// publication this worker (slot `worker`) still holds peers of, so that
-    /// the writer may reuse slots nobody holds.
-    pub fn acknowledge(&self, worker: usize) {
+    /// Every `resolve::LEASE_TICK`: takes or renews the resolver lease of
+    /// each zone that has names to follow, brings every zone snapshot up to
+    /// date and tells each zone the oldest publication this worker (slot
+    /// `worker`) still holds peers of, so that the writer may reuse slots
+    /// nobody holds.
+    pub fn tick(&self, worker: usize) {
+        let now = peers::now_ms();
+        let me = std::process::id();
+        for u in &self.0 {
+            if let Some(z) = u.zone() {
+                if u.cfg.servers.iter().any(|s| s.resolve) {
+                    if let Some(l) = z.lease() {
+                        l.hold(me, now, resolve::LEASE_STALE);
+                    }
+                }
+            }
+        }
+        self.acknowledge(worker);
+    }
+
+    fn acknowledge(&self, worker: usize) {
         let mut oldest: HashMap<*const Zone, (Arc<Zone>, u64)> = HashMap::new();
         for u in &self.0 {
             let Some(z) = u.zone() else { continue };

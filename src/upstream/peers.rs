@@ -381,15 +381,14 @@ pub(crate) fn test_upstream(
         name: "u".into(),
         servers: servers
             .iter()
-            .map(|(a, w, backup)| UpstreamServer {
-                text: a.to_string(),
-                addrs: a.parse().map(PeerAddr::Inet).into_iter().collect(),
-                weight: *w,
-                max_fails: 1,
-                fail_timeout: Duration::from_secs(10),
-                max_conns: 0,
-                backup: *backup,
-                down: false,
+            .map(|(a, w, backup)| {
+                let mut s = UpstreamServer::new(
+                    a.to_string(),
+                    a.parse().map(PeerAddr::Inet).into_iter().collect(),
+                );
+                s.weight = *w;
+                s.backup = *backup;
+                s
             })
             .collect(),
         balancer,
@@ -401,6 +400,7 @@ pub(crate) fn test_upstream(
             timeout: Duration::ZERO,
         },
         zone: None,
+        resolver: None,
         implicit: false,
         src: Src {
             file: None,

@@ -574,10 +574,49 @@ impl Zone {
         self.header().map(|h| h.version.load(Acquire)).unwrap_or(0)
     }
 
+    /// The resolver lease of this zone.
+    pub fn lease(&self) -> Option<&crate::shm::Lease> {
+        self.header().ok().map(|h| &h.lease)
+    }
+
+    /// Records the outcome of resolving server line `k` of upstream `u`:
+    /// when the answer expires and came (monotonic ms) and the error code
+    /// (0: none).
+    pub fn set_resolved(&self, u: usize, k: usize, expires: u64, answered: u64, error: u16) {
+        let Some(s) = self.server_of(u, k) else {
+            return;
+        };
+        s.expires.store(expires, Relaxed);
+        s.answered.store(answered, Relaxed);
+        s.last_error.store(u32::from(error), Release);
+    }
+
+    /// (expires, answered, last error) of server line `k` of upstream `u`.
+    pub fn resolved(&self, u: usize, k: usize) -> (u64, u64, u16) {
+        self.server_of(u, k)
+            .map(|s| {
+                (
+                    s.expires.load(Relaxed),
+                    s.answered.load(Relaxed),
+                    s.last_error.load(Acquire) as u16,
+                )
+            })
+            .unwrap_or_default()
+    }
+
+    fn server_of(&self, u: usize, k: usize) -> Option<&ServerRec> {
+        let rec = self.rec(u).ok()?;
+        if k >= rec.servers.load(Relaxed) as usize {
+            return None;
+        }
+        self.server(rec.first_server.load(Relaxed) as usize + k)
+            .ok()
+    }
+
     /// After worker `worker` (pid `pid`) died abnormally: forget its
-    /// acknowledgement, open the writer lock if it held it and make every
-    /// half-written seqlock even. True when the lock was held (the caller
-    /// logs it as nginx does).
+    /// acknowledgement and its resolver lease, open the writer lock if it
+    /// held it and make every half-written seqlock even. True when the lock
+    /// was held (the caller logs it as nginx does).
     pub fn repair(&self, worker: usize, pid: u32) -> bool {
         if let Ok(a) = self.ack_entry(worker) {
             if a.pid.load(Acquire) == pid {
@@ -585,6 +624,7 @@ impl Zone {
             }
         }
         let Ok(h) = self.header() else { return false };
+        h.lease.release(pid);
         let held = h.writer.force_unlock(pid);
         if held {
             for u in 0..self.upstreams.len() {

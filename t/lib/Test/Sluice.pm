@@ -364,9 +364,24 @@ sub backend {
 	require Test::Sluice::Backend;
 	_release_ports();
 	# Readiness by a file, not by connecting: a probe would count as a connection.
-	my $ready = "$self->{_testdir}/backend_$port.ready";
+	my $ready = "$self->{_testdir}/backend_" . ($opts{addr} // '127.0.0.1') . "_$port.ready";
 	$self->run_daemon(\&Test::Sluice::Backend::run, $port, %opts, ready => $ready);
 	$self->waitforfile($ready) or die "backend $port did not start\n";
+	return $self;
+}
+
+# A DNS server on 127.0.0.1:$port (UDP, and TCP for truncated answers) that
+# answers from the file `dns.txt` in the test directory, re-read for every
+# query, and appends each question to `dns.log`. See Test::Sluice::DNS.
+sub dns {
+	my ($self, $port, %opts) = @_;
+	require Test::Sluice::DNS;
+	_release_ports();
+	my $ready = "$self->{_testdir}/dns_$port.ready";
+	$self->run_daemon(\&Test::Sluice::DNS::run, $port,
+		answers => "$self->{_testdir}/dns.txt",
+		log => "$self->{_testdir}/dns.log", %opts, ready => $ready);
+	$self->waitforfile($ready) or die "dns $port did not start\n";
 	return $self;
 }
 

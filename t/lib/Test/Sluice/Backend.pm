@@ -18,7 +18,8 @@ package Test::Sluice::Backend;
 # status => NNN answers every request with that status; close_all => 1 closes
 # every connection once a request has arrived, without answering; delay =>
 # SECS delays every answer; close => 1 answers with Connection: close and
-# closes; close_after => 1 closes after answering without saying so.
+# closes; close_after => 1 closes after answering without saying so;
+# addr => IP listens there (not 127.0.0.1) and answers with X-Addr: IP.
 
 use warnings;
 use strict;
@@ -29,7 +30,8 @@ use Time::HiRes qw/time/;
 
 sub run {
 	my ($port, %opts) = @_;
-	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port", Listen => 128,
+	my $addr = $opts{addr} // '127.0.0.1';
+	my $l = IO::Socket::INET->new(LocalAddr => "$addr:$port", Listen => 128,
 		ReuseAddr => 1, Proto => 'tcp') or die "backend $port: $!\n";
 	if ($opts{ready}) {
 		open my $fh, '>', $opts{ready} or die "backend: $!\n";
@@ -124,6 +126,7 @@ sub respond {
 		$text = $head . $body;
 	}
 	my $extra = $opts{header_case} ? "X-MiXeD-Case: yes\r\n" : '';
+	$extra .= "X-Addr: $opts{addr}\r\n" if $opts{addr};
 	if ($uri =~ m!/accel(/\S*)?!) {
 		(my $target = $1 || '/internal') =~ s!^/@!@!;
 		$extra .= "X-Accel-Redirect: $target\r\n";

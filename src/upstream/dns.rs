@@ -1,0 +1,482 @@
+//! A DNS client with nginx's resolver rules: one A and one AAAA query per
+//! lookup (as `ipv4=`/`ipv6=` allow), sent together to the servers in turn,
+//! resent every 5 s until `resolver_timeout`, over TCP when the UDP reply is
+//! truncated; replies checked for ID, question and shape; nginx's
+//! classification (NOERROR with no address in either family is NXDOMAIN; a
+//! server error in either family fails the lookup); a CNAME-only answer is
+//! chased (up to 50 links). No hosts file, no search list, no cache: the
+//! caller schedules lookups. Messages are built and parsed by hickory-proto;
+//! only the transport is ours.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::conf::model::Resolver;
+use crate::log::Level;
+
+/// A finished lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Addresses (A first, then AAAA) and how long they are valid.
+    Addrs { addrs: Vec<IpAddr>, valid: Duration },
+    /// The name does not exist, or has no address: the peers go.
+    NxDomain,
+}
+
+/// A failed lookup: the peers stay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DnsError {
+    /// A server's rcode: 1 FORMERR, 2 SERVFAIL, 4 NOTIMP, 5 REFUSED.
+    Server(u16),
+    Timeout,
+}
+
+impl DnsError {
+    /// nginx's code and text, as in "could not be resolved (2: Server failure)".
+    pub fn code(self) -> u16 {
+        match self {
+            DnsError::Server(c) => c,
+            DnsError::Timeout => 110,
+        }
+    }
+}
+
+/// nginx's `ngx_resolver_strerror`.
+pub fn strerror(code: u16) -> &'static str {
+    match code {
+        1 => "Format error",
+        2 => "Server failure",
+        3 => "Host not found",
+        4 => "Unimplemented",
+        5 => "Operation refused",
+        110 => "Operation timed out",
+        _ => "Unknown error",
+    }
+}
+
+impl std::fmt::Display for DnsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code(), strerror(self.code()))
+    }
+}
+
+/// What one family's reply says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// Addresses of the asked family, the CNAME target when there are none,
+    /// and the smallest TTL seen.
+    Records {
+        addrs: Vec<IpAddr>,
+        cname: Option<Name>,
+        ttl: Option<u32>,
+    },
+    NxDomain,
+    Error(u16),
+}
+
+/// Reads one reply for `family` (pure).
+pub(crate) fn classify(msg: &Message, family: RecordType) -> Reply {
+    match msg.response_code() {
+        ResponseCode::NoError => {}
+        ResponseCode::NXDomain => return Reply::NxDomain,
+        other => return Reply::Error(u16::from(other)),
+    }
+    let mut addrs = Vec::new();
+    let mut cname = None;
+    let mut ttl: Option<u32> = None;
+    for r in msg.answers() {
+        let keep = match r.data() {
+            RData::A(a) if family == RecordType::A => {
+                addrs.push(IpAddr::V4(a.0));
+                true
+            }
+            RData::AAAA(a) if family == RecordType::AAAA => {
+                addrs.push(IpAddr::V6(a.0));
+                true
+            }
+            RData::CNAME(c) => {
+                cname = Some(c.0.clone());
+                true
+            }
+            _ => false,
+        };
+        if keep {
+            ttl = Some(ttl.map_or(r.ttl(), |t| t.min(r.ttl())));
+        }
+    }
+    Reply::Records {
+        addrs,
+        cname: if cname.is_some()
+            && !msg
+                .answers()
+                .iter()
+                .any(|r| matches!(r.data(), RData::A(_) | RData::AAAA(_)))
+        {
+            cname
+        } else {
+            None
+        },
+        ttl,
+    }
+}
+
+/// Both families' replies together, as nginx: an error in either fails
+/// the lookup (the first seen wins); addresses in either succeed; a CNAME
+/// with no address anywhere is chased; nothing at all is NXDOMAIN.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Combined {
+    Addrs(Vec<IpAddr>, Option<u32>),
+    Cname(Name, Option<u32>),
+    NxDomain,
+    Error(u16),
+}
+
+pub(crate) fn combine(replies: &[Reply]) -> Combined {
+    if let Some(Reply::Error(c)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
+        return Combined::Error(*c);
+    }
+    let mut addrs = Vec::new();
+    let mut ttl: Option<u32> = None;
+    let mut cname = None;
+    for r in replies {
+        if let Reply::Records {
+            addrs: a,
+            cname: c,
+            ttl: t,
+        } = r
+        {
+            addrs.extend_from_slice(a);
+            if let Some(t) = t {
+                ttl = Some(ttl.map_or(*t, |x| x.min(*t)));
+            }
+            if cname.is_none() {
+                cname = c.clone();
+            }
+        }
+    }
+    if !addrs.is_empty() {
+        return Combined::Addrs(addrs, ttl);
+    }
+    match cname {
+        Some(c) => Combined::Cname(c, ttl),
+        None => Combined::NxDomain,
+    }
+}
+
+/// The DNS client of one worker: rotates over the servers.
+pub struct Client {
+    next: AtomicUsize,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Client::new()
+    }
+}
+
+/// How often an unanswered UDP query is sent again.
+const RESEND: Duration = Duration::from_secs(5);
+/// nginx follows a CNAME chain this far, then calls it NXDOMAIN.
+const MAX_CNAMES: usize = 50;
+
+impl Client {
+    pub fn new() -> Client {
+        Client {
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    fn server(&self, r: &Resolver) -> Option<SocketAddr> {
+        if r.servers.is_empty() {
+            return None;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % r.servers.len();
+        Some(r.servers[i])
+    }
+
+    /// Resolves `host` with `r`'s servers and rules.
+    pub async fn resolve(&self, host: &str, r: &Resolver) -> Result<Answer, DnsError> {
+        let mut name = Name::from_ascii(host).map_err(|_| DnsError::Server(1))?;
+        name.set_fqdn(true);
+        let deadline = Instant::now() + r.timeout;
+        let mut valid: Option<u32> = None;
+        let mut families = Vec::new();
+        if r.ipv4 {
+            families.push(RecordType::A);
+        }
+        if r.ipv6 {
+            families.push(RecordType::AAAA);
+        }
+        for _ in 0..MAX_CNAMES {
+            let server = self.server(r).ok_or(DnsError::Timeout)?;
+            let queries = families.iter().map(|&f| query(server, &name, f, deadline));
+            let replies: Vec<Reply> = futures_join(queries).await?;
+            let shorter = |t: Option<u32>| match (valid, t) {
+                (Some(v), Some(t)) => Some(v.min(t)),
+                (v, t) => v.or(t),
+            };
+            match combine(&replies) {
+                Combined::Error(c) => return Err(DnsError::Server(c)),
+                Combined::NxDomain => return Ok(Answer::NxDomain),
+                Combined::Addrs(addrs, ttl) => {
+                    let ttl = shorter(ttl).unwrap_or(0);
+                    let valid = r.valid.unwrap_or(Duration::from_secs(u64::from(ttl)));
+                    return Ok(Answer::Addrs { addrs, valid });
+                }
+                Combined::Cname(target, ttl) => {
+                    valid = shorter(ttl);
+                    name = target;
+                }
+            }
+        }
+        Ok(Answer::NxDomain)
+    }
+}
+
+/// Runs the queries together; the first transport failure fails them all.
+async fn futures_join<F>(qs: impl Iterator<Item = F>) -> Result<Vec<Reply>, DnsError>
+where
+    F: std::future::Future<Output = Result<Reply, DnsError>>,
+{
+    let mut set: Vec<std::pin::Pin<Box<F>>> = qs.map(Box::pin).collect();
+    let mut out: Vec<Option<Result<Reply, DnsError>>> = (0..set.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (i, f) in set.iter_mut().enumerate() {
+            if out[i].is_some() {
+                continue;
+            }
+            match f.as_mut().poll(cx) {
+                std::task::Poll::Ready(r) => out[i] = Some(r),
+                std::task::Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter()
+        .map(|r| r.unwrap_or(Err(DnsError::Timeout)))
+        .collect()
+}
+
+fn request(name: &Name, family: RecordType) -> (u16, Vec<u8>) {
+    let id: u16 = rand_id();
+    let mut m = Message::new();
+    m.set_id(id)
+        .set_message_type(MessageType::Query)
+        .set_recursion_desired(true)
+        .add_query(Query::query(name.clone(), family));
+    (id, m.to_vec().unwrap_or_default())
+}
+
+fn rand_id() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.finish() as u16
+}
+
+/// A reply for our query? nginx logs and ignores any other.
+fn matches(msg: &Message, id: u16, name: &Name, family: RecordType, server: SocketAddr) -> bool {
+    let ok = msg.id() == id
+        && msg.message_type() == MessageType::Response
+        && msg
+            .queries()
+            .first()
+            .is_some_and(|q| q.query_type() == family && q.name() == name);
+    if !ok {
+        crate::log!(
+            Level::Error,
+            "unexpected DNS response for {} from {}, ignored",
+            name.to_ascii().trim_end_matches('.'),
+            server
+        );
+    }
+    ok
+}
+
+/// One question over UDP (TCP when the reply is truncated).
+async fn query(
+    server: SocketAddr,
+    name: &Name,
+    family: RecordType,
+    deadline: Instant,
+) -> Result<Reply, DnsError> {
+    let (id, bytes) = request(name, family);
+    let bind: SocketAddr = if server.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let sock = tokio::net::UdpSocket::bind(bind)
+        .await
+        .map_err(|_| DnsError::Timeout)?;
+    sock.connect(server).await.map_err(|_| DnsError::Timeout)?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(DnsError::Timeout);
+        }
+        let _ = sock.send(&bytes).await;
+        let until = (now + RESEND).min(deadline);
+        loop {
+            let wait = until.saturating_duration_since(Instant::now());
+            let n = match tokio::time::timeout(wait, sock.recv(&mut buf)).await {
+                Ok(Ok(n)) => n,
+                // ICMP unreachable and the like: wait for the resend.
+                Ok(Err(_)) => {
+                    tokio::time::sleep(wait).await;
+                    break;
+                }
+                Err(_) => break,
+            };
+            let Ok(msg) = Message::from_vec(&buf[..n]) else {
+                crate::log!(
+                    Level::Error,
+                    "invalid DNS response from {}, ignored",
+                    server
+                );
+                continue;
+            };
+            if !matches(&msg, id, name, family, server) {
+                continue;
+            }
+            if msg.truncated() {
+                return query_tcp(server, name, family, deadline).await;
+            }
+            return Ok(classify(&msg, family));
+        }
+    }
+}
+
+async fn query_tcp(
+    server: SocketAddr,
+    name: &Name,
+    family: RecordType,
+    deadline: Instant,
+) -> Result<Reply, DnsError> {
+    let (id, bytes) = request(name, family);
+    let wait = deadline.saturating_duration_since(Instant::now());
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(server).await.ok()?;
+        let mut framed = Vec::with_capacity(bytes.len() + 2);
+        framed.extend_from_slice(&(bytes.len() as u16).to_be_bytes());
+        framed.extend_from_slice(&bytes);
+        s.write_all(&framed).await.ok()?;
+        let len = s.read_u16().await.ok()?;
+        let mut buf = vec![0u8; usize::from(len)];
+        s.read_exact(&mut buf).await.ok()?;
+        Message::from_vec(&buf).ok()
+    };
+    match tokio::time::timeout(wait, exchange).await {
+        Ok(Some(msg)) if matches(&msg, id, name, family, server) => Ok(classify(&msg, family)),
+        _ => Err(DnsError::Timeout),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_proto::rr::Record;
+    use hickory_proto::rr::rdata::{A, AAAA, CNAME};
+
+    fn name(s: &str) -> Name {
+        Name::from_ascii(s).expect("name")
+    }
+
+    fn reply(code: ResponseCode, records: Vec<Record>) -> Message {
+        let mut m = Message::new();
+        m.set_message_type(MessageType::Response)
+            .set_response_code(code);
+        for r in records {
+            m.add_answer(r);
+        }
+        m
+    }
+
+    fn a(ip: &str, ttl: u32) -> Record {
+        Record::from_rdata(name("x.test."), ttl, RData::A(A(ip.parse().expect("ip"))))
+    }
+
+    fn aaaa(ip: &str, ttl: u32) -> Record {
+        Record::from_rdata(
+            name("x.test."),
+            ttl,
+            RData::AAAA(AAAA(ip.parse().expect("ip"))),
+        )
+    }
+
+    fn cname(to: &str, ttl: u32) -> Record {
+        Record::from_rdata(name("x.test."), ttl, RData::CNAME(CNAME(name(to))))
+    }
+
+    #[test]
+    fn nginx_classification() {
+        let four = classify(
+            &reply(
+                ResponseCode::NoError,
+                vec![a("10.0.0.1", 30), a("10.0.0.2", 10)],
+            ),
+            RecordType::A,
+        );
+        let six = classify(
+            &reply(ResponseCode::NoError, vec![aaaa("::1", 5)]),
+            RecordType::AAAA,
+        );
+        let empty = classify(&reply(ResponseCode::NoError, vec![]), RecordType::AAAA);
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        // A first, then AAAA; the smallest TTL.
+        assert_eq!(
+            combine(&[four.clone(), six.clone()]),
+            Combined::Addrs(vec![ip("10.0.0.1"), ip("10.0.0.2"), ip("::1")], Some(5))
+        );
+        // One family empty: the other's addresses.
+        assert_eq!(
+            combine(&[four.clone(), empty.clone()]),
+            Combined::Addrs(vec![ip("10.0.0.1"), ip("10.0.0.2")], Some(10))
+        );
+        // NOERROR with nothing in both: NXDOMAIN.
+        assert_eq!(combine(&[empty.clone(), empty.clone()]), Combined::NxDomain);
+        // An error in either family fails the lookup, even with addresses.
+        let fail = classify(&reply(ResponseCode::ServFail, vec![]), RecordType::AAAA);
+        assert_eq!(combine(&[four.clone(), fail]), Combined::Error(2));
+        let refused = classify(&reply(ResponseCode::Refused, vec![]), RecordType::A);
+        assert_eq!(combine(&[refused, empty.clone()]), Combined::Error(5));
+        assert_eq!(
+            combine(&[
+                classify(&reply(ResponseCode::NXDomain, vec![]), RecordType::A),
+                empty
+            ]),
+            Combined::NxDomain
+        );
+        // CNAME with addresses: the addresses; CNAME alone: chase it.
+        let with = classify(
+            &reply(
+                ResponseCode::NoError,
+                vec![cname("y.test.", 60), a("10.0.0.9", 60)],
+            ),
+            RecordType::A,
+        );
+        assert_eq!(
+            combine(&[with]),
+            Combined::Addrs(vec![ip("10.0.0.9")], Some(60))
+        );
+        let only = classify(
+            &reply(ResponseCode::NoError, vec![cname("y.test.", 7)]),
+            RecordType::A,
+        );
+        assert_eq!(combine(&[only]), Combined::Cname(name("y.test."), Some(7)));
+        assert_eq!(DnsError::Server(3).to_string(), "3: Host not found");
+        assert_eq!(DnsError::Timeout.to_string(), "110: Operation timed out");
+    }
+}

@@ -1,0 +1,164 @@
+//! Following DNS for `server NAME resolve`: in every worker, one task per
+//! such line waits until this worker holds its zone's resolver lease, then
+//! resolves the name on nginx's schedule (success or NXDOMAIN: again after
+//! the answer's validity + 1 s; an error: after max(resolver_timeout, 1 s),
+//! keeping the peers) and publishes the answer into the zone: peers whose
+//! address is still answered keep their state, the others go, new ones are
+//! appended with the `server` line's port and parameters. Only the lease
+//! holder sends queries; another worker takes over when it dies or hangs.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::dns::{Answer, Client, strerror};
+use super::peers::now_ms;
+use super::zone::NewPeer;
+use super::{UpstreamRt, Upstreams};
+use crate::conf::model::{PeerAddr, UpstreamServer};
+use crate::log::Level;
+
+/// How often a worker looks at the lease (and renews it when it holds it).
+pub const LEASE_TICK: Duration = Duration::from_millis(500);
+/// A holder silent this long (ms) is taken over.
+pub const LEASE_STALE: u64 = 1500;
+
+/// Starts the resolving tasks for every `resolve` line of every zone upstream.
+pub fn spawn_all(upstreams: &Upstreams) {
+    let client = Arc::new(Client::new());
+    for u in upstreams.iter() {
+        if u.zone().is_none() || u.cfg.resolver.is_none() {
+            continue;
+        }
+        for (k, line) in u.cfg.servers.iter().enumerate() {
+            if line.resolve {
+                tokio::spawn(follow(u.clone(), k, client.clone()));
+            }
+        }
+    }
+}
+
+async fn follow(u: Arc<UpstreamRt>, k: usize, client: Arc<Client>) {
+    let (Some((zone, i)), Some(resolver)) = (u.shared.clone(), u.cfg.resolver.clone()) else {
+        return;
+    };
+    let line = &u.cfg.servers[k];
+    let me = std::process::id();
+    let mut due: Option<u64> = None;
+    loop {
+        let held = zone.lease().is_some_and(|l| l.holder() == me);
+        if !held {
+            due = None;
+            tokio::time::sleep(LEASE_TICK).await;
+            continue;
+        }
+        let now = now_ms();
+        // A new holder continues the schedule the zone records.
+        let next = *due.get_or_insert_with(|| {
+            let (expires, answered, _) = zone.resolved(i, k);
+            if answered == 0 {
+                now + 1
+            } else {
+                expires + 1000
+            }
+        });
+        if next > now {
+            let wait = Duration::from_millis((next - now).min(LEASE_TICK.as_millis() as u64));
+            tokio::time::sleep(wait).await;
+            continue;
+        }
+        let result = client.resolve(&line.host, &resolver).await;
+        if zone.lease().is_none_or(|l| l.holder() != me) {
+            due = None;
+            continue;
+        }
+        let now = now_ms();
+        let ms = |d: Duration| d.as_millis() as u64;
+        match result {
+            Ok(Answer::Addrs { addrs, valid }) => {
+                publish(&u, k, &addrs);
+                zone.set_resolved(i, k, now + ms(valid), now, 0);
+                due = Some(now + ms(valid) + 1000);
+            }
+            Ok(Answer::NxDomain) => {
+                crate::log!(
+                    Level::Error,
+                    "{} could not be resolved (3: {})",
+                    line.host,
+                    strerror(3)
+                );
+                publish(&u, k, &[]);
+                let valid = ms(resolver.valid.unwrap_or(Duration::from_secs(10)));
+                zone.set_resolved(i, k, now + valid, now, 3);
+                due = Some(now + valid + 1000);
+            }
+            Err(e) => {
+                crate::log!(Level::Error, "{} could not be resolved ({})", line.host, e);
+                let (expires, answered, _) = zone.resolved(i, k);
+                zone.set_resolved(i, k, expires, answered, e.code());
+                due = Some(now + ms(resolver.timeout.max(Duration::from_secs(1))));
+            }
+        }
+    }
+}
+
+fn new_peer(line: &UpstreamServer, server: usize, addr: PeerAddr) -> NewPeer {
+    NewPeer {
+        addr,
+        server: server as u32,
+        weight: line.weight,
+        max_fails: line.max_fails,
+        fail_timeout: line.fail_timeout,
+        max_conns: line.max_conns,
+        backup: line.backup,
+        down: line.down,
+    }
+}
+
+/// Publishes server line `k`'s new addresses with every other line's
+/// current peers.
+fn publish(u: &UpstreamRt, k: usize, addrs: &[IpAddr]) {
+    let Some((zone, i)) = &u.shared else { return };
+    let Some(current) = zone.snapshot(*i, &u.cfg) else {
+        crate::log!(
+            Level::Error,
+            "zone \"{}\" is busy, answer for upstream \"{}\" not applied",
+            zone.name,
+            u.cfg.name
+        );
+        return;
+    };
+    let mut list = Vec::new();
+    for (j, line) in u.cfg.servers.iter().enumerate() {
+        if j == k {
+            list.extend(
+                addrs
+                    .iter()
+                    .map(|ip| new_peer(line, j, PeerAddr::Inet(SocketAddr::new(*ip, line.port)))),
+            );
+        } else if line.resolve {
+            list.extend(
+                current
+                    .primary
+                    .iter()
+                    .chain(current.backup.iter())
+                    .filter(|p| p.server == j)
+                    .map(|p| new_peer(line, j, p.addr.clone())),
+            );
+        } else {
+            list.extend(line.addrs.iter().map(|a| new_peer(line, j, a.clone())));
+        }
+    }
+    match zone.publish(*i, std::process::id(), &list) {
+        Ok(r) if r.refused > 0 => crate::log!(
+            Level::Error,
+            "zone \"{}\" is too small for the peers of upstream \"{}\": {} of them not added, {} bytes needed",
+            zone.name,
+            u.cfg.name,
+            r.refused,
+            r.needed
+        ),
+        Ok(_) => {}
+        Err(e) => crate::log!(Level::Error, "{}", e),
+    }
+}
