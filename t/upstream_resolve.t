@@ -1,0 +1,178 @@
+#!/usr/bin/perl
+
+# server NAME resolve with two workers: peers follow a test DNS server's
+# answers (A, AAAA, CNAME chains, truncated replies over TCP); NXDOMAIN and
+# empty answers remove the peers, errors and timeouts keep them; one worker
+# holds the resolver lease and another takes over when it is killed; the
+# API shows the resolve state. Config errors without a zone or resolver.
+
+use warnings;
+use strict;
+
+use Test::More;
+use JSON::PP;
+use Time::HiRes qw/time sleep/;
+
+BEGIN { use FindBin; chdir($FindBin::Bin); }
+
+use lib 'lib';
+use Test::Sluice qw/:all/;
+
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(22);
+$t->expect_errors(qr/\[alert\].*worker process \d+ exited on signal 9/);
+my $d = $t->testdir();
+
+$t->write_file_expand('sluice.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+worker_processes 2;
+
+events {
+}
+
+http {
+    log_format u "$uri $status $upstream_addr";
+    access_log %%TESTDIR%%/access.log u;
+    resolver 127.0.0.1:%%PORT_8053%% valid=1s;
+    resolver_timeout 1s;
+
+    upstream app { zone z 64k; server app.test:%%PORT_8081%% resolve; }
+    upstream alias { zone z; server alias.test:%%PORT_8081%% resolve; }
+    upstream six { zone z; server six.test:%%PORT_8081%% resolve; }
+    upstream count {
+        zone z;
+        resolver 127.0.0.1:%%PORT_8053%%;
+        server count.test:%%PORT_8081%% resolve;
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8080%% reuseport;
+        location /app { proxy_pass http://app; }
+        location /alias { proxy_pass http://alias; }
+        location /api { api; }
+    }
+}
+
+EOF
+
+my $p = port(8081);
+
+# The DNS answers: the other names stay as they are, app.test changes.
+sub answers {
+	$t->write_file('dns.txt', join('', map { "$_\n" } @_,
+		'alias.test CNAME real.test 5', 'real.test A 127.0.0.2 5',
+		'six.test AAAA ::1 5', 'count.test A 127.0.0.1 60'));
+}
+answers('app.test A 127.0.0.1 1');
+$t->dns(port(8053));
+$t->backend($p);
+$t->backend($p, addr => '127.0.0.2');
+$t->run();
+
+sub addr_of {
+	my ($uri) = @_;
+	my $r = http_get($uri);
+	return 'down' if $r =~ /^HTTP\/1.1 502/;
+	my ($a) = $r =~ /^X-Addr: (\S+)/mi;
+	return $r =~ /^HTTP\/1.1 200/ ? ($a // '127.0.0.1') : 'error';
+}
+
+# Polls until `addr_of($uri)` gives $want (true) or 6 s pass.
+sub becomes {
+	my ($uri, $want) = @_;
+	for (1 .. 60) {
+		return 1 if addr_of($uri) eq $want;
+		sleep 0.1;
+	}
+	return 0;
+}
+
+sub api {
+	my $r = http_get('/api/9/http/upstreams');
+	my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
+	return eval { decode_json($body) } // {};
+}
+
+sub dns_log { $t->read_file('dns.log') }
+
+ok(becomes('/app/1', '127.0.0.1'), 'first answer: peer 127.0.0.1');
+like(dns_log(), qr/^app\.test A udp$/m, 'A query');
+like(dns_log(), qr/^app\.test AAAA udp$/m, 'and AAAA query');
+
+answers('app.test A 127.0.0.2 1');
+ok(becomes('/app/2', '127.0.0.2'), 'the answer changed: the peer followed');
+
+answers('app.test A 127.0.0.1 1', 'app.test A 127.0.0.2 1');
+my %seen;
+for (1 .. 60) {
+	$seen{addr_of('/app/3')}++;
+	last if $seen{'127.0.0.1'} && $seen{'127.0.0.2'};
+	sleep 0.1;
+}
+ok($seen{'127.0.0.1'} && $seen{'127.0.0.2'}, 'two addresses: both peers used');
+
+# Errors keep the last good peers.
+answers('app.test RCODE 2');
+ok($t->waitforlog(qr/\[error\].*app\.test could not be resolved \(2: Server failure\)/, 6),
+	'SERVFAIL logged as nginx');
+my $kept = 0;
+$kept++ for grep { addr_of('/app/4') ne 'down' } 1 .. 4;
+is($kept, 4, 'SERVFAIL keeps the peers');
+
+answers('app.test SILENT');
+ok($t->waitforlog(qr/\[error\].*app\.test could not be resolved \(110: Operation timed out\)/, 6),
+	'no reply: timed out after resolver_timeout');
+isnt(addr_of('/app/5'), 'down', 'a timeout keeps the peers');
+
+# NXDOMAIN, and NOERROR with no address in either family, remove them.
+answers('app.test RCODE 3');
+ok(becomes('/app/6', 'down'), 'NXDOMAIN: no peers, 502');
+ok($t->waitforlog(qr/\[error\].*app\.test could not be resolved \(3: Host not found\)/, 1),
+	'NXDOMAIN logged as nginx');
+like($t->read_file('access.log'), qr/^\/app\/6 502 app$/m, '$upstream_addr is the upstream name');
+
+answers('app.test A 127.0.0.1 1');
+ok(becomes('/app/7', '127.0.0.1'), 'back');
+answers();
+ok(becomes('/app/8', 'down'), 'an empty answer removes the peers too');
+
+# A CNAME alone is chased; a truncated reply is asked again over TCP.
+is(addr_of('/alias/1'), '127.0.0.2', 'CNAME chain followed');
+like(dns_log(), qr/^real\.test A udp$/m, 'the CNAME target queried');
+answers('app.test TC', 'app.test A 127.0.0.2 1');
+ok(becomes('/app/9', '127.0.0.2'), 'truncated over UDP: answered over TCP');
+like(dns_log(), qr/^app\.test A tcp$/m, 'TCP query');
+
+# AAAA answers; the API shows the resolve state and the lease holder.
+my ($six, $pid);
+for (1 .. 30) {
+	my $v = api();
+	$six = $v->{six}{sluice}{resolve}[0];
+	$pid = $v->{app}{sluice}{resolver_pid};
+	last if $six && @{$six->{addresses} // []};
+	sleep 0.1;
+}
+is(join(',', @{$six->{addresses} // []}), "[::1]:$p", 'AAAA answer: [::1] peer');
+my @w = $t->worker_pids();
+ok($pid && grep({ $_ == $pid } @w), 'the resolver is one of the workers');
+
+# Only the lease holder queries: count.test has its own resolver, without
+# valid=, and a 60 s TTL, so one worker
+# asks once; two would ask twice.
+my $count = () = dns_log() =~ /^count\.test A udp$/mg;
+is($count, 1, 'one resolving worker');
+
+# The holder dies: another worker takes the lease and follows DNS.
+kill 'KILL', $pid;
+answers('app.test A 127.0.0.1 1');
+my $new;
+for (1 .. 60) {
+	$new = api()->{app}{sluice}{resolver_pid};
+	last if $new && $new != $pid;
+	sleep 0.1;
+}
+ok($new && $new != $pid && becomes('/app/10', '127.0.0.1'),
+	'the lease moved to another worker, which resolves');
+
+$t->stop();
