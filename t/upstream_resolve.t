@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(22);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(25);
 $t->expect_errors(qr/\[alert\].*worker process \d+ exited on signal 9/);
 my $d = $t->testdir();
 
@@ -40,6 +40,7 @@ http {
     upstream app { zone z 64k; server app.test:%%PORT_8081%% resolve; }
     upstream alias { zone z; server alias.test:%%PORT_8081%% resolve; }
     upstream six { zone z; server six.test:%%PORT_8081%% resolve; }
+    upstream srv { zone z; server srv.test service=http resolve; }
     upstream count {
         zone z;
         resolver 127.0.0.1:%%PORT_8053%%;
@@ -50,6 +51,7 @@ http {
         listen 127.0.0.1:%%PORT_8080%% reuseport;
         location /app { proxy_pass http://app; }
         location /alias { proxy_pass http://alias; }
+        location /srv { proxy_pass http://srv; }
         location /api { api; }
     }
 }
@@ -62,7 +64,9 @@ my $p = port(8081);
 sub answers {
 	$t->write_file('dns.txt', join('', map { "$_\n" } @_,
 		'alias.test CNAME real.test 5', 'real.test A 127.0.0.2 5',
-		'six.test AAAA ::1 5', 'count.test A 127.0.0.1 60'));
+		'six.test AAAA ::1 5', 'count.test A 127.0.0.1 60',
+		"_http._tcp.srv.test SRV 10 5 $p a.test 5", "_http._tcp.srv.test SRV 20 0 $p b.test 5",
+		'a.test A 127.0.0.1 5', 'b.test A 127.0.0.2 5'));
 }
 answers('app.test A 127.0.0.1 1');
 $t->dns(port(8053));
@@ -162,6 +166,22 @@ ok($pid && grep({ $_ == $pid } @w), 'the resolver is one of the workers');
 # asks once; two would ask twice.
 my $count = () = dns_log() =~ /^count\.test A udp$/mg;
 is($count, 1, 'one resolving worker');
+
+# SRV: the lowest priority gives the primary peers, the others backups;
+# the record's weight (0 taken as 1) and port.
+my $srv = [];
+for (1 .. 30) {
+	$srv = api()->{srv}{peers} // [];
+	last if @$srv == 2;
+	sleep 0.1;
+}
+my ($prim) = grep { !$_->{backup} } @$srv;
+my ($bak) = grep { $_->{backup} } @$srv;
+ok($prim && $prim->{server} eq "127.0.0.1:$p" && $prim->{weight} == 5
+	&& $bak && $bak->{server} eq "127.0.0.2:$p" && $bak->{weight} == 1,
+	'SRV: primary and backup peers with the records\' ports and weights');
+is(addr_of('/srv/1'), '127.0.0.1', 'SRV: the primary answers');
+like(dns_log(), qr/^_http\._tcp\.srv\.test SRV udp$/m, 'SRV query for _http._tcp');
 
 # The holder dies: another worker takes the lease and follows DNS.
 kill 'KILL', $pid;

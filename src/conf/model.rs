@@ -289,6 +289,10 @@ pub struct UpstreamServer {
     /// The host and port to resolve (`resolve` only).
     pub host: String,
     pub port: u16,
+    /// `service=`: resolve SRV records of this service instead.
+    pub service: Option<String>,
+    /// `weight=` was written (an SRV record's weight is used otherwise).
+    pub weight_set: bool,
 }
 
 impl UpstreamServer {
@@ -306,6 +310,8 @@ impl UpstreamServer {
             resolve: false,
             host: String::new(),
             port: 0,
+            service: None,
+            weight_set: false,
         }
     }
 }

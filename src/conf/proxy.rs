@@ -228,6 +228,13 @@ fn set_server(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         return Err(not_here(d));
     };
     let what = format!("\"{}\" of the \"server\" directive", d.args[0]);
+    let wants_service = d.args[1..].iter().any(|a| a.starts_with("service="));
+    if wants_service && !d.args[1..].iter().any(|a| a == "resolve") {
+        return Err(ConfError::at(
+            "service upstream \"service=\" requires \"resolve\" and a host name",
+            &d.src,
+        ));
+    }
     // `resolve` on a name: no lookup now, the zone's resolver follows it.
     let run_time = d.args[1..]
         .iter()
@@ -247,15 +254,35 @@ fn set_server(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         }
     };
     let mut s = UpstreamServer::new(d.args[0].clone(), addrs);
+    let invalid = |p: &str| ConfError::at(format!("invalid parameter \"{p}\""), &d.src);
+    let service = d.args[1..].iter().find_map(|a| a.strip_prefix("service="));
+    if let Some(service) = service {
+        if run_time.is_none() {
+            return Err(ConfError::at(
+                "service upstream \"service=\" requires \"resolve\" and a host name",
+                &d.src,
+            ));
+        }
+        if d.args[0].contains(':') {
+            return Err(ConfError::at(
+                format!("service upstream \"{}\" may not have port", d.args[0]),
+                &d.src,
+            ));
+        }
+        if service.is_empty() {
+            return Err(invalid(&format!("service={service}")));
+        }
+        s.service = Some(service.to_string());
+    }
     if let Some((host, port)) = run_time {
         s.resolve = true;
         s.host = host;
         s.port = port.ok_or_else(|| ConfError::at(format!("invalid port in {what}"), &d.src))?;
     }
-    let invalid = |p: &str| ConfError::at(format!("invalid parameter \"{p}\""), &d.src);
     for p in &d.args[1..] {
         if let Some(v) = p.strip_prefix("weight=") {
             s.weight = number(v).filter(|w| *w > 0).ok_or_else(|| invalid(p))?;
+            s.weight_set = true;
         } else if let Some(v) = p.strip_prefix("max_fails=") {
             s.max_fails = number(v).ok_or_else(|| invalid(p))?;
         } else if let Some(v) = p.strip_prefix("fail_timeout=") {
@@ -278,10 +305,7 @@ fn set_server(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         } else if p == "resolve" {
             // Handled above; no effect on an address literal.
         } else if p.starts_with("service=") {
-            return Err(ConfError::at(
-                "\"service=\" (SRV) is not supported yet",
-                &d.src,
-            ));
+            // Handled above.
         } else {
             return Err(invalid(p));
         }

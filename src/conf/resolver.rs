@@ -175,6 +175,26 @@ mod tests {
     }
 
     #[test]
+    fn service_needs_resolve_and_no_port() {
+        let base = "events {} http { resolver 127.0.0.1; upstream u { zone z 64k; ";
+        let (c, _) = try_build(&format!("{base} server s.test service=http resolve; }} }}"))
+            .expect("config");
+        let line = &c.http.expect("http").upstreams[0].servers[0];
+        assert_eq!(line.service.as_deref(), Some("http"));
+        assert!(line.resolve && !line.weight_set);
+        assert!(
+            err(&format!("{base} server s.test service=http; }} }}"))
+                .contains("requires \"resolve\"")
+        );
+        assert!(
+            err(&format!(
+                "{base} server s.test:80 service=http resolve; }} }}"
+            ))
+            .contains("may not have port")
+        );
+    }
+
+    #[test]
     fn resolve_needs_a_zone_and_a_resolver() {
         let e = err("events {} http { resolver 127.0.0.1; upstream u { server a.test resolve; } }");
         assert!(

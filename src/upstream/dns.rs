@@ -28,6 +28,26 @@ pub enum Answer {
     NxDomain,
 }
 
+/// One peer an SRV lookup gives: an address of a target, with the record's
+/// port and weight (0 taken as 1), backup unless of the lowest priority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SrvPeer {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub weight: u16,
+    pub backup: bool,
+}
+
+/// A finished SRV lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SrvAnswer {
+    Peers {
+        peers: Vec<SrvPeer>,
+        valid: Duration,
+    },
+    NxDomain,
+}
+
 /// A failed lookup: the peers stay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DnsError {
@@ -238,6 +258,142 @@ impl Client {
     }
 }
 
+/// One SRV record as the reply gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Srv {
+    pub(crate) priority: u16,
+    pub(crate) weight: u16,
+    pub(crate) port: u16,
+    pub(crate) target: Name,
+}
+
+/// What an SRV reply says (pure): records sorted by priority, or a CNAME
+/// to follow, with the smallest TTL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SrvReply {
+    Records(Vec<Srv>, Option<u32>),
+    Cname(Name, Option<u32>),
+    NxDomain,
+    Error(u16),
+}
+
+pub(crate) fn classify_srv(msg: &Message) -> SrvReply {
+    match msg.response_code() {
+        ResponseCode::NoError => {}
+        ResponseCode::NXDomain => return SrvReply::NxDomain,
+        other => return SrvReply::Error(u16::from(other)),
+    }
+    let mut recs = Vec::new();
+    let mut cname = None;
+    let mut ttl: Option<u32> = None;
+    for r in msg.answers() {
+        match r.data() {
+            RData::SRV(v) => recs.push(Srv {
+                priority: v.priority(),
+                weight: v.weight(),
+                port: v.port(),
+                target: v.target().clone(),
+            }),
+            RData::CNAME(c) => cname = Some(c.0.clone()),
+            _ => continue,
+        }
+        ttl = Some(ttl.map_or(r.ttl(), |t| t.min(r.ttl())));
+    }
+    if !recs.is_empty() {
+        recs.sort_by_key(|r| r.priority);
+        return SrvReply::Records(recs, ttl);
+    }
+    match cname {
+        Some(c) => SrvReply::Cname(c, ttl),
+        None => SrvReply::NxDomain,
+    }
+}
+
+/// The targets' results put together, as nginx: the addresses of the
+/// targets that answered (each failed target is logged); if none did,
+/// NXDOMAIN when one was NXDOMAIN, else the first error.
+pub(crate) fn srv_peers(
+    recs: &[Srv],
+    results: &[Result<Answer, DnsError>],
+    srv_ttl: Option<u32>,
+    r: &Resolver,
+) -> Result<SrvAnswer, DnsError> {
+    let lowest = recs.first().map(|s| s.priority).unwrap_or(0);
+    let mut peers = Vec::new();
+    let mut valid = r
+        .valid
+        .unwrap_or(Duration::from_secs(u64::from(srv_ttl.unwrap_or(0))));
+    let (mut nx, mut first_err) = (false, None);
+    for (rec, res) in recs.iter().zip(results) {
+        match res {
+            Ok(Answer::Addrs { addrs, valid: v }) => {
+                valid = valid.min(*v);
+                peers.extend(addrs.iter().map(|a| SrvPeer {
+                    addr: *a,
+                    port: rec.port,
+                    weight: rec.weight.max(1),
+                    backup: rec.priority != lowest,
+                }));
+            }
+            Ok(Answer::NxDomain) => nx = true,
+            Err(e) => {
+                first_err.get_or_insert(*e);
+            }
+        }
+    }
+    if !peers.is_empty() {
+        return Ok(SrvAnswer::Peers { peers, valid });
+    }
+    match (nx, first_err) {
+        (false, Some(e)) => Err(e),
+        _ => Ok(SrvAnswer::NxDomain),
+    }
+}
+
+impl Client {
+    /// Resolves an SRV name (`_service._tcp.host`), then each target.
+    pub async fn resolve_srv(&self, srv_name: &str, r: &Resolver) -> Result<SrvAnswer, DnsError> {
+        let mut name = Name::from_ascii(srv_name).map_err(|_| DnsError::Server(1))?;
+        name.set_fqdn(true);
+        let deadline = Instant::now() + r.timeout;
+        let mut ttl: Option<u32> = None;
+        for _ in 0..MAX_CNAMES {
+            let server = self.server(r).ok_or(DnsError::Timeout)?;
+            let msg = exchange(server, &name, RecordType::SRV, deadline).await?;
+            let shorter = |t: Option<u32>| match (ttl, t) {
+                (Some(v), Some(t)) => Some(v.min(t)),
+                (v, t) => v.or(t),
+            };
+            match classify_srv(&msg) {
+                SrvReply::Error(c) => return Err(DnsError::Server(c)),
+                SrvReply::NxDomain => return Ok(SrvAnswer::NxDomain),
+                SrvReply::Cname(target, t) => {
+                    ttl = shorter(t);
+                    name = target;
+                }
+                SrvReply::Records(recs, t) => {
+                    let mut results = Vec::with_capacity(recs.len());
+                    for rec in &recs {
+                        let target = rec.target.to_ascii();
+                        let res = self.resolve(target.trim_end_matches('.'), r).await;
+                        if let Err(e) = &res {
+                            crate::log!(
+                                Level::Error,
+                                "{} could not be resolved ({})",
+                                target.trim_end_matches('.'),
+                                e
+                            );
+                        }
+                        results.push(res);
+                    }
+                    return srv_peers(&recs, &results, shorter(t), r);
+                }
+            }
+        }
+        Ok(SrvAnswer::NxDomain)
+    }
+}
+
 /// Runs the queries together; the first transport failure fails them all.
 async fn futures_join<F>(qs: impl Iterator<Item = F>) -> Result<Vec<Reply>, DnsError>
 where
@@ -304,13 +460,24 @@ fn matches(msg: &Message, id: u16, name: &Name, family: RecordType, server: Sock
     ok
 }
 
-/// One question over UDP (TCP when the reply is truncated).
+/// One A or AAAA question.
 async fn query(
     server: SocketAddr,
     name: &Name,
     family: RecordType,
     deadline: Instant,
 ) -> Result<Reply, DnsError> {
+    let msg = exchange(server, name, family, deadline).await?;
+    Ok(classify(&msg, family))
+}
+
+/// One question over UDP (TCP when the reply is truncated): the reply.
+async fn exchange(
+    server: SocketAddr,
+    name: &Name,
+    family: RecordType,
+    deadline: Instant,
+) -> Result<Message, DnsError> {
     let (id, bytes) = request(name, family);
     let bind: SocketAddr = if server.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
@@ -352,19 +519,19 @@ async fn query(
                 continue;
             }
             if msg.truncated() {
-                return query_tcp(server, name, family, deadline).await;
+                return exchange_tcp(server, name, family, deadline).await;
             }
-            return Ok(classify(&msg, family));
+            return Ok(msg);
         }
     }
 }
 
-async fn query_tcp(
+async fn exchange_tcp(
     server: SocketAddr,
     name: &Name,
     family: RecordType,
     deadline: Instant,
-) -> Result<Reply, DnsError> {
+) -> Result<Message, DnsError> {
     let (id, bytes) = request(name, family);
     let wait = deadline.saturating_duration_since(Instant::now());
     let exchange = async {
@@ -379,7 +546,7 @@ async fn query_tcp(
         Message::from_vec(&buf).ok()
     };
     match tokio::time::timeout(wait, exchange).await {
-        Ok(Some(msg)) if matches(&msg, id, name, family, server) => Ok(classify(&msg, family)),
+        Ok(Some(msg)) if matches(&msg, id, name, family, server) => Ok(msg),
         _ => Err(DnsError::Timeout),
     }
 }
@@ -477,6 +644,84 @@ mod tests {
         );
         assert_eq!(combine(&[only]), Combined::Cname(name("y.test."), Some(7)));
         assert_eq!(DnsError::Server(3).to_string(), "3: Host not found");
+        // SRV: sorted by priority; the lowest gives primaries, weight 0 is 1.
+        use hickory_proto::rr::rdata::SRV;
+        let srv = |p, w, port, t: &str| {
+            Record::from_rdata(
+                name("_http._tcp.x.test."),
+                30,
+                RData::SRV(SRV::new(p, w, port, name(t))),
+            )
+        };
+        let SrvReply::Records(recs, ttl) = classify_srv(&reply(
+            ResponseCode::NoError,
+            vec![srv(20, 5, 81, "b.test."), srv(10, 0, 80, "a.test.")],
+        )) else {
+            panic!("records");
+        };
+        assert_eq!(ttl, Some(30));
+        assert_eq!(recs[0].target, name("a.test."));
+        let r = Resolver {
+            servers: Vec::new(),
+            valid: None,
+            ipv4: true,
+            ipv6: true,
+            timeout: Duration::from_secs(1),
+        };
+        let ok = |a: &str| {
+            Ok(Answer::Addrs {
+                addrs: vec![ip(a)],
+                valid: Duration::from_secs(5),
+            })
+        };
+        assert_eq!(
+            srv_peers(&recs, &[ok("10.0.0.1"), ok("10.0.0.2")], ttl, &r),
+            Ok(SrvAnswer::Peers {
+                peers: vec![
+                    SrvPeer {
+                        addr: ip("10.0.0.1"),
+                        port: 80,
+                        weight: 1,
+                        backup: false
+                    },
+                    SrvPeer {
+                        addr: ip("10.0.0.2"),
+                        port: 81,
+                        weight: 5,
+                        backup: true
+                    },
+                ],
+                valid: Duration::from_secs(5),
+            })
+        );
+        // Some targets failed: the others' addresses.
+        assert!(matches!(
+            srv_peers(&recs, &[Err(DnsError::Timeout), ok("10.0.0.2")], ttl, &r),
+            Ok(SrvAnswer::Peers { .. })
+        ));
+        // None answered: NXDOMAIN if one was, else the first error.
+        assert_eq!(
+            srv_peers(
+                &recs,
+                &[Err(DnsError::Server(2)), Ok(Answer::NxDomain)],
+                ttl,
+                &r
+            ),
+            Ok(SrvAnswer::NxDomain)
+        );
+        assert_eq!(
+            srv_peers(
+                &recs,
+                &[Err(DnsError::Server(2)), Err(DnsError::Timeout)],
+                ttl,
+                &r
+            ),
+            Err(DnsError::Server(2))
+        );
+        assert_eq!(
+            classify_srv(&reply(ResponseCode::NoError, vec![])),
+            SrvReply::NxDomain
+        );
         assert_eq!(DnsError::Timeout.to_string(), "110: Operation timed out");
     }
 }

@@ -7,11 +7,11 @@
 //! appended with the `server` line's port and parameters. Only the lease
 //! holder sends queries; another worker takes over when it dies or hangs.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::dns::{Answer, Client, strerror};
+use super::dns::{Answer, Client, DnsError, SrvAnswer, strerror};
 use super::peers::now_ms;
 use super::zone::NewPeer;
 use super::{UpstreamRt, Upstreams};
@@ -67,7 +67,7 @@ async fn follow(u: Arc<UpstreamRt>, k: usize, client: Arc<Client>) {
             tokio::time::sleep(wait).await;
             continue;
         }
-        let result = client.resolve(&line.host, &resolver).await;
+        let result = lookup(&client, line, &resolver).await;
         if zone.lease().is_none_or(|l| l.holder() != me) {
             due = None;
             continue;
@@ -75,16 +75,16 @@ async fn follow(u: Arc<UpstreamRt>, k: usize, client: Arc<Client>) {
         let now = now_ms();
         let ms = |d: Duration| d.as_millis() as u64;
         match result {
-            Ok(Answer::Addrs { addrs, valid }) => {
-                publish(&u, k, &addrs);
+            Ok(Found::Peers(peers, valid)) => {
+                publish(&u, k, &peers);
                 zone.set_resolved(i, k, now + ms(valid), now, 0);
                 due = Some(now + ms(valid) + 1000);
             }
-            Ok(Answer::NxDomain) => {
+            Ok(Found::NxDomain) => {
                 crate::log!(
                     Level::Error,
                     "{} could not be resolved (3: {})",
-                    line.host,
+                    query_name(line),
                     strerror(3)
                 );
                 publish(&u, k, &[]);
@@ -93,13 +93,78 @@ async fn follow(u: Arc<UpstreamRt>, k: usize, client: Arc<Client>) {
                 due = Some(now + valid + 1000);
             }
             Err(e) => {
-                crate::log!(Level::Error, "{} could not be resolved ({})", line.host, e);
+                crate::log!(
+                    Level::Error,
+                    "{} could not be resolved ({})",
+                    query_name(line),
+                    e
+                );
                 let (expires, answered, _) = zone.resolved(i, k);
                 zone.set_resolved(i, k, expires, answered, e.code());
                 due = Some(now + ms(resolver.timeout.max(Duration::from_secs(1))));
             }
         }
     }
+}
+
+/// A looked-up server line: its peers (address with port, weight, backup)
+/// and how long they are valid, or gone.
+enum Found {
+    Peers(Vec<(SocketAddr, u32, bool)>, Duration),
+    NxDomain,
+}
+
+/// The name asked: the host, or `_service._tcp.host` (a service with a dot
+/// is used as given) for SRV.
+fn query_name(line: &UpstreamServer) -> String {
+    match &line.service {
+        Some(s) if s.contains('.') => format!("{s}.{}", line.host),
+        Some(s) => format!("_{s}._tcp.{}", line.host),
+        None => line.host.clone(),
+    }
+}
+
+async fn lookup(
+    client: &Client,
+    line: &UpstreamServer,
+    resolver: &crate::conf::model::Resolver,
+) -> Result<Found, DnsError> {
+    if line.service.is_none() {
+        return Ok(match client.resolve(&line.host, resolver).await? {
+            Answer::Addrs { addrs, valid } => Found::Peers(
+                addrs
+                    .into_iter()
+                    .map(|ip| (SocketAddr::new(ip, line.port), line.weight, line.backup))
+                    .collect(),
+                valid,
+            ),
+            Answer::NxDomain => Found::NxDomain,
+        });
+    }
+    Ok(
+        match client.resolve_srv(&query_name(line), resolver).await? {
+            // The SRV weight, unless the line sets a weight other than 1.
+            SrvAnswer::Peers { peers, valid } => Found::Peers(
+                peers
+                    .into_iter()
+                    .map(|p| {
+                        let weight = if line.weight_set && line.weight != 1 {
+                            line.weight
+                        } else {
+                            u32::from(p.weight)
+                        };
+                        (
+                            SocketAddr::new(p.addr, p.port),
+                            weight,
+                            p.backup || line.backup,
+                        )
+                    })
+                    .collect(),
+                valid,
+            ),
+            SrvAnswer::NxDomain => Found::NxDomain,
+        },
+    )
 }
 
 fn new_peer(line: &UpstreamServer, server: usize, addr: PeerAddr) -> NewPeer {
@@ -115,9 +180,9 @@ fn new_peer(line: &UpstreamServer, server: usize, addr: PeerAddr) -> NewPeer {
     }
 }
 
-/// Publishes server line `k`'s new addresses with every other line's
-/// current peers.
-fn publish(u: &UpstreamRt, k: usize, addrs: &[IpAddr]) {
+/// Publishes server line `k`'s new peers with every other line's current
+/// ones.
+fn publish(u: &UpstreamRt, k: usize, found: &[(SocketAddr, u32, bool)]) {
     let Some((zone, i)) = &u.shared else { return };
     let Some(current) = zone.snapshot(*i, &u.cfg) else {
         crate::log!(
@@ -131,11 +196,11 @@ fn publish(u: &UpstreamRt, k: usize, addrs: &[IpAddr]) {
     let mut list = Vec::new();
     for (j, line) in u.cfg.servers.iter().enumerate() {
         if j == k {
-            list.extend(
-                addrs
-                    .iter()
-                    .map(|ip| new_peer(line, j, PeerAddr::Inet(SocketAddr::new(*ip, line.port)))),
-            );
+            list.extend(found.iter().map(|(addr, weight, backup)| NewPeer {
+                weight: *weight,
+                backup: *backup,
+                ..new_peer(line, j, PeerAddr::Inet(*addr))
+            }));
         } else if line.resolve {
             list.extend(
                 current
@@ -143,7 +208,11 @@ fn publish(u: &UpstreamRt, k: usize, addrs: &[IpAddr]) {
                     .iter()
                     .chain(current.backup.iter())
                     .filter(|p| p.server == j)
-                    .map(|p| new_peer(line, j, p.addr.clone())),
+                    .map(|p| NewPeer {
+                        weight: p.weight as u32,
+                        backup: p.backup,
+                        ..new_peer(line, j, p.addr.clone())
+                    }),
             );
         } else {
             list.extend(line.addrs.iter().map(|a| new_peer(line, j, a.clone())));

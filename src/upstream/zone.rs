@@ -225,7 +225,9 @@ impl Zone {
                 let (host, port) = super::balancer::split_server(&line.text);
                 s.host_len.store(put_text(&s.host, host) as u32, Relaxed);
                 s.port.store(port.parse().unwrap_or(0), Relaxed);
-                s.service_len.store(0, Relaxed);
+                let service = line.service.as_deref().unwrap_or("");
+                s.service_len
+                    .store(put_text(&s.service, service) as u32, Relaxed);
                 s.weight.store(line.weight, Relaxed);
                 s.max_fails.store(line.max_fails, Relaxed);
                 s.fail_timeout_ms.store(
@@ -434,6 +436,8 @@ impl Zone {
                         s.family.load(Relaxed) == family
                             && s.port.load(Relaxed) == port
                             && s.server.load(Relaxed) == p.server
+                            && s.weight.load(Relaxed) == p.weight
+                            && (s.flags.load(Relaxed) & BACKUP != 0) == p.backup
                             && s.addr
                                 .iter()
                                 .zip(&bytes)

@@ -7,6 +7,7 @@ package Test::Sluice::DNS;
 #
 #   NAME A ADDRESS [TTL]        NAME AAAA ADDRESS [TTL]
 #   NAME CNAME TARGET [TTL]     NAME RCODE N      (2 SERVFAIL, 3 NXDOMAIN, 5 REFUSED)
+#   NAME SRV PRIORITY WEIGHT PORT TARGET [TTL]
 #   NAME TC                     (UDP answers for NAME are truncated: use TCP)
 #   NAME SILENT                 (no answer at all: the client times out)
 #
@@ -19,7 +20,7 @@ use strict;
 use IO::Socket::INET;
 use IO::Select;
 
-my %TYPE = (A => 1, CNAME => 5, AAAA => 28);
+my %TYPE = (A => 1, CNAME => 5, AAAA => 28, SRV => 33);
 my %NAME = reverse %TYPE;
 
 sub run {
@@ -112,6 +113,9 @@ sub answer {
 			push @rr, [28, $ttl, ipv6($value)];
 		} elsif ($type eq 'cname') {
 			push @rr, [5, $ttl, encode_name($value)];
+		} elsif ($type eq 'srv' && $qtype == 33) {
+			my (undef, undef, $prio, $weight, $port, $target, $t) = @$r;
+			push @rr, [33, $t // 60, pack('n3', $prio, $weight, $port) . encode_name($target)];
 		}
 	}
 	@rr = () if $tc;
