@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(25);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(32);
 $t->expect_errors(qr/\[alert\].*worker process \d+ exited on signal 9/);
 my $d = $t->testdir();
 
@@ -52,6 +52,9 @@ http {
         location /app { proxy_pass http://app; }
         location /alias { proxy_pass http://alias; }
         location /srv { proxy_pass http://srv; }
+        location /dyn { proxy_pass http://$arg_h:%%PORT_8081%%; }
+        location /dynup { proxy_pass http://$arg_u; }
+        location /dynuri { proxy_pass http://127.0.0.1:%%PORT_8081%%/fixed$is_args$args; }
         location /api { api; }
     }
 }
@@ -66,7 +69,7 @@ sub answers {
 		'alias.test CNAME real.test 5', 'real.test A 127.0.0.2 5',
 		'six.test AAAA ::1 5', 'count.test A 127.0.0.1 60',
 		"_http._tcp.srv.test SRV 10 5 $p a.test 5", "_http._tcp.srv.test SRV 20 0 $p b.test 5",
-		'a.test A 127.0.0.1 5', 'b.test A 127.0.0.2 5'));
+		'a.test A 127.0.0.1 5', 'b.test A 127.0.0.2 5', 'dyn.test A 127.0.0.2 60'));
 }
 answers('app.test A 127.0.0.1 1');
 $t->dns(port(8053));
@@ -182,6 +185,20 @@ ok($prim && $prim->{server} eq "127.0.0.1:$p" && $prim->{weight} == 5
 	'SRV: primary and backup peers with the records\' ports and weights');
 is(addr_of('/srv/1'), '127.0.0.1', 'SRV: the primary answers');
 like(dns_log(), qr/^_http\._tcp\.srv\.test SRV udp$/m, 'SRV query for _http._tcp');
+
+# proxy_pass with variables: a name looked up (and cached), an address, an
+# upstream block's name, a URI part sent as it is.
+my $dyn = 0;
+$dyn++ for grep { http_get('/dyn?h=dyn.test') =~ /^X-Addr: 127\.0\.0\.2\r$/m } 1 .. 6;
+is($dyn, 6, 'proxy_pass with variables: the name resolved');
+my $asked = () = dns_log() =~ /^dyn\.test A udp$/mg;
+ok($asked >= 1 && $asked <= 2, "answers cached per worker ($asked lookups for 6 requests)");
+like(http_get('/dyn?h=127.0.0.2'), qr/^X-Addr: 127\.0\.0\.2\r$/m, 'an address');
+like(http_get('/dyn?h=nx.test'), qr/^HTTP\/1.1 502/, 'an unknown name: 502');
+ok($t->waitforlog(qr/\[error\].*nx\.test could not be resolved \(3: Host not found\), client/, 2),
+	'logged with the request');
+like(http_get('/dynup?u=srv'), qr/^HTTP\/1.1 200/, 'an upstream block by name');
+like(http_get('/dynuri?a=1'), qr/\r\n\r\n\d+ \/fixed\?a=1$/, 'the URI part sent as it is');
 
 # The holder dies: another worker takes the lease and follows DNS.
 kill 'KILL', $pid;

@@ -81,6 +81,7 @@ pub(super) struct LocationB {
     pub(super) regex: Option<regex::Regex>,
     pub(super) script: Vec<Stmt>,
     pub(super) proxy_pass: Option<ProxyPassB>,
+    pub(super) proxy_pass_var: Option<super::vars::Template>,
     /// `api` or `stub_status`.
     pub(super) handler: Option<Handler>,
     pub(super) locations: Vec<LocationB>,
@@ -386,6 +387,7 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         regex,
         script: Vec::new(),
         proxy_pass: None,
+        proxy_pass_var: None,
         handler: None,
         locations: Vec::new(),
         src: d.src.clone(),
@@ -587,6 +589,7 @@ fn finish_location(
         error_log: l.error_log,
         conf,
         proxy_pass,
+        proxy_pass_var: l.proxy_pass_var,
         handler: l.handler,
         src: l.src,
     })

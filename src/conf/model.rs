@@ -175,6 +175,8 @@ pub struct Location {
     pub conf: Arc<LocConf>,
     /// `proxy_pass` (not inherited by nested locations, as in nginx).
     pub proxy_pass: Option<ProxyPass>,
+    /// `proxy_pass` with variables: the URL, evaluated per request.
+    pub proxy_pass_var: Option<Template>,
     /// `api` or `stub_status` (not inherited either).
     pub handler: Option<Handler>,
     pub src: Src,
@@ -363,6 +365,9 @@ pub struct Upstream {
 /// `proxy_pass http://NAME[:PORT][URI]`.
 #[derive(Debug, Clone)]
 pub struct ProxyPass {
+    /// Made at run time from a `proxy_pass` with variables: a URI part then
+    /// replaces the whole request URI, as nginx does.
+    pub dynamic: bool,
     /// Index into `Http::upstreams`.
     pub upstream: usize,
     /// The URI part, when given: it replaces the matched location prefix.

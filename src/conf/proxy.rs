@@ -469,15 +469,19 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     let Node::Location(l) = n else {
         return Err(not_here(d));
     };
-    if l.proxy_pass.is_some() {
+    if l.proxy_pass.is_some() || l.proxy_pass_var.is_some() {
         return Err(duplicate(d));
     }
     let url = &d.args[0];
     if url.contains('$') {
-        return Err(ConfError::at(
-            "proxy_pass with variables needs the resolver, which is not implemented yet",
-            &d.src,
-        ));
+        // Evaluated per request: an upstream name, an address, or a name
+        // the location's resolver looks up.
+        if url.starts_with("https://") {
+            return Err(ConfError::at("https protocol requires SSL support", &d.src));
+        }
+        let t = vars::compile(url).map_err(|m| ConfError::at(m, &d.src))?;
+        l.proxy_pass_var = Some(t);
+        return Ok(());
     }
     let rest = if let Some(r) = url.strip_prefix("http://") {
         r
@@ -683,6 +687,7 @@ pub(super) fn resolve_proxy_pass(
         },
     };
     Ok(ProxyPass {
+        dynamic: false,
         upstream: index,
         uri: p.uri,
         proxy_host,

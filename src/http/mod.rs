@@ -7,6 +7,7 @@
 pub mod access;
 pub mod case;
 mod client_io;
+mod dynamic;
 pub mod proxy;
 mod proxy_body;
 pub mod realip;
@@ -234,6 +235,8 @@ pub(crate) struct Shared {
     stats: Option<Arc<status::Stats>>,
     /// The master's generation number for this configuration.
     generation: u64,
+    /// Names looked up for `proxy_pass` with variables.
+    dns: crate::upstream::dns::Cache,
     drained: Notify,
     slots: Arc<Semaphore>,
 }
@@ -257,6 +260,7 @@ pub async fn serve(
         upstreams: Upstreams::new(cfg.http.as_ref(), &shm.zones),
         stats: shm.stats.clone(),
         generation: shm.generation,
+        dns: crate::upstream::dns::Cache::new(),
         header_wait: cfg
             .http
             .iter()
@@ -932,6 +936,10 @@ async fn dispatch(
                 return Ok(status::stub_status(r, shared.stats.as_deref()));
             }
             None => {}
+        }
+        if let Some(t) = &l.proxy_pass_var {
+            let id = l as *const Location as usize;
+            return Ok(dynamic::run(r, t, id, body, extensions, shared).await);
         }
         if let Some(pp) = &l.proxy_pass {
             let Some(ups) = shared.upstreams.get(pp.upstream) else {

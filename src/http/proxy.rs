@@ -134,6 +134,8 @@ fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
             s
         }
         None => r.request_uri.clone(),
+        // With variables nginx sends the URI part as it is.
+        Some(u) if pp.dynamic => u.clone(),
         Some(u) => {
             let rest = r
                 .uri
@@ -949,6 +951,7 @@ mod tests {
     fn uri_rules() {
         let mut r = super::super::vars::tests::req();
         let pp = |uri: Option<&str>, prefix: &str| ProxyPass {
+            dynamic: false,
             upstream: 0,
             uri: uri.map(String::from),
             proxy_host: "b".into(),

@@ -1,0 +1,189 @@
+//! `proxy_pass` with variables: the URL is evaluated per request; its host
+//! names an `upstream` block, or is an address, or is looked up with the
+//! location's `resolver` (through the worker's cache). The request then goes
+//! through the proxy like any other, to a round robin made for it. Called by
+//! the dispatcher.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use super::vars::Req;
+use super::{ClientBody, Reply, proxy};
+use crate::conf::model::{Balancer, Keepalive, PeerAddr, ProxyPass, Upstream, UpstreamServer};
+use crate::conf::vars::Template;
+use crate::log::Level;
+use crate::upstream::UpstreamRt;
+use crate::upstream::dns::strerror;
+
+pub(crate) async fn run(
+    r: &mut Req,
+    url_tpl: &Template,
+    location_id: usize,
+    body: ClientBody,
+    extensions: hyper::http::Extensions,
+    shared: &Arc<super::Shared>,
+) -> Reply {
+    let url = r.eval(url_tpl);
+    let Some(rest) = url.strip_prefix("http://") else {
+        crate::log_conn!(
+            Level::Error,
+            r.conn.number,
+            "invalid URL prefix in \"{}\"{}",
+            url,
+            r.log_context(None)
+        );
+        return Reply::Status(500);
+    };
+    let (hostport, uri) = match rest.find(['/', '?']) {
+        Some(i) => (&rest[..i], Some(rest[i..].to_string())),
+        None => (rest, None),
+    };
+    let (host, port) = match split(hostport) {
+        Some(hp) => hp,
+        None => {
+            crate::log_conn!(
+                Level::Error,
+                r.conn.number,
+                "invalid port in upstream \"{}\"{}",
+                hostport,
+                r.log_context(None)
+            );
+            return Reply::Status(500);
+        }
+    };
+    let proxy_host = match port {
+        Some(p) if p != 80 => format!("{host}:{p}"),
+        _ => host.to_string(),
+    };
+    let pp = |upstream| ProxyPass {
+        dynamic: true,
+        upstream,
+        uri: uri.clone(),
+        proxy_host: proxy_host.clone(),
+        proxy_port: port.unwrap_or(80),
+        location_prefix: String::new(),
+    };
+    // An upstream block of that name (without a port in the URL).
+    if port.is_none() {
+        let named = shared.cfg.http.as_ref().and_then(|h| {
+            h.upstreams
+                .iter()
+                .position(|u| !u.implicit && u.name.eq_ignore_ascii_case(host))
+        });
+        if let Some(i) = named {
+            if let Some(ups) = shared.upstreams.get(i) {
+                let ups = ups.clone();
+                return proxy::run(r, ups, &pp(i), location_id, body, extensions, shared).await;
+            }
+        }
+    }
+    let port = port.unwrap_or(80);
+    let addrs: Vec<IpAddr> = match host.trim_start_matches('[').trim_end_matches(']').parse() {
+        Ok(ip) => vec![ip],
+        Err(_) => {
+            let Some(resolver) = r.conf.resolver.clone() else {
+                crate::log_conn!(
+                    Level::Error,
+                    r.conn.number,
+                    "no resolver defined to resolve {}{}",
+                    host,
+                    r.log_context(None)
+                );
+                return Reply::Status(502);
+            };
+            let resolver = crate::conf::model::Resolver {
+                timeout: r.conf.resolver_timeout,
+                ..resolver
+            };
+            match shared.dns.lookup(host, &resolver).await {
+                Ok(a) => a,
+                Err(code) => {
+                    crate::log_conn!(
+                        Level::Error,
+                        r.conn.number,
+                        "{} could not be resolved ({}: {}){}",
+                        host,
+                        code,
+                        strerror(code),
+                        r.log_context(None)
+                    );
+                    return Reply::Status(502);
+                }
+            }
+        }
+    };
+    let mut server = UpstreamServer::new(
+        hostport.to_string(),
+        addrs
+            .into_iter()
+            .map(|ip| PeerAddr::Inet(SocketAddr::new(ip, port)))
+            .collect(),
+    );
+    server.host = host.to_string();
+    server.port = port;
+    let u = Upstream {
+        name: hostport.to_string(),
+        servers: vec![server],
+        balancer: Balancer::RoundRobin,
+        keepalive: Keepalive {
+            max: 0,
+            local: false,
+            requests: 0,
+            time: std::time::Duration::ZERO,
+            timeout: std::time::Duration::ZERO,
+        },
+        zone: None,
+        resolver: None,
+        implicit: true,
+        src: crate::conf::Src {
+            file: None,
+            line: 0,
+        },
+    };
+    let ups = Arc::new(UpstreamRt::new(Arc::new(u), None));
+    proxy::run(
+        r,
+        ups,
+        &pp(usize::MAX),
+        location_id,
+        body,
+        extensions,
+        shared,
+    )
+    .await
+}
+
+/// `host`, `host:port`, `[v6]`, `[v6]:port`.
+fn split(hostport: &str) -> Option<(&str, Option<u16>)> {
+    if hostport.is_empty() {
+        return None;
+    }
+    if hostport.starts_with('[') {
+        let end = hostport.find(']')?;
+        let rest = &hostport[end + 1..];
+        return match rest.strip_prefix(':') {
+            Some(p) => Some((&hostport[..=end], Some(p.parse().ok()?))),
+            None if rest.is_empty() => Some((&hostport[..=end], None)),
+            None => None,
+        };
+    }
+    match hostport.rsplit_once(':') {
+        Some((h, p)) => Some((h, Some(p.parse().ok().filter(|p| *p > 0)?))),
+        None => Some((hostport, None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn host_and_port() {
+        assert_eq!(split("a.test"), Some(("a.test", None)));
+        assert_eq!(split("a.test:8080"), Some(("a.test", Some(8080))));
+        assert_eq!(split("[::1]:81"), Some(("[::1]", Some(81))));
+        assert_eq!(split("[::1]"), Some(("[::1]", None)));
+        assert_eq!(split("a.test:x"), None);
+        assert_eq!(split(""), None);
+    }
+}
