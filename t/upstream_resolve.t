@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(32);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(34);
 $t->expect_errors(qr/\[alert\].*worker process \d+ exited on signal 9/);
 my $d = $t->testdir();
 
@@ -110,6 +110,14 @@ like(dns_log(), qr/^app\.test AAAA udp$/m, 'and AAAA query');
 answers('app.test A 127.0.0.2 1');
 ok(becomes('/app/2', '127.0.0.2'), 'the answer changed: the peer followed');
 
+# Live state stays with a peer whose address is answered again.
+sub requests_of {
+	my ($addr) = @_;
+	my ($peer) = grep { $_->{server} eq "$addr:$p" } @{api()->{app}{peers} // []};
+	return $peer ? $peer->{requests} : -1;
+}
+addr_of('/app/2b') for 1 .. 5;
+my $before = requests_of('127.0.0.2');
 answers('app.test A 127.0.0.1 1', 'app.test A 127.0.0.2 1');
 my %seen;
 for (1 .. 60) {
@@ -118,6 +126,8 @@ for (1 .. 60) {
 	sleep 0.1;
 }
 ok($seen{'127.0.0.1'} && $seen{'127.0.0.2'}, 'two addresses: both peers used');
+ok($before >= 6 && requests_of('127.0.0.2') >= $before,
+	"a peer still answered keeps its counters ($before requests before)");
 
 # Errors keep the last good peers.
 answers('app.test RCODE 2');
@@ -168,7 +178,11 @@ ok($pid && grep({ $_ == $pid } @w), 'the resolver is one of the workers');
 # valid=, and a 60 s TTL, so one worker
 # asks once; two would ask twice.
 my $count = () = dns_log() =~ /^count\.test A udp$/mg;
-is($count, 1, 'one resolving worker');
+my $count6 = () = dns_log() =~ /^count\.test AAAA udp$/mg;
+is("$count $count6", '1 1', 'one resolving worker, one A and one AAAA query per lookup');
+my $alias = () = dns_log() =~ /^alias\.test A udp$/mg;
+my $real = () = dns_log() =~ /^real\.test A udp$/mg;
+ok($alias >= 2 && abs($alias - $real) <= 1, "a CNAME-only answer costs a second pair of queries ($alias, $real)");
 
 # SRV: the lowest priority gives the primary peers, the others backups;
 # the record's weight (0 taken as 1) and port.

@@ -370,6 +370,33 @@ sub backend {
 	return $self;
 }
 
+# dnsmasq on 127.0.0.1:$port answering for *.test from `hosts` in the test
+# directory (re-read on HUP, to the pid this returns), nothing else. Returns
+# undef when dnsmasq is not installed.
+sub dnsmasq {
+	my ($self, $port) = @_;
+	my ($bin) = grep { -x } map { "$_/dnsmasq" } split(/:/, $ENV{PATH} // ''), '/usr/sbin', '/sbin';
+	return undef unless $bin;
+	_release_ports();
+	my $d = $self->{_testdir};
+	open my $fh, '>>', "$d/hosts" or die "hosts: $!\n";
+	close $fh;
+	my $pid = fork() // die "fork: $!\n";
+	if ($pid == 0) {
+		open STDERR, '>', "$d/dnsmasq.log";
+		exec($bin, '--no-daemon', '--user=root', "--port=$port", '--listen-address=127.0.0.1',
+			'--bind-interfaces', '--no-resolv', '--no-hosts', "--addn-hosts=$d/hosts",
+			'--local=/test/', '--local-ttl=1', '--cache-size=0') or POSIX::_exit(127);
+	}
+	push @{$self->{_daemons}}, $pid;
+	# Ready once it logs that it read the hosts file.
+	for (1 .. 100) {
+		last if $self->read_file('dnsmasq.log') =~ /read \Q$d\E\/hosts/;
+		select(undef, undef, undef, 0.05);
+	}
+	return $pid;
+}
+
 # A DNS server on 127.0.0.1:$port (UDP, and TCP for truncated answers) that
 # answers from the file `dns.txt` in the test directory, re-read for every
 # query, and appends each question to `dns.log`. See Test::Sluice::DNS.
