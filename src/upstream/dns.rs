@@ -557,6 +557,9 @@ async fn exchange_tcp(
 /// looked up wait for that one lookup.
 pub struct Cache {
     client: Client,
+    /// Turns the order of cached addresses (nginx rotates it at random), so
+    /// that requests spread over them.
+    turn: AtomicUsize,
     entries: std::sync::Mutex<std::collections::HashMap<String, Entry>>,
 }
 
@@ -584,6 +587,7 @@ impl Cache {
     pub fn new() -> Cache {
         Cache {
             client: Client::new(),
+            turn: AtomicUsize::new(0),
             entries: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -604,7 +608,12 @@ impl Cache {
                 match map.get_mut(&key) {
                     Some(Entry::Ready { addrs, used, .. }) => {
                         *used = now;
-                        return Ok(addrs.clone());
+                        let mut out = addrs.clone();
+                        if out.len() > 1 {
+                            let k = self.turn.fetch_add(1, Ordering::Relaxed) % out.len();
+                            out.rotate_left(k);
+                        }
+                        return Ok(out);
                     }
                     Some(Entry::Pending(rx)) => {
                         wait = Some(rx.clone());
