@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(34);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(35);
 $t->expect_errors(qr/\[alert\].*worker process \d+ exited on signal 9/);
 my $d = $t->testdir();
 
@@ -41,6 +41,11 @@ http {
     upstream alias { zone z; server alias.test:%%PORT_8081%% resolve; }
     upstream six { zone z; server six.test:%%PORT_8081%% resolve; }
     upstream srv { zone z; server srv.test service=http resolve; }
+    upstream four {
+        zone z;
+        resolver 127.0.0.1:%%PORT_8053%% ipv6=off;
+        server four.test:%%PORT_8081%% resolve;
+    }
     upstream count {
         zone z;
         resolver 127.0.0.1:%%PORT_8053%%;
@@ -69,7 +74,8 @@ sub answers {
 		'alias.test CNAME real.test 5', 'real.test A 127.0.0.2 5',
 		'six.test AAAA ::1 5', 'count.test A 127.0.0.1 60',
 		"_http._tcp.srv.test SRV 10 5 $p a.test 5", "_http._tcp.srv.test SRV 20 0 $p b.test 5",
-		'a.test A 127.0.0.1 5', 'b.test A 127.0.0.2 5', 'dyn.test A 127.0.0.2 60'));
+		'a.test A 127.0.0.1 5', 'b.test A 127.0.0.2 5', 'dyn.test A 127.0.0.2 60',
+		'four.test A 127.0.0.1 60'));
 }
 answers('app.test A 127.0.0.1 1');
 $t->dns(port(8053));
@@ -180,6 +186,8 @@ ok($pid && grep({ $_ == $pid } @w), 'the resolver is one of the workers');
 my $count = () = dns_log() =~ /^count\.test A udp$/mg;
 my $count6 = () = dns_log() =~ /^count\.test AAAA udp$/mg;
 is("$count $count6", '1 1', 'one resolving worker, one A and one AAAA query per lookup');
+ok(dns_log() =~ /^four\.test A udp$/m && dns_log() !~ /^four\.test AAAA/m,
+	'ipv6=off: no AAAA query');
 my $alias = () = dns_log() =~ /^alias\.test A udp$/mg;
 my $real = () = dns_log() =~ /^real\.test A udp$/mg;
 ok($alias >= 2 && abs($alias - $real) <= 1, "a CNAME-only answer costs a second pair of queries ($alias, $real)");
