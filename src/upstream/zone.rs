@@ -783,6 +783,21 @@ mod tests {
     }
 
     #[test]
+    fn duplicate_answers_become_duplicate_peers() {
+        let cfg = up(&["127.0.0.1:1"]);
+        let z = Zone::heap("z", 64 * 1024, &[&cfg], 1).expect("zone");
+        let mut two = NewPeer::from_config(&cfg);
+        two.push(two[0].clone());
+        let r = z.publish(0, 1, &two).expect("publish");
+        assert_eq!(r.added, 2);
+        let r = z.publish(0, 1, &two).expect("publish");
+        assert_eq!((r.kept, r.added), (2, 0));
+        let r = z.publish(0, 1, &two[..1]).expect("publish");
+        assert_eq!((r.kept, r.removed), (1, 1));
+        assert_eq!(names(&z.snapshot(0, &cfg).expect("snapshot")), ["127.0.0.1:1"]);
+    }
+
+    #[test]
     fn server_lines_are_recorded() {
         let cfg = up(&["127.0.0.1:1", "[::1]:8080", "unix:/tmp/x.sock"]);
         let z = Zone::heap("z", 64 * 1024, &[&cfg], 1).expect("zone");
