@@ -646,6 +646,14 @@ impl Master {
         let Ok(shm) = make_shm(&cfg, id) else {
             return;
         };
+        // The new zones start with the resolved peers of the current ones.
+        let current = self.current();
+        crate::upstream::zone::preresolve(
+            &shm.zones,
+            cfg.http.as_ref(),
+            &current.shm.zones,
+            current.cfg.http.as_ref(),
+        );
         self.next_generation += 1;
         self.generations.push(Generation {
             id,

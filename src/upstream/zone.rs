@@ -695,6 +695,94 @@ pub fn create_all(
     Ok(zones)
 }
 
+/// Reload (nginx's preresolve): for each zone upstream of the new
+/// configuration whose old counterpart has the same zone and upstream name,
+/// every `resolve` line starts with the peers the old line with the same
+/// host and `service=` has now (address from the old peer; port and
+/// parameters from the new line, except an SRV peer's port and weight), and
+/// with the old answer's expiry, so the first lookup comes when it expires.
+/// Returns how many peers were carried over.
+pub fn preresolve(
+    new: &Zones,
+    new_http: Option<&crate::conf::model::Http>,
+    old: &Zones,
+    old_http: Option<&crate::conf::model::Http>,
+) -> usize {
+    let (Some(nh), Some(oh)) = (new_http, old_http) else {
+        return 0;
+    };
+    let mut carried = 0;
+    for (name, z) in new {
+        let Some(oz) = old.get(name) else { continue };
+        for (i, up_name) in z.upstream_names().iter().enumerate() {
+            let Some(nu) = nh.upstreams.iter().find(|u| &u.name == up_name) else {
+                continue;
+            };
+            if !nu.servers.iter().any(|s| s.resolve) {
+                continue;
+            }
+            let (Some(j), Some(ou)) = (
+                oz.upstream(up_name),
+                oh.upstreams.iter().find(|u| &u.name == up_name),
+            ) else {
+                continue;
+            };
+            let Some(current) = oz.snapshot(j, ou) else {
+                continue;
+            };
+            let mut list = Vec::new();
+            for (k, line) in nu.servers.iter().enumerate() {
+                let base = |addr: PeerAddr| NewPeer {
+                    addr,
+                    server: k as u32,
+                    weight: line.weight,
+                    max_fails: line.max_fails,
+                    fail_timeout: line.fail_timeout,
+                    max_conns: line.max_conns,
+                    backup: line.backup,
+                    down: line.down,
+                };
+                if !line.resolve {
+                    list.extend(line.addrs.iter().cloned().map(base));
+                    continue;
+                }
+                let Some(ok) = ou
+                    .servers
+                    .iter()
+                    .position(|o| o.resolve && o.host == line.host && o.service == line.service)
+                else {
+                    continue;
+                };
+                for p in current.primary.iter().chain(current.backup.iter()) {
+                    if p.server != ok {
+                        continue;
+                    }
+                    let PeerAddr::Inet(sa) = &p.addr else {
+                        continue;
+                    };
+                    let peer = if line.service.is_some() {
+                        NewPeer {
+                            weight: p.weight as u32,
+                            backup: p.backup,
+                            ..base(p.addr.clone())
+                        }
+                    } else {
+                        base(PeerAddr::Inet(SocketAddr::new(sa.ip(), line.port)))
+                    };
+                    list.push(peer);
+                    carried += 1;
+                }
+                let (expires, answered, error) = oz.resolved(j, ok);
+                z.set_resolved(i, k, expires, answered, error);
+            }
+            if let Err(e) = z.publish(i, std::process::id(), &list) {
+                crate::log!(crate::log::Level::Error, "{}", e);
+            }
+        }
+    }
+    carried
+}
+
 /// Writes text into a fixed byte field (cut at its size); returns the length kept.
 fn put_text(field: &[AtomicU8], text: &str) -> usize {
     let len = text.len().min(field.len());
@@ -794,7 +882,10 @@ mod tests {
         assert_eq!((r.kept, r.added), (2, 0));
         let r = z.publish(0, 1, &two[..1]).expect("publish");
         assert_eq!((r.kept, r.removed), (1, 1));
-        assert_eq!(names(&z.snapshot(0, &cfg).expect("snapshot")), ["127.0.0.1:1"]);
+        assert_eq!(
+            names(&z.snapshot(0, &cfg).expect("snapshot")),
+            ["127.0.0.1:1"]
+        );
     }
 
     #[test]
