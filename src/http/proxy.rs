@@ -430,6 +430,8 @@ pub(crate) async fn run(
             conf.proxy_next_upstream_timeout,
         )
     };
+    // A name with no answer yet: wait for it (bounded), not a 502 at once.
+    ups.first_answer().await;
     // The peers as this request sees them, for all its tries.
     let snap = ups.peers();
     let (mut tried, mut tries_left) = {

@@ -86,6 +86,34 @@ impl UpstreamRt {
         s.peers.clone()
     }
 
+    /// A zone upstream with no peers because its names have had no answer
+    /// yet waits for the first one, bounded by `resolver_timeout`. (An
+    /// answer that removed the peers is an answer: no wait.)
+    pub async fn first_answer(&self) {
+        let Some((z, i)) = &self.shared else { return };
+        let unanswered = || {
+            self.cfg
+                .servers
+                .iter()
+                .enumerate()
+                .any(|(k, s)| s.resolve && z.resolved(*i, k).1 == 0)
+        };
+        if self.peers().count() > 0 || !unanswered() {
+            return;
+        }
+        let limit = self
+            .cfg
+            .resolver
+            .as_ref()
+            .map(|r| r.timeout)
+            .unwrap_or(std::time::Duration::from_secs(30));
+        let deadline = std::time::Instant::now() + limit;
+        // The answer comes from whichever worker resolves: look every 10 ms.
+        while unanswered() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// The oldest zone publication whose peers this worker may still use.
     fn oldest(&self) -> u64 {
         let mut s = self.snap();

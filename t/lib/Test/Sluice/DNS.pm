@@ -10,6 +10,7 @@ package Test::Sluice::DNS;
 #   NAME SRV PRIORITY WEIGHT PORT TARGET [TTL]
 #   NAME TC                     (UDP answers for NAME are truncated: use TCP)
 #   NAME SILENT                 (no answer at all: the client times out)
+#   NAME DELAY MS               (answer after MS milliseconds)
 #
 # A name with no line gets NOERROR with no records. Each question is
 # appended to the log file as "NAME TYPE PROTO".
@@ -98,6 +99,9 @@ sub answer {
 	}
 	my @rules = grep { $_->[0] eq $qname } rules($opts{answers});
 	return undef if grep { $_->[1] eq 'silent' } @rules;
+	if (my ($d) = grep { $_->[1] eq 'delay' } @rules) {
+		select(undef, undef, undef, $d->[2] / 1000);
+	}
 	my $rcode = 0;
 	my ($tc, @rr) = (0);
 	for my $r (@rules) {
