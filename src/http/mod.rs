@@ -146,6 +146,17 @@ impl Idle {
         self.born.elapsed().as_millis() as u64
     }
 
+    /// How long no request has been in flight (zero while one is).
+    fn idle_for(&self) -> Duration {
+        if self.inflight.load(Ordering::Acquire) > 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(
+            self.now_ms()
+                .saturating_sub(self.since.load(Ordering::Acquire)),
+        )
+    }
+
     /// How long to wait before checking again; zero when the limit has passed.
     fn remaining(&self) -> Duration {
         let limit = self.limit.load(Ordering::Relaxed);
@@ -237,6 +248,10 @@ pub(crate) struct Shared {
     generation: u64,
     /// Names looked up for `proxy_pass` with variables.
     dns: crate::upstream::dns::Cache,
+    /// Set when a graceful stop began: responses then carry `Connection:
+    /// close`, and a connection closes once idle for `drain`.
+    draining: std::sync::OnceLock<std::time::Instant>,
+    drain: Duration,
     drained: Notify,
     slots: Arc<Semaphore>,
 }
@@ -261,6 +276,11 @@ pub async fn serve(
         stats: shm.stats.clone(),
         generation: shm.generation,
         dns: crate::upstream::dns::Cache::new(),
+        draining: std::sync::OnceLock::new(),
+        drain: cfg
+            .main
+            .worker_shutdown_timeout
+            .map_or(DRAIN, |t| t.min(DRAIN)),
         header_wait: cfg
             .http
             .iter()
@@ -300,6 +320,7 @@ pub async fn serve(
             break;
         }
     }
+    shared.start_draining();
     // Stop accepting: the listeners close with their tasks.
     accepts.shutdown().await;
     if *phase.borrow() == Phase::Fast {
@@ -489,7 +510,7 @@ async fn serve_conn(
     let mut io = client_io::ClientIo::new(stream, idle.clone());
     let mut fresh = true;
     loop {
-        if !io.has_unread() && !wait_for_request(&io, &idle, &mut phase, fresh).await {
+        if !io.has_unread() && !wait_for_request(&io, &shared, &idle, &mut phase, fresh).await {
             break;
         }
         fresh = false;
@@ -524,19 +545,42 @@ async fn serve_conn(
     }
 }
 
+/// How long a keep-alive connection may stay idle once a graceful stop began
+/// (nginx closes idle ones at once, racing clients that send right then).
+const DRAIN: Duration = Duration::from_secs(1);
+
+impl Shared {
+    /// While stopping gracefully: how much longer a connection idle for
+    /// `idle_for` may stay (zero: close it now). None while running.
+    fn drain_left(&self, idle_for: Duration) -> Option<Duration> {
+        let since = self.draining.get()?;
+        Some(self.drain.saturating_sub(idle_for.min(since.elapsed())))
+    }
+
+    fn start_draining(&self) {
+        self.draining.get_or_init(std::time::Instant::now);
+    }
+}
+
 /// A parked connection waits here, holding no buffer, until the client sends
 /// (true) or `keepalive_timeout` passes or the worker stops (false).
 async fn wait_for_request(
     io: &client_io::ClientIo<client_io::Stream>,
+    shared: &Shared,
     idle: &Idle,
     phase: &mut watch::Receiver<Phase>,
     fresh: bool,
 ) -> bool {
     loop {
-        if *phase.borrow_and_update() != Phase::Running {
-            return false;
+        let mut wait = idle.remaining();
+        match *phase.borrow_and_update() {
+            Phase::Fast => return false,
+            Phase::Graceful => {
+                shared.start_draining();
+                wait = wait.min(shared.drain_left(idle.idle_for()).unwrap_or_default());
+            }
+            Phase::Running => {}
         }
-        let wait = idle.remaining();
         if wait.is_zero() {
             return false;
         }
@@ -593,15 +637,32 @@ where
     let ended_before = idle.ended.load(Ordering::Acquire);
     let mut shutting = false;
     loop {
-        if !shutting && *phase.borrow_and_update() != Phase::Running {
-            Pin::new(&mut *conn).graceful_shutdown();
-            shutting = true;
+        let mut wait = idle.remaining();
+        match *phase.borrow_and_update() {
+            Phase::Fast if !shutting => {
+                Pin::new(&mut *conn).graceful_shutdown();
+                shutting = true;
+            }
+            // A graceful stop: requests still come (answered with
+            // `Connection: close`); a connection idle for the drain time
+            // closes.
+            Phase::Graceful if !shutting => {
+                shared.start_draining();
+                let left = shared.drain_left(idle.idle_for()).unwrap_or_default();
+                if idle.inflight.load(Ordering::Acquire) == 0 && left.is_zero() {
+                    flags.parking.store(false, Ordering::Release);
+                    Pin::new(&mut *conn).graceful_shutdown();
+                    shutting = true;
+                } else if !left.is_zero() {
+                    wait = wait.min(left);
+                }
+            }
+            _ => {}
         }
         if shutting {
             let _ = (&mut *conn).await;
             return false;
         }
-        let wait = idle.remaining();
         let step = {
             let changed = phase.changed();
             let limit = idle.changed.notified();
@@ -615,6 +676,7 @@ where
                 }
                 if idle.inflight.load(Ordering::Acquire) == 0
                     && idle.ended.load(Ordering::Acquire) != ended_before
+                    && shared.draining.get().is_none()
                     && shared.active.load(Ordering::Relaxed) > shared.park_above
                     && !flags.parking.load(Ordering::Acquire)
                     && !flags.body.load(Ordering::Relaxed)
@@ -811,7 +873,11 @@ async fn handle(
         }
     };
     // Client keep-alive limits: `keepalive_timeout 0` and `keepalive_requests`.
-    if closing || r.conf.keepalive_timeout.is_zero() || nth >= r.conf.keepalive_requests {
+    if closing
+        || shared.draining.get().is_some()
+        || r.conf.keepalive_timeout.is_zero()
+        || nth >= r.conf.keepalive_requests
+    {
         resp.headers_mut().insert(
             hyper::header::CONNECTION,
             hyper::header::HeaderValue::from_static("close"),
