@@ -357,6 +357,8 @@ pub struct Upstream {
     /// The resolver for its `resolve` servers (the upstream's own, else
     /// the http level's).
     pub resolver: Option<std::sync::Arc<Resolver>>,
+    /// `state FILE`: resolved peers kept for a cold start.
+    pub state: Option<PathBuf>,
     /// Made by `proxy_pass http://host:port`, not by an `upstream` block.
     pub implicit: bool,
     pub src: Src,

@@ -86,6 +86,13 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_balancer,
     },
     Spec {
+        name: "state",
+        ctx: UPS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_state,
+    },
+    Spec {
         name: "zone",
         ctx: UPS,
         args: Args::Range(1, 2),
@@ -113,6 +120,7 @@ pub(super) struct UpstreamB {
     zone: Option<(String, Option<u64>, Src)>,
     pub(super) resolver: Option<Resolver>,
     pub(super) resolver_timeout: Option<Duration>,
+    state: Option<(PathBuf, Src)>,
     src: Src,
 }
 
@@ -159,6 +167,7 @@ fn set_upstream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         zone: None,
         resolver: None,
         resolver_timeout: None,
+        state: None,
         src: d.src.clone(),
     };
     b.walk(
@@ -380,6 +389,18 @@ fn run_time_name(text: &str) -> Option<(String, Option<u16>)> {
         return None;
     }
     Some((host.to_ascii_lowercase(), port))
+}
+
+/// `state FILE`: where the resolved peers are kept for a cold start.
+fn set_state(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Upstream(u) = n else {
+        return Err(not_here(d));
+    };
+    if u.state.is_some() {
+        return Err(duplicate(d));
+    }
+    u.state = Some((b.path(&d.args[0]), d.src.clone()));
+    Ok(())
 }
 
 /// `zone NAME [SIZE]`: the peers live in shared memory. nginx's checks.
@@ -616,7 +637,14 @@ pub(super) fn finish_upstreams(
                 ));
             }
         }
+        if let (Some((_, src)), None) = (&u.state, &u.zone) {
+            return Err(ConfError::at(
+                "\"state\" requires upstream in shared memory (\"zone\")",
+                src,
+            ));
+        }
         upstreams.push(Upstream {
+            state: u.state.map(|(p, _)| p),
             name: u.name,
             servers: u.servers,
             balancer: u.balancer.map(|(b, _)| b).unwrap_or(Balancer::RoundRobin),
@@ -679,6 +707,7 @@ pub(super) fn resolve_proxy_pass(
                     keepalive: default_keepalive(),
                     zone: None,
                     resolver: None,
+                    state: None,
                     implicit: true,
                     src: p.src.clone(),
                 });

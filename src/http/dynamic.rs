@@ -134,6 +134,7 @@ pub(crate) async fn run(
         },
         zone: None,
         resolver: None,
+        state: None,
         implicit: true,
         src: crate::conf::Src {
             file: None,

@@ -299,7 +299,7 @@ pub async fn serve(
     // Zone upstreams: keep snapshots current and tell each zone which
     // publications this worker still holds peers of.
     if !shm.zones.is_empty() {
-        crate::upstream::resolve::spawn_all(&shared.upstreams);
+        crate::upstream::resolve::spawn_all(&shared.upstreams, shm.saved.clone());
         let shared = shared.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(crate::upstream::resolve::LEASE_TICK);

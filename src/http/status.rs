@@ -25,6 +25,9 @@ pub struct Shm {
     pub zones: Zones,
     pub stats: Option<Arc<Stats>>,
     pub generation: u64,
+    /// Told when resolved peers changed (the master writes state files);
+    /// None: write them here.
+    pub saved: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// `stub_status` counters shared by the workers of a generation.

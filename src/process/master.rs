@@ -154,6 +154,8 @@ pub fn start(cli: &Cli) -> i32 {
             return 1;
         }
     };
+    // A cold start: resolved peers come from the state files.
+    crate::upstream::state::seed_all(&shm.zones, cfg.http.as_ref(), &[]);
     if let Some(s) = started {
         s.report(true);
     }
@@ -226,6 +228,7 @@ fn make_shm(cfg: &Config, generation: u64) -> Result<Shm, ()> {
         zones,
         stats,
         generation,
+        saved: None,
     })
 }
 
@@ -504,6 +507,12 @@ impl Master {
                 if buf[..n].contains(&b'R') {
                     w.ready = true;
                 }
+                if buf[..n].contains(&b'S') {
+                    let generation = w.generation;
+                    if let Some(g) = self.generations.iter().find(|g| g.id == generation) {
+                        crate::upstream::state::save_all(&g.shm.zones, g.cfg.http.as_ref());
+                    }
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(_) => w.channel = None,
@@ -648,12 +657,14 @@ impl Master {
         };
         // The new zones start with the resolved peers of the current ones.
         let current = self.current();
-        crate::upstream::zone::preresolve(
+        let carried = crate::upstream::zone::preresolve(
             &shm.zones,
             cfg.http.as_ref(),
             &current.shm.zones,
             current.cfg.http.as_ref(),
         );
+        // Those with no old zone to copy from start from their state files.
+        crate::upstream::state::seed_all(&shm.zones, cfg.http.as_ref(), &carried);
         self.next_generation += 1;
         self.generations.push(Generation {
             id,

@@ -119,16 +119,28 @@ async fn serve(
         _ => (None, None),
     };
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+    // With a master, state files are its to write (it may write where the
+    // workers' user may not): the resolver tells it when peers changed.
+    let saved = Arc::new(tokio::sync::Notify::new());
+    let mut shm = shm;
+    if channel.is_some() {
+        shm.saved = Some(saved.clone());
+    }
     let mut server = tokio::spawn(http::serve(cfg, listeners, phase_rx, 1, shm, slot));
 
     // Ready: tell the master, then watch the channel for its end (master gone).
     let mut master = None;
+    let mut to_master = None;
     if let Some(mut ch) = channel {
         if let Err(e) = ch.write_all(b"R") {
             crate::log!(Level::Alert, "cannot report readiness to the master: {}", e);
         }
         let _ = ch.set_nonblocking(true);
-        master = tokio::net::UnixStream::from_std(ch).ok();
+        if let Ok(s) = tokio::net::UnixStream::from_std(ch) {
+            let (r, w) = s.into_split();
+            master = Some(r);
+            to_master = Some(w);
+        }
     }
     let master_gone = async {
         match master.as_mut() {
@@ -160,6 +172,11 @@ async fn serve(
                 crate::log!(Level::Notice, "reopening logs");
                 for (p, e) in crate::log::reopen().into_iter().chain(crate::log::files::reopen_all()) {
                     crate::log!(Level::Crit, "open() \"{}\" failed ({})", p.display(), crate::conf::tree::errno_text(&e));
+                }
+            }
+            _ = saved.notified() => {
+                if let Some(w) = &to_master {
+                    let _ = w.try_write(b"S");
                 }
             }
             _ = &mut master_gone, if master_alive => {

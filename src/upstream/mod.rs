@@ -10,6 +10,7 @@ pub mod dns;
 pub mod peers;
 pub mod pool;
 pub mod resolve;
+pub mod state;
 pub mod zone;
 
 use std::collections::HashMap;

@@ -401,6 +401,7 @@ pub(crate) fn test_upstream(
         },
         zone: None,
         resolver: None,
+        state: None,
         implicit: false,
         src: Src {
             file: None,

@@ -24,7 +24,9 @@ pub const LEASE_TICK: Duration = Duration::from_millis(500);
 pub const LEASE_STALE: u64 = 1500;
 
 /// Starts the resolving tasks for every `resolve` line of every zone upstream.
-pub fn spawn_all(upstreams: &Upstreams) {
+/// `saved` is told when a `state` upstream's peers changed (the master
+/// writes the file); without it the file is written here.
+pub fn spawn_all(upstreams: &Upstreams, saved: Option<Arc<tokio::sync::Notify>>) {
     let client = Arc::new(Client::new());
     for u in upstreams.iter() {
         if u.zone().is_none() || u.cfg.resolver.is_none() {
@@ -32,13 +34,18 @@ pub fn spawn_all(upstreams: &Upstreams) {
         }
         for (k, line) in u.cfg.servers.iter().enumerate() {
             if line.resolve {
-                tokio::spawn(follow(u.clone(), k, client.clone()));
+                tokio::spawn(follow(u.clone(), k, client.clone(), saved.clone()));
             }
         }
     }
 }
 
-async fn follow(u: Arc<UpstreamRt>, k: usize, client: Arc<Client>) {
+async fn follow(
+    u: Arc<UpstreamRt>,
+    k: usize,
+    client: Arc<Client>,
+    saved: Option<Arc<tokio::sync::Notify>>,
+) {
     let (Some((zone, i)), Some(resolver)) = (u.shared.clone(), u.cfg.resolver.clone()) else {
         return;
     };
@@ -78,6 +85,7 @@ async fn follow(u: Arc<UpstreamRt>, k: usize, client: Arc<Client>) {
             Ok(Found::Peers(peers, valid)) => {
                 publish(&u, k, &peers);
                 zone.set_resolved(i, k, now + ms(valid), now, 0);
+                save_state(&u, saved.as_deref());
                 due = Some(now + ms(valid) + 1000);
             }
             Ok(Found::NxDomain) => {
@@ -90,6 +98,7 @@ async fn follow(u: Arc<UpstreamRt>, k: usize, client: Arc<Client>) {
                 publish(&u, k, &[]);
                 let valid = ms(resolver.valid.unwrap_or(Duration::from_secs(10)));
                 zone.set_resolved(i, k, now + valid, now, 3);
+                save_state(&u, saved.as_deref());
                 due = Some(now + valid + 1000);
             }
             Err(e) => {
@@ -165,6 +174,18 @@ async fn lookup(
             SrvAnswer::NxDomain => Found::NxDomain,
         },
     )
+}
+
+/// The upstream's state file (`state FILE`) is rewritten: by the master
+/// when there is one (told through `saved`), else here.
+fn save_state(u: &UpstreamRt, saved: Option<&tokio::sync::Notify>) {
+    let (Some((zone, i)), Some(_)) = (&u.shared, &u.cfg.state) else {
+        return;
+    };
+    match saved {
+        Some(n) => n.notify_one(),
+        None => super::state::save(zone, *i, &u.cfg),
+    }
 }
 
 fn new_peer(line: &UpstreamServer, server: usize, addr: PeerAddr) -> NewPeer {

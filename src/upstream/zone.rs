@@ -701,17 +701,17 @@ pub fn create_all(
 /// host and `service=` has now (address from the old peer; port and
 /// parameters from the new line, except an SRV peer's port and weight), and
 /// with the old answer's expiry, so the first lookup comes when it expires.
-/// Returns how many peers were carried over.
+/// Returns the (zone, upstream) names it carried peers for.
 pub fn preresolve(
     new: &Zones,
     new_http: Option<&crate::conf::model::Http>,
     old: &Zones,
     old_http: Option<&crate::conf::model::Http>,
-) -> usize {
+) -> Vec<(String, String)> {
+    let mut carried = Vec::new();
     let (Some(nh), Some(oh)) = (new_http, old_http) else {
-        return 0;
+        return carried;
     };
-    let mut carried = 0;
     for (name, z) in new {
         let Some(oz) = old.get(name) else { continue };
         for (i, up_name) in z.upstream_names().iter().enumerate() {
@@ -770,7 +770,6 @@ pub fn preresolve(
                         base(PeerAddr::Inet(SocketAddr::new(sa.ip(), line.port)))
                     };
                     list.push(peer);
-                    carried += 1;
                 }
                 let (expires, answered, error) = oz.resolved(j, ok);
                 z.set_resolved(i, k, expires, answered, error);
@@ -778,6 +777,7 @@ pub fn preresolve(
             if let Err(e) = z.publish(i, std::process::id(), &list) {
                 crate::log!(crate::log::Level::Error, "{}", e);
             }
+            carried.push((name.clone(), up_name.clone()));
         }
     }
     carried
