@@ -71,6 +71,11 @@ struct Master {
     state: State,
     pid_path: PathBuf,
     next_generation: u64,
+    /// After USR2: the new binary's master, and the pid file's own name
+    /// (this master's is then `NAME.oldbin`).
+    new_binary: Option<(Pid, PathBuf)>,
+    /// Started by a binary upgrade: the old master.
+    old_master: Option<Pid>,
 }
 
 /// Starts sluice as configured and returns the exit code.
@@ -93,7 +98,18 @@ pub fn start(cli: &Cli) -> i32 {
             return 1;
         }
     };
-    let bound = match bind(&cfg, &[]) {
+    // A binary upgrade hands over the listeners and zones.
+    let inherited = super::upgrade::inherited();
+    let adopted: Vec<Bound> = inherited
+        .as_ref()
+        .map(|i| {
+            i.listeners
+                .iter()
+                .filter_map(|b| b.try_clone().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let bound = match bind(&cfg, &adopted) {
         Ok(b) => b,
         Err(e) => {
             crate::log!(Level::Emerg, "{}", e);
@@ -106,7 +122,9 @@ pub fn start(cli: &Cli) -> i32 {
     if create_temp_paths(&cfg, creds.as_ref().map(|c| c.uid)).is_err() {
         return 1;
     }
-    let started = if cfg.main.daemon {
+    drop(adopted);
+    // The old master, our parent, has already daemonized.
+    let started = if cfg.main.daemon && inherited.is_none() {
         match daemon::daemonize() {
             Ok(s) => Some(s),
             Err(e) => {
@@ -154,8 +172,15 @@ pub fn start(cli: &Cli) -> i32 {
             return 1;
         }
     };
-    // A cold start: resolved peers come from the state files.
-    crate::upstream::state::seed_all(&shm.zones, cfg.http.as_ref(), &[]);
+    // Resolved peers from the old binary's zones, or (a cold start, or a
+    // layout this binary cannot read) from the state files.
+    let carried = match &inherited {
+        Some(i) => adopt_zones(&shm, &cfg, i),
+        None => Vec::new(),
+    };
+    crate::upstream::state::seed_all(&shm.zones, cfg.http.as_ref(), &carried);
+    let old_master = inherited.as_ref().map(|i| i.parent);
+    drop(inherited);
     if let Some(s) = started {
         s.report(true);
     }
@@ -200,9 +225,43 @@ pub fn start(cli: &Cli) -> i32 {
         state: State::Running,
         pid_path,
         next_generation: 2,
+        new_binary: None,
+        old_master,
     };
     m.start_workers(1);
     m.run()
+}
+
+/// Maps the zones a binary upgrade handed over and copies their resolved
+/// peers into ours, as a reload does. Returns the (zone, upstream) names
+/// served that way; a zone of another layout is a `[warn]` (the state file
+/// is used instead).
+fn adopt_zones(
+    shm: &Shm,
+    cfg: &Config,
+    inherited: &super::upgrade::Inherited,
+) -> Vec<(String, String)> {
+    let mut old = crate::upstream::Zones::new();
+    let mut old_http = crate::conf::model::Http::default();
+    for (name, fd) in &inherited.zones {
+        let Ok(fd) = fd.try_clone() else { continue };
+        match crate::upstream::Zone::attach(name, fd) {
+            Ok(z) => {
+                for i in 0..z.upstream_names().len() {
+                    if let Some(u) = z.upstream_config(i) {
+                        old_http.upstreams.push(Arc::new(u));
+                    }
+                }
+                old.insert(name.clone(), Arc::new(z));
+            }
+            Err(e) => crate::log!(
+                Level::Warn,
+                "{}; using the state file instead of the old binary's zone",
+                e
+            ),
+        }
+    }
+    crate::upstream::zone::preresolve(&shm.zones, cfg.http.as_ref(), &old, Some(&old_http))
 }
 
 /// The generation's shared memory, or `[emerg]` and Err.
@@ -447,10 +506,53 @@ impl Master {
         }
     }
 
+    /// The new binary's master is gone: this one takes its pid file back
+    /// and, if WINCH had stopped its workers, starts them again.
+    fn new_binary_exited(&mut self, pid: Pid, code: Option<i32>, signal: Option<Signal>) {
+        match (code, signal) {
+            (_, Some(sig)) => crate::log!(
+                Level::Alert,
+                "new binary process {} exited on signal {}",
+                pid,
+                sig as i32
+            ),
+            (c, _) => crate::log!(
+                Level::Notice,
+                "new binary process {} exited with code {}",
+                pid,
+                c.unwrap_or(0)
+            ),
+        }
+        let Some((_, own)) = self.new_binary.take() else {
+            return;
+        };
+        if let Err(e) = std::fs::rename(&self.pid_path, &own) {
+            crate::log!(
+                Level::Alert,
+                "rename() {} back to {} failed ({})",
+                self.pid_path.display(),
+                own.display(),
+                crate::conf::tree::errno_text(&e)
+            );
+        } else {
+            self.pid_path = own;
+        }
+        if self.state == State::NoWorkers {
+            self.state = State::Running;
+            let id = self.current().id;
+            self.start_workers(id);
+        }
+    }
+
     fn exit(&mut self) -> i32 {
+        // nginx's rule: never unlink unix sockets the other master still uses.
+        let other_alive =
+            self.new_binary.is_some() || self.old_master.is_some_and(|p| kill(p, None).is_ok());
         for g in &self.generations {
             for p in net::unix_paths(&g.bound) {
-                let _ = std::fs::remove_file(p);
+                if !other_alive {
+                    let _ = std::fs::remove_file(p);
+                }
             }
         }
         let _ = std::fs::remove_file(&self.pid_path);
@@ -567,17 +669,62 @@ impl Master {
                 chown_logs(&self.current().creds);
                 self.signal_workers(Signal::SIGUSR1, |_| true);
             }
-            SIGUSR2 => {
-                crate::log!(
-                    Level::Warn,
-                    "binary upgrade is not supported by this version, ignored"
-                );
-            }
+            SIGUSR2 => self.upgrade(),
             SIGWINCH if self.state == State::Running => {
                 self.state = State::NoWorkers;
                 self.signal_workers(Signal::SIGQUIT, |_| true);
             }
             _ => {}
+        }
+    }
+
+    /// USR2: starts the new binary with our listeners and zones; our pid
+    /// file becomes `.oldbin`.
+    fn upgrade(&mut self) {
+        let old_alive = self.old_master.is_some_and(|p| kill(p, None).is_ok());
+        if self.new_binary.is_some() || old_alive {
+            crate::log!(
+                Level::Alert,
+                "the changing binary signal is ignored: you should shutdown or terminate before either old or new binary's process"
+            );
+            return;
+        }
+        let mut oldbin = self.pid_path.clone().into_os_string();
+        oldbin.push(".oldbin");
+        let oldbin = PathBuf::from(oldbin);
+        if let Err(e) = std::fs::rename(&self.pid_path, &oldbin) {
+            crate::log!(
+                Level::Alert,
+                "rename() {} to {} failed ({}) before executing new binary process",
+                self.pid_path.display(),
+                oldbin.display(),
+                crate::conf::tree::errno_text(&e)
+            );
+            return;
+        }
+        let g = self.current();
+        let listeners: Vec<std::os::fd::BorrowedFd<'_>> = g
+            .bound
+            .iter()
+            .flat_map(|b| b.sockets.iter())
+            .map(|s| s.as_fd())
+            .collect();
+        let zones: Vec<(String, std::os::fd::BorrowedFd<'_>)> = g
+            .shm
+            .zones
+            .iter()
+            .filter_map(|(n, z)| z.fd().map(|fd| (n.clone(), fd)))
+            .collect();
+        match super::upgrade::exec_new_binary(&listeners, &zones) {
+            Ok(pid) => {
+                crate::log!(Level::Notice, "start new binary process {}", pid);
+                let own = std::mem::replace(&mut self.pid_path, oldbin);
+                self.new_binary = Some((pid, own));
+            }
+            Err(e) => {
+                crate::log!(Level::Alert, "{}", e);
+                let _ = std::fs::rename(&oldbin, &self.pid_path);
+            }
         }
     }
 
@@ -709,6 +856,10 @@ impl Master {
                 WaitStatus::Signaled(pid, sig, core) => (pid, None, Some(sig), core),
                 _ => continue,
             };
+            if self.new_binary.as_ref().is_some_and(|(p, _)| *p == pid) {
+                self.new_binary_exited(pid, code, signal);
+                continue;
+            }
             let Some(i) = self.workers.iter().position(|w| w.pid == pid) else {
                 continue;
             };

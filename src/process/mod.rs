@@ -5,6 +5,7 @@
 mod daemon;
 mod master;
 mod sys;
+mod upgrade;
 mod worker;
 
 use std::io::Write;

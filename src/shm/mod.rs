@@ -104,6 +104,25 @@ impl Region {
         })
     }
 
+    /// Maps a memfd another process made (a binary upgrade passes it on).
+    pub fn from_fd(fd: OwnedFd) -> Result<Region, ShmError> {
+        let len = nix::sys::stat::fstat(&fd).map_err(ShmError::Size)?.st_size as usize;
+        let map = memmap2::MmapOptions::new()
+            .len(len)
+            .map_raw(&fd)
+            .map_err(ShmError::Map)?;
+        let base = NonNull::new(map.as_mut_ptr()).ok_or(ShmError::OutOfBounds {
+            offset: 0,
+            size: 0,
+            len,
+        })?;
+        Ok(Region {
+            backing: Backing::Mapped { _map: map, fd },
+            base,
+            len,
+        })
+    }
+
     /// Zero-filled process-private memory with the same interface.
     pub fn heap(len: usize) -> Region {
         let words: Box<[AtomicU64]> = (0..len.div_ceil(8)).map(|_| AtomicU64::new(0)).collect();
@@ -145,6 +164,11 @@ impl Region {
             return Err(ShmError::Misaligned { offset });
         }
         Ok(())
+    }
+
+    /// Fails unless `len` bytes from `offset` are inside the region.
+    pub fn check_span(&self, offset: usize, len: usize) -> Result<(), ShmError> {
+        self.check::<u8>(offset, len)
     }
 
     /// The record at `offset`.

@@ -16,6 +16,8 @@ pub const LAYOUT: u32 = 1;
 pub(crate) const NAME_MAX: usize = 64;
 pub(crate) const BACKUP: u32 = 1;
 pub(crate) const DOWN: u32 = 2;
+/// A `server` line with `resolve` (server records only).
+pub(crate) const RESOLVE: u32 = 4;
 
 #[repr(C)]
 pub(crate) struct Header {

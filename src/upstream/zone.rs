@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::peers::{Live, Peer, PeerLive, Peers};
 use crate::conf::model::{PeerAddr, Upstream};
-use crate::shm::records::{Ack, BACKUP, DOWN, Header, PeerSlot, ServerRec, UpstreamRec};
+use crate::shm::records::{Ack, BACKUP, DOWN, Header, PeerSlot, RESOLVE, ServerRec, UpstreamRec};
 use crate::shm::{Ref, Region, ShmError};
 
 pub use crate::shm::records::{LAYOUT, MAGIC};
@@ -236,7 +236,9 @@ impl Zone {
                 );
                 s.max_conns.store(line.max_conns, Relaxed);
                 s.flags.store(
-                    (u32::from(line.backup) * BACKUP) | (u32::from(line.down) * DOWN),
+                    (u32::from(line.backup) * BACKUP)
+                        | (u32::from(line.down) * DOWN)
+                        | (u32::from(line.resolve) * RESOLVE),
                     Relaxed,
                 );
             }
@@ -244,6 +246,97 @@ impl Zone {
         }
         h.magic.store(MAGIC, Release);
         Ok(zone)
+    }
+
+    /// A zone another binary made, from its memfd (a binary upgrade): the
+    /// header is checked (magic, layout) and the layout read back from it.
+    pub fn attach(name: &str, fd: std::os::fd::OwnedFd) -> Result<Zone, ZoneError> {
+        let region = Arc::new(Region::from_fd(fd)?);
+        let h = region.get::<Header>(0)?;
+        let found = h.layout.load(Acquire);
+        if h.magic.load(Acquire) != MAGIC || found != LAYOUT {
+            return Err(ZoneError::Layout {
+                zone: name.into(),
+                found,
+            });
+        }
+        let u = h.upstreams.load(Acquire) as usize;
+        let w = h.workers.load(Acquire) as usize;
+        let slots = h.slots.load(Acquire) as usize;
+        let acks_off = HEADER;
+        let ups_off = acks_off + w * size_of::<Ack>();
+        let mut servers = 0;
+        let mut names = Vec::with_capacity(u);
+        for k in 0..u {
+            let rec = region.get::<UpstreamRec>(ups_off + k * size_of::<UpstreamRec>())?;
+            servers += rec.servers.load(Acquire) as usize;
+            names.push(get_text(&rec.name, rec.name_len.load(Acquire)));
+        }
+        let servers_off = ups_off + u * size_of::<UpstreamRec>();
+        let lists_off = servers_off + servers * size_of::<ServerRec>();
+        let slots_off = (lists_off + 2 * 4 * u * slots).next_multiple_of(8);
+        region.check_span(slots_off, slots * size_of::<PeerSlot>())?;
+        Ok(Zone {
+            name: name.into(),
+            region,
+            upstreams: names,
+            servers,
+            slots,
+            acks_off,
+            ups_off,
+            servers_off,
+            lists_off,
+            slots_off,
+        })
+    }
+
+    /// The upstream as the zone records it (its `server` lines: host, port,
+    /// service, parameters, `resolve`), for reading a zone another binary
+    /// made without its configuration.
+    pub fn upstream_config(&self, u: usize) -> Option<Upstream> {
+        let rec = self.rec(u).ok()?;
+        let first = rec.first_server.load(Relaxed) as usize;
+        let mut servers = Vec::new();
+        for k in 0..rec.servers.load(Relaxed) as usize {
+            let s = self.server(first + k).ok()?;
+            let host = get_text(&s.host, s.host_len.load(Relaxed));
+            let port = s.port.load(Relaxed) as u16;
+            let service = get_text(&s.service, s.service_len.load(Relaxed));
+            let flags = s.flags.load(Relaxed);
+            let mut line =
+                crate::conf::model::UpstreamServer::new(format!("{host}:{port}"), Vec::new());
+            line.host = host;
+            line.port = port;
+            line.service = (!service.is_empty()).then_some(service);
+            line.resolve = flags & RESOLVE != 0;
+            line.backup = flags & BACKUP != 0;
+            line.down = flags & DOWN != 0;
+            line.weight = s.weight.load(Relaxed);
+            line.max_fails = s.max_fails.load(Relaxed);
+            line.fail_timeout = Duration::from_millis(u64::from(s.fail_timeout_ms.load(Relaxed)));
+            line.max_conns = s.max_conns.load(Relaxed);
+            servers.push(line);
+        }
+        Some(Upstream {
+            name: self.upstreams.get(u)?.clone(),
+            servers,
+            balancer: crate::conf::model::Balancer::RoundRobin,
+            keepalive: crate::conf::model::Keepalive {
+                max: 0,
+                local: false,
+                requests: 0,
+                time: Duration::ZERO,
+                timeout: Duration::ZERO,
+            },
+            zone: Some(self.name.clone()),
+            resolver: None,
+            state: None,
+            implicit: false,
+            src: crate::conf::Src {
+                file: None,
+                line: 0,
+            },
+        })
     }
 
     fn header(&self) -> Result<&Header, ShmError> {
