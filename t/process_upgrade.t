@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(12);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(13);
 $t->expect_errors(qr/\[alert\].*new binary process \d+ exited on signal/);
 my $d = $t->testdir();
 
@@ -80,6 +80,13 @@ kill 'USR2', $old;
 ok(wait_for(sub { pid_in('sluice.pid.oldbin') eq $old && pid_in('sluice.pid') ne $old
 	&& pid_in('sluice.pid') ne '' }), 'pid file renamed to .oldbin, the new master wrote its own');
 my $new = pid_in('sluice.pid');
+my %served;
+for (1 .. 100) {
+	my ($p) = http_get('/pid') =~ /pid (\d+)/;
+	$served{$p}++ if $p;
+	last if keys %served >= 2;
+}
+ok(keys %served >= 2, 'both masters\' workers serve');
 kill 'WINCH', $old;
 ok(wait_for(sub { my @w = grep { $_ != $new } $t->worker_pids(); !@w }), 'WINCH: the old workers are gone');
 my $ok = 0;

@@ -91,7 +91,9 @@ is(join(',', keys %got), port(8081), 'the new generation serves the carried peer
 my $now = () = $t->read_file('dns.log') =~ /^app\.test A/mg;
 is($now, $asked, 'and does not ask DNS before the old answer expires');
 
-# A reload that changes the line's port: the carried address, the new port.
+# A reload that changes the line's port, DNS failing: the carried address,
+# the new port.
+$t->write_file('dns.txt', "app.test RCODE 2\n");
 config(8082);
 ok(reload_fully(), 'reloaded with another port');
 %got = ();

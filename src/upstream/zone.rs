@@ -222,9 +222,14 @@ impl Zone {
             rec.first_server.store(first as u32, Relaxed);
             for (k, line) in up.servers.iter().enumerate() {
                 let s = zone.server(first + k)?;
-                let (host, port) = super::balancer::split_server(&line.text);
+                let (host, port) = if line.resolve {
+                    (line.host.as_str(), u32::from(line.port))
+                } else {
+                    let (h, p) = super::balancer::split_server(&line.text);
+                    (h, p.parse().unwrap_or(0))
+                };
                 s.host_len.store(put_text(&s.host, host) as u32, Relaxed);
-                s.port.store(port.parse().unwrap_or(0), Relaxed);
+                s.port.store(port, Relaxed);
                 let service = line.service.as_deref().unwrap_or("");
                 s.service_len
                     .store(put_text(&s.service, service) as u32, Relaxed);
@@ -979,6 +984,34 @@ mod tests {
             names(&z.snapshot(0, &cfg).expect("snapshot")),
             ["127.0.0.1:1"]
         );
+    }
+
+    /// A binary upgrade: the new binary maps the old zone from its memfd and
+    /// reads it back; a zone of another layout is refused.
+    #[test]
+    fn attach_reads_back_or_refuses_another_layout() {
+        let mut cfg = up(&["127.0.0.1:1"]);
+        cfg.servers[0].resolve = true;
+        cfg.servers[0].host = "app.test".into();
+        cfg.servers[0].port = 8080;
+        let z = Zone::create("up", 64 * 1024, 1, &[&cfg], 2).expect("zone");
+        z.publish(0, 1, &NewPeer::from_config(&cfg))
+            .expect("publish");
+        let dup = || z.fd().expect("memfd").try_clone_to_owned().expect("dup");
+        let back = Zone::attach("up", dup()).expect("attach");
+        assert_eq!(back.upstream_names(), ["u"]);
+        let synth = back.upstream_config(0).expect("config");
+        assert!(synth.servers[0].resolve);
+        assert_eq!(synth.servers[0].host, "app.test");
+        assert_eq!(back.snapshot(0, &cfg).expect("snapshot").count(), 1);
+        z.header()
+            .expect("header")
+            .layout
+            .store(LAYOUT + 1, Relaxed);
+        assert!(matches!(
+            Zone::attach("up", dup()),
+            Err(ZoneError::Layout { found, .. }) if found == LAYOUT + 1
+        ));
     }
 
     #[test]
