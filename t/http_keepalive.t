@@ -55,12 +55,6 @@ sub one {
 	return $buf;
 }
 
-sub closed_within {
-	my ($s, $secs) = @_;
-	my $sel = IO::Select->new($s);
-	return 0 unless $sel->can_read($secs);
-	return !$s->sysread(my $b, 1);
-}
 
 my $s = http('', start => 1);
 like(one($s, '/'), qr/^Keep-Alive: timeout=7\r$/m, 'first request, Keep-Alive header');

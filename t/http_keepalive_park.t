@@ -66,12 +66,6 @@ sub responses {
 	return $buf;
 }
 
-sub closed_within {
-	my ($s, $secs) = @_;
-	my $sel = IO::Select->new($s);
-	return 0 unless $sel->can_read($secs);
-	return !$s->sysread(my $b, 1);
-}
 
 # Two idle connections first: with worker_connections 8, parking starts
 # above two connections.

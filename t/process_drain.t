@@ -53,12 +53,6 @@ sub request {
 	return $buf;
 }
 
-sub closed_within {
-	my ($s, $secs) = @_;
-	my $sel = IO::Select->new($s);
-	return 0 unless $sel->can_read($secs);
-	return !$s->sysread(my $b, 1);
-}
 
 my $busy = http('', start => 1);
 my $idle = http('', start => 1);

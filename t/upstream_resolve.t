@@ -83,22 +83,12 @@ $t->backend($p);
 $t->backend($p, addr => '127.0.0.2');
 $t->run();
 
-sub addr_of {
-	my ($uri) = @_;
-	my $r = http_get($uri);
-	return 'down' if $r =~ /^HTTP\/1.1 502/;
-	my ($a) = $r =~ /^X-Addr: (\S+)/mi;
-	return $r =~ /^HTTP\/1.1 200/ ? ($a // '127.0.0.1') : 'error';
-}
+sub addr_of { backend_addr($_[0]) }
 
 # Polls until `addr_of($uri)` gives $want (true) or 6 s pass.
 sub becomes {
 	my ($uri, $want) = @_;
-	for (1 .. 60) {
-		return 1 if addr_of($uri) eq $want;
-		sleep 0.1;
-	}
-	return 0;
+	return poll_until(sub { addr_of($uri) eq $want });
 }
 
 sub api {

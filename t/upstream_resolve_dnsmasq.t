@@ -47,20 +47,11 @@ $t->backend(port(8081));
 $t->backend(port(8081), addr => '127.0.0.2');
 $t->run();
 
-sub addr_of {
-	my $r = http_get('/x');
-	return 'down' if $r =~ /^HTTP\/1.1 502/;
-	my ($a) = $r =~ /^X-Addr: (\S+)/mi;
-	return $r =~ /^HTTP\/1.1 200/ ? ($a // '127.0.0.1') : 'error';
-}
+sub addr_of { backend_addr('/x') }
 
 sub becomes {
 	my ($want) = @_;
-	for (1 .. 60) {
-		return 1 if addr_of() eq $want;
-		sleep 0.1;
-	}
-	return 0;
+	return poll_until(sub { addr_of() eq $want });
 }
 
 sub hosts {

@@ -51,20 +51,11 @@ $t->backend($p);
 $t->backend($p, addr => '127.0.0.2');
 $t->run();
 
-sub addr_of {
-	my $r = http_get('/x');
-	return 'down' if $r =~ /^HTTP\/1.1 502/;
-	my ($a) = $r =~ /^X-Addr: (\S+)/mi;
-	return $r =~ /^HTTP\/1.1 200/ ? ($a // '127.0.0.1') : 'error';
-}
+sub addr_of { backend_addr('/x') }
 
 sub becomes {
 	my ($want) = @_;
-	for (1 .. 50) {
-		return 1 if addr_of() eq $want;
-		sleep 0.1;
-	}
-	return 0;
+	return poll_until(sub { addr_of() eq $want });
 }
 
 ok(becomes('127.0.0.2'), 'resolved');

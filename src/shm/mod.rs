@@ -88,6 +88,10 @@ impl Region {
         let fd = memfd_create(format!("sluice:{name}").as_str(), MFdFlags::MFD_CLOEXEC)
             .map_err(ShmError::Create)?;
         nix::unistd::ftruncate(&fd, len as i64).map_err(ShmError::Size)?;
+        Region::map(fd, len)
+    }
+
+    fn map(fd: OwnedFd, len: usize) -> Result<Region, ShmError> {
         let map = memmap2::MmapOptions::new()
             .len(len)
             .map_raw(&fd)
@@ -107,20 +111,7 @@ impl Region {
     /// Maps a memfd another process made (a binary upgrade passes it on).
     pub fn from_fd(fd: OwnedFd) -> Result<Region, ShmError> {
         let len = nix::sys::stat::fstat(&fd).map_err(ShmError::Size)?.st_size as usize;
-        let map = memmap2::MmapOptions::new()
-            .len(len)
-            .map_raw(&fd)
-            .map_err(ShmError::Map)?;
-        let base = NonNull::new(map.as_mut_ptr()).ok_or(ShmError::OutOfBounds {
-            offset: 0,
-            size: 0,
-            len,
-        })?;
-        Ok(Region {
-            backing: Backing::Mapped { _map: map, fd },
-            base,
-            len,
-        })
+        Region::map(fd, len)
     }
 
     /// Zero-filled process-private memory with the same interface.

@@ -99,12 +99,30 @@ pub(crate) enum Reply {
     Error(u16),
 }
 
+/// The smaller of two optional TTLs.
+fn min_ttl(a: Option<u32>, b: Option<u32>) -> Option<u32> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+/// A reply's rcode as nginx sorts it: NOERROR goes on (None), NXDOMAIN, or
+/// an error code.
+fn rcode(msg: &Message) -> Option<Result<(), u16>> {
+    match msg.response_code() {
+        ResponseCode::NoError => None,
+        ResponseCode::NXDomain => Some(Ok(())),
+        other => Some(Err(u16::from(other))),
+    }
+}
+
 /// Reads one reply for `family` (pure).
 pub(crate) fn classify(msg: &Message, family: RecordType) -> Reply {
-    match msg.response_code() {
-        ResponseCode::NoError => {}
-        ResponseCode::NXDomain => return Reply::NxDomain,
-        other => return Reply::Error(u16::from(other)),
+    match rcode(msg) {
+        None => {}
+        Some(Ok(())) => return Reply::NxDomain,
+        Some(Err(c)) => return Reply::Error(c),
     }
     let mut addrs = Vec::new();
     let mut cname = None;
@@ -126,7 +144,7 @@ pub(crate) fn classify(msg: &Message, family: RecordType) -> Reply {
             _ => false,
         };
         if keep {
-            ttl = Some(ttl.map_or(r.ttl(), |t| t.min(r.ttl())));
+            ttl = min_ttl(ttl, Some(r.ttl()));
         }
     }
     Reply::Records {
@@ -171,9 +189,7 @@ pub(crate) fn combine(replies: &[Reply]) -> Combined {
         } = r
         {
             addrs.extend_from_slice(a);
-            if let Some(t) = t {
-                ttl = Some(ttl.map_or(*t, |x| x.min(*t)));
-            }
+            ttl = min_ttl(ttl, *t);
             if cname.is_none() {
                 cname = c.clone();
             }
@@ -236,10 +252,7 @@ impl Client {
             let server = self.server(r).ok_or(DnsError::Timeout)?;
             let queries = families.iter().map(|&f| query(server, &name, f, deadline));
             let replies: Vec<Reply> = futures_join(queries).await?;
-            let shorter = |t: Option<u32>| match (valid, t) {
-                (Some(v), Some(t)) => Some(v.min(t)),
-                (v, t) => v.or(t),
-            };
+            let shorter = |t: Option<u32>| min_ttl(valid, t);
             match combine(&replies) {
                 Combined::Error(c) => return Err(DnsError::Server(c)),
                 Combined::NxDomain => return Ok(Answer::NxDomain),
@@ -278,10 +291,10 @@ pub(crate) enum SrvReply {
 }
 
 pub(crate) fn classify_srv(msg: &Message) -> SrvReply {
-    match msg.response_code() {
-        ResponseCode::NoError => {}
-        ResponseCode::NXDomain => return SrvReply::NxDomain,
-        other => return SrvReply::Error(u16::from(other)),
+    match rcode(msg) {
+        None => {}
+        Some(Ok(())) => return SrvReply::NxDomain,
+        Some(Err(c)) => return SrvReply::Error(c),
     }
     let mut recs = Vec::new();
     let mut cname = None;
@@ -297,7 +310,7 @@ pub(crate) fn classify_srv(msg: &Message) -> SrvReply {
             RData::CNAME(c) => cname = Some(c.0.clone()),
             _ => continue,
         }
-        ttl = Some(ttl.map_or(r.ttl(), |t| t.min(r.ttl())));
+        ttl = min_ttl(ttl, Some(r.ttl()));
     }
     if !recs.is_empty() {
         recs.sort_by_key(|r| r.priority);
@@ -360,10 +373,7 @@ impl Client {
         for _ in 0..MAX_CNAMES {
             let server = self.server(r).ok_or(DnsError::Timeout)?;
             let msg = exchange(server, &name, RecordType::SRV, deadline).await?;
-            let shorter = |t: Option<u32>| match (ttl, t) {
-                (Some(v), Some(t)) => Some(v.min(t)),
-                (v, t) => v.or(t),
-            };
+            let shorter = |t: Option<u32>| min_ttl(ttl, t);
             match classify_srv(&msg) {
                 SrvReply::Error(c) => return Err(DnsError::Server(c)),
                 SrvReply::NxDomain => return Ok(SrvAnswer::NxDomain),

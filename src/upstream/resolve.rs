@@ -188,19 +188,6 @@ fn save_state(u: &UpstreamRt, saved: Option<&tokio::sync::Notify>) {
     }
 }
 
-fn new_peer(line: &UpstreamServer, server: usize, addr: PeerAddr) -> NewPeer {
-    NewPeer {
-        addr,
-        server: server as u32,
-        weight: line.weight,
-        max_fails: line.max_fails,
-        fail_timeout: line.fail_timeout,
-        max_conns: line.max_conns,
-        backup: line.backup,
-        down: line.down,
-    }
-}
-
 /// Publishes server line `k`'s new peers with every other line's current
 /// ones.
 fn publish(u: &UpstreamRt, k: usize, found: &[(SocketAddr, u32, bool)]) {
@@ -220,7 +207,7 @@ fn publish(u: &UpstreamRt, k: usize, found: &[(SocketAddr, u32, bool)]) {
             list.extend(found.iter().map(|(addr, weight, backup)| NewPeer {
                 weight: *weight,
                 backup: *backup,
-                ..new_peer(line, j, PeerAddr::Inet(*addr))
+                ..NewPeer::for_line(line, j, PeerAddr::Inet(*addr))
             }));
         } else if line.resolve {
             list.extend(
@@ -232,11 +219,15 @@ fn publish(u: &UpstreamRt, k: usize, found: &[(SocketAddr, u32, bool)]) {
                     .map(|p| NewPeer {
                         weight: p.weight as u32,
                         backup: p.backup,
-                        ..new_peer(line, j, p.addr.clone())
+                        ..NewPeer::for_line(line, j, p.addr.clone())
                     }),
             );
         } else {
-            list.extend(line.addrs.iter().map(|a| new_peer(line, j, a.clone())));
+            list.extend(
+                line.addrs
+                    .iter()
+                    .map(|a| NewPeer::for_line(line, j, a.clone())),
+            );
         }
     }
     match zone.publish(*i, std::process::id(), &list) {

@@ -179,16 +179,7 @@ fn seed(z: &Zone, i: usize, u: &Upstream, entries: &[Entry]) {
     let (mono, wall) = (now_ms(), unix_ms());
     let mut list = Vec::new();
     for (k, line) in u.servers.iter().enumerate() {
-        let base = |addr: PeerAddr| NewPeer {
-            addr,
-            server: k as u32,
-            weight: line.weight,
-            max_fails: line.max_fails,
-            fail_timeout: line.fail_timeout,
-            max_conns: line.max_conns,
-            backup: line.backup,
-            down: line.down,
-        };
+        let base = |addr: PeerAddr| NewPeer::for_line(line, k, addr);
         if !line.resolve {
             list.extend(line.addrs.iter().cloned().map(base));
             continue;

@@ -74,22 +74,33 @@ pub struct NewPeer {
 }
 
 impl NewPeer {
+    /// A peer of `server` line number `server`, with the line's parameters.
+    pub fn for_line(
+        line: &crate::conf::model::UpstreamServer,
+        server: usize,
+        addr: PeerAddr,
+    ) -> NewPeer {
+        NewPeer {
+            addr,
+            server: server as u32,
+            weight: line.weight,
+            max_fails: line.max_fails,
+            fail_timeout: line.fail_timeout,
+            max_conns: line.max_conns,
+            backup: line.backup,
+            down: line.down,
+        }
+    }
+
     /// Every address of every `server` line, in order.
     pub fn from_config(u: &Upstream) -> Vec<NewPeer> {
         u.servers
             .iter()
             .enumerate()
             .flat_map(|(i, s)| {
-                s.addrs.iter().map(move |a| NewPeer {
-                    addr: a.clone(),
-                    server: i as u32,
-                    weight: s.weight,
-                    max_fails: s.max_fails,
-                    fail_timeout: s.fail_timeout,
-                    max_conns: s.max_conns,
-                    backup: s.backup,
-                    down: s.down,
-                })
+                s.addrs
+                    .iter()
+                    .map(move |a| NewPeer::for_line(s, i, a.clone()))
             })
             .collect()
     }
@@ -183,23 +194,8 @@ impl Zone {
                 needed: size_needed(peers, u, servers, w),
             });
         }
-        let acks_off = HEADER;
-        let ups_off = acks_off + w * size_of::<Ack>();
-        let servers_off = ups_off + u * size_of::<UpstreamRec>();
-        let lists_off = servers_off + servers * size_of::<ServerRec>();
-        let slots_off = (lists_off + 2 * 4 * u * slots).next_multiple_of(8);
-        let zone = Zone {
-            name: name.into(),
-            region,
-            upstreams: upstreams.iter().map(|u| u.name.clone()).collect(),
-            servers,
-            slots,
-            acks_off,
-            ups_off,
-            servers_off,
-            lists_off,
-            slots_off,
-        };
+        let names = upstreams.iter().map(|u| u.name.clone()).collect();
+        let zone = Zone::laid_out(name, region, names, servers, slots, w);
         let h = zone.header()?;
         h.layout.store(LAYOUT, Relaxed);
         h.creator.store(std::process::id(), Relaxed);
@@ -241,9 +237,7 @@ impl Zone {
                 );
                 s.max_conns.store(line.max_conns, Relaxed);
                 s.flags.store(
-                    (u32::from(line.backup) * BACKUP)
-                        | (u32::from(line.down) * DOWN)
-                        | (u32::from(line.resolve) * RESOLVE),
+                    flags(line.backup, line.down) | (u32::from(line.resolve) * RESOLVE),
                     Relaxed,
                 );
             }
@@ -268,8 +262,7 @@ impl Zone {
         let u = h.upstreams.load(Acquire) as usize;
         let w = h.workers.load(Acquire) as usize;
         let slots = h.slots.load(Acquire) as usize;
-        let acks_off = HEADER;
-        let ups_off = acks_off + w * size_of::<Ack>();
+        let ups_off = HEADER + w * size_of::<Ack>();
         let mut servers = 0;
         let mut names = Vec::with_capacity(u);
         for k in 0..u {
@@ -277,14 +270,30 @@ impl Zone {
             servers += rec.servers.load(Acquire) as usize;
             names.push(get_text(&rec.name, rec.name_len.load(Acquire)));
         }
-        let servers_off = ups_off + u * size_of::<UpstreamRec>();
+        let zone = Zone::laid_out(name, region, names, servers, slots, w);
+        zone.region
+            .check_span(zone.slots_off, slots * size_of::<PeerSlot>())?;
+        Ok(zone)
+    }
+
+    /// Where each part of a zone lies, from what it holds.
+    fn laid_out(
+        name: &str,
+        region: Arc<Region>,
+        upstreams: Vec<String>,
+        servers: usize,
+        slots: usize,
+        workers: usize,
+    ) -> Zone {
+        let acks_off = HEADER;
+        let ups_off = acks_off + workers * size_of::<Ack>();
+        let servers_off = ups_off + upstreams.len() * size_of::<UpstreamRec>();
         let lists_off = servers_off + servers * size_of::<ServerRec>();
-        let slots_off = (lists_off + 2 * 4 * u * slots).next_multiple_of(8);
-        region.check_span(slots_off, slots * size_of::<PeerSlot>())?;
-        Ok(Zone {
+        let slots_off = (lists_off + 2 * 4 * upstreams.len() * slots).next_multiple_of(8);
+        Zone {
             name: name.into(),
             region,
-            upstreams: names,
+            upstreams,
             servers,
             slots,
             acks_off,
@@ -292,7 +301,7 @@ impl Zone {
             servers_off,
             lists_off,
             slots_off,
-        })
+        }
     }
 
     /// The upstream as the zone records it (its `server` lines: host, port,
@@ -577,10 +586,7 @@ impl Zone {
                         Relaxed,
                     );
                     s.max_conns.store(p.max_conns, Relaxed);
-                    s.flags.store(
-                        (u32::from(p.backup) * BACKUP) | (u32::from(p.down) * DOWN),
-                        Relaxed,
-                    );
+                    s.flags.store(flags(p.backup, p.down), Relaxed);
                 }
                 target[k].store(*i as u32, Relaxed);
             }
@@ -830,16 +836,7 @@ pub fn preresolve(
             };
             let mut list = Vec::new();
             for (k, line) in nu.servers.iter().enumerate() {
-                let base = |addr: PeerAddr| NewPeer {
-                    addr,
-                    server: k as u32,
-                    weight: line.weight,
-                    max_fails: line.max_fails,
-                    fail_timeout: line.fail_timeout,
-                    max_conns: line.max_conns,
-                    backup: line.backup,
-                    down: line.down,
-                };
+                let base = |addr: PeerAddr| NewPeer::for_line(line, k, addr);
                 if !line.resolve {
                     list.extend(line.addrs.iter().cloned().map(base));
                     continue;
@@ -879,6 +876,10 @@ pub fn preresolve(
         }
     }
     carried
+}
+
+fn flags(backup: bool, down: bool) -> u32 {
+    (u32::from(backup) * BACKUP) | (u32::from(down) * DOWN)
 }
 
 /// Writes text into a fixed byte field (cut at its size); returns the length kept.

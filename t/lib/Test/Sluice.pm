@@ -19,13 +19,15 @@ use File::Spec ();
 use File::Basename qw/dirname/;
 use Cwd qw/abs_path/;
 use IO::Socket::INET;
+use IO::Select;
 use IO::Socket::UNIX;
 use POSIX qw/:sys_wait_h/;
 use Time::HiRes qw/sleep time/;
 use Socket qw/SOCK_STREAM SOCK_DGRAM/;
 
 use Exporter qw/import/;
-our @EXPORT_OK = qw/http http_get http_start http_end port/;
+our @EXPORT_OK = qw/http http_get http_start http_end port closed_within
+	backend_addr poll_until/;
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 my $ROOT = abs_path(dirname(__FILE__) . '/../../..');
@@ -548,6 +550,34 @@ sub http_end {
 	alarm(0);
 	close $s;
 	return $reply;
+}
+
+# True when the peer closes $s within $secs seconds (EOF, no data).
+sub closed_within {
+	my ($s, $secs) = @_;
+	my $sel = IO::Select->new($s);
+	return 0 unless $sel->can_read($secs);
+	return !$s->sysread(my $b, 1);
+}
+
+# Which backend answered GET $uri: the X-Addr a Test::Sluice::Backend with
+# `addr` sends, 127.0.0.1 for one without, 'down' for a 502, 'error' else.
+sub backend_addr {
+	my ($uri) = @_;
+	my $r = http_get($uri) // '';
+	return 'down' if $r =~ /^HTTP\/1.1 502/;
+	my ($a) = $r =~ /^X-Addr: (\S+)/mi;
+	return $r =~ /^HTTP\/1.1 200/ ? ($a // '127.0.0.1') : 'error';
+}
+
+# Calls $code every 0.1 s until it returns true (true) or $secs pass (false).
+sub poll_until {
+	my ($code, $secs) = @_;
+	for (1 .. ($secs // 6) * 10) {
+		return 1 if $code->();
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
 }
 
 1;
