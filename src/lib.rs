@@ -20,6 +20,7 @@ pub mod log;
 pub mod net;
 pub mod process;
 pub mod shm;
+pub mod stream;
 pub mod upstream;
 
 /// sluice's version, printed by `-v` and `-V` and in `Server:` headers.

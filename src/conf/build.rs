@@ -21,6 +21,8 @@ pub(super) const HTTP: u8 = 4;
 pub(super) const SRV: u8 = 8;
 pub(super) const LOC: u8 = 16;
 pub(super) const UPS: u8 = 32;
+pub(super) const STREAM: u8 = 64;
+pub(super) const SSRV: u8 = 128;
 
 #[derive(Clone, Copy)]
 pub(super) enum Args {
@@ -48,6 +50,8 @@ pub(super) enum Node<'a> {
     Location(&'a mut LocationB),
     Upstream(&'a mut UpstreamB),
     If(&'a mut Vec<Stmt>),
+    Stream(&'a mut super::stream::StreamB),
+    StreamServer(&'a mut super::stream::StreamServerB),
 }
 
 impl Node<'_> {
@@ -92,6 +96,7 @@ const TABLES: &[&[Spec]] = &[
     super::logs::TABLE,
     super::status::TABLE,
     super::resolver::TABLE,
+    super::stream::TABLE,
 ];
 
 const TABLE: &[Spec] = &[
@@ -221,6 +226,7 @@ pub(super) struct MainB {
     worker_shutdown_timeout: Option<Duration>,
     events: Option<Events>,
     http: Option<HttpB>,
+    pub(super) stream: Option<super::stream::StreamB>,
 }
 
 impl MainB {
@@ -269,6 +275,10 @@ pub fn build_with_warnings(
         Some(h) => Some(super::http::finish(h, paths)?),
         None => None,
     };
+    let stream = match main.stream.take() {
+        Some(st) => Some(super::stream::finish(st, http.as_ref())?),
+        None => None,
+    };
     let error_log = if main.error_log.is_empty() {
         vec![LogSpec {
             // Without `error_log` in the file, nginx keeps logging where `-e` pointed.
@@ -299,6 +309,7 @@ pub fn build_with_warnings(
         },
         events,
         http,
+        stream,
     };
     Ok((cfg, b.warnings))
 }
@@ -447,7 +458,11 @@ fn set_error_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
         Node::Http(h) => &mut h.error_log,
         Node::Server(s) => &mut s.error_log,
         Node::Location(l) => &mut l.error_log,
-        Node::Events(..) | Node::Upstream(_) | Node::If(_) => return Err(not_here(d)),
+        Node::Events(..)
+        | Node::Upstream(_)
+        | Node::If(_)
+        | Node::Stream(_)
+        | Node::StreamServer(_) => return Err(not_here(d)),
     };
     if list.iter().any(|s| s.target == spec.target) {
         return Err(duplicate(d));

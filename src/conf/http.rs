@@ -156,7 +156,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     Ok(())
 }
 
-fn parse_listen_addr(a: &str) -> Result<Vec<ListenAddr>, String> {
+pub(super) fn parse_listen_addr(a: &str) -> Result<Vec<ListenAddr>, String> {
     if let Some(p) = a.strip_prefix("unix:") {
         if p.is_empty() {
             return Err(format!("no path in the unix domain socket \"{a}\""));

@@ -14,6 +14,7 @@ mod proxy;
 mod resolver;
 mod rewrite;
 mod status;
+mod stream;
 #[cfg(test)]
 mod testutil;
 pub mod tree;

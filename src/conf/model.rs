@@ -24,6 +24,51 @@ pub struct Config {
     pub main: Main,
     pub events: Events,
     pub http: Option<Http>,
+    pub stream: Option<Stream>,
+}
+
+/// The `stream` block: TCP servers proxying to upstreams.
+#[derive(Debug, Clone, Default)]
+pub struct Stream {
+    pub servers: Vec<StreamServer>,
+    /// `upstream` blocks, then implicit ones for `proxy_pass host:port`.
+    pub upstreams: Vec<Arc<Upstream>>,
+    pub zones: Vec<ZoneSpec>,
+}
+
+impl Stream {
+    /// Its upstreams and zones seen as an http block's, for the code that
+    /// builds and carries zones over (the upstream layer is the same).
+    pub fn as_upstream_block(&self) -> Http {
+        Http {
+            upstreams: self.upstreams.clone(),
+            zones: self.zones.clone(),
+            ..Http::default()
+        }
+    }
+}
+
+/// One stream `server`.
+#[derive(Debug, Clone)]
+pub struct StreamServer {
+    pub listen: Vec<Listen>,
+    pub target: StreamTarget,
+    pub proxy_connect_timeout: Duration,
+    pub proxy_timeout: Duration,
+    pub proxy_next_upstream: bool,
+    pub proxy_next_upstream_tries: u32,
+    pub proxy_next_upstream_timeout: Duration,
+    pub proxy_half_close: bool,
+    pub src: Src,
+}
+
+/// What a stream server does with a session.
+#[derive(Debug, Clone)]
+pub enum StreamTarget {
+    /// `proxy_pass`: index into `Stream::upstreams`.
+    Upstream(usize),
+    /// `return TEXT`: send it and close.
+    Return(Template),
 }
 
 #[derive(Debug, Clone)]

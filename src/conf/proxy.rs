@@ -133,7 +133,7 @@ pub(super) struct ProxyPassB {
 }
 
 /// nginx 1.31's implicit `keepalive 32 local` with its companions' defaults.
-fn default_keepalive() -> Keepalive {
+pub(super) fn default_keepalive() -> Keepalive {
     Keepalive {
         max: 32,
         local: true,
@@ -147,11 +147,19 @@ fn set_upstream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     let Node::Http(h) = n else {
         return Err(not_here(d));
     };
+    let u = new_upstream(b, d, &h.upstreams)?;
+    h.upstreams.push(u);
+    Ok(())
+}
+
+/// Reads an `upstream` block (http or stream).
+pub(super) fn new_upstream(
+    b: &mut Builder,
+    d: &Directive,
+    known: &[UpstreamB],
+) -> Result<UpstreamB, ConfError> {
     let name = d.args[0].clone();
-    if h.upstreams
-        .iter()
-        .any(|u| u.name.eq_ignore_ascii_case(&name))
-    {
+    if known.iter().any(|u| u.name.eq_ignore_ascii_case(&name)) {
         return Err(ConfError::at(
             format!("duplicate upstream \"{name}\""),
             &d.src,
@@ -178,8 +186,7 @@ fn set_upstream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     if u.servers.is_empty() {
         return Err(ConfError::at("no servers are inside upstream", &d.src));
     }
-    h.upstreams.push(u);
-    Ok(())
+    Ok(u)
 }
 
 /// The addresses a `server` (or `proxy_pass`) host stands for.
@@ -200,7 +207,7 @@ fn resolve(host: &str, port: u16, src: &Src, what: &str) -> Result<Vec<PeerAddr>
 }
 
 /// `unix:PATH`, `[v6]:port`, `host:port` or `host` (port 80).
-fn parse_peer(text: &str, src: &Src, what: &str) -> Result<Vec<PeerAddr>, ConfError> {
+pub(super) fn parse_peer(text: &str, src: &Src, what: &str) -> Result<Vec<PeerAddr>, ConfError> {
     if let Some(p) = text.strip_prefix("unix:") {
         if p.is_empty() {
             return Err(ConfError::at(

@@ -7,21 +7,21 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use super::ConfError;
-use super::build::{Args, Builder, HTTP, LOC, Node, SRV, Spec, UPS, duplicate, time_arg};
+use super::build::{Args, Builder, HTTP, LOC, Node, SRV, STREAM, Spec, UPS, duplicate, time_arg};
 use super::model::Resolver;
 use super::tree::Directive;
 
 pub(super) const TABLE: &[Spec] = &[
     Spec {
         name: "resolver",
-        ctx: HTTP | SRV | LOC | UPS,
+        ctx: HTTP | SRV | LOC | UPS | STREAM,
         args: Args::AtLeast(1),
         block: false,
         set: set_resolver,
     },
     Spec {
         name: "resolver_timeout",
-        ctx: HTTP | SRV | LOC | UPS,
+        ctx: HTTP | SRV | LOC | UPS | STREAM,
         args: Args::Exactly(1),
         block: false,
         set: set_resolver_timeout,
@@ -95,6 +95,7 @@ fn set_resolver(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     let r = parse(d)?;
     let taken = match n {
         Node::Upstream(u) => u.resolver.replace(r).is_some(),
+        Node::Stream(st) => st.resolver.replace(r).is_some(),
         other => match other.loc_b() {
             Some(l) => l.resolver.replace(Some(r)).is_some(),
             None => return Err(super::build::not_here(d)),
@@ -110,6 +111,7 @@ fn set_resolver_timeout(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Res
     let t = time_arg(d, 0)?;
     let slot = match n {
         Node::Upstream(u) => &mut u.resolver_timeout,
+        Node::Stream(st) => &mut st.resolver_timeout,
         other => match other.loc_b() {
             Some(l) => &mut l.resolver_timeout,
             None => return Err(super::build::not_here(d)),

@@ -6,7 +6,7 @@
 
 pub mod access;
 pub mod case;
-mod client_io;
+pub(crate) mod client_io;
 mod dynamic;
 pub mod proxy;
 mod proxy_body;

@@ -56,36 +56,8 @@ pub(crate) fn switch_protocols(
                 return;
             }
         };
-        tunnel(TokioIo::new(client), TokioIo::new(upstream), idle).await;
+        crate::net::copy::both(TokioIo::new(client), TokioIo::new(upstream), idle, true).await;
         peers.release(id, Outcome::Ok, now_ms());
     });
     Reply::Full(Response::from_parts(parts, response::full(Bytes::new())))
-}
-
-/// Copies both ways; ends when both directions are done or nothing moved for
-/// `idle`.
-async fn tunnel<A, B>(a: A, b: B, idle: Duration)
-where
-    A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (mut ar, mut aw) = tokio::io::split(a);
-    let (mut br, mut bw) = tokio::io::split(b);
-    let mut abuf = vec![0u8; 16 * 1024];
-    let mut bbuf = vec![0u8; 16 * 1024];
-    let (mut a_open, mut b_open) = (true, true);
-    while a_open || b_open {
-        tokio::select! {
-            n = ar.read(&mut abuf), if a_open => match n {
-                Ok(0) | Err(_) => { a_open = false; let _ = bw.shutdown().await; }
-                Ok(n) => if bw.write_all(&abuf[..n]).await.is_err() { return; },
-            },
-            n = br.read(&mut bbuf), if b_open => match n {
-                Ok(0) | Err(_) => { b_open = false; let _ = aw.shutdown().await; }
-                Ok(n) => if aw.write_all(&bbuf[..n]).await.is_err() { return; },
-            },
-            _ = tokio::time::sleep(idle) => return,
-        }
-    }
 }

@@ -4,6 +4,8 @@
 //! specific ones, only the wildcard is bound and servers are told apart by
 //! the connection's local address, as nginx does.
 
+pub mod copy;
+
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;

@@ -179,6 +179,8 @@ pub fn start(cli: &Cli) -> i32 {
         None => Vec::new(),
     };
     crate::upstream::state::seed_all(&shm.zones, cfg.http.as_ref(), &carried);
+    let stream_block = cfg.stream.as_ref().map(|s| s.as_upstream_block());
+    crate::upstream::state::seed_all(&shm.zones, stream_block.as_ref(), &carried);
     let old_master = inherited.as_ref().map(|i| i.parent);
     drop(inherited);
     if let Some(s) = started {
@@ -261,7 +263,16 @@ fn adopt_zones(
             ),
         }
     }
-    crate::upstream::zone::preresolve(&shm.zones, cfg.http.as_ref(), &old, Some(&old_http))
+    let mut carried =
+        crate::upstream::zone::preresolve(&shm.zones, cfg.http.as_ref(), &old, Some(&old_http));
+    let stream = cfg.stream.as_ref().map(|s| s.as_upstream_block());
+    carried.extend(crate::upstream::zone::preresolve(
+        &shm.zones,
+        stream.as_ref(),
+        &old,
+        Some(&old_http),
+    ));
+    carried
 }
 
 /// The generation's shared memory, or `[emerg]` and Err.
@@ -271,10 +282,16 @@ fn make_shm(cfg: &Config, generation: u64) -> Result<Shm, ()> {
     } else {
         1
     };
-    let zones =
-        crate::upstream::zone::create_all(cfg.http.as_ref(), generation, workers).map_err(|e| {
+    let mut zones = crate::upstream::zone::create_all(cfg.http.as_ref(), generation, workers)
+        .map_err(|e| {
             crate::log!(Level::Emerg, "{}", e);
         })?;
+    let stream = cfg.stream.as_ref().map(|st| st.as_upstream_block());
+    let stream_zones = crate::upstream::zone::create_all(stream.as_ref(), generation, workers)
+        .map_err(|e| {
+            crate::log!(Level::Emerg, "{}", e);
+        })?;
+    zones.extend(stream_zones);
     let stats = if cfg.http.as_ref().is_some_and(has_stub_status) {
         let s = Stats::create().map_err(|e| {
             crate::log!(Level::Emerg, "stub_status: {}", e);
@@ -306,6 +323,12 @@ fn bind(cfg: &Config, existing: &[Bound]) -> Result<Vec<Bound>, net::NetError> {
         .iter()
         .flat_map(|h| h.servers.iter())
         .flat_map(|s| s.listen.iter())
+        .chain(
+            cfg.stream
+                .iter()
+                .flat_map(|st| st.servers.iter())
+                .flat_map(|s| s.listen.iter()),
+        )
         .collect();
     let planned = net::plan(&listens);
     net::bind_all(&planned, cfg.main.worker_processes, existing)
@@ -804,14 +827,25 @@ impl Master {
         };
         // The new zones start with the resolved peers of the current ones.
         let current = self.current();
-        let carried = crate::upstream::zone::preresolve(
+        let mut carried = crate::upstream::zone::preresolve(
             &shm.zones,
             cfg.http.as_ref(),
             &current.shm.zones,
             current.cfg.http.as_ref(),
         );
+        let (new_st, old_st) = (
+            cfg.stream.as_ref().map(|s| s.as_upstream_block()),
+            current.cfg.stream.as_ref().map(|s| s.as_upstream_block()),
+        );
+        carried.extend(crate::upstream::zone::preresolve(
+            &shm.zones,
+            new_st.as_ref(),
+            &current.shm.zones,
+            old_st.as_ref(),
+        ));
         // Those with no old zone to copy from start from their state files.
         crate::upstream::state::seed_all(&shm.zones, cfg.http.as_ref(), &carried);
+        crate::upstream::state::seed_all(&shm.zones, new_st.as_ref(), &carried);
         self.next_generation += 1;
         self.generations.push(Generation {
             id,

@@ -126,7 +126,23 @@ async fn serve(
     if channel.is_some() {
         shm.saved = Some(saved.clone());
     }
-    let mut server = tokio::spawn(http::serve(cfg, listeners, phase_rx, 1, shm, slot));
+    // Stream listeners go to the stream proxy, the others to HTTP.
+    let (stream_listeners, listeners): (Vec<_>, Vec<_>) = listeners
+        .into_iter()
+        .partition(|l| crate::stream::is_stream_listener(&cfg, &l.addr));
+    let stream = tokio::spawn(crate::stream::serve(
+        cfg.clone(),
+        stream_listeners,
+        phase_rx.clone(),
+        shm.zones.clone(),
+        shm.saved.clone(),
+        slot,
+        1,
+    ));
+    let mut server = tokio::spawn(async move {
+        http::serve(cfg, listeners, phase_rx, 1, shm, slot).await;
+        let _ = stream.await;
+    });
 
     // Ready: tell the master, then watch the channel for its end (master gone).
     let mut master = None;

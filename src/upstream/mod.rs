@@ -162,6 +162,18 @@ impl Upstreams {
         )
     }
 
+    /// A list of upstreams (a `stream` block's) with the zones they name.
+    pub fn from_list(list: &[Arc<Upstream>], zones: &Zones) -> Upstreams {
+        Upstreams(
+            list.iter()
+                .map(|u| {
+                    let zone = u.zone.as_ref().and_then(|z| zones.get(z)).cloned();
+                    Arc::new(UpstreamRt::new(u.clone(), zone))
+                })
+                .collect(),
+        )
+    }
+
     pub fn get(&self, i: usize) -> Option<&Arc<UpstreamRt>> {
         self.0.get(i)
     }

@@ -1,0 +1,412 @@
+//! The `stream` block: `upstream` (the http module's builder, the same
+//! directives), `server { listen; proxy_pass; return; }`, the proxy timeouts
+//! and retry settings (stream level, inherited by servers), `resolver` and
+//! `resolver_timeout`. Parsing and checks only.
+
+use std::time::Duration;
+
+use super::build::{
+    Args, Builder, MAIN, Node, SSRV, STREAM, Spec, duplicate, not_here, number, time_arg,
+};
+use super::model::*;
+use super::proxy::UpstreamB;
+use super::tree::Directive;
+use super::vars;
+use super::{ConfError, Src};
+
+pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "stream",
+        ctx: MAIN,
+        args: Args::Exactly(0),
+        block: true,
+        set: set_stream,
+    },
+    Spec {
+        name: "upstream",
+        ctx: STREAM,
+        args: Args::Exactly(1),
+        block: true,
+        set: set_upstream,
+    },
+    Spec {
+        name: "server",
+        ctx: STREAM,
+        args: Args::Exactly(0),
+        block: true,
+        set: set_server,
+    },
+    Spec {
+        name: "listen",
+        ctx: SSRV,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_listen,
+    },
+    Spec {
+        name: "proxy_pass",
+        ctx: SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_proxy_pass,
+    },
+    Spec {
+        name: "return",
+        ctx: SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_return,
+    },
+    Spec {
+        name: "proxy_connect_timeout",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
+        name: "proxy_timeout",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
+        name: "proxy_next_upstream",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
+        name: "proxy_next_upstream_tries",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
+        name: "proxy_next_upstream_timeout",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
+        name: "proxy_half_close",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+];
+
+/// Settings a stream server takes from the stream level when it has none.
+#[derive(Default, Clone)]
+pub(super) struct Settings {
+    connect_timeout: Option<Duration>,
+    timeout: Option<Duration>,
+    next_upstream: Option<bool>,
+    tries: Option<u32>,
+    next_timeout: Option<Duration>,
+    half_close: Option<bool>,
+}
+
+#[derive(Default)]
+pub(super) struct StreamB {
+    servers: Vec<StreamServerB>,
+    upstreams: Vec<UpstreamB>,
+    settings: Settings,
+    pub(super) resolver: Option<Resolver>,
+    pub(super) resolver_timeout: Option<Duration>,
+}
+
+pub(super) struct StreamServerB {
+    listen: Vec<Listen>,
+    proxy_pass: Option<(String, Src)>,
+    ret: Option<vars::Template>,
+    settings: Settings,
+    src: Src,
+}
+
+fn set_stream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Main(m) = n else {
+        return Err(not_here(d));
+    };
+    if m.stream.is_some() {
+        return Err(duplicate(d));
+    }
+    let mut st = StreamB::default();
+    b.walk(
+        d.block.as_deref().unwrap_or_default(),
+        &mut Node::Stream(&mut st),
+        STREAM,
+    )?;
+    m.stream = Some(st);
+    Ok(())
+}
+
+fn set_upstream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Stream(st) = n else {
+        return Err(not_here(d));
+    };
+    let u = super::proxy::new_upstream(b, d, &st.upstreams)?;
+    st.upstreams.push(u);
+    Ok(())
+}
+
+fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Stream(st) = n else {
+        return Err(not_here(d));
+    };
+    let mut s = StreamServerB {
+        listen: Vec::new(),
+        proxy_pass: None,
+        ret: None,
+        settings: Settings::default(),
+        src: d.src.clone(),
+    };
+    b.walk(
+        d.block.as_deref().unwrap_or_default(),
+        &mut Node::StreamServer(&mut s),
+        SSRV,
+    )?;
+    st.servers.push(s);
+    Ok(())
+}
+
+fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::StreamServer(s) = n else {
+        return Err(not_here(d));
+    };
+    let addrs = super::http::parse_listen_addr(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
+    let mut reuseport = false;
+    let mut backlog = 511;
+    for p in &d.args[1..] {
+        if p == "reuseport" {
+            reuseport = true;
+        } else if let Some(v) = p.strip_prefix("backlog=") {
+            backlog = number::<i32>(v)
+                .ok_or_else(|| ConfError::at(format!("invalid backlog \"{v}\""), &d.src))?;
+        } else {
+            return Err(ConfError::at(format!("invalid parameter \"{p}\""), &d.src));
+        }
+    }
+    for addr in addrs {
+        s.listen.push(Listen {
+            addr,
+            default_server: false,
+            reuseport,
+            backlog,
+            src: d.src.clone(),
+        });
+    }
+    Ok(())
+}
+
+fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::StreamServer(s) = n else {
+        return Err(not_here(d));
+    };
+    if s.proxy_pass.is_some() || s.ret.is_some() {
+        return Err(duplicate(d));
+    }
+    s.proxy_pass = Some((d.args[0].clone(), d.src.clone()));
+    Ok(())
+}
+
+fn set_return(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::StreamServer(s) = n else {
+        return Err(not_here(d));
+    };
+    if s.proxy_pass.is_some() || s.ret.is_some() {
+        return Err(duplicate(d));
+    }
+    s.ret = Some(vars::compile(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?);
+    Ok(())
+}
+
+fn set_setting(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let set = match n {
+        Node::Stream(st) => &mut st.settings,
+        Node::StreamServer(s) => &mut s.settings,
+        _ => return Err(not_here(d)),
+    };
+    let on_off = || match d.args[0].as_str() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(ConfError::at(
+            format!(
+                "invalid value \"{}\" in \"{}\" directive, it must be \"on\" or \"off\"",
+                d.args[0], d.name
+            ),
+            &d.src,
+        )),
+    };
+    fn once<T>(slot: &mut Option<T>, v: T, d: &Directive) -> Result<(), ConfError> {
+        if slot.is_some() {
+            return Err(duplicate(d));
+        }
+        *slot = Some(v);
+        Ok(())
+    }
+    match d.name.as_str() {
+        "proxy_connect_timeout" => once(&mut set.connect_timeout, time_arg(d, 0)?, d),
+        "proxy_timeout" => once(&mut set.timeout, time_arg(d, 0)?, d),
+        "proxy_next_upstream_timeout" => once(&mut set.next_timeout, time_arg(d, 0)?, d),
+        "proxy_next_upstream" => once(&mut set.next_upstream, on_off()?, d),
+        "proxy_half_close" => once(&mut set.half_close, on_off()?, d),
+        _ => {
+            let n = number::<u32>(&d.args[0]).ok_or_else(|| {
+                ConfError::at(format!("\"{}\" directive invalid number", d.name), &d.src)
+            })?;
+            once(&mut set.tries, n, d)
+        }
+    }
+}
+
+/// The finished `stream` block: upstreams (with zones and resolvers, as in
+/// http), servers with their settings merged and `proxy_pass` tied to an
+/// upstream (an implicit one for `host:port`).
+pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfError> {
+    let mut top = super::loc::LocB {
+        resolver: Some(st.resolver.clone()),
+        resolver_timeout: st.resolver_timeout,
+        ..Default::default()
+    };
+    if st.resolver.is_none() {
+        top.resolver = None;
+    }
+    let (mut upstreams, zones) = super::proxy::finish_upstreams(st.upstreams, &top)?;
+    if let Some(h) = http {
+        if let Some(z) = zones
+            .iter()
+            .find(|z| h.zones.iter().any(|hz| hz.name == z.name))
+        {
+            return Err(ConfError::bare(format!(
+                "the shared memory zone \"{}\" is already declared for a different use",
+                z.name
+            )));
+        }
+    }
+    let mut servers = Vec::with_capacity(st.servers.len());
+    for s in st.servers {
+        let get = |f: fn(&Settings) -> Option<Duration>, default: Duration| {
+            f(&s.settings).or(f(&st.settings)).unwrap_or(default)
+        };
+        let target = match (s.proxy_pass, s.ret) {
+            (_, Some(t)) => StreamTarget::Return(t),
+            (Some((name, src)), None) => {
+                StreamTarget::Upstream(upstream_for(&name, &src, &mut upstreams)?)
+            }
+            (None, None) => {
+                return Err(ConfError::at(
+                    "no handler for server (\"proxy_pass\" or \"return\")",
+                    &s.src,
+                ));
+            }
+        };
+        if s.listen.is_empty() {
+            return Err(ConfError::at("no \"listen\" is defined for server", &s.src));
+        }
+        servers.push(StreamServer {
+            listen: s.listen,
+            target,
+            proxy_connect_timeout: get(|x| x.connect_timeout, Duration::from_secs(60)),
+            proxy_timeout: get(|x| x.timeout, Duration::from_secs(600)),
+            proxy_next_upstream: s
+                .settings
+                .next_upstream
+                .or(st.settings.next_upstream)
+                .unwrap_or(true),
+            proxy_next_upstream_tries: s.settings.tries.or(st.settings.tries).unwrap_or(0),
+            proxy_next_upstream_timeout: get(|x| x.next_timeout, Duration::ZERO),
+            proxy_half_close: s
+                .settings
+                .half_close
+                .or(st.settings.half_close)
+                .unwrap_or(false),
+            src: s.src,
+        });
+    }
+    Ok(Stream {
+        servers,
+        upstreams: upstreams.into_iter().map(std::sync::Arc::new).collect(),
+        zones,
+    })
+}
+
+/// `proxy_pass NAME` (an upstream) or `proxy_pass HOST:PORT` (resolved now).
+fn upstream_for(name: &str, src: &Src, upstreams: &mut Vec<Upstream>) -> Result<usize, ConfError> {
+    if let Some(i) = upstreams
+        .iter()
+        .position(|u| !u.implicit && u.name.eq_ignore_ascii_case(name))
+    {
+        return Ok(i);
+    }
+    if let Some(i) = upstreams.iter().position(|u| u.implicit && u.name == name) {
+        return Ok(i);
+    }
+    if !name.starts_with("unix:") && !name.contains(':') {
+        return Err(ConfError::at(
+            format!("no port in upstream \"{name}\""),
+            src,
+        ));
+    }
+    let addrs = super::proxy::parse_peer(name, src, &format!("upstream \"{name}\""))?;
+    upstreams.push(Upstream {
+        name: name.to_string(),
+        servers: vec![UpstreamServer::new(name.to_string(), addrs)],
+        balancer: Balancer::RoundRobin,
+        keepalive: super::proxy::default_keepalive(),
+        zone: None,
+        resolver: None,
+        state: None,
+        implicit: true,
+        src: src.clone(),
+    });
+    Ok(upstreams.len() - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{err, try_build};
+    use crate::conf::model::StreamTarget;
+    use std::time::Duration;
+
+    #[test]
+    fn stream_block() {
+        let (c, _) = try_build(
+            "events {} stream { proxy_timeout 5s; \
+             upstream b { zone zs 64k; server 127.0.0.1:9001; server 127.0.0.1:9002; } \
+             server { listen 127.0.0.1:9000; proxy_pass b; proxy_connect_timeout 1s; } \
+             server { listen 127.0.0.1:9003; proxy_pass 127.0.0.1:9004; proxy_half_close on; } \
+             server { listen 127.0.0.1:9005; return \"hi\"; } }",
+        )
+        .expect("config");
+        let st = c.stream.expect("stream");
+        assert_eq!(st.servers.len(), 3);
+        assert!(matches!(st.servers[0].target, StreamTarget::Upstream(0)));
+        assert_eq!(st.servers[0].proxy_timeout, Duration::from_secs(5));
+        assert_eq!(st.servers[0].proxy_connect_timeout, Duration::from_secs(1));
+        assert!(st.servers[0].proxy_next_upstream && !st.servers[0].proxy_half_close);
+        assert!(st.servers[1].proxy_half_close);
+        assert!(matches!(st.servers[1].target, StreamTarget::Upstream(1)));
+        assert!(st.upstreams[1].implicit);
+        assert_eq!(st.zones[0].name, "zs");
+        assert!(
+            err("events {} stream { server { listen 127.0.0.1:1; proxy_pass nope; } }")
+                .contains("no port in upstream \"nope\"")
+        );
+        assert!(
+            err("events {} stream { server { listen 127.0.0.1:1; } }")
+                .contains("no handler for server")
+        );
+        assert!(err("events {} stream { server { listen 127.0.0.1:1; proxy_pass 127.0.0.1:2; return x; } }")
+            .contains("is duplicate"));
+        assert!(
+            err("events {} stream { proxy_half_close maybe; }")
+                .contains("it must be \"on\" or \"off\"")
+        );
+    }
+}

@@ -1,0 +1,364 @@
+//! The TCP (stream) proxy of a worker, on the same upstream layer as HTTP:
+//! accept on the stream listeners, pick a peer with the upstream's balancer
+//! (zones, resolve and failure accounting as for HTTP), connect within
+//! `proxy_connect_timeout`, trying the next peer only when connecting fails
+//! (`proxy_next_upstream`, `_tries`, `_timeout`), then copy bytes both ways
+//! until either side closes (both with `proxy_half_close`) or nothing moves
+//! for `proxy_timeout`. `return` sends its text and closes. A graceful stop
+//! closes the listeners and lets sessions finish (bounded by
+//! `worker_shutdown_timeout`). Called by `process::worker`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{Notify, watch};
+
+use crate::conf::Config;
+use crate::conf::model::{ListenAddr, PeerAddr, StreamServer, StreamTarget};
+use crate::conf::vars::{Segment, Template, Var};
+use crate::http::client_io::Stream;
+use crate::http::{Listener, Phase};
+use crate::log::Level;
+use crate::upstream::balancer::{Key, PickState};
+use crate::upstream::peers::now_ms;
+use crate::upstream::{Outcome, Released, Tried, UpstreamRt, Upstreams, Zones};
+
+struct Shared {
+    cfg: Arc<Config>,
+    upstreams: Upstreams,
+    next_conn: AtomicU64,
+    active: AtomicUsize,
+    drained: Notify,
+}
+
+/// Serves the stream listeners until the phase leaves `Running`, then waits
+/// for the sessions (bounded by `worker_shutdown_timeout`).
+pub async fn serve(
+    cfg: Arc<Config>,
+    listeners: Vec<Listener>,
+    mut phase: watch::Receiver<Phase>,
+    zones: Zones,
+    saved: Option<Arc<Notify>>,
+    slot: usize,
+    conn_base: u64,
+) {
+    let Some(stream) = cfg.stream.as_ref() else {
+        return;
+    };
+    let shared = Arc::new(Shared {
+        upstreams: Upstreams::from_list(&stream.upstreams, &zones),
+        cfg: cfg.clone(),
+        next_conn: AtomicU64::new(conn_base),
+        active: AtomicUsize::new(0),
+        drained: Notify::new(),
+    });
+    if !zones.is_empty() {
+        crate::upstream::resolve::spawn_all(&shared.upstreams, saved);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(crate::upstream::resolve::LEASE_TICK);
+            loop {
+                tick.tick().await;
+                shared.upstreams.tick(slot);
+            }
+        });
+    }
+    let mut accepts = tokio::task::JoinSet::new();
+    for l in listeners {
+        let Some(server) = server_for(stream.servers.as_slice(), &l.addr) else {
+            continue;
+        };
+        accepts.spawn(accept_loop(l, server, shared.clone()));
+    }
+    while *phase.borrow_and_update() == Phase::Running {
+        if phase.changed().await.is_err() {
+            break;
+        }
+    }
+    accepts.shutdown().await;
+    if *phase.borrow() == Phase::Fast {
+        return;
+    }
+    let drain = async {
+        loop {
+            let notified = shared.drained.notified();
+            if shared.active.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            tokio::select! {
+                _ = notified => {}
+                _ = phase.changed() => {
+                    if *phase.borrow() == Phase::Fast {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    match cfg.main.worker_shutdown_timeout {
+        Some(t) => {
+            let _ = tokio::time::timeout(t, drain).await;
+        }
+        None => drain.await,
+    }
+}
+
+/// The server a listener was bound for.
+fn server_for(servers: &[StreamServer], addr: &ListenAddr) -> Option<usize> {
+    servers
+        .iter()
+        .position(|s| s.listen.iter().any(|l| &l.addr == addr))
+        .or_else(|| {
+            // A specific address served by a wildcard listener.
+            let port = match addr {
+                ListenAddr::Inet(a) => a.port(),
+                ListenAddr::Unix(_) => return None,
+            };
+            servers.iter().position(|s| {
+                s.listen
+                    .iter()
+                    .any(|l| matches!(&l.addr, ListenAddr::Inet(a) if a.port() == port))
+            })
+        })
+}
+
+/// The listeners of `cfg` that belong to stream servers.
+pub fn is_stream_listener(cfg: &Config, addr: &ListenAddr) -> bool {
+    cfg.stream
+        .as_ref()
+        .is_some_and(|st| server_for(&st.servers, addr).is_some())
+}
+
+async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
+    enum Sock {
+        Tcp(tokio::net::TcpListener),
+        Unix(tokio::net::UnixListener),
+    }
+    let sock = match &l.addr {
+        ListenAddr::Inet(_) => {
+            tokio::net::TcpListener::from_std(std::net::TcpListener::from(l.fd)).map(Sock::Tcp)
+        }
+        ListenAddr::Unix(_) => {
+            tokio::net::UnixListener::from_std(std::os::unix::net::UnixListener::from(l.fd))
+                .map(Sock::Unix)
+        }
+    };
+    let Ok(sock) = sock else {
+        crate::log!(Level::Alert, "cannot use listening socket {}", l.addr);
+        return;
+    };
+    loop {
+        let accepted = match &sock {
+            Sock::Tcp(t) => t.accept().await.map(|(s, peer)| {
+                let local = s.local_addr().ok();
+                let _ = s.set_nodelay(true);
+                (Stream::Tcp(s), Some(peer), local)
+            }),
+            Sock::Unix(u) => u.accept().await.map(|(s, _)| (Stream::Unix(s), None, None)),
+        };
+        let (io, remote, local) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                crate::log!(
+                    Level::Crit,
+                    "accept() failed ({})",
+                    crate::conf::tree::errno_text(&e)
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        shared.active.fetch_add(1, Ordering::AcqRel);
+        let session = Session {
+            number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
+            remote,
+            local,
+            listen: l.addr.to_string(),
+        };
+        let shared2 = shared.clone();
+        tokio::spawn(async move {
+            run(io, session, server, &shared2).await;
+            if shared2.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+                shared2.drained.notify_waiters();
+            }
+        });
+        tokio::task::yield_now().await;
+    }
+}
+
+/// One client session.
+struct Session {
+    number: u64,
+    remote: Option<SocketAddr>,
+    local: Option<SocketAddr>,
+    listen: String,
+}
+
+impl Session {
+    fn client(&self) -> String {
+        self.remote
+            .map(|a| a.ip().to_string())
+            .unwrap_or_else(|| "unix:".into())
+    }
+
+    /// nginx's stream log context.
+    fn context(&self, upstream: &str, up: (u64, u64)) -> String {
+        format!(
+            ", client: {}, server: {}, upstream: \"{}\", bytes from/to client:0/0, bytes from/to upstream:{}/{}",
+            self.client(),
+            self.listen,
+            upstream,
+            up.0,
+            up.1
+        )
+    }
+
+    /// The variables a stream template may use here.
+    fn eval(&self, t: &Template) -> String {
+        let mut out = String::new();
+        for seg in &t.segments {
+            match seg {
+                Segment::Lit(s) => out.push_str(s),
+                Segment::Var(v) => out.push_str(&self.var(v)),
+            }
+        }
+        out
+    }
+
+    fn var(&self, v: &Var) -> String {
+        match v {
+            Var::RemoteAddr => self.client(),
+            Var::RemotePort => self
+                .remote
+                .map(|a| a.port().to_string())
+                .unwrap_or_default(),
+            Var::ServerAddr => self.local.map(|a| a.ip().to_string()).unwrap_or_default(),
+            Var::ServerPort => self.local.map(|a| a.port().to_string()).unwrap_or_default(),
+            Var::Connection => self.number.to_string(),
+            Var::Pid => std::process::id().to_string(),
+            _ => String::new(),
+        }
+    }
+}
+
+async fn run(mut client: Stream, s: Session, server: usize, shared: &Shared) {
+    let Some(conf) = shared
+        .cfg
+        .stream
+        .as_ref()
+        .and_then(|st| st.servers.get(server))
+    else {
+        return;
+    };
+    let ups = match &conf.target {
+        StreamTarget::Return(t) => {
+            let _ = client.write_all(s.eval(t).as_bytes()).await;
+            let _ = client.shutdown().await;
+            return;
+        }
+        StreamTarget::Upstream(i) => match shared.upstreams.get(*i) {
+            Some(u) => u.clone(),
+            None => return,
+        },
+    };
+    let Some((upstream, peers, id)) = connect(&s, conf, &ups).await else {
+        return;
+    };
+    crate::net::copy::both(client, upstream, conf.proxy_timeout, conf.proxy_half_close).await;
+    peers.release(id, Outcome::Ok, now_ms());
+}
+
+type Connected = (Stream, Arc<crate::upstream::Peers>, crate::upstream::PeerId);
+
+/// Picks and connects, trying the next peer when connecting fails, as
+/// `proxy_next_upstream` allows.
+async fn connect(s: &Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) -> Option<Connected> {
+    ups.first_answer().await;
+    let snap = ups.peers();
+    let mut tried = Tried::new(&snap);
+    let limit = conf.proxy_next_upstream_tries as usize;
+    let mut tries_left = if limit > 0 {
+        snap.count().min(limit)
+    } else {
+        snap.count()
+    };
+    let started = Instant::now();
+    let hash_text = match &ups.cfg.balancer {
+        crate::conf::model::Balancer::Hash { key, .. } => s.eval(key),
+        _ => String::new(),
+    };
+    let addr_key: Vec<u8> = match s.remote.map(|a| a.ip()) {
+        Some(std::net::IpAddr::V4(ip)) => ip.octets()[..3].to_vec(),
+        Some(std::net::IpAddr::V6(ip)) => ip.octets().to_vec(),
+        None => vec![0, 0, 0],
+    };
+    let key = match &ups.cfg.balancer {
+        crate::conf::model::Balancer::Hash { .. } => Key::Text(&hash_text),
+        crate::conf::model::Balancer::IpHash => Key::Addr(&addr_key),
+        _ => Key::None,
+    };
+    let mut pick_state = PickState::new(s.number.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    loop {
+        let ms = now_ms();
+        let Some(id) = snap.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, ms) else {
+            crate::log_conn!(
+                Level::Error,
+                s.number,
+                "no live upstreams while connecting to upstream{}",
+                s.context(&ups.cfg.name, (0, 0))
+            );
+            return None;
+        };
+        snap.acquire(id, ms);
+        tried.set(id);
+        tries_left = tries_left.saturating_sub(1);
+        let peer = snap.get(id);
+        let attempt = match &peer.addr {
+            PeerAddr::Inet(a) => tokio::time::timeout(
+                conf.proxy_connect_timeout,
+                tokio::net::TcpStream::connect(a),
+            )
+            .await
+            .map(|r| r.map(Stream::Tcp)),
+            PeerAddr::Unix(p) => tokio::time::timeout(
+                conf.proxy_connect_timeout,
+                tokio::net::UnixStream::connect(p),
+            )
+            .await
+            .map(|r| r.map(Stream::Unix)),
+        };
+        let why = match attempt {
+            Ok(Ok(c)) => {
+                if let Stream::Tcp(t) = &c {
+                    let _ = t.set_nodelay(true);
+                }
+                return Some((c, snap.clone(), id));
+            }
+            Ok(Err(e)) => format!("connect() failed ({})", crate::conf::tree::errno_text(&e)),
+            Err(_) => "upstream timed out (110: Connection timed out)".to_string(),
+        };
+        crate::log_conn!(
+            Level::Error,
+            s.number,
+            "{} while connecting to upstream{}",
+            why,
+            s.context(&peer.name, (0, 0))
+        );
+        if snap.release(id, Outcome::Failed, now_ms()) == Released::Disabled {
+            crate::log_conn!(
+                Level::Warn,
+                s.number,
+                "upstream server temporarily disabled while connecting to upstream{}",
+                s.context(&peer.name, (0, 0))
+            );
+        }
+        let out_of_time = !conf.proxy_next_upstream_timeout.is_zero()
+            && started.elapsed() >= conf.proxy_next_upstream_timeout;
+        if !conf.proxy_next_upstream || tries_left == 0 || out_of_time {
+            return None;
+        }
+    }
+}

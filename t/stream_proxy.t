@@ -1,0 +1,112 @@
+#!/usr/bin/perl
+
+# The stream (TCP) proxy on the upstream layer: sessions to an upstream with
+# round robin, the next peer tried only when connecting fails (and not with
+# proxy_next_upstream off), proxy_timeout, return, proxy_half_close, a
+# session finishing across a graceful stop, and a zone upstream that
+# follows DNS. The backends speak HTTP; the proxy only copies bytes.
+
+use warnings;
+use strict;
+
+use Test::More;
+use IO::Select;
+use IO::Socket::INET;
+use Time::HiRes qw/time sleep/;
+
+BEGIN { use FindBin; chdir($FindBin::Bin); }
+
+use lib 'lib';
+use Test::Sluice qw/:all/;
+
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(11);
+
+$t->write_file_expand('sluice.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+events {
+}
+
+stream {
+    resolver 127.0.0.1:%%PORT_8053%% valid=30s;
+    proxy_connect_timeout 2s;
+
+    upstream rr { server 127.0.0.1:%%PORT_8081%%; server 127.0.0.1:%%PORT_8082%%; }
+    upstream dead {
+        server 127.0.0.1:%%PORT_8089%% max_fails=0;
+        server 127.0.0.1:%%PORT_8081%%;
+    }
+    upstream named { zone zs 64k; server app.test:%%PORT_8081%% resolve; }
+
+    server { listen 127.0.0.1:%%PORT_8070%%; proxy_pass rr; }
+    server { listen 127.0.0.1:%%PORT_8071%%; proxy_pass dead; }
+    server { listen 127.0.0.1:%%PORT_8072%%; proxy_pass dead; proxy_next_upstream off; }
+    server { listen 127.0.0.1:%%PORT_8073%%; proxy_pass 127.0.0.1:%%PORT_8081%%; proxy_timeout 1s; }
+    server { listen 127.0.0.1:%%PORT_8074%%; return "hello $remote_addr\n"; }
+    server {
+        listen 127.0.0.1:%%PORT_8075%%;
+        proxy_pass 127.0.0.1:%%PORT_8081%%;
+        proxy_half_close on;
+    }
+    server { listen 127.0.0.1:%%PORT_8076%%; proxy_pass named; }
+}
+
+EOF
+
+$t->write_file('dns.txt', "app.test A 127.0.0.1 30\n");
+$t->dns(port(8053));
+$t->backend(port(8081));
+$t->backend(port(8082));
+$t->run();
+
+sub via {
+	my ($port, $uri) = @_;
+	return http_get($uri // '/', PeerAddr => '127.0.0.1:' . port($port));
+}
+
+sub port_of { my ($p) = $_[0] =~ /^X-Port: (\d+)/mi; $p // 'none' }
+
+like(via(8070), qr/^HTTP\/1.1 200/, 'a session proxied');
+my %c;
+$c{port_of(via(8070))}++ for 1 .. 10;
+is(join(',', map { $c{port($_)} // 0 } 8081, 8082), '5,5', 'round robin over sessions');
+
+my $ok = 0;
+$ok++ for grep { port_of(via(8071)) eq port(8081) } 1 .. 4;
+is($ok, 4, 'a failed connect is retried on the next peer');
+ok($t->waitforlog(qr/\[error\].*connect\(\) failed \(111: Connection refused\) while connecting to upstream, client: 127\.0\.0\.1, server: 127\.0\.0\.1:\d+, upstream: "127\.0\.0\.1:${\ port(8089)}"/),
+	'logged as nginx');
+
+my ($answered, $empty) = (0, 0);
+for (1 .. 4) {
+	my $r = via(8072);
+	$r eq '' ? $empty++ : $answered++;
+}
+is("$answered/$empty", '2/2', 'proxy_next_upstream off: a failed connect ends the session');
+
+# proxy_timeout: nothing moves for 1 s, the session closes.
+my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8073)) or die;
+my $start = time();
+ok(closed_within($s, 3) && time() - $start >= 0.9, 'proxy_timeout closes an idle session');
+
+is(http('', PeerAddr => '127.0.0.1:' . port(8074)), "hello 127.0.0.1\n", 'return');
+
+# proxy_half_close: the client stops sending, the answer still comes.
+$s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8075)) or die;
+$s->syswrite("GET /half HTTP/1.0\r\nHost: x\r\n\r\n");
+shutdown($s, 1);
+my $r = '';
+my $sel = IO::Select->new($s);
+while ($sel->can_read(3)) { $s->sysread($r, 4096, length $r) or last; }
+like($r, qr/^HTTP\/1.1 200.*\/half$/s, 'proxy_half_close: answered after the client half-closed');
+
+is(port_of(via(8076)), port(8081), 'a zone upstream following DNS');
+
+# A graceful stop lets a session in progress finish.
+my $slow = http("GET /slow/1 HTTP/1.0\nHost: x\n\n", start => 1,
+	PeerAddr => '127.0.0.1:' . port(8070));
+sleep 0.2;
+$t->signal('QUIT');
+like(http_end($slow), qr/^HTTP\/1.1 200/, 'a session finishes across QUIT');
+ok($t->wait_exit(5), 'then the master exits');
