@@ -19,7 +19,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(11);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(13);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -31,6 +31,10 @@ events {
 stream {
     resolver 127.0.0.1:%%PORT_8053%% valid=30s;
     proxy_connect_timeout 2s;
+    log_format basic "$remote_addr $status [$upstream_addr] [$upstream_connect_time] "
+                     "$bytes_received $bytes_sent $upstream_bytes_sent $upstream_bytes_received "
+                     "$session_time $upstream_session_time $upstream_first_byte_time";
+    access_log %%TESTDIR%%/stream.log basic;
 
     upstream rr { server 127.0.0.1:%%PORT_8081%%; server 127.0.0.1:%%PORT_8082%%; }
     upstream dead {
@@ -84,6 +88,14 @@ for (1 .. 4) {
 	$r eq '' ? $empty++ : $answered++;
 }
 is("$answered/$empty", '2/2', 'proxy_next_upstream off: a failed connect ends the session');
+
+# The access log line of each session, when it ends.
+my $dead = port(8089);
+my $p81 = port(8081);
+ok($t->waitforlog(qr/^127\.0\.0\.1 200 \[127\.0\.0\.1:$dead, 127\.0\.0\.1:$p81\] \[-, \d+\.\d{3}\] (\d+) (\d+) \1 \2 \d+\.\d{3} \d+\.\d{3} \d+\.\d{3}$/m, 3, 'stream.log'),
+	'access log: a retried session, nginx\'s variables');
+like($t->read_file('stream.log'), qr/^127\.0\.0\.1 502 \[127\.0\.0\.1:$dead\] \[-\] 0 0 0 0 \d+\.\d{3} - -$/m,
+	'access log: a session that found no upstream: 502');
 
 # proxy_timeout: nothing moves for 1 s, the session closes.
 my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8073)) or die;

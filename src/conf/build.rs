@@ -243,6 +243,8 @@ pub(super) struct Builder<'p> {
     pub(super) warnings: Vec<ConfError>,
     /// `log_format`s so far, `combined` first.
     pub(super) log_formats: Vec<std::sync::Arc<super::loc::LogFormat>>,
+    /// The stream block's `log_format`s.
+    pub(super) stream_log_formats: Vec<std::sync::Arc<super::loc::LogFormat>>,
 }
 
 /// Builds the typed configuration. `syntax_err` is the first syntax error met while
@@ -258,6 +260,7 @@ pub fn build_with_warnings(
         paths,
         warnings: Vec::new(),
         log_formats: vec![super::http::combined()],
+        stream_log_formats: Vec::new(),
     };
     let mut main = MainB::default();
     let mut declared = Vec::new();

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::build::{Args, Builder, HTTP, LOC, Node, SRV, Spec, not_here};
+use super::build::{Args, Builder, HTTP, LOC, Node, SRV, SSRV, STREAM, Spec, not_here};
 use super::loc::{AccessLog, Escape, LogFormat};
 use super::tree::Directive;
 use super::{ConfError, vars};
@@ -12,14 +12,14 @@ use super::{ConfError, vars};
 pub(super) const TABLE: &[Spec] = &[
     Spec {
         name: "log_format",
-        ctx: HTTP,
+        ctx: HTTP | STREAM,
         args: Args::AtLeast(2),
         block: false,
         set: set_log_format,
     },
     Spec {
         name: "access_log",
-        ctx: HTTP | SRV | LOC,
+        ctx: HTTP | SRV | LOC | STREAM | SSRV,
         args: Args::AtLeast(1),
         block: false,
         set: set_access_log,
@@ -27,11 +27,19 @@ pub(super) const TABLE: &[Spec] = &[
 ];
 
 fn set_log_format(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Http(_) = n else {
-        return Err(not_here(d));
+    // The stream module has its own formats (and no predefined one).
+    let stream = match n {
+        Node::Http(_) => false,
+        Node::Stream(_) => true,
+        _ => return Err(not_here(d)),
     };
     let name = d.args[0].clone();
-    if b.log_formats.iter().any(|f| f.name == name) {
+    let known = if stream {
+        &b.stream_log_formats
+    } else {
+        &b.log_formats
+    };
+    if known.iter().any(|f| f.name == name) {
         return Err(ConfError::at(
             format!("duplicate \"log_format\" name \"{name}\""),
             &d.src,
@@ -62,7 +70,12 @@ fn set_log_format(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     // The strings are concatenated with no separator.
     let text: String = rest.concat();
     let template = vars::compile(&text).map_err(|m| ConfError::at(m, &d.src))?;
-    b.log_formats.push(Arc::new(LogFormat {
+    let list = if stream {
+        &mut b.stream_log_formats
+    } else {
+        &mut b.log_formats
+    };
+    list.push(Arc::new(LogFormat {
         name,
         escape,
         template,
@@ -71,10 +84,23 @@ fn set_log_format(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
 }
 
 fn set_access_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let stream = matches!(n, Node::Stream(_) | Node::StreamServer(_));
+    let formats = if stream {
+        &b.stream_log_formats
+    } else {
+        &b.log_formats
+    };
     let format = match d.args.get(1) {
+        // http has `combined`; a stream access log names its format.
+        None if !stream => b.log_formats[0].clone(),
+        None if d.args[0] != "off" => {
+            return Err(ConfError::at(
+                "invalid number of arguments in \"access_log\" directive",
+                &d.src,
+            ));
+        }
         None => b.log_formats[0].clone(),
-        Some(name) => b
-            .log_formats
+        Some(name) => formats
             .iter()
             .find(|f| f.name == *name)
             .cloned()
@@ -97,8 +123,15 @@ fn set_access_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
         return Err(ConfError::at("invalid parameter \"off\"", &d.src));
     }
     let path = b.path(&d.args[0]);
-    let l = n.loc_b().ok_or_else(|| not_here(d))?;
-    let list = l.access_log.get_or_insert_with(Vec::new);
+    let list = match n {
+        Node::Stream(st) => st.access_log.get_or_insert_with(Vec::new),
+        Node::StreamServer(s) => s.access_log.get_or_insert_with(Vec::new),
+        other => other
+            .loc_b()
+            .ok_or_else(|| not_here(d))?
+            .access_log
+            .get_or_insert_with(Vec::new),
+    };
     if off {
         list.clear();
     } else {

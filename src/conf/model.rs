@@ -34,6 +34,23 @@ pub struct Stream {
     /// `upstream` blocks, then implicit ones for `proxy_pass host:port`.
     pub upstreams: Vec<Arc<Upstream>>,
     pub zones: Vec<ZoneSpec>,
+    /// Every access log file it names, for the master to open.
+    pub access_log_paths: Vec<PathBuf>,
+}
+
+impl Config {
+    /// Every access log file of the http and stream blocks.
+    pub fn access_log_paths(&self) -> Vec<PathBuf> {
+        let mut all: Vec<PathBuf> = self
+            .http
+            .iter()
+            .flat_map(|h| h.access_log_paths.iter())
+            .chain(self.stream.iter().flat_map(|s| s.access_log_paths.iter()))
+            .cloned()
+            .collect();
+        all.dedup();
+        all
+    }
 }
 
 impl Stream {
@@ -51,6 +68,8 @@ impl Stream {
 /// One stream `server`.
 #[derive(Debug, Clone)]
 pub struct StreamServer {
+    /// `access_log PATH FORMAT` (a session's line when it ends).
+    pub access_log: Vec<super::loc::AccessLog>,
     pub listen: Vec<Listen>,
     pub target: StreamTarget,
     pub proxy_connect_timeout: Duration,

@@ -119,9 +119,11 @@ pub(super) struct StreamB {
     settings: Settings,
     pub(super) resolver: Option<Resolver>,
     pub(super) resolver_timeout: Option<Duration>,
+    pub(super) access_log: Option<Vec<super::loc::AccessLog>>,
 }
 
 pub(super) struct StreamServerB {
+    pub(super) access_log: Option<Vec<super::loc::AccessLog>>,
     listen: Vec<Listen>,
     proxy_pass: Option<(String, Src)>,
     ret: Option<vars::Template>,
@@ -160,6 +162,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         return Err(not_here(d));
     };
     let mut s = StreamServerB {
+        access_log: None,
         listen: Vec::new(),
         proxy_pass: None,
         ret: None,
@@ -290,6 +293,7 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
         }
     }
     let mut servers = Vec::with_capacity(st.servers.len());
+    let mut access_log_paths = Vec::new();
     for s in st.servers {
         let get = |f: fn(&Settings) -> Option<Duration>, default: Duration| {
             f(&s.settings).or(f(&st.settings)).unwrap_or(default)
@@ -309,7 +313,18 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
         if s.listen.is_empty() {
             return Err(ConfError::at("no \"listen\" is defined for server", &s.src));
         }
+        let access_log = s
+            .access_log
+            .clone()
+            .or_else(|| st.access_log.clone())
+            .unwrap_or_default();
+        for l in &access_log {
+            if !access_log_paths.contains(&l.path) {
+                access_log_paths.push(l.path.clone());
+            }
+        }
         servers.push(StreamServer {
+            access_log,
             listen: s.listen,
             target,
             proxy_connect_timeout: get(|x| x.connect_timeout, Duration::from_secs(60)),
@@ -333,6 +348,7 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
         servers,
         upstreams: upstreams.into_iter().map(std::sync::Arc::new).collect(),
         zones,
+        access_log_paths,
     })
 }
 

@@ -49,6 +49,12 @@ pub enum Var {
     UpstreamResponseLength,
     UpstreamBytesReceived,
     UpstreamBytesSent,
+    /// Stream only: `$upstream_first_byte_time`, `$upstream_session_time`,
+    /// `$bytes_received`, `$session_time`.
+    UpstreamFirstByteTime,
+    UpstreamSessionTime,
+    BytesReceived,
+    SessionTime,
     /// `$upstream_http_NAME`: a header of the upstream's response.
     UpstreamHttp(String),
     /// `$request_filename`: the file the URI maps to under root or alias.
@@ -154,6 +160,10 @@ impl Var {
             "upstream_response_time" => Var::UpstreamResponseTime,
             "upstream_response_length" => Var::UpstreamResponseLength,
             "upstream_bytes_received" => Var::UpstreamBytesReceived,
+            "upstream_first_byte_time" => Var::UpstreamFirstByteTime,
+            "upstream_session_time" => Var::UpstreamSessionTime,
+            "bytes_received" => Var::BytesReceived,
+            "session_time" => Var::SessionTime,
             "upstream_bytes_sent" => Var::UpstreamBytesSent,
             _ => return None,
         })

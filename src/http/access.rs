@@ -14,7 +14,7 @@ use crate::conf::loc::Escape;
 
 /// nginx's default escaping: `"`, `\`, and bytes outside 0x20..0x7e as `\xXX`;
 /// an empty value as `-`.
-fn escape_default(v: &str, out: &mut String) {
+pub(crate) fn escape_default(v: &str, out: &mut String) {
     if v.is_empty() {
         out.push('-');
         return;
@@ -28,7 +28,7 @@ fn escape_default(v: &str, out: &mut String) {
     }
 }
 
-fn escape_json(v: &str, out: &mut String) {
+pub(crate) fn escape_json(v: &str, out: &mut String) {
     for c in v.chars() {
         match c {
             '"' => out.push_str("\\\""),

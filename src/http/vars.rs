@@ -270,6 +270,11 @@ impl Req {
                 self.upstream_list(|a| a.length.map_or("-".into(), |l| l.to_string()))
             }
             Var::UpstreamBytesReceived => self.upstream_list(|a| a.received.to_string()),
+            // Stream variables: nothing in an HTTP request.
+            Var::UpstreamFirstByteTime
+            | Var::UpstreamSessionTime
+            | Var::BytesReceived
+            | Var::SessionTime => String::new(),
             Var::UpstreamBytesSent => self.upstream_list(|a| a.sent.to_string()),
             Var::User(name) => match self.vars.iter().find(|(n, _)| n == name) {
                 Some((_, v)) => v.clone(),

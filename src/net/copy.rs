@@ -5,8 +5,17 @@
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Bytes copied: (from `a` to `b`, from `b` to `a`).
-pub async fn both<A, B>(a: A, b: B, idle: std::time::Duration, half_close: bool) -> (u64, u64)
+/// What a copy moved.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Copied {
+    /// Bytes from `a` to `b`, and from `b` to `a`.
+    pub ab: u64,
+    pub ba: u64,
+    /// When the first byte from `b` came.
+    pub first_ba: Option<std::time::Instant>,
+}
+
+pub async fn both<A, B>(a: A, b: B, idle: std::time::Duration, half_close: bool) -> Copied
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
@@ -17,6 +26,7 @@ where
     let mut bbuf = vec![0u8; 16 * 1024];
     let (mut a_open, mut b_open) = (true, true);
     let (mut ab, mut ba) = (0u64, 0u64);
+    let mut first_ba = None;
     while a_open || b_open {
         tokio::select! {
             n = ar.read(&mut abuf), if a_open => match n {
@@ -37,6 +47,7 @@ where
                     if !half_close { break; }
                 }
                 Ok(n) => {
+                    first_ba.get_or_insert_with(std::time::Instant::now);
                     if aw.write_all(&bbuf[..n]).await.is_err() { break; }
                     ba += n as u64;
                 }
@@ -44,5 +55,5 @@ where
             _ = tokio::time::sleep(idle) => break,
         }
     }
-    (ab, ba)
+    Copied { ab, ba, first_ba }
 }

@@ -94,11 +94,8 @@ fn open_logs(cfg: &Config) -> Result<(), ()> {
             conf::tree::errno_text(&e)
         );
     };
-    let access: &[std::path::PathBuf] = cfg
-        .http
-        .as_ref()
-        .map(|h| h.access_log_paths.as_slice())
-        .unwrap_or(&[]);
+    let access_paths = cfg.access_log_paths();
+    let access: &[std::path::PathBuf] = &access_paths;
     // Check the access logs first: a failure there must leave the error log as it was.
     for p in access {
         log::open_append(p).map_err(|e| emerg((p.clone(), e)))?;
@@ -146,6 +143,7 @@ fn test_config(cli: &Cli, dump: bool) -> i32 {
                 }
             };
             // nginx opens (and so creates) the log files while testing.
+            let access_paths = cfg.access_log_paths();
             let files = cfg
                 .main
                 .error_log
@@ -154,7 +152,7 @@ fn test_config(cli: &Cli, dump: bool) -> i32 {
                     Target::File(p) => Some(p),
                     Target::Stderr => None,
                 })
-                .chain(cfg.http.iter().flat_map(|h| h.access_log_paths.iter()));
+                .chain(access_paths.iter());
             let mut logs_ok = user_ok;
             for p in files {
                 if let Err(e) = log::open_append(p) {

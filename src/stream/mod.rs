@@ -177,6 +177,12 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
             remote,
             local,
             listen: l.addr.to_string(),
+            start: Instant::now(),
+            status: 200,
+            attempts: Vec::new(),
+            copied: Default::default(),
+            connected_at: None,
+            ended: None,
         };
         let shared2 = shared.clone();
         tokio::spawn(async move {
@@ -189,12 +195,21 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
     }
 }
 
-/// One client session.
+/// One client session, and what its access log line says.
 struct Session {
     number: u64,
     remote: Option<SocketAddr>,
     local: Option<SocketAddr>,
     listen: String,
+    start: Instant,
+    /// nginx's stream `$status`: 200, or 502 when no upstream could be had.
+    status: u16,
+    /// Per connection attempt: the peer and how long connecting took (None:
+    /// it failed).
+    attempts: Vec<(String, Option<Duration>)>,
+    copied: crate::net::copy::Copied,
+    connected_at: Option<Instant>,
+    ended: Option<Instant>,
 }
 
 impl Session {
@@ -239,12 +254,67 @@ impl Session {
             Var::ServerPort => self.local.map(|a| a.port().to_string()).unwrap_or_default(),
             Var::Connection => self.number.to_string(),
             Var::Pid => std::process::id().to_string(),
+            Var::Status => self.status.to_string(),
+            Var::UpstreamAddr => self.list(|(a, _)| a.clone()),
+            Var::UpstreamConnectTime => self.list(|(_, t)| t.map_or("-".into(), secs)),
+            Var::UpstreamFirstByteTime => match (self.connected_at, self.copied.first_ba) {
+                (Some(c), Some(f)) => secs(f.duration_since(c)),
+                _ => "-".into(),
+            },
+            Var::UpstreamSessionTime => match (self.connected_at, self.ended) {
+                (Some(c), Some(e)) => secs(e.duration_since(c)),
+                _ => "-".into(),
+            },
+            Var::SessionTime => secs(self.ended.unwrap_or_else(Instant::now) - self.start),
+            // Seen from the client: sent to it, received from it.
+            Var::BytesSent | Var::UpstreamBytesReceived => self.copied.ba.to_string(),
+            Var::BytesReceived | Var::UpstreamBytesSent => self.copied.ab.to_string(),
             _ => String::new(),
+        }
+    }
+
+    fn list(&self, f: impl Fn(&(String, Option<Duration>)) -> String) -> String {
+        if self.attempts.is_empty() {
+            return "-".into();
+        }
+        self.attempts.iter().map(f).collect::<Vec<_>>().join(", ")
+    }
+
+    /// The session's access log lines.
+    fn log(&self, logs: &[crate::conf::loc::AccessLog]) {
+        use crate::conf::loc::Escape;
+        for l in logs {
+            let Some(file) = crate::log::files::get(&l.path) else {
+                continue;
+            };
+            let mut line = String::new();
+            for seg in &l.format.template.segments {
+                match seg {
+                    Segment::Lit(s) => line.push_str(s),
+                    Segment::Var(v) => {
+                        let value = self.var(v);
+                        match l.format.escape {
+                            Escape::Default => {
+                                crate::http::access::escape_default(&value, &mut line)
+                            }
+                            Escape::Json => crate::http::access::escape_json(&value, &mut line),
+                            Escape::None => line.push_str(&value),
+                        }
+                    }
+                }
+            }
+            line.push('\n');
+            file.write_line(line.as_bytes());
         }
     }
 }
 
-async fn run(mut client: Stream, s: Session, server: usize, shared: &Shared) {
+/// Seconds with milliseconds, as nginx prints times.
+fn secs(d: Duration) -> String {
+    format!("{}.{:03}", d.as_secs(), d.subsec_millis())
+}
+
+async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared) {
     let Some(conf) = shared
         .cfg
         .stream
@@ -253,29 +323,42 @@ async fn run(mut client: Stream, s: Session, server: usize, shared: &Shared) {
     else {
         return;
     };
-    let ups = match &conf.target {
+    match &conf.target {
         StreamTarget::Return(t) => {
-            let _ = client.write_all(s.eval(t).as_bytes()).await;
+            let text = s.eval(t);
+            if client.write_all(text.as_bytes()).await.is_ok() {
+                s.copied.ba = text.len() as u64;
+            }
             let _ = client.shutdown().await;
-            return;
         }
-        StreamTarget::Upstream(i) => match shared.upstreams.get(*i) {
-            Some(u) => u.clone(),
-            None => return,
-        },
-    };
-    let Some((upstream, peers, id)) = connect(&s, conf, &ups).await else {
-        return;
-    };
-    crate::net::copy::both(client, upstream, conf.proxy_timeout, conf.proxy_half_close).await;
-    peers.release(id, Outcome::Ok, now_ms());
+        StreamTarget::Upstream(i) => {
+            if let Some(ups) = shared.upstreams.get(*i).cloned() {
+                match connect(&mut s, conf, &ups).await {
+                    Some((upstream, peers, id)) => {
+                        s.connected_at = Some(Instant::now());
+                        s.copied = crate::net::copy::both(
+                            client,
+                            upstream,
+                            conf.proxy_timeout,
+                            conf.proxy_half_close,
+                        )
+                        .await;
+                        peers.release(id, Outcome::Ok, now_ms());
+                    }
+                    None => s.status = 502,
+                }
+            }
+        }
+    }
+    s.ended = Some(Instant::now());
+    s.log(&conf.access_log);
 }
 
 type Connected = (Stream, Arc<crate::upstream::Peers>, crate::upstream::PeerId);
 
 /// Picks and connects, trying the next peer when connecting fails, as
 /// `proxy_next_upstream` allows.
-async fn connect(s: &Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) -> Option<Connected> {
+async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) -> Option<Connected> {
     ups.first_answer().await;
     let snap = ups.peers();
     let mut tried = Tried::new(&snap);
@@ -304,6 +387,7 @@ async fn connect(s: &Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) -> Opt
     loop {
         let ms = now_ms();
         let Some(id) = snap.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, ms) else {
+            s.attempts.push((ups.cfg.name.clone(), None));
             crate::log_conn!(
                 Level::Error,
                 s.number,
@@ -316,6 +400,7 @@ async fn connect(s: &Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) -> Opt
         tried.set(id);
         tries_left = tries_left.saturating_sub(1);
         let peer = snap.get(id);
+        let began = Instant::now();
         let attempt = match &peer.addr {
             PeerAddr::Inet(a) => tokio::time::timeout(
                 conf.proxy_connect_timeout,
@@ -335,11 +420,14 @@ async fn connect(s: &Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) -> Opt
                 if let Stream::Tcp(t) = &c {
                     let _ = t.set_nodelay(true);
                 }
+                s.attempts
+                    .push((peer.name.to_string(), Some(began.elapsed())));
                 return Some((c, snap.clone(), id));
             }
             Ok(Err(e)) => format!("connect() failed ({})", crate::conf::tree::errno_text(&e)),
             Err(_) => "upstream timed out (110: Connection timed out)".to_string(),
         };
+        s.attempts.push((peer.name.to_string(), None));
         crate::log_conn!(
             Level::Error,
             s.number,
