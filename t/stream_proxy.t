@@ -19,7 +19,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(13);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(15);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -54,6 +54,11 @@ stream {
         proxy_half_close on;
     }
     server { listen 127.0.0.1:%%PORT_8076%%; proxy_pass named; }
+}
+
+http {
+    access_log off;
+    server { listen 127.0.0.1:%%PORT_8080%%; location /api { api; } }
 }
 
 EOF
@@ -114,6 +119,11 @@ while ($sel->can_read(3)) { $s->sysread($r, 4096, length $r) or last; }
 like($r, qr/^HTTP\/1.1 200.*\/half$/s, 'proxy_half_close: answered after the client half-closed');
 
 is(port_of(via(8076)), port(8081), 'a zone upstream following DNS');
+
+my $api = http_get('/api/9/stream/upstreams');
+like($api, qr/"named":\{.*"peers":\[\{[^\]]*"connections":1[,}][^\]]*"server":"127\.0\.0\.1:${\ port(8081)}"/s,
+	'API: /api/9/stream/upstreams, connections counted');
+unlike($api, qr/"responses"/, 'no HTTP response counts for stream peers');
 
 # A graceful stop lets a session in progress finish.
 my $slow = http("GET /slow/1 HTTP/1.0\nHost: x\n\n", start => 1,

@@ -248,6 +248,8 @@ pub(crate) struct Shared {
     generation: u64,
     /// Names looked up for `proxy_pass` with variables.
     dns: crate::upstream::dns::Cache,
+    /// The stream block's upstreams, for the API (their state is the zones').
+    stream_upstreams: Upstreams,
     /// Set when a graceful stop began: responses then carry `Connection:
     /// close`, and a connection closes once idle for `drain`.
     draining: std::sync::OnceLock<std::time::Instant>,
@@ -273,6 +275,13 @@ pub async fn serve(
     let shared = Arc::new(Shared {
         slots: Arc::new(Semaphore::new(cfg.events.worker_connections)),
         upstreams: Upstreams::new(cfg.http.as_ref(), &shm.zones),
+        stream_upstreams: Upstreams::from_list(
+            cfg.stream
+                .as_ref()
+                .map(|s| s.upstreams.as_slice())
+                .unwrap_or(&[]),
+            &shm.zones,
+        ),
         stats: shm.stats.clone(),
         generation: shm.generation,
         dns: crate::upstream::dns::Cache::new(),
@@ -995,7 +1004,13 @@ async fn dispatch(
         match l.handler {
             Some(crate::conf::model::Handler::Api { .. }) => {
                 drop(body);
-                return Ok(status::api(r, &l.uri, &shared.upstreams, shared.generation));
+                return Ok(status::api(
+                    r,
+                    &l.uri,
+                    &shared.upstreams,
+                    &shared.stream_upstreams,
+                    shared.generation,
+                ));
             }
             Some(crate::conf::model::Handler::StubStatus) => {
                 drop(body);

@@ -112,7 +112,15 @@ fn json_reply(r: &Req, status: u16, v: &Value) -> Reply {
 }
 
 /// `api`: the path after the location's prefix names the endpoint.
-pub fn api(r: &Req, prefix: &str, upstreams: &Upstreams, generation: u64) -> Reply {
+/// `api`: the path after the location's prefix names the endpoint.
+/// `stream` holds the stream block's upstreams (their state is the zones').
+pub fn api(
+    r: &Req,
+    prefix: &str,
+    upstreams: &Upstreams,
+    stream: &Upstreams,
+    generation: u64,
+) -> Reply {
     if r.method != Method::GET && r.method != Method::HEAD {
         return api_error(r, 405, "method disabled", "MethodDisabled");
     }
@@ -124,26 +132,27 @@ pub fn api(r: &Req, prefix: &str, upstreams: &Upstreams, generation: u64) -> Rep
     if !version.parse::<u32>().is_ok_and(|v| VERSIONS.contains(&v)) {
         return api_error(r, 404, "unknown version", "UnknownVersion");
     }
-    match path {
-        [] => json_reply(r, 200, &json!(["nginx", "http"])),
-        ["nginx"] => json_reply(r, 200, &nginx_info(generation)),
-        ["http"] => json_reply(r, 200, &json!(["upstreams"])),
-        ["http", "upstreams"] => {
+    let (module, rest) = match path {
+        [] => return json_reply(r, 200, &json!(["nginx", "http", "stream"])),
+        ["nginx"] => return json_reply(r, 200, &nginx_info(generation)),
+        ["http", rest @ ..] => ((upstreams, false), rest),
+        ["stream", rest @ ..] => ((stream, true), rest),
+        _ => return api_error(r, 404, "path not found", "PathNotFound"),
+    };
+    let ((list, is_stream), zoned) = (module, |u: &&Arc<UpstreamRt>| u.zone().is_some());
+    match rest {
+        [] => json_reply(r, 200, &json!(["upstreams"])),
+        ["upstreams"] => {
             let mut all = Map::new();
-            for u in upstreams.iter().filter(|u| u.zone().is_some()) {
-                all.insert(u.cfg.name.clone(), upstream_json(u));
+            for u in list.iter().filter(zoned) {
+                all.insert(u.cfg.name.clone(), upstream_json(u, is_stream));
             }
             json_reply(r, 200, &Value::Object(all))
         }
-        ["http", "upstreams", name] => {
-            match upstreams
-                .iter()
-                .find(|u| u.zone().is_some() && u.cfg.name == *name)
-            {
-                Some(u) => json_reply(r, 200, &upstream_json(u)),
-                None => api_error(r, 404, "upstream not found", "UpstreamNotFound"),
-            }
-        }
+        ["upstreams", name] => match list.iter().filter(zoned).find(|u| u.cfg.name == *name) {
+            Some(u) => json_reply(r, 200, &upstream_json(u, is_stream)),
+            None => api_error(r, 404, "upstream not found", "UpstreamNotFound"),
+        },
         _ => api_error(r, 404, "path not found", "PathNotFound"),
     }
 }
@@ -180,7 +189,9 @@ fn iso(t: std::time::SystemTime) -> Value {
     Value::String(t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
 }
 
-fn upstream_json(u: &UpstreamRt) -> Value {
+/// One upstream in the API's shape; a stream one counts `connections`
+/// where HTTP counts `requests` and `responses`.
+fn upstream_json(u: &UpstreamRt, stream: bool) -> Value {
     let peers: Arc<Peers> = u.peers();
     let now = now_ms();
     let mut list = Vec::new();
@@ -219,6 +230,12 @@ fn upstream_json(u: &UpstreamRt) -> Value {
             "downtime": downtime(l, now),
         });
         if let Some(o) = peer.as_object_mut() {
+            if stream {
+                if let Some(n) = o.remove("requests") {
+                    o.insert("connections".into(), n);
+                }
+                o.remove("responses");
+            }
             if p.max_conns > 0 {
                 o.insert("max_conns".into(), json!(p.max_conns));
             }
