@@ -65,8 +65,9 @@ EOF
 
 $t->write_file('dns.txt', "app.test A 127.0.0.1 30\n");
 $t->dns(port(8053));
-$t->backend(port(8081));
-$t->backend(port(8082));
+# The backends close after answering: a session ends with them.
+$t->backend(port(8081), close => 1);
+$t->backend(port(8082), close => 1);
 $t->run();
 
 sub via {
