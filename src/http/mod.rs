@@ -335,10 +335,28 @@ pub async fn serve(
     if *phase.borrow() == Phase::Fast {
         return;
     }
-    let drain = async {
+    drain(
+        &shared.active,
+        &shared.drained,
+        &mut phase,
+        cfg.main.worker_shutdown_timeout,
+    )
+    .await;
+}
+
+/// A graceful stop: waits until no connection is `active` (each end
+/// notifies `drained`), a fast stop, or `limit` (worker_shutdown_timeout),
+/// which is logged. Shared by the HTTP server and the stream proxy.
+pub(crate) async fn drain(
+    active: &AtomicUsize,
+    drained: &Notify,
+    phase: &mut watch::Receiver<Phase>,
+    limit: Option<Duration>,
+) {
+    let wait = async {
         loop {
-            let notified = shared.drained.notified();
-            if shared.active.load(Ordering::Acquire) == 0 {
+            let notified = drained.notified();
+            if active.load(Ordering::Acquire) == 0 {
                 return;
             }
             tokio::select! {
@@ -351,45 +369,78 @@ pub async fn serve(
             }
         }
     };
-    match cfg.main.worker_shutdown_timeout {
+    match limit {
         Some(t) => {
-            if tokio::time::timeout(t, drain).await.is_err() {
+            if tokio::time::timeout(t, wait).await.is_err() {
                 crate::log!(
                     Level::Notice,
                     "worker_shutdown_timeout: closing {} connection(s)",
-                    shared.active.load(Ordering::Acquire)
+                    active.load(Ordering::Acquire)
                 );
             }
         }
-        None => drain.await,
+        None => wait.await,
+    }
+}
+
+/// A listening socket in the worker's runtime.
+pub(crate) enum Sock {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl Sock {
+    /// The runtime's socket for an inherited listener (`[alert]` if unusable).
+    pub(crate) fn adopt(l: Listener) -> Option<Sock> {
+        let sock = match &l.addr {
+            ListenAddr::Inet(_) => {
+                tokio::net::TcpListener::from_std(std::net::TcpListener::from(l.fd)).map(Sock::Tcp)
+            }
+            ListenAddr::Unix(_) => {
+                tokio::net::UnixListener::from_std(std::os::unix::net::UnixListener::from(l.fd))
+                    .map(Sock::Unix)
+            }
+        };
+        match sock {
+            Ok(s) => Some(s),
+            Err(e) => {
+                crate::log!(
+                    Level::Alert,
+                    "cannot use listening socket {}: {}",
+                    l.addr,
+                    e
+                );
+                None
+            }
+        }
+    }
+
+    /// The next connection: the stream, the peer (TCP) and the local address.
+    pub(crate) async fn accept(
+        &self,
+    ) -> std::io::Result<(
+        client_io::Stream,
+        Option<std::net::SocketAddr>,
+        Option<std::net::SocketAddr>,
+    )> {
+        match self {
+            Sock::Tcp(t) => t.accept().await.map(|(s, peer)| {
+                let local = s.local_addr().ok();
+                let _ = s.set_nodelay(true);
+                (client_io::Stream::Tcp(s), Some(peer), local)
+            }),
+            Sock::Unix(u) => u
+                .accept()
+                .await
+                .map(|(s, _)| (client_io::Stream::Unix(s), None, None)),
+        }
     }
 }
 
 async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Phase>) {
-    enum Sock {
-        Tcp(tokio::net::TcpListener),
-        Unix(tokio::net::UnixListener),
-    }
-    let sock = match &l.addr {
-        ListenAddr::Inet(_) => {
-            tokio::net::TcpListener::from_std(std::net::TcpListener::from(l.fd)).map(Sock::Tcp)
-        }
-        ListenAddr::Unix(_) => {
-            tokio::net::UnixListener::from_std(std::os::unix::net::UnixListener::from(l.fd))
-                .map(Sock::Unix)
-        }
-    };
-    let sock = match sock {
-        Ok(s) => s,
-        Err(e) => {
-            crate::log!(
-                Level::Alert,
-                "cannot use listening socket {}: {}",
-                l.addr,
-                e
-            );
-            return;
-        }
+    let addr = l.addr.clone();
+    let Some(sock) = Sock::adopt(l) else {
+        return;
     };
     let mut warned = false;
     loop {
@@ -410,18 +461,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
                 }
             }
         };
-        let accepted = match &sock {
-            Sock::Tcp(t) => t.accept().await.map(|(s, peer)| {
-                let local = s.local_addr().ok();
-                let _ = s.set_nodelay(true);
-                (client_io::Stream::Tcp(s), Some(peer), local)
-            }),
-            Sock::Unix(u) => u
-                .accept()
-                .await
-                .map(|(s, _)| (client_io::Stream::Unix(s), None, None)),
-        };
-        let (io, remote, local) = match accepted {
+        let (io, remote, local) = match sock.accept().await {
             Ok(a) => a,
             Err(e) => {
                 // EMFILE and friends: the host is short of something; back off.
@@ -438,7 +478,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
             remote,
             local,
-            listen_text: l.addr.to_string(),
+            listen_text: addr.to_string(),
         };
         shared.active.fetch_add(1, Ordering::AcqRel);
         if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
@@ -449,7 +489,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
         tokio::spawn(serve_conn(
             io,
             info,
-            l.addr.clone(),
+            addr.clone(),
             shared.clone(),
             phase.clone(),
             permit,

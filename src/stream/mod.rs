@@ -82,28 +82,13 @@ pub async fn serve(
     if *phase.borrow() == Phase::Fast {
         return;
     }
-    let drain = async {
-        loop {
-            let notified = shared.drained.notified();
-            if shared.active.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            tokio::select! {
-                _ = notified => {}
-                _ = phase.changed() => {
-                    if *phase.borrow() == Phase::Fast {
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    match cfg.main.worker_shutdown_timeout {
-        Some(t) => {
-            let _ = tokio::time::timeout(t, drain).await;
-        }
-        None => drain.await,
-    }
+    crate::http::drain(
+        &shared.active,
+        &shared.drained,
+        &mut phase,
+        cfg.main.worker_shutdown_timeout,
+    )
+    .await;
 }
 
 /// The server a listener was bound for.
@@ -133,33 +118,12 @@ pub fn is_stream_listener(cfg: &Config, addr: &ListenAddr) -> bool {
 }
 
 async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
-    enum Sock {
-        Tcp(tokio::net::TcpListener),
-        Unix(tokio::net::UnixListener),
-    }
-    let sock = match &l.addr {
-        ListenAddr::Inet(_) => {
-            tokio::net::TcpListener::from_std(std::net::TcpListener::from(l.fd)).map(Sock::Tcp)
-        }
-        ListenAddr::Unix(_) => {
-            tokio::net::UnixListener::from_std(std::os::unix::net::UnixListener::from(l.fd))
-                .map(Sock::Unix)
-        }
-    };
-    let Ok(sock) = sock else {
-        crate::log!(Level::Alert, "cannot use listening socket {}", l.addr);
+    let listen = l.addr.to_string();
+    let Some(sock) = crate::http::Sock::adopt(l) else {
         return;
     };
     loop {
-        let accepted = match &sock {
-            Sock::Tcp(t) => t.accept().await.map(|(s, peer)| {
-                let local = s.local_addr().ok();
-                let _ = s.set_nodelay(true);
-                (Stream::Tcp(s), Some(peer), local)
-            }),
-            Sock::Unix(u) => u.accept().await.map(|(s, _)| (Stream::Unix(s), None, None)),
-        };
-        let (io, remote, local) = match accepted {
+        let (io, remote, local) = match sock.accept().await {
             Ok(a) => a,
             Err(e) => {
                 crate::log!(
@@ -176,7 +140,7 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
             number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
             remote,
             local,
-            listen: l.addr.to_string(),
+            listen: listen.clone(),
             start: Instant::now(),
             status: 200,
             attempts: Vec::new(),
