@@ -308,15 +308,7 @@ pub async fn serve(
     // Zone upstreams: keep snapshots current and tell each zone which
     // publications this worker still holds peers of.
     if !shm.zones.is_empty() {
-        crate::upstream::resolve::spawn_all(&shared.upstreams, shm.saved.clone());
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(crate::upstream::resolve::LEASE_TICK);
-            loop {
-                tick.tick().await;
-                shared.upstreams.tick(slot);
-            }
-        });
+        crate::upstream::resolve::start_upkeep(&shared.upstreams, slot, shm.saved.clone());
     }
     let mut accepts = tokio::task::JoinSet::new();
     for l in listeners {

@@ -56,15 +56,7 @@ pub async fn serve(
         drained: Notify::new(),
     });
     if !zones.is_empty() {
-        crate::upstream::resolve::spawn_all(&shared.upstreams, saved);
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(crate::upstream::resolve::LEASE_TICK);
-            loop {
-                tick.tick().await;
-                shared.upstreams.tick(slot);
-            }
-        });
+        crate::upstream::resolve::start_upkeep(&shared.upstreams, slot, saved);
     }
     let mut accepts = tokio::task::JoinSet::new();
     for l in listeners {

@@ -143,6 +143,7 @@ impl UpstreamRt {
 }
 
 /// Every upstream of the configuration, indexed as `Http::upstreams`.
+#[derive(Clone)]
 pub struct Upstreams(Vec<Arc<UpstreamRt>>);
 
 impl Upstreams {

@@ -23,6 +23,21 @@ pub const LEASE_TICK: Duration = Duration::from_millis(500);
 /// A holder silent this long (ms) is taken over.
 pub const LEASE_STALE: u64 = 1500;
 
+/// The upkeep of zone upstreams in a worker: the resolving tasks, and every
+/// `LEASE_TICK` the lease, the snapshots and the acknowledgements (see
+/// `Upstreams::tick`) for worker slot `slot`.
+pub fn start_upkeep(upstreams: &Upstreams, slot: usize, saved: Option<Arc<tokio::sync::Notify>>) {
+    spawn_all(upstreams, saved);
+    let upstreams = upstreams.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(LEASE_TICK);
+        loop {
+            tick.tick().await;
+            upstreams.tick(slot);
+        }
+    });
+}
+
 /// Starts the resolving tasks for every `resolve` line of every zone upstream.
 /// `saved` is told when a `state` upstream's peers changed (the master
 /// writes the file); without it the file is written here.
