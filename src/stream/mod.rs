@@ -147,7 +147,6 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
                 shared2.drained.notify_waiters();
             }
         });
-        tokio::task::yield_now().await;
     }
 }
 
