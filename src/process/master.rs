@@ -636,6 +636,8 @@ impl Master {
                     let generation = w.generation;
                     if let Some(g) = self.generations.iter().find(|g| g.id == generation) {
                         crate::upstream::state::save_all(&g.shm.zones, g.cfg.http.as_ref());
+                        let stream = g.cfg.stream.as_ref().map(|s| s.as_upstream_block());
+                        crate::upstream::state::save_all(&g.shm.zones, stream.as_ref());
                     }
                 }
             }
