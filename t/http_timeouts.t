@@ -17,7 +17,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(5);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(6);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -32,6 +32,7 @@ http {
     keepalive_timeout 1s;
 
     upstream aged { server 127.0.0.1:%%PORT_8081%%; keepalive_time 1s; }
+    upstream jittered { server 127.0.0.1:%%PORT_8081%%; keepalive_time 2s jitter=50%; }
 
     server {
         listen 127.0.0.1:%%PORT_8080%%;
@@ -39,6 +40,7 @@ http {
         location /body { client_body_timeout 500ms; proxy_pass http://127.0.0.1:%%PORT_8081%%/echo; }
         location /stuck { proxy_connect_timeout 500ms; proxy_pass http://127.0.0.1:%%PORT_8082%%; }
         location /aged/ { proxy_pass http://aged/; }
+        location /jittered/ { proxy_pass http://jittered/; }
     }
 }
 
@@ -78,3 +80,14 @@ my $before = conns();
 sleep 1.3;
 http_get('/aged/x');
 ok(conns() > $before, 'keepalive_time retires an old upstream connection');
+
+# keepalive_time 2s jitter=50%: an age limit between 1 and 2 s.
+sub jconns { my ($c) = http_get('/jittered/conns') =~ /\r\n\r\n(\d+)$/; $c }
+http_get('/jittered/x');
+my $j0 = jconns();
+select(undef, undef, undef, 0.3);
+my $j1 = jconns();
+select(undef, undef, undef, 2.0);
+http_get('/jittered/x');
+my $j2 = jconns();
+ok($j1 == $j0 && $j2 > $j1, "jitter: reused while young, retired before 2 s ($j0 $j1 $j2)");

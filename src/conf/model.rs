@@ -408,6 +408,27 @@ pub struct Keepalive {
     pub requests: u64,
     pub time: Duration,
     pub timeout: Duration,
+    /// `keepalive_time ... jitter=PERCENT`: each connection's age limit is
+    /// `time` less up to this share of it, so connections do not all
+    /// reconnect at once.
+    pub jitter: u8,
+}
+
+impl Keepalive {
+    /// The age limit of one connection: `time`, less a share of it drawn
+    /// from `seed` within `jitter` percent.
+    pub fn age_limit(&self, seed: u64) -> Duration {
+        if self.jitter == 0 {
+            return self.time;
+        }
+        // splitmix64: any seed spreads over the range.
+        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let share = (z % 10_001) as f64 / 10_000.0 * f64::from(self.jitter) / 100.0;
+        self.time.mul_f64(1.0 - share)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -444,4 +465,39 @@ pub struct ProxyPass {
     pub proxy_port: u16,
     /// The location prefix the URI part replaces.
     pub location_prefix: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Keepalive;
+    use std::time::Duration;
+
+    #[test]
+    fn jittered_age_limits_spread_below_keepalive_time() {
+        let k = Keepalive {
+            max: 1,
+            local: false,
+            requests: 1,
+            time: Duration::from_secs(100),
+            timeout: Duration::ZERO,
+            jitter: 20,
+        };
+        let ages: Vec<Duration> = (0..1000).map(|i| k.age_limit(i)).collect();
+        let (min, max) = (ages.iter().min().copied(), ages.iter().max().copied());
+        assert!(min.is_some_and(|m| m >= Duration::from_secs(80) && m < Duration::from_secs(82)));
+        assert!(max.is_some_and(|m| m <= Duration::from_secs(100) && m > Duration::from_secs(98)));
+        let none = Keepalive { jitter: 0, ..k };
+        assert_eq!(none.age_limit(7), Duration::from_secs(100));
+        let (c, _) = super::super::testutil::try_build(
+            "events {} http { upstream u { server 127.0.0.1:1; keepalive_time 10s jitter=25%; } }",
+        )
+        .expect("config");
+        assert_eq!(c.http.expect("http").upstreams[0].keepalive.jitter, 25);
+        for bad in ["jitter=101%", "jitter=x", "spread=5%"] {
+            let e = super::super::testutil::err(&format!(
+                "events {{}} http {{ upstream u {{ server 127.0.0.1:1; keepalive_time 10s {bad}; }} }}"
+            ));
+            assert!(e.contains(&format!("invalid parameter \"{bad}\"")), "{e}");
+        }
+    }
 }

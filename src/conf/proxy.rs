@@ -46,7 +46,7 @@ pub(super) const TABLE: &[Spec] = &[
     Spec {
         name: "keepalive_time",
         ctx: UPS,
-        args: Args::Exactly(1),
+        args: Args::Range(1, 2),
         block: false,
         set: set_keepalive_more,
     },
@@ -140,6 +140,7 @@ pub(super) fn default_keepalive() -> Keepalive {
         requests: 1000,
         time: Duration::from_secs(3600),
         timeout: Duration::from_secs(60),
+        jitter: 0,
     }
 }
 
@@ -376,7 +377,17 @@ fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Resul
                 ConfError::at(format!("\"{}\" directive invalid number", d.name), &d.src)
             })?
         }
-        2 => u.keepalive.time = time_arg(d, 0)?,
+        2 => {
+            u.keepalive.time = time_arg(d, 0)?;
+            if let Some(p) = d.args.get(1) {
+                u.keepalive.jitter = p
+                    .strip_prefix("jitter=")
+                    .map(|v| v.strip_suffix('%').unwrap_or(v))
+                    .and_then(number::<u8>)
+                    .filter(|j| *j <= 100)
+                    .ok_or_else(|| ConfError::at(format!("invalid parameter \"{p}\""), &d.src))?;
+            }
+        }
         _ => u.keepalive.timeout = time_arg(d, 0)?,
     }
     Ok(())

@@ -131,6 +131,7 @@ pub(crate) async fn run(
             requests: 0,
             time: std::time::Duration::ZERO,
             timeout: std::time::Duration::ZERO,
+            jitter: 0,
         },
         zone: None,
         resolver: None,

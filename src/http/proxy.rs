@@ -499,6 +499,9 @@ pub(crate) async fn run(
                     sender,
                     peer: addr.clone(),
                     created: now,
+                    max_age: ups.cfg.keepalive.age_limit(
+                        r.conn.number ^ (now_ms() << 16) ^ u64::from(std::process::id()),
+                    ),
                     idle_since: now,
                     requests: 0,
                     location: location_id,

@@ -398,6 +398,7 @@ pub(crate) fn test_upstream(
             requests: 0,
             time: Duration::ZERO,
             timeout: Duration::ZERO,
+            jitter: 0,
         },
         zone: None,
         resolver: None,

@@ -1,7 +1,8 @@
 //! The keep-alive cache of idle upstream connections, per upstream and worker:
 //! at most `keepalive N` idle connections, the least recently used evicted
 //! first; a connection is reused most-recently-used first, never after
-//! `keepalive_timeout` idle, `keepalive_time` of age or `keepalive_requests`.
+//! `keepalive_timeout` idle, `keepalive_time` of age (less its jitter) or
+//! `keepalive_requests`.
 
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -17,6 +18,8 @@ pub struct Pooled {
     pub sender: SendRequest<Full<Bytes>>,
     pub peer: PeerAddr,
     pub created: Instant,
+    /// `keepalive_time`, with its jitter drawn for this connection.
+    pub max_age: std::time::Duration,
     pub idle_since: Instant,
     /// Requests sent on it so far.
     pub requests: u64,
@@ -41,7 +44,7 @@ impl Pool {
     fn fresh(&self, c: &Pooled, now: Instant) -> bool {
         !c.sender.is_closed()
             && now.duration_since(c.idle_since) < self.cfg.timeout
-            && now.duration_since(c.created) < self.cfg.time
+            && now.duration_since(c.created) < c.max_age
             && c.requests < self.cfg.requests
     }
 
@@ -67,7 +70,7 @@ impl Pool {
     /// Whether a connection that just finished a response may be cached.
     pub fn may_keep(&self, c: &Pooled, now: Instant) -> bool {
         self.cfg.max > 0
-            && now.duration_since(c.created) < self.cfg.time
+            && now.duration_since(c.created) < c.max_age
             && c.requests < self.cfg.requests
     }
 

@@ -341,6 +341,7 @@ impl Zone {
                 requests: 0,
                 time: Duration::ZERO,
                 timeout: Duration::ZERO,
+                jitter: 0,
             },
             zone: Some(self.name.clone()),
             resolver: None,
