@@ -375,6 +375,13 @@ pub(crate) async fn drain(
     }
 }
 
+/// An accepted connection: the stream, the peer (TCP) and the local address.
+pub(crate) type Accepted = (
+    client_io::Stream,
+    Option<std::net::SocketAddr>,
+    Option<std::net::SocketAddr>,
+);
+
 /// A listening socket in the worker's runtime.
 pub(crate) enum Sock {
     Tcp(tokio::net::TcpListener),
@@ -407,14 +414,25 @@ impl Sock {
         }
     }
 
-    /// The next connection: the stream, the peer (TCP) and the local address.
-    pub(crate) async fn accept(
-        &self,
-    ) -> std::io::Result<(
-        client_io::Stream,
-        Option<std::net::SocketAddr>,
-        Option<std::net::SocketAddr>,
-    )> {
+    /// The next connection. A failed accept (EMFILE and friends: the host is
+    /// short of something) is logged and tried again after a back-off.
+    pub(crate) async fn accept(&self) -> Accepted {
+        loop {
+            match self.accept_once().await {
+                Ok(a) => return a,
+                Err(e) => {
+                    crate::log!(
+                        Level::Crit,
+                        "accept() failed ({})",
+                        crate::conf::tree::errno_text(&e)
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
+    async fn accept_once(&self) -> std::io::Result<Accepted> {
         match self {
             Sock::Tcp(t) => t.accept().await.map(|(s, peer)| {
                 let local = s.local_addr().ok();
@@ -453,19 +471,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
                 }
             }
         };
-        let (io, remote, local) = match sock.accept().await {
-            Ok(a) => a,
-            Err(e) => {
-                // EMFILE and friends: the host is short of something; back off.
-                crate::log!(
-                    Level::Crit,
-                    "accept() failed ({})",
-                    crate::conf::tree::errno_text(&e)
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+        let (io, remote, local) = sock.accept().await;
         let info = ConnInfo {
             number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
             remote,

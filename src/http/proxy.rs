@@ -430,10 +430,9 @@ pub(crate) async fn run(
             conf.proxy_next_upstream_timeout,
         )
     };
-    // A name with no answer yet: wait for it (bounded), not a 502 at once.
-    ups.first_answer().await;
-    // The peers as this request sees them, for all its tries.
-    let snap = ups.peers();
+    // The peers as this request sees them, for all its tries (a name with
+    // no answer yet: wait for it, bounded, not a 502 at once).
+    let snap = ups.peers_ready().await;
     let (mut tried, mut tries_left) = {
         let n = snap.count();
         let limit = conf.proxy_next_upstream_tries as usize;

@@ -132,14 +132,14 @@ pub fn api(
     if !version.parse::<u32>().is_ok_and(|v| VERSIONS.contains(&v)) {
         return api_error(r, 404, "unknown version", "UnknownVersion");
     }
-    let (module, rest) = match path {
+    let (list, is_stream, rest) = match path {
         [] => return json_reply(r, 200, &json!(["nginx", "http", "stream"])),
         ["nginx"] => return json_reply(r, 200, &nginx_info(generation)),
-        ["http", rest @ ..] => ((upstreams, false), rest),
-        ["stream", rest @ ..] => ((stream, true), rest),
+        ["http", rest @ ..] => (upstreams, false, rest),
+        ["stream", rest @ ..] => (stream, true, rest),
         _ => return api_error(r, 404, "path not found", "PathNotFound"),
     };
-    let ((list, is_stream), zoned) = (module, |u: &&Arc<UpstreamRt>| u.zone().is_some());
+    let zoned = |u: &&Arc<UpstreamRt>| u.zone().is_some();
     match rest {
         [] => json_reply(r, 200, &json!(["upstreams"])),
         ["upstreams"] => {

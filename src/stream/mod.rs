@@ -115,18 +115,7 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
         return;
     };
     loop {
-        let (io, remote, local) = match sock.accept().await {
-            Ok(a) => a,
-            Err(e) => {
-                crate::log!(
-                    Level::Crit,
-                    "accept() failed ({})",
-                    crate::conf::tree::errno_text(&e)
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+        let (io, remote, local) = sock.accept().await;
         shared.active.fetch_add(1, Ordering::AcqRel);
         let session = Session {
             number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
@@ -314,8 +303,7 @@ type Connected = (Stream, Arc<crate::upstream::Peers>, crate::upstream::PeerId);
 /// Picks and connects, trying the next peer when connecting fails, as
 /// `proxy_next_upstream` allows.
 async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) -> Option<Connected> {
-    ups.first_answer().await;
-    let snap = ups.peers();
+    let snap = ups.peers_ready().await;
     let mut tried = Tried::new(&snap);
     let limit = conf.proxy_next_upstream_tries as usize;
     let mut tries_left = if limit > 0 {

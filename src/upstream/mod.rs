@@ -87,11 +87,15 @@ impl UpstreamRt {
         s.peers.clone()
     }
 
-    /// A zone upstream with no peers because its names have had no answer
-    /// yet waits for the first one, bounded by `resolver_timeout`. (An
-    /// answer that removed the peers is an answer: no wait.)
-    pub async fn first_answer(&self) {
-        let Some((z, i)) = &self.shared else { return };
+    /// The peers for a request. A zone upstream with no peers because its
+    /// names have had no answer yet first waits for that answer, bounded by
+    /// `resolver_timeout`. (An answer that removed the peers is an answer:
+    /// no wait.)
+    pub async fn peers_ready(&self) -> Arc<Peers> {
+        let peers = self.peers();
+        let Some((z, i)) = &self.shared else {
+            return peers;
+        };
         let unanswered = || {
             self.cfg
                 .servers
@@ -99,8 +103,8 @@ impl UpstreamRt {
                 .enumerate()
                 .any(|(k, s)| s.resolve && z.resolved(*i, k).1 == 0)
         };
-        if self.peers().count() > 0 || !unanswered() {
-            return;
+        if peers.count() > 0 || !unanswered() {
+            return peers;
         }
         let limit = self
             .cfg
@@ -113,6 +117,7 @@ impl UpstreamRt {
         while unanswered() && std::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
+        self.peers()
     }
 
     /// The oldest zone publication whose peers this worker may still use.
