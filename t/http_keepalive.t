@@ -41,19 +41,7 @@ EOF
 
 $t->run();
 
-# Sends one request on $s and reads its response (Content-Length framed).
-sub one {
-	my ($s, $uri) = @_;
-	$s->syswrite("GET $uri HTTP/1.1\r\nHost: localhost\r\n\r\n");
-	my $buf = '';
-	my $sel = IO::Select->new($s);
-	while ($sel->can_read(3)) {
-		my $n = $s->sysread($buf, 4096, length $buf) or last;
-		last if $buf =~ /\r\n\r\n/ && $buf =~ /Content-Length: (\d+)/i
-			&& length($buf) >= index($buf, "\r\n\r\n") + 4 + $1;
-	}
-	return $buf;
-}
+sub one { keepalive_get(@_) }
 
 
 my $s = http('', start => 1);

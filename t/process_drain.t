@@ -40,18 +40,7 @@ EOF
 
 $t->run();
 
-sub request {
-	my ($s) = @_;
-	$s->syswrite("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n");
-	my $buf = '';
-	my $sel = IO::Select->new($s);
-	while ($sel->can_read(3)) {
-		my $n = $s->sysread($buf, 4096, length $buf) or last;
-		last if $buf =~ /\r\n\r\n/ && $buf =~ /Content-Length: (\d+)/i
-			&& length($buf) >= index($buf, "\r\n\r\n") + 4 + $1;
-	}
-	return $buf;
-}
+sub request { keepalive_get($_[0], '/') }
 
 
 my $busy = http('', start => 1);

@@ -27,7 +27,7 @@ use Socket qw/SOCK_STREAM SOCK_DGRAM/;
 
 use Exporter qw/import/;
 our @EXPORT_OK = qw/http http_get http_start http_end port closed_within
-	backend_addr poll_until/;
+	backend_addr poll_until keepalive_get/;
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 my $ROOT = abs_path(dirname(__FILE__) . '/../../..');
@@ -550,6 +550,21 @@ sub http_end {
 	alarm(0);
 	close $s;
 	return $reply;
+}
+
+# Sends GET $uri on the open connection $s and reads one response
+# (Content-Length framed), leaving the connection open.
+sub keepalive_get {
+	my ($s, $uri) = @_;
+	$s->syswrite("GET $uri HTTP/1.1\r\nHost: localhost\r\n\r\n");
+	my $buf = '';
+	my $sel = IO::Select->new($s);
+	while ($sel->can_read(3)) {
+		my $n = $s->sysread($buf, 4096, length $buf) or last;
+		last if $buf =~ /\r\n\r\n/ && $buf =~ /Content-Length: (\d+)/i
+			&& length($buf) >= index($buf, "\r\n\r\n") + 4 + $1;
+	}
+	return $buf;
 }
 
 # True when the peer closes $s within $secs seconds (EOF, no data).
