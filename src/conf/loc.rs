@@ -107,6 +107,8 @@ loc_settings! {
     proxy_pass_header: Vec<String> = |_| Vec::new(),
     proxy_set_body: Option<Template> = |_| None,
     proxy_connect_timeout: Duration = |_| Duration::from_secs(60),
+    /// `proxy_connect_race TIME | off`: start a second connect after TIME.
+    proxy_connect_race: Option<Duration> = |_| None,
     proxy_read_timeout: Duration = |_| Duration::from_secs(60),
     proxy_send_timeout: Duration = |_| Duration::from_secs(60),
     proxy_next_upstream: NextUpstream = |_| NextUpstream(NextUpstream::ERROR | NextUpstream::TIMEOUT),

@@ -173,6 +173,13 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_time,
     },
     Spec {
+        name: "proxy_connect_race",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_race,
+    },
+    Spec {
         name: "proxy_read_timeout",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -333,6 +340,32 @@ fn set_time(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
         _ => &mut l.proxy_next_upstream_timeout,
     };
     once(slot, v, d)
+}
+
+/// `proxy_connect_race TIME | off`.
+fn set_race(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let l = loc(n, d)?;
+    let v = race_arg(d)?;
+    once(&mut l.proxy_connect_race, v, d)
+}
+
+/// The argument of `proxy_connect_race` (http and stream): `off` or a
+/// time above zero.
+pub(super) fn race_arg(d: &Directive) -> Result<Option<Duration>, ConfError> {
+    if d.args[0] == "off" {
+        return Ok(None);
+    }
+    let t = time_arg(d, 0)?;
+    if t.is_zero() {
+        return Err(ConfError::at(
+            format!(
+                "invalid value \"{}\" in \"{}\" directive",
+                d.args[0], d.name
+            ),
+            &d.src,
+        ));
+    }
+    Ok(Some(t))
 }
 
 fn set_number(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {

@@ -73,6 +73,8 @@ pub struct StreamServer {
     pub listen: Vec<Listen>,
     pub target: StreamTarget,
     pub proxy_connect_timeout: Duration,
+    /// `proxy_connect_race TIME | off`.
+    pub proxy_connect_race: Option<Duration>,
     pub proxy_timeout: Duration,
     pub proxy_next_upstream: bool,
     pub proxy_next_upstream_tries: u32,
@@ -387,15 +389,29 @@ impl UpstreamServer {
 pub enum Balancer {
     RoundRobin,
     LeastConn,
-    Hash { key: Template, consistent: bool },
+    Hash {
+        key: Template,
+        consistent: bool,
+    },
     IpHash,
-    Random { two: bool },
+    Random {
+        two: bool,
+    },
+    /// `pick_first [warm=N] [revert]`: one peer takes every request.
+    PickFirst {
+        warm: usize,
+        revert: bool,
+    },
 }
 
 impl Balancer {
     /// nginx allows `backup` servers only with these balancers.
     pub fn allows_backup(&self) -> bool {
         matches!(self, Balancer::RoundRobin | Balancer::LeastConn)
+    }
+
+    pub fn is_pick_first(&self) -> bool {
+        matches!(self, Balancer::PickFirst { .. })
     }
 }
 
@@ -404,6 +420,8 @@ impl Balancer {
 pub struct Keepalive {
     /// Idle connections cached per worker; 0 turns the cache off.
     pub max: usize,
+    /// `keepalive_min N`: connections each worker keeps open to every peer.
+    pub min: usize,
     pub local: bool,
     pub requests: u64,
     pub time: Duration,
@@ -475,6 +493,7 @@ mod tests {
     #[test]
     fn jittered_age_limits_spread_below_keepalive_time() {
         let k = Keepalive {
+            min: 0,
             max: 1,
             local: false,
             requests: 1,

@@ -37,6 +37,20 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_keepalive,
     },
     Spec {
+        name: "keepalive_min",
+        ctx: UPS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_keepalive_more,
+    },
+    Spec {
+        name: "pick_first",
+        ctx: UPS,
+        args: Args::Range(0, 2),
+        block: false,
+        set: set_balancer,
+    },
+    Spec {
         name: "keepalive_requests",
         ctx: UPS,
         args: Args::Exactly(1),
@@ -115,7 +129,7 @@ pub(super) struct UpstreamB {
     backup_src: Option<Src>,
     balancer: Option<(Balancer, Src)>,
     keepalive: Keepalive,
-    keepalive_set: [bool; 4],
+    keepalive_set: [bool; 5],
     /// `zone NAME [SIZE]`, where it was written.
     zone: Option<(String, Option<u64>, Src)>,
     pub(super) resolver: Option<Resolver>,
@@ -135,6 +149,7 @@ pub(super) struct ProxyPassB {
 /// nginx 1.31's implicit `keepalive 32 local` with its companions' defaults.
 pub(super) fn default_keepalive() -> Keepalive {
     Keepalive {
+        min: 0,
         max: 32,
         local: true,
         requests: 1000,
@@ -172,7 +187,7 @@ pub(super) fn new_upstream(
         backup_src: None,
         balancer: None,
         keepalive: default_keepalive(),
-        keepalive_set: [false; 4],
+        keepalive_set: [false; 5],
         zone: None,
         resolver: None,
         resolver_timeout: None,
@@ -365,6 +380,7 @@ fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Resul
     let i = match d.name.as_str() {
         "keepalive_requests" => 1,
         "keepalive_time" => 2,
+        "keepalive_min" => 4,
         _ => 3,
     };
     if u.keepalive_set[i] {
@@ -388,10 +404,26 @@ fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Resul
                     .ok_or_else(|| ConfError::at(format!("invalid parameter \"{p}\""), &d.src))?;
             }
         }
+        4 => {
+            u.keepalive.min = number(&d.args[0])
+                .filter(|n: &usize| *n <= MAX_KEEPALIVE_MIN)
+                .ok_or_else(|| {
+                    ConfError::at(
+                        format!(
+                            "invalid value \"{}\" in \"keepalive_min\" directive",
+                            d.args[0]
+                        ),
+                        &d.src,
+                    )
+                })?
+        }
         _ => u.keepalive.timeout = time_arg(d, 0)?,
     }
     Ok(())
 }
+
+/// The most connections `keepalive_min` keeps open to one peer per worker.
+const MAX_KEEPALIVE_MIN: usize = 1024;
 
 /// `NAME[:PORT]` that is a name, not an address literal: (host, port); the
 /// port is None when it is not a number. Port 80 by default.
@@ -454,6 +486,23 @@ fn set_balancer(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     let bal = match d.name.as_str() {
         "least_conn" => Balancer::LeastConn,
         "ip_hash" => Balancer::IpHash,
+        "pick_first" => {
+            let (mut warm, mut revert) = (1, false);
+            for a in &d.args {
+                if let Some(v) = a.strip_prefix("warm=") {
+                    warm = number(v)
+                        .filter(|n: &usize| *n <= MAX_KEEPALIVE_MIN)
+                        .ok_or_else(|| {
+                            ConfError::at(format!("invalid parameter \"{a}\""), &d.src)
+                        })?;
+                } else if a == "revert" {
+                    revert = true;
+                } else {
+                    return Err(ConfError::at(format!("invalid parameter \"{a}\""), &d.src));
+                }
+            }
+            Balancer::PickFirst { warm, revert }
+        }
         "hash" => {
             let consistent = match d.args.get(1).map(String::as_str) {
                 None => false,

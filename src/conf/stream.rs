@@ -65,6 +65,13 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_setting,
     },
     Spec {
+        name: "proxy_connect_race",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
         name: "proxy_timeout",
         ctx: STREAM | SSRV,
         args: Args::Exactly(1),
@@ -105,6 +112,7 @@ pub(super) const TABLE: &[Spec] = &[
 #[derive(Default, Clone)]
 pub(super) struct Settings {
     connect_timeout: Option<Duration>,
+    race: Option<Option<Duration>>,
     timeout: Option<Duration>,
     next_upstream: Option<bool>,
     tries: Option<u32>,
@@ -256,6 +264,7 @@ fn set_setting(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
     match d.name.as_str() {
         "proxy_connect_timeout" => once(&mut set.connect_timeout, time_arg(d, 0)?, d),
         "proxy_timeout" => once(&mut set.timeout, time_arg(d, 0)?, d),
+        "proxy_connect_race" => once(&mut set.race, super::loc_table::race_arg(d)?, d),
         "proxy_next_upstream_timeout" => once(&mut set.next_timeout, time_arg(d, 0)?, d),
         "proxy_next_upstream" => once(&mut set.next_upstream, on_off()?, d),
         "proxy_half_close" => once(&mut set.half_close, on_off()?, d),
@@ -328,6 +337,7 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
             listen: s.listen,
             target,
             proxy_connect_timeout: get(|x| x.connect_timeout, Duration::from_secs(60)),
+            proxy_connect_race: s.settings.race.or(st.settings.race).flatten(),
             proxy_timeout: get(|x| x.timeout, Duration::from_secs(600)),
             proxy_next_upstream: s
                 .settings

@@ -126,6 +126,7 @@ pub(crate) async fn run(
         servers: vec![server],
         balancer: Balancer::RoundRobin,
         keepalive: Keepalive {
+            min: 0,
             max: 0,
             local: false,
             requests: 0,

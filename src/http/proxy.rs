@@ -23,11 +23,12 @@ use crate::conf::model::{Balancer, NextUpstream, PeerAddr, ProxyPass};
 use crate::log::Level;
 use crate::upstream::balancer::{Key, PickState};
 use crate::upstream::peers::now_ms;
-use crate::upstream::{Outcome, Pooled, Released, Tried, UpstreamRt};
+use crate::upstream::race::{Ended, Race};
+use crate::upstream::{Outcome, PeerId, Peers, Pooled, Released, Tried, UpstreamRt};
 
 /// Why an attempt failed, as `proxy_next_upstream` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failure {
+pub(crate) enum Failure {
     Error,
     Timeout,
     InvalidHeader,
@@ -323,6 +324,76 @@ async fn connect(
     Ok(sender)
 }
 
+/// Opens a connection for the keep-alive cache: `connect` with its record.
+pub(crate) async fn open(
+    addr: PeerAddr,
+    timeout: Duration,
+    max_age: Duration,
+    location: usize,
+) -> Result<Pooled, (Failure, String)> {
+    let sender = connect(&addr, timeout).await?;
+    Ok(Pooled::new(sender, addr, Instant::now(), max_age, location))
+}
+
+/// Releases a peer after an attempt, logging when it reaches `max_fails`.
+/// With `pick_first`, a failure moves the choice on.
+fn release_peer(
+    r: &Req,
+    snap: &Peers,
+    ups: &UpstreamRt,
+    id: PeerId,
+    name: &str,
+    uri: &str,
+    outcome: Outcome,
+) {
+    let now = now_ms();
+    if snap.release(id, outcome, now) == Released::Disabled {
+        crate::log_conn!(
+            Level::Warn,
+            r.conn.number,
+            "upstream server temporarily disabled while connecting to upstream{}",
+            r.log_context(Some(&format!("http://{name}{uri}")))
+        );
+    }
+    if outcome == Outcome::Failed && ups.cfg.balancer.is_pick_first() {
+        snap.move_on(id, now);
+    }
+}
+
+/// A connect that failed: logged, the peer released as failed, the attempt
+/// recorded. The status to answer with if no other try follows.
+#[allow(clippy::too_many_arguments)]
+fn connect_failed(
+    r: &Req,
+    snap: &Peers,
+    ups: &UpstreamRt,
+    id: PeerId,
+    name: &Arc<str>,
+    uri: &str,
+    f: Failure,
+    msg: &str,
+) -> u16 {
+    crate::log_conn!(
+        Level::Error,
+        r.conn.number,
+        "{} while connecting to upstream{}",
+        msg,
+        r.log_context(Some(&format!("http://{name}{uri}")))
+    );
+    release_peer(r, snap, ups, id, name, uri, Outcome::Failed);
+    let status = final_status(f.bits());
+    record(
+        r,
+        Attempt {
+            addr: name.clone(),
+            status: Some(status),
+            connect: None,
+            ..Attempt::default()
+        },
+    );
+    status
+}
+
 /// Whether the upstream lets the connection be reused after this response.
 fn upstream_keeps_alive(resp: &Response<Incoming>) -> bool {
     let has = |token: &str| {
@@ -474,63 +545,98 @@ pub(crate) async fn run(
             return Reply::Status(502);
         };
         tries_left = tries_left.saturating_sub(1);
-        // Built only when something is logged.
-        let url = || format!("http://{name}{}", plan.uri);
-        let attempt_start = now;
-        let release = |outcome: Outcome| {
-            if snap.release(id, outcome, now_ms()) == Released::Disabled {
-                crate::log_conn!(
-                    Level::Warn,
-                    r.conn.number,
-                    "upstream server temporarily disabled while connecting to upstream{}",
-                    r.log_context(Some(&url()))
-                );
+
+        // A cached connection, or a new one (raced against the next peers'
+        // with `proxy_connect_race`).
+        let max_age = || {
+            ups.cfg
+                .keepalive
+                .age_limit(r.conn.number ^ (now_ms() << 16) ^ u64::from(std::process::id()))
+        };
+        let cached = ups.pool().take(&addr, location_id, now);
+        let (id, name, attempt_start, was_cached, mut conn) = match cached {
+            Some(c) => (id, name, now, true, c),
+            None => {
+                // Per attempt: the peer, its name, when it began, whether cached.
+                let mut racers = vec![(id, name, now, false)];
+                let mut race: Race<Pooled, (Failure, String)> = Race::default();
+                race.start(open(
+                    addr,
+                    conf.proxy_connect_timeout,
+                    max_age(),
+                    location_id,
+                ));
+                let mut failures = Vec::new();
+                let ended = race
+                    .run(
+                        conf.proxy_connect_race,
+                        |race| {
+                            let in_time = conf.proxy_next_upstream_timeout.is_zero()
+                                || started.elapsed() < conf.proxy_next_upstream_timeout;
+                            if tries_left == 0 || !in_time {
+                                return false;
+                            }
+                            let ms = now_ms();
+                            let Some(next) =
+                                snap.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, ms)
+                            else {
+                                return false;
+                            };
+                            snap.acquire(next, ms);
+                            tried.set(next);
+                            tries_left -= 1;
+                            let p = snap.get(next);
+                            let t = Instant::now();
+                            let cached = ups.pool().take(&p.addr, location_id, t);
+                            racers.push((next, p.name.clone(), t, cached.is_some()));
+                            match cached {
+                                Some(c) => race.start(async move { Ok(c) }),
+                                None => race.start(open(
+                                    p.addr.clone(),
+                                    conf.proxy_connect_timeout,
+                                    max_age(),
+                                    location_id,
+                                )),
+                            };
+                            true
+                        },
+                        |k, e| failures.push((k, e)),
+                    )
+                    .await;
+                drop(race);
+                let failed: Vec<usize> = failures.iter().map(|(k, _)| *k).collect();
+                for (k, (f, msg)) in failures {
+                    let (fid, fname, _, _) = &racers[k];
+                    connect_failed(r, &snap, &ups, *fid, fname, &plan.uri, f, &msg);
+                }
+                match ended {
+                    Some(Ended::Won(k, c)) => {
+                        // The others were abandoned, not failed.
+                        for (j, (other, ..)) in racers.iter().enumerate() {
+                            if j != k && !failed.contains(&j) {
+                                snap.release(*other, Outcome::Next, now_ms());
+                            }
+                        }
+                        let (wid, wname, began, cached) = racers.swap_remove(k);
+                        (wid, wname, began, cached, c)
+                    }
+                    Some(Ended::Lost(k, (f, msg))) => {
+                        let (fid, fname, _, _) = &racers[k];
+                        let status =
+                            connect_failed(r, &snap, &ups, *fid, fname, &plan.uri, f, &msg);
+                        if retry(f.bits(), tries_left, false) {
+                            continue;
+                        }
+                        return Reply::Status(status);
+                    }
+                    None => return Reply::Status(502),
+                }
             }
         };
-
-        // A cached connection, or a new one.
-        let cached = ups.pool().take(&addr, location_id, now);
-        let was_cached = cached.is_some();
-        let mut conn = match cached {
-            Some(c) => c,
-            None => match connect(&addr, conf.proxy_connect_timeout).await {
-                Ok(sender) => Pooled {
-                    sender,
-                    peer: addr.clone(),
-                    created: now,
-                    max_age: ups.cfg.keepalive.age_limit(
-                        r.conn.number ^ (now_ms() << 16) ^ u64::from(std::process::id()),
-                    ),
-                    idle_since: now,
-                    requests: 0,
-                    location: location_id,
-                },
-                Err((f, msg)) => {
-                    crate::log_conn!(
-                        Level::Error,
-                        r.conn.number,
-                        "{} while connecting to upstream{}",
-                        msg,
-                        r.log_context(Some(&url()))
-                    );
-                    release(Outcome::Failed);
-                    let status = final_status(f.bits());
-                    record(
-                        r,
-                        Attempt {
-                            addr: name.clone(),
-                            status: Some(status),
-                            connect: None,
-                            ..Attempt::default()
-                        },
-                    );
-                    if retry(f.bits(), tries_left, false) {
-                        continue;
-                    }
-                    return Reply::Status(status);
-                }
-            },
-        };
+        conn.track(&ups.reg, &snap, id);
+        let url = || format!("http://{name}{}", plan.uri);
+        let release =
+            |outcome: Outcome| release_peer(r, &snap, &ups, id, &name, &plan.uri, outcome);
         let connect_time = attempt_start.elapsed();
         conn.requests += 1;
 

@@ -11,7 +11,7 @@ use super::{Lease, PidLock, SeqLock, Shared};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SLUICEZN");
 /// Bumped whenever a record here changes shape.
-pub const LAYOUT: u32 = 1;
+pub const LAYOUT: u32 = 2;
 /// Longest upstream name a zone records.
 pub(crate) const NAME_MAX: usize = 64;
 pub(crate) const BACKUP: u32 = 1;
@@ -91,6 +91,9 @@ pub(crate) struct UpstreamRec {
     /// Its `server` lines: how many, and the index of the first record.
     pub(crate) servers: AtomicU32,
     pub(crate) first_server: AtomicU32,
+    /// `pick_first`: the chosen peer's slot index + 1 (0: none yet).
+    pub(crate) choice: AtomicU32,
+    pub(crate) _pad: AtomicU32,
 }
 
 /// A peer's run-time state and counters. All atomics: it may live in a zone.
@@ -117,12 +120,20 @@ pub struct PeerLive {
     /// Total milliseconds unavailable so far, and since when (0: available).
     pub downtime: AtomicU64,
     pub down_since: AtomicU64,
+    /// Keep-alive connections to it, every worker's: open (busy or idle),
+    /// idle, the sum of their creation times (for the average age) and the
+    /// oldest creation time (0: none), closed for their age so far.
+    pub open: AtomicU32,
+    pub idle: AtomicU32,
+    pub created_sum: AtomicU64,
+    pub oldest: AtomicU64,
+    pub recycled: AtomicU64,
 }
 
 // SAFETY: repr(C), atomics only.
 unsafe impl Shared for PeerLive {}
 
-const _: () = assert!(std::mem::size_of::<PeerLive>() == 144);
+const _: () = assert!(std::mem::size_of::<PeerLive>() == 176);
 
 impl PeerLive {
     pub fn with_weight(weight: i64) -> PeerLive {
@@ -165,9 +176,9 @@ unsafe impl Shared for PeerSlot {}
 
 const _: () = assert!(size_of::<Header>() == 96);
 const _: () = assert!(size_of::<Ack>() == 16);
-const _: () = assert!(size_of::<UpstreamRec>() == 104);
+const _: () = assert!(size_of::<UpstreamRec>() == 112);
 const _: () = assert!(size_of::<ServerRec>() == 376);
-const _: () = assert!(size_of::<PeerSlot>() == 208);
+const _: () = assert!(size_of::<PeerSlot>() == 240);
 
 /// Connection and request counters every worker adds to, for `stub_status`.
 #[repr(C)]

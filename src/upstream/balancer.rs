@@ -7,6 +7,7 @@
 use super::crc32::{Crc32, crc32};
 use super::peers::{Ms, Peer, PeerId, Peers, Tried, smooth_pick};
 use crate::conf::model::Balancer;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Per-request balancer state, kept across retries as nginx keeps it.
 #[derive(Debug, Clone)]
@@ -136,7 +137,68 @@ impl Peers {
             } => self.pick_ketama(st, key, tried, now),
             Balancer::IpHash => self.pick_ip_hash(st, key, tried, now),
             Balancer::Random { two } => self.pick_random(st, *two, tried, now),
+            Balancer::PickFirst { revert, .. } => self.pick_first(*revert, tried, now),
         }
+    }
+
+    /// The primary index of `pick_first`'s choice (the first peer before
+    /// any choice was made, or when the chosen one is no longer listed).
+    pub fn chosen_index(&self) -> usize {
+        let key = self.choice.load(Relaxed);
+        self.primary.iter().position(|p| p.key == key).unwrap_or(0)
+    }
+
+    /// `pick_first`: the chosen peer while it is usable and untried, else
+    /// the next usable one in `server` order, which becomes the choice (for
+    /// every worker, with a zone). With `revert` the first usable peer in
+    /// `server` order, always.
+    fn pick_first(&self, revert: bool, tried: &Tried, now: Ms) -> Option<PeerId> {
+        let n = self.primary.len();
+        let start = if revert { 0 } else { self.chosen_index() };
+        let i = (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| free(self, tried, i, now))?;
+        self.choose(i);
+        Some(chosen(self, i, now))
+    }
+
+    /// Makes primary peer `i` the choice.
+    fn choose(&self, i: usize) {
+        let key = self.primary[i].key;
+        let cur = self.choice.load(Relaxed);
+        if cur != key {
+            // Two workers moving at once agree on one of their moves.
+            let _ = self.choice.compare_exchange(cur, key, Relaxed, Relaxed);
+        }
+    }
+
+    /// `pick_first`: the chosen peer failed (a `proxy_next_upstream`
+    /// condition); the next usable one in `server` order becomes the choice,
+    /// unless another worker moved it already.
+    pub fn move_on(&self, id: PeerId, now: Ms) {
+        let n = self.primary.len();
+        if id.backup || n < 2 || self.chosen_index() != id.index {
+            return;
+        }
+        if let Some(i) = (1..n)
+            .map(|k| (id.index + k) % n)
+            .find(|&i| self.primary[i].usable(now))
+        {
+            self.choose(i);
+        }
+    }
+
+    /// `pick_first ... warm=N`: the next `warm` peers after the choice in
+    /// `server` order that are not down or failed, which keep idle
+    /// connections open for a failover without a handshake.
+    pub fn warm(&self, warm: usize, now: Ms) -> Vec<usize> {
+        let n = self.primary.len();
+        let start = self.chosen_index();
+        (1..n)
+            .map(|k| (start + k) % n)
+            .filter(|&i| self.primary[i].usable(now))
+            .take(warm)
+            .collect()
     }
 
     /// The fewest connections per weight; ties by smooth weighted round robin.

@@ -9,6 +9,7 @@ mod crc32;
 pub mod dns;
 pub mod peers;
 pub mod pool;
+pub mod race;
 pub mod resolve;
 pub mod state;
 pub mod zone;
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::conf::model::{Http, Upstream};
 pub use peers::{Outcome, PeerId, Peers, Released, Tried};
-pub use pool::{Pool, Pooled};
+pub use pool::{Pool, Pooled, Registry};
 pub use zone::{Zone, Zones};
 
 /// A worker's current snapshot of an upstream, and older ones that requests
@@ -37,6 +38,8 @@ pub struct UpstreamRt {
     // Process-local locks: a worker's own snapshot and cache.
     snap: Mutex<Snap>,
     pool: Mutex<Pool>,
+    /// The connections this worker has open to each peer.
+    pub reg: Arc<Registry>,
 }
 
 impl UpstreamRt {
@@ -64,6 +67,7 @@ impl UpstreamRt {
                 old: Vec::new(),
             }),
             pool: Mutex::new(pool),
+            reg: Arc::new(Registry::default()),
         }
     }
 
@@ -145,6 +149,19 @@ impl UpstreamRt {
     pub fn pool(&self) -> MutexGuard<'_, Pool> {
         self.pool.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Lets go of idle connections that may not serve again or whose peer
+    /// left, counts the others under the current peers, and states this
+    /// worker's oldest connection to each peer.
+    pub fn tidy(&self) -> Arc<Peers> {
+        let peers = self.peers();
+        self.pool()
+            .prune(std::time::Instant::now(), &self.reg, &peers, |a| {
+                peers.find(a)
+            });
+        self.reg.restate(&peers);
+        peers
+    }
 }
 
 /// Every upstream of the configuration, indexed as `Http::upstreams`.
@@ -212,7 +229,7 @@ impl Upstreams {
         let mut oldest: HashMap<*const Zone, (Arc<Zone>, u64)> = HashMap::new();
         for u in &self.0 {
             let Some(z) = u.zone() else { continue };
-            u.peers();
+            u.tidy();
             let seen = u.oldest();
             oldest
                 .entry(Arc::as_ptr(z))

@@ -7,6 +7,7 @@
 //! the caller passes the time in (milliseconds of the shared monotonic clock).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::conf::model::{PeerAddr, Upstream};
@@ -40,9 +41,30 @@ impl std::ops::Deref for Live {
     }
 }
 
+/// `pick_first`'s chosen peer (its `Peer::key`; 0: none yet): the
+/// worker's own, or in the zone so that every worker follows one choice.
+#[derive(Clone, Debug)]
+pub enum Choice {
+    Local(Arc<AtomicU32>),
+    Zone(Ref<AtomicU32>),
+}
+
+impl std::ops::Deref for Choice {
+    type Target = AtomicU32;
+    fn deref(&self) -> &AtomicU32 {
+        match self {
+            Choice::Local(a) => a,
+            Choice::Zone(r) => r,
+        }
+    }
+}
+
 /// One peer: one address of one `server` line.
 #[derive(Debug, Clone)]
 pub struct Peer {
+    /// Names the peer while it stays listed: its zone slot + 1, or its
+    /// position + 1 among the worker's own peers.
+    pub key: u32,
     pub addr: PeerAddr,
     /// `ip:port`, `[v6]:port` or `unix:/path`, as `$upstream_addr` shows it.
     pub name: std::sync::Arc<str>,
@@ -188,6 +210,8 @@ pub struct Peers {
     /// The zone's publication this snapshot was read at (nginx's config
     /// counter); 0 for a worker's own peers, which never change.
     pub config: u64,
+    /// `pick_first`'s choice.
+    pub choice: Choice,
 }
 
 fn peer_name(addr: &PeerAddr) -> std::sync::Arc<str> {
@@ -203,6 +227,7 @@ impl Peer {
         live: Live,
     ) -> Peer {
         Peer {
+            key: 0,
             addr: addr.clone(),
             name: peer_name(addr),
             server,
@@ -230,6 +255,11 @@ impl Peers {
                     Peer::from_server(si, s, a, live)
                 })
             })
+            .zip(1..)
+            .map(|(mut p, key)| {
+                p.key = key;
+                p
+            })
             .collect();
         Peers::assemble(u, peers, 0)
     }
@@ -250,6 +280,7 @@ impl Peers {
             servers,
             points,
             config,
+            choice: Choice::Local(Arc::new(AtomicU32::new(0))),
         }
     }
 
@@ -266,6 +297,16 @@ impl Peers {
     /// One primary peer and no backup: it never fails and is always tried.
     pub fn single(&self) -> bool {
         self.primary.len() == 1 && self.backup.is_empty()
+    }
+
+    /// The peer at `addr`, if listed.
+    pub fn find(&self, addr: &PeerAddr) -> Option<PeerId> {
+        let at = |backup: bool, set: &[Peer]| {
+            set.iter()
+                .position(|p| p.addr == *addr)
+                .map(|index| PeerId { backup, index })
+        };
+        at(false, &self.primary).or_else(|| at(true, &self.backup))
     }
 
     pub fn get(&self, id: PeerId) -> &Peer {
@@ -393,6 +434,7 @@ pub(crate) fn test_upstream(
             .collect(),
         balancer,
         keepalive: Keepalive {
+            min: 0,
             max: 0,
             local: false,
             requests: 0,

@@ -1,17 +1,29 @@
 //! The keep-alive cache of idle upstream connections, per upstream and worker:
-//! at most `keepalive N` idle connections, the least recently used evicted
-//! first; a connection is reused most-recently-used first, never after
-//! `keepalive_timeout` idle, `keepalive_time` of age (less its jitter) or
-//! `keepalive_requests`.
+//! at most `keepalive N` idle connections (more when `keepalive_min` or
+//! `pick_first warm=` ask to keep more open), the least recently used evicted
+//! first. A connection is reused most-recently-used first as nginx does, or,
+//! with `keepalive_min`, least-recently-used first so that traffic rotates
+//! over every open connection. Never after `keepalive_timeout` idle,
+//! `keepalive_time` of age (less its jitter) or `keepalive_requests`.
+//!
+//! Every connection is counted while it is open: in the worker's registry
+//! (what `keepalive_min` tops up) and in its peer's live state (what the API
+//! shows for all workers: open, idle, age, recycled).
 
-use std::collections::VecDeque;
-use std::time::Instant;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 
+use super::peers::{Ms, PeerId, PeerLive, Peers, now_ms};
 use crate::conf::model::{Keepalive, PeerAddr};
+
+/// A `location` no request set: a connection the keeper opened.
+pub const ANY_LOCATION: usize = usize::MAX;
 
 /// An upstream connection ready for a request.
 pub struct Pooled {
@@ -19,16 +31,204 @@ pub struct Pooled {
     pub peer: PeerAddr,
     pub created: Instant,
     /// `keepalive_time`, with its jitter drawn for this connection.
-    pub max_age: std::time::Duration,
+    pub max_age: Duration,
     pub idle_since: Instant,
     /// Requests sent on it so far.
     pub requests: u64,
     /// With `keepalive N local`, the location it belongs to.
     pub location: usize,
+    track: Option<Track>,
+}
+
+impl Pooled {
+    pub fn new(
+        sender: SendRequest<Full<Bytes>>,
+        peer: PeerAddr,
+        now: Instant,
+        max_age: Duration,
+        location: usize,
+    ) -> Pooled {
+        Pooled {
+            sender,
+            peer,
+            created: now,
+            max_age,
+            idle_since: now,
+            requests: 0,
+            location,
+            track: None,
+        }
+    }
+
+    /// Counts it as a connection to peer `id` of `peers` (again, when the
+    /// peers were republished since: the counts move to the current ones).
+    pub fn track(&mut self, reg: &Arc<Registry>, peers: &Arc<Peers>, id: PeerId) {
+        if let Some(t) = &self.track {
+            if Arc::ptr_eq(&t.peers, peers) {
+                return;
+            }
+        }
+        let created = match self.track.take() {
+            Some(mut t) => {
+                // Moving, not closing: the registry keeps its entry.
+                t.moved = true;
+                t.created
+            }
+            None => {
+                let c = now_ms().saturating_sub(self.created.elapsed().as_millis() as Ms);
+                reg.add(&self.peer, c);
+                c
+            }
+        };
+        self.track = Some(Track::open(reg.clone(), peers.clone(), id, created));
+    }
+
+    fn set_idle(&mut self, idle: bool) {
+        if let Some(t) = &mut self.track {
+            t.set_idle(idle);
+        }
+    }
+
+    fn too_old(&self, now: Instant) -> bool {
+        now.duration_since(self.created) >= self.max_age
+    }
+
+    /// Closes it because of its age (`keepalive_time`): counted as recycled.
+    fn recycle(self) {
+        if let Some(t) = &self.track {
+            t.live().recycled.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// One open connection's share of its peer's live counters.
+struct Track {
+    reg: Arc<Registry>,
+    peers: Arc<Peers>,
+    id: PeerId,
+    /// Creation time on the shared clock.
+    created: Ms,
+    idle: bool,
+    /// Re-counted under newer peers: the registry entry stays.
+    moved: bool,
+}
+
+impl Track {
+    fn open(reg: Arc<Registry>, peers: Arc<Peers>, id: PeerId, created: Ms) -> Track {
+        let t = Track {
+            reg,
+            peers,
+            id,
+            created,
+            idle: false,
+            moved: false,
+        };
+        let l = t.live();
+        l.open.fetch_add(1, Relaxed);
+        l.created_sum.fetch_add(created, Relaxed);
+        older(l, created);
+        t
+    }
+
+    fn live(&self) -> &PeerLive {
+        &self.peers.get(self.id).live
+    }
+
+    fn set_idle(&mut self, idle: bool) {
+        if idle != self.idle {
+            self.idle = idle;
+            let l = self.live();
+            if idle {
+                l.idle.fetch_add(1, Relaxed);
+            } else {
+                let _ = l.idle.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+            }
+        }
+    }
+}
+
+impl Drop for Track {
+    fn drop(&mut self) {
+        self.set_idle(false);
+        let peer = self.peers.get(self.id).addr.clone();
+        let left = if self.moved {
+            None
+        } else {
+            self.reg.remove(&peer, self.created)
+        };
+        let l = self.live();
+        let _ = l.open.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+        let _ = l
+            .created_sum
+            .fetch_update(Relaxed, Relaxed, |s| s.checked_sub(self.created));
+        if !self.moved {
+            // The oldest closed: this worker's next oldest stands in until
+            // the other workers restate theirs (`Registry::restate`).
+            let _ = l
+                .oldest
+                .compare_exchange(self.created, left.unwrap_or(0), Relaxed, Relaxed);
+        }
+    }
+}
+
+/// Lowers a peer's oldest connection time to `created` (0 means none).
+fn older(l: &PeerLive, created: Ms) {
+    let _ = l.oldest.fetch_update(Relaxed, Relaxed, |o| {
+        (o == 0 || created < o).then_some(created)
+    });
+}
+
+/// The connections this worker has open per peer (busy or idle), by their
+/// creation times.
+#[derive(Default)]
+pub struct Registry {
+    open: Mutex<HashMap<PeerAddr, Vec<Ms>>>,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PeerAddr, Vec<Ms>>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, peer: &PeerAddr, created: Ms) {
+        self.lock().entry(peer.clone()).or_default().push(created);
+    }
+
+    /// Forgets one connection; the oldest left to the peer, if any.
+    fn remove(&self, peer: &PeerAddr, created: Ms) -> Option<Ms> {
+        let mut open = self.lock();
+        let list = open.get_mut(peer)?;
+        if let Some(i) = list.iter().position(|c| *c == created) {
+            list.swap_remove(i);
+        }
+        let left = list.iter().min().copied();
+        if list.is_empty() {
+            open.remove(peer);
+        }
+        left
+    }
+
+    /// Connections open to `peer` in this worker.
+    pub fn count(&self, peer: &PeerAddr) -> usize {
+        self.lock().get(peer).map_or(0, Vec::len)
+    }
+
+    /// States this worker's oldest connection to each peer of `peers`.
+    pub fn restate(&self, peers: &Peers) {
+        let open = self.lock();
+        for p in peers.primary.iter().chain(peers.backup.iter()) {
+            if let Some(m) = open.get(&p.addr).and_then(|l| l.iter().min()) {
+                older(&p.live, *m);
+            }
+        }
+    }
 }
 
 pub struct Pool {
     cfg: Keepalive,
+    /// Idle connections kept at most: `keepalive N`, or what the keeper
+    /// needs when that is more.
+    cap: usize,
     /// Most recently used at the front.
     idle: VecDeque<Pooled>,
 }
@@ -36,6 +236,7 @@ pub struct Pool {
 impl Pool {
     pub fn new(cfg: Keepalive) -> Pool {
         Pool {
+            cap: cfg.max,
             cfg,
             idle: VecDeque::new(),
         }
@@ -44,49 +245,97 @@ impl Pool {
     fn fresh(&self, c: &Pooled, now: Instant) -> bool {
         !c.sender.is_closed()
             && now.duration_since(c.idle_since) < self.cfg.timeout
-            && now.duration_since(c.created) < c.max_age
             && c.requests < self.cfg.requests
     }
 
-    /// An idle connection to `peer`, if one is cached and still usable.
-    pub fn take(&mut self, peer: &PeerAddr, location: usize, now: Instant) -> Option<Pooled> {
-        // Drop what has gone stale on the way.
-        let cfg_local = self.cfg.local;
-        let mut i = 0;
-        while i < self.idle.len() {
-            if !self.fresh(&self.idle[i], now) {
-                self.idle.remove(i);
-                continue;
-            }
-            let c = &self.idle[i];
-            if c.peer == *peer && (!cfg_local || c.location == location) {
-                return self.idle.remove(i);
-            }
-            i += 1;
+    /// Drops an idle connection that may not serve again: closed, idle too
+    /// long, used up or (recycled) too old.
+    fn usable(&self, c: Pooled, now: Instant) -> Option<Pooled> {
+        if !self.fresh(&c, now) {
+            return None;
         }
-        None
+        if c.too_old(now) {
+            c.recycle();
+            return None;
+        }
+        Some(c)
+    }
+
+    /// An idle connection to `peer`, if one is cached and still usable:
+    /// the most recently used, or with `keepalive_min` the least.
+    pub fn take(&mut self, peer: &PeerAddr, location: usize, now: Instant) -> Option<Pooled> {
+        let local = self.cfg.local;
+        let rotate = self.cfg.min > 0;
+        let matches = |c: &Pooled| {
+            c.peer == *peer && (!local || c.location == location || c.location == ANY_LOCATION)
+        };
+        loop {
+            let i = if rotate {
+                self.idle.iter().rposition(matches)?
+            } else {
+                self.idle.iter().position(matches)?
+            };
+            let c = self.idle.remove(i)?;
+            if let Some(mut c) = self.usable(c, now) {
+                c.set_idle(false);
+                return Some(c);
+            }
+        }
     }
 
     /// Whether a connection that just finished a response may be cached.
     pub fn may_keep(&self, c: &Pooled, now: Instant) -> bool {
-        self.cfg.max > 0
-            && now.duration_since(c.created) < c.max_age
-            && c.requests < self.cfg.requests
+        self.cap > 0 && !c.too_old(now) && c.requests < self.cfg.requests
     }
 
     /// Caches an idle connection, evicting the least recently used one.
     pub fn put(&mut self, mut c: Pooled, now: Instant) {
         if !self.may_keep(&c, now) {
+            if self.cap > 0 && c.too_old(now) {
+                c.recycle();
+            }
             return;
         }
         c.idle_since = now;
+        c.set_idle(true);
         self.idle.push_front(c);
-        while self.idle.len() > self.cfg.max {
+        while self.idle.len() > self.cap {
             self.idle.pop_back();
         }
     }
 
+    /// Drops idle connections that may not serve again or whose peer is no
+    /// longer listed (`listed` says), and counts the others under `peers`
+    /// (the current snapshot, so that old ones are let go).
+    pub fn prune(
+        &mut self,
+        now: Instant,
+        reg: &Arc<Registry>,
+        peers: &Arc<Peers>,
+        listed: impl Fn(&PeerAddr) -> Option<PeerId>,
+    ) {
+        let idle = std::mem::take(&mut self.idle);
+        for c in idle {
+            let Some(id) = listed(&c.peer) else { continue };
+            if let Some(mut c) = self.usable(c, now) {
+                c.track(reg, peers, id);
+                c.set_idle(true);
+                self.idle.push_back(c);
+            }
+        }
+    }
+
+    /// Sets how many idle connections are kept: at least `keepalive N`.
+    pub fn set_cap(&mut self, wanted: usize) {
+        self.cap = self.cfg.max.max(wanted);
+    }
+
     pub fn idle_count(&self) -> usize {
         self.idle.len()
+    }
+
+    /// Idle connections to `peer`.
+    pub fn idle_to(&self, peer: &PeerAddr) -> usize {
+        self.idle.iter().filter(|c| c.peer == *peer).count()
     }
 }

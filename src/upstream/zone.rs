@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering::*};
 use std::time::Duration;
 
-use super::peers::{Live, Peer, PeerLive, Peers};
+use super::peers::{Choice, Live, Peer, PeerLive, Peers};
 use crate::conf::model::{PeerAddr, Upstream};
 use crate::shm::records::{Ack, BACKUP, DOWN, Header, PeerSlot, RESOLVE, ServerRec, UpstreamRec};
 use crate::shm::{Ref, Region, ShmError};
@@ -336,6 +336,7 @@ impl Zone {
             servers,
             balancer: crate::conf::model::Balancer::RoundRobin,
             keepalive: crate::conf::model::Keepalive {
+                min: 0,
                 max: 0,
                 local: false,
                 requests: 0,
@@ -470,7 +471,14 @@ impl Zone {
                 .filter_map(|i| self.read_peer(i.load(Relaxed) as usize, cfg))
                 .collect();
             if rec.seq.read_valid(start) && peers.len() == n {
-                return Some(Peers::assemble(cfg, peers, config));
+                let mut p = Peers::assemble(cfg, peers, config);
+                if let Ok(c) = Ref::<AtomicU32>::new(
+                    &self.region,
+                    self.ups_off + u * size_of::<UpstreamRec>() + offset_of!(UpstreamRec, choice),
+                ) {
+                    p.choice = Choice::Zone(c);
+                }
+                return Some(p);
             }
         }
         None
@@ -503,6 +511,7 @@ impl Zone {
             Ref::<PeerLive>::new(&self.region, self.slot_off(i) + offset_of!(PeerSlot, live))
                 .ok()?;
         let mut p = Peer::from_server(server, line, &addr, Live::Zone(live));
+        p.key = i as u32 + 1;
         p.weight = i64::from(s.weight.load(Relaxed));
         p.max_fails = s.max_fails.load(Relaxed);
         p.fail_timeout = u64::from(s.fail_timeout_ms.load(Relaxed));
@@ -928,6 +937,9 @@ fn reset(l: &PeerLive, weight: i64) {
         &l.received,
         &l.downtime,
         &l.down_since,
+        &l.created_sum,
+        &l.oldest,
+        &l.recycled,
     ] {
         a.store(0, Relaxed);
     }
@@ -935,6 +947,8 @@ fn reset(l: &PeerLive, weight: i64) {
         r.store(0, Relaxed);
     }
     l.unavail.store(0, Relaxed);
+    l.open.store(0, Relaxed);
+    l.idle.store(0, Relaxed);
 }
 
 #[cfg(test)]

@@ -1,0 +1,163 @@
+//! `proxy_connect_race`: connection attempts that run side by side. The
+//! first attempt starts alone; when none has finished after the race delay,
+//! the caller may start another (to the next peer its balancer picks). The
+//! first to succeed wins and the others are dropped, which closes their
+//! sockets; an attempt that fails while another is still running is
+//! reported and the race goes on.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+
+/// How a race ended.
+pub enum Ended<T, E> {
+    /// Attempt `k` succeeded.
+    Won(usize, T),
+    /// Attempt `k` failed and nothing else was running.
+    Lost(usize, E),
+}
+
+/// Attempts in flight, numbered in the order they started. Dropping it
+/// aborts the losers (a `JoinSet` aborts its tasks when dropped): their
+/// connects stop and their sockets close.
+pub struct Race<T, E> {
+    set: JoinSet<(usize, Result<T, E>)>,
+    started: usize,
+}
+
+impl<T: Send + 'static, E: Send + 'static> Default for Race<T, E> {
+    fn default() -> Self {
+        Race {
+            set: JoinSet::new(),
+            started: 0,
+        }
+    }
+}
+
+impl<T: Send + 'static, E: Send + 'static> Race<T, E> {
+    /// Starts an attempt; its number.
+    pub fn start(&mut self, attempt: impl Future<Output = Result<T, E>> + Send + 'static) -> usize {
+        let k = self.started;
+        self.started += 1;
+        self.set.spawn(async move { (k, attempt.await) });
+        k
+    }
+
+    /// Runs the race. Each time `delay` passes with no attempt finished,
+    /// `more` may start another (it says whether it did; once it did not,
+    /// it is not asked again). `failed` hears of attempts that failed while
+    /// others were still running.
+    pub async fn run(
+        &mut self,
+        delay: Option<Duration>,
+        mut more: impl FnMut(&mut Self) -> bool,
+        mut failed: impl FnMut(usize, E),
+    ) -> Option<Ended<T, E>> {
+        let mut delay = delay;
+        loop {
+            let next = match delay {
+                Some(d) => match tokio::time::timeout(d, self.set.join_next()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        if !more(self) {
+                            delay = None;
+                        }
+                        continue;
+                    }
+                },
+                None => self.set.join_next().await,
+            };
+            // A panicked attempt counts as nothing; an empty set ends it.
+            let (k, result) = match next? {
+                Ok(done) => done,
+                Err(_) => continue,
+            };
+            match result {
+                Ok(t) => return Some(Ended::Won(k, t)),
+                Err(e) if self.set.is_empty() => return Some(Ended::Lost(k, e)),
+                Err(e) => failed(k, e),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn a_slow_first_attempt_loses_to_a_second() {
+        rt().block_on(async {
+            let mut race: Race<&str, &str> = Race::default();
+            race.start(async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok("slow")
+            });
+            let began = std::time::Instant::now();
+            let mut asked = 0;
+            let end = race
+                .run(
+                    Some(Duration::from_millis(20)),
+                    |r| {
+                        asked += 1;
+                        r.start(async { Ok("fast") });
+                        true
+                    },
+                    |_, _| {},
+                )
+                .await;
+            assert!(matches!(end, Some(Ended::Won(1, "fast"))));
+            assert_eq!(asked, 1);
+            assert!(began.elapsed() < Duration::from_secs(1));
+        });
+    }
+
+    #[test]
+    fn failures_are_reported_until_the_last() {
+        rt().block_on(async {
+            let mut race: Race<(), u32> = Race::default();
+            race.start(async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Err(1)
+            });
+            let mut seen = Vec::new();
+            let end = race
+                .run(
+                    Some(Duration::from_millis(10)),
+                    |r| {
+                        if r.started < 2 {
+                            r.start(async {
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                                Err(2)
+                            });
+                            true
+                        } else {
+                            false
+                        }
+                    },
+                    |k, e| seen.push((k, e)),
+                )
+                .await;
+            assert_eq!(seen, vec![(0, 1)]);
+            assert!(matches!(end, Some(Ended::Lost(1, 2))));
+        });
+    }
+
+    #[test]
+    fn without_a_delay_the_first_attempt_runs_alone() {
+        rt().block_on(async {
+            let mut race: Race<(), &str> = Race::default();
+            race.start(async { Err("refused") });
+            let end = race.run(None, |_| panic!("not asked"), |_, _| {}).await;
+            assert!(matches!(end, Some(Ended::Lost(0, "refused"))));
+        });
+    }
+}
