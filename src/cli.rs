@@ -30,7 +30,6 @@ pub const WITHOUT_MODULES: &[&str] = &[
     "--without-http_map_module",
     "--without-http_split_clients_module",
     "--without-http_referer_module",
-    "--without-http_proxy_module",
     "--without-http_fastcgi_module",
     "--without-http_uwsgi_module",
     "--without-http_scgi_module",

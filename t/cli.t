@@ -12,7 +12,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(30);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(31);
 my $d = $t->testdir();
 
 my ($rc, $out, $err) = $t->run_binary('-v');
@@ -21,7 +21,8 @@ like($err, qr!^sluice version: sluice/[\d.]+\nnginx version: nginx/1\.31\.5 \(be
 	'-v text');
 
 ($rc, $out, $err) = $t->run_binary('-V');
-like($err, qr/^configure arguments: .*--without-http_proxy_module/m, '-V lists missing modules');
+like($err, qr/^configure arguments: .*--without-http_fastcgi_module/m, '-V lists missing modules');
+unlike($err, qr/--without-http_proxy_module/, '-V: the proxy module is built in');
 like($err, qr/--with-stream(?:\s|$)/m, '-V lists the stream module');
 
 ($rc, $out, $err) = $t->run_binary('-h');

@@ -8,6 +8,7 @@ pub mod access;
 pub mod case;
 pub(crate) mod client_io;
 mod dynamic;
+pub mod keeper;
 pub mod proxy;
 mod proxy_body;
 pub mod realip;
@@ -310,6 +311,21 @@ pub async fn serve(
     if !shm.zones.is_empty() {
         crate::upstream::resolve::start_upkeep(&shared.upstreams, slot, shm.saved.clone());
     }
+    // keepalive_min and pick_first warm=: connections opened ahead of
+    // requests, each within the smallest proxy_connect_timeout configured.
+    let mut keepers = tokio::task::JoinSet::new();
+    let connect_timeout = cfg
+        .http
+        .iter()
+        .flat_map(case::all_confs)
+        .map(|c| c.proxy_connect_timeout)
+        .min()
+        .unwrap_or(Duration::from_secs(60));
+    for u in shared.upstreams.iter() {
+        if keeper::wants_keeper(&u.cfg) {
+            keepers.spawn(keeper::keep(u.clone(), connect_timeout));
+        }
+    }
     let mut accepts = tokio::task::JoinSet::new();
     for l in listeners {
         let shared = shared.clone();
@@ -321,6 +337,7 @@ pub async fn serve(
             break;
         }
     }
+    keepers.shutdown().await;
     shared.start_draining();
     // Stop accepting: the listeners close with their tasks.
     accepts.shutdown().await;

@@ -247,6 +247,9 @@ fn upstream_json(u: &UpstreamRt, stream: bool) -> Value {
             if selected != 0 {
                 o.insert("selected".into(), iso_ms(selected));
             }
+            if !stream {
+                o.insert("sluice".into(), connections_json(l, now));
+            }
         }
         list.push(peer);
     }
@@ -271,10 +274,31 @@ fn upstream_json(u: &UpstreamRt, stream: bool) -> Value {
                 "config": peers.config,
                 "resolver_pid": z.lease().map(|l| l.holder()).unwrap_or(0),
                 "resolve": resolve_json(u, &peers),
+                "pick_first": if u.cfg.balancer.is_pick_first() && !peers.primary.is_empty() {
+                    json!(peers.primary[peers.chosen_index()].name.as_ref())
+                } else {
+                    Value::Null
+                },
             }),
         );
     }
     out
+}
+
+/// A peer's keep-alive connections, every worker's: open (busy or idle),
+/// idle, their age (the oldest, restated by each worker every half second,
+/// and the average) and how many were closed for their age.
+fn connections_json(l: &crate::upstream::peers::PeerLive, now: u64) -> Value {
+    let open = u64::from(l.open.load(Relaxed));
+    let oldest = l.oldest.load(Relaxed);
+    let sum = l.created_sum.load(Relaxed);
+    json!({
+        "open": open,
+        "idle": l.idle.load(Relaxed),
+        "age_max_ms": if open > 0 && oldest != 0 { now.saturating_sub(oldest) } else { 0 },
+        "age_avg_ms": sum.checked_div(open).map_or(0, |avg| now.saturating_sub(avg)),
+        "recycled": l.recycled.load(Relaxed),
+    })
 }
 
 /// Per `resolve` server line: its name, the last answer's time and

@@ -24,7 +24,8 @@ use crate::http::{Listener, Phase};
 use crate::log::Level;
 use crate::upstream::balancer::{Key, PickState};
 use crate::upstream::peers::now_ms;
-use crate::upstream::{Outcome, Released, Tried, UpstreamRt, Upstreams, Zones};
+use crate::upstream::race::{Ended, Race};
+use crate::upstream::{Outcome, PeerId, Released, Tried, UpstreamRt, Upstreams, Zones};
 
 struct Shared {
     cfg: Arc<Config>,
@@ -327,6 +328,31 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
         _ => Key::None,
     };
     let mut pick_state = PickState::new(s.number.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let pick_first = ups.cfg.balancer.is_pick_first();
+    // A failed attempt: logged, recorded, the peer released as failed.
+    let failed = |s: &mut Session, id: PeerId, why: &str| {
+        let peer = snap.get(id);
+        s.attempts.push((peer.name.to_string(), None));
+        crate::log_conn!(
+            Level::Error,
+            s.number,
+            "{} while connecting to upstream{}",
+            why,
+            s.context(&peer.name, (0, 0))
+        );
+        let now = now_ms();
+        if snap.release(id, Outcome::Failed, now) == Released::Disabled {
+            crate::log_conn!(
+                Level::Warn,
+                s.number,
+                "upstream server temporarily disabled while connecting to upstream{}",
+                s.context(&peer.name, (0, 0))
+            );
+        }
+        if pick_first {
+            snap.move_on(id, now);
+        }
+    };
     loop {
         let ms = now_ms();
         let Some(id) = snap.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, ms) else {
@@ -342,54 +368,88 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
         snap.acquire(id, ms);
         tried.set(id);
         tries_left = tries_left.saturating_sub(1);
-        let peer = snap.get(id);
-        let began = Instant::now();
-        let attempt = match &peer.addr {
-            PeerAddr::Inet(a) => tokio::time::timeout(
-                conf.proxy_connect_timeout,
-                tokio::net::TcpStream::connect(a),
+        // With proxy_connect_race, more attempts join a slow one.
+        let mut racers = vec![(id, Instant::now())];
+        let mut race: Race<Stream, String> = Race::default();
+        race.start(open(snap.get(id).addr.clone(), conf.proxy_connect_timeout));
+        let mut failures = Vec::new();
+        let ended = race
+            .run(
+                conf.proxy_connect_race,
+                |race| {
+                    let in_time = conf.proxy_next_upstream_timeout.is_zero()
+                        || started.elapsed() < conf.proxy_next_upstream_timeout;
+                    if !conf.proxy_next_upstream || tries_left == 0 || !in_time {
+                        return false;
+                    }
+                    let ms = now_ms();
+                    let Some(next) =
+                        snap.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, ms)
+                    else {
+                        return false;
+                    };
+                    snap.acquire(next, ms);
+                    tried.set(next);
+                    tries_left -= 1;
+                    racers.push((next, Instant::now()));
+                    race.start(open(
+                        snap.get(next).addr.clone(),
+                        conf.proxy_connect_timeout,
+                    ));
+                    true
+                },
+                |k, why| failures.push((k, why)),
             )
-            .await
-            .map(|r| r.map(Stream::Tcp)),
-            PeerAddr::Unix(p) => tokio::time::timeout(
-                conf.proxy_connect_timeout,
-                tokio::net::UnixStream::connect(p),
-            )
-            .await
-            .map(|r| r.map(Stream::Unix)),
-        };
-        let why = match attempt {
-            Ok(Ok(c)) => {
-                if let Stream::Tcp(t) = &c {
-                    let _ = t.set_nodelay(true);
+            .await;
+        drop(race);
+        let lost: Vec<usize> = failures.iter().map(|(k, _)| *k).collect();
+        for (k, why) in failures {
+            failed(s, racers[k].0, &why);
+        }
+        match ended {
+            Some(Ended::Won(k, c)) => {
+                for (j, (other, _)) in racers.iter().enumerate() {
+                    if j != k && !lost.contains(&j) {
+                        snap.release(*other, Outcome::Next, now_ms());
+                    }
                 }
+                let (id, began) = racers[k];
                 s.attempts
-                    .push((peer.name.to_string(), Some(began.elapsed())));
+                    .push((snap.get(id).name.to_string(), Some(began.elapsed())));
                 return Some((c, snap.clone(), id));
             }
-            Ok(Err(e)) => format!("connect() failed ({})", crate::conf::tree::errno_text(&e)),
-            Err(_) => "upstream timed out (110: Connection timed out)".to_string(),
-        };
-        s.attempts.push((peer.name.to_string(), None));
-        crate::log_conn!(
-            Level::Error,
-            s.number,
-            "{} while connecting to upstream{}",
-            why,
-            s.context(&peer.name, (0, 0))
-        );
-        if snap.release(id, Outcome::Failed, now_ms()) == Released::Disabled {
-            crate::log_conn!(
-                Level::Warn,
-                s.number,
-                "upstream server temporarily disabled while connecting to upstream{}",
-                s.context(&peer.name, (0, 0))
-            );
+            Some(Ended::Lost(k, why)) => failed(s, racers[k].0, &why),
+            None => return None,
         }
         let out_of_time = !conf.proxy_next_upstream_timeout.is_zero()
             && started.elapsed() >= conf.proxy_next_upstream_timeout;
         if !conf.proxy_next_upstream || tries_left == 0 || out_of_time {
             return None;
         }
+    }
+}
+
+/// Connects to a peer within `timeout`; the reason as the error log says it.
+async fn open(addr: PeerAddr, timeout: Duration) -> Result<Stream, String> {
+    let attempt = match &addr {
+        PeerAddr::Inet(a) => tokio::time::timeout(timeout, tokio::net::TcpStream::connect(a))
+            .await
+            .map(|r| r.map(Stream::Tcp)),
+        PeerAddr::Unix(p) => tokio::time::timeout(timeout, tokio::net::UnixStream::connect(p))
+            .await
+            .map(|r| r.map(Stream::Unix)),
+    };
+    match attempt {
+        Ok(Ok(c)) => {
+            if let Stream::Tcp(t) = &c {
+                let _ = t.set_nodelay(true);
+            }
+            Ok(c)
+        }
+        Ok(Err(e)) => Err(format!(
+            "connect() failed ({})",
+            crate::conf::tree::errno_text(&e)
+        )),
+        Err(_) => Err("upstream timed out (110: Connection timed out)".to_string()),
     }
 }

@@ -367,8 +367,21 @@ sub backend {
 	_release_ports();
 	# Readiness by a file, not by connecting: a probe would count as a connection.
 	my $ready = "$self->{_testdir}/backend_" . ($opts{addr} // '127.0.0.1') . "_$port.ready";
+	unlink $ready;
 	$self->run_daemon(\&Test::Sluice::Backend::run, $port, %opts, ready => $ready);
+	$self->{_backends}{($opts{addr} // '127.0.0.1') . ":$port"} = $self->{_daemons}[-1];
 	$self->waitforfile($ready) or die "backend $port did not start\n";
+	return $self;
+}
+
+# Stops the backend started on 127.0.0.1:port (or addr => IP), by its pid,
+# and waits until it has exited: its listener and connections are closed.
+sub stop_backend {
+	my ($self, $port, %opts) = @_;
+	my $pid = delete $self->{_backends}{($opts{addr} // '127.0.0.1') . ":$port"} or return;
+	kill 'KILL', $pid;
+	waitpid($pid, 0);
+	$self->{_daemons} = [grep { $_ != $pid } @{$self->{_daemons}}];
 	return $self;
 }
 

@@ -1,0 +1,172 @@
+//! Connections opened ahead of requests, per worker and upstream:
+//! `keepalive_min N` keeps N connections open to every primary peer that is
+//! not down or failed (behind one address that an L4 balancer spreads, N
+//! distinct backends); `pick_first warm=N` keeps an idle connection open to
+//! each of the next N peers after the chosen one, so that a failover needs no
+//! handshake. Every `KEEP_TICK` the keeper lets go of idle connections that
+//! may not serve again (closed, idle too long, `keepalive_time` reached) or
+//! whose peer left the list, and opens what is missing. A peer it could not
+//! connect to is left alone for `BACK_OFF`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+
+use super::proxy::{Failure, open};
+use crate::conf::model::{Balancer, PeerAddr, Upstream};
+use crate::log::Level;
+use crate::upstream::peers::{Ms, PeerId, Peers, now_ms};
+use crate::upstream::pool::ANY_LOCATION;
+use crate::upstream::{Pooled, UpstreamRt};
+
+const KEEP_TICK: Duration = Duration::from_millis(100);
+const BACK_OFF: Duration = Duration::from_secs(1);
+
+/// Whether an upstream asks for connections ahead of requests.
+pub fn wants_keeper(u: &Upstream) -> bool {
+    u.keepalive.min > 0 || matches!(u.balancer, Balancer::PickFirst { warm, .. } if warm > 0)
+}
+
+/// The connections this worker keeps open to each peer.
+pub fn wanted(u: &Upstream, peers: &Peers, now: Ms) -> Vec<(PeerId, usize)> {
+    let min = u.keepalive.min;
+    let id = |index| PeerId {
+        backup: false,
+        index,
+    };
+    let alive = |i: usize| !peers.primary[i].down && !peers.primary[i].failed(now);
+    match &u.balancer {
+        _ if peers.primary.is_empty() => Vec::new(),
+        Balancer::PickFirst { warm, .. } => {
+            let chosen = peers.chosen_index();
+            let mut out = Vec::new();
+            if min > 0 && alive(chosen) {
+                out.push((id(chosen), min));
+            }
+            out.extend(
+                peers
+                    .warm(*warm, now)
+                    .into_iter()
+                    .map(|i| (id(i), min.max(1))),
+            );
+            out
+        }
+        _ if min > 0 => (0..peers.primary.len())
+            .filter(|&i| alive(i))
+            .map(|i| (id(i), min))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+type Opened = (PeerAddr, Result<Pooled, (Failure, String)>);
+
+/// Keeps `u`'s connections open until the task is aborted (the worker
+/// drains). `timeout` bounds each connect.
+pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
+    let mut tick = tokio::time::interval(KEEP_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut opening: JoinSet<Opened> = JoinSet::new();
+    let mut pending: HashMap<PeerAddr, usize> = HashMap::new();
+    let mut resting: HashMap<PeerAddr, Instant> = HashMap::new();
+    let mut seed: u64 = u64::from(std::process::id()) << 32;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let peers = u.tidy();
+                let want = wanted(&u.cfg, &peers, now_ms());
+                u.pool().set_cap(want.iter().map(|(_, n)| n).sum());
+                let now = Instant::now();
+                resting.retain(|_, until| *until > now);
+                for (id, n) in want {
+                    let addr = &peers.get(id).addr;
+                    if resting.contains_key(addr) {
+                        continue;
+                    }
+                    let busy = pending.entry(addr.clone()).or_default();
+                    let have = u.reg.count(addr) + *busy;
+                    for _ in have..n {
+                        *busy += 1;
+                        seed = seed.wrapping_add(1);
+                        let max_age = u.cfg.keepalive.age_limit(seed ^ (now_ms() << 20));
+                        let addr = addr.clone();
+                        opening.spawn(async move {
+                            let r = open(addr.clone(), timeout, max_age, ANY_LOCATION).await;
+                            (addr, r)
+                        });
+                    }
+                }
+            }
+            Some(done) = opening.join_next(), if !opening.is_empty() => {
+                let Ok((addr, result)) = done else { continue };
+                if let Some(n) = pending.get_mut(&addr) {
+                    *n = n.saturating_sub(1);
+                }
+                match result {
+                    Ok(mut c) => {
+                        let peers = u.peers();
+                        if let Some(id) = peers.find(&addr) {
+                            c.track(&u.reg, &peers, id);
+                            u.pool().put(c, Instant::now());
+                        }
+                    }
+                    Err((_, msg)) => {
+                        crate::log!(
+                            Level::Info,
+                            "{} while keeping connections open to {} in upstream \"{}\"",
+                            msg,
+                            addr,
+                            u.cfg.name
+                        );
+                        resting.insert(addr, Instant::now() + BACK_OFF);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::peers::test_upstream;
+
+    #[test]
+    fn targets_per_balancer() {
+        let servers = [
+            ("127.0.0.1:1", 1, false),
+            ("127.0.0.1:2", 1, false),
+            ("127.0.0.1:3", 1, false),
+        ];
+        let mut u = test_upstream(&servers, Balancer::RoundRobin);
+        let p = Peers::from_config(&u);
+        assert!(wanted(&u, &p, 1_000_000).is_empty());
+        u.keepalive.min = 4;
+        let w = wanted(&u, &p, 1_000_000);
+        assert_eq!(
+            w.iter().map(|(id, n)| (id.index, *n)).collect::<Vec<_>>(),
+            [(0, 4), (1, 4), (2, 4)]
+        );
+        // pick_first warm=1: nothing for the chosen peer (requests open
+        // theirs), one for the next; keepalive_min adds to both.
+        u.keepalive.min = 0;
+        u.balancer = Balancer::PickFirst {
+            warm: 1,
+            revert: false,
+        };
+        let p = Peers::from_config(&u);
+        let w = wanted(&u, &p, 1_000_000);
+        assert_eq!(
+            w.iter().map(|(id, n)| (id.index, *n)).collect::<Vec<_>>(),
+            [(1, 1)]
+        );
+        u.keepalive.min = 2;
+        let w = wanted(&u, &p, 1_000_000);
+        assert_eq!(
+            w.iter().map(|(id, n)| (id.index, *n)).collect::<Vec<_>>(),
+            [(0, 2), (1, 2)]
+        );
+    }
+}
