@@ -660,41 +660,47 @@ pub(crate) async fn run(
         }
         let sent_bytes = plan.body.len() as u64;
 
+        // Sending and waiting for the header are one future here: a request
+        // without a body is sent at once, so only proxy_read_timeout bounds
+        // the wait; with a body, proxy_send_timeout as well.
+        let header_wait = conf.proxy_read_timeout
+            + if plan.body.is_empty() {
+                Duration::ZERO
+            } else {
+                conf.proxy_send_timeout
+            };
         let result = match conn.sender.ready().await {
             Err(e) => Err(e),
-            Ok(()) => match tokio::time::timeout(
-                conf.proxy_read_timeout + conf.proxy_send_timeout,
-                conn.sender.send_request(req),
-            )
-            .await
-            {
-                Ok(r) => r,
-                Err(_) => {
-                    let msg = "upstream timed out (110: Connection timed out) while reading response header from upstream";
-                    crate::log_conn!(
-                        Level::Error,
-                        r.conn.number,
-                        "{}{}",
-                        msg,
-                        r.log_context(Some(&url()))
-                    );
-                    release(Outcome::Failed);
-                    record(
-                        r,
-                        Attempt {
-                            addr: name.clone(),
-                            status: Some(504),
-                            connect: Some(connect_time),
-                            sent: sent_bytes,
-                            ..Attempt::default()
-                        },
-                    );
-                    if retry(NextUpstream::TIMEOUT, tries_left, true) {
-                        continue;
+            Ok(()) => {
+                match tokio::time::timeout(header_wait, conn.sender.send_request(req)).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        let msg = "upstream timed out (110: Connection timed out) while reading response header from upstream";
+                        crate::log_conn!(
+                            Level::Error,
+                            r.conn.number,
+                            "{}{}",
+                            msg,
+                            r.log_context(Some(&url()))
+                        );
+                        release(Outcome::Failed);
+                        record(
+                            r,
+                            Attempt {
+                                addr: name.clone(),
+                                status: Some(504),
+                                connect: Some(connect_time),
+                                sent: sent_bytes,
+                                ..Attempt::default()
+                            },
+                        );
+                        if retry(NextUpstream::TIMEOUT, tries_left, true) {
+                            continue;
+                        }
+                        return Reply::Status(504);
                     }
-                    return Reply::Status(504);
                 }
-            },
+            }
         };
         let resp = match result {
             Ok(resp) => resp,
