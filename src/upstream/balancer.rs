@@ -148,17 +148,20 @@ impl Peers {
         self.primary.iter().position(|p| p.key == key).unwrap_or(0)
     }
 
-    /// `pick_first`: the chosen peer while it is usable and untried, else
-    /// the next usable one in `server` order, which becomes the choice (for
-    /// every worker, with a zone). With `revert` the first usable peer in
-    /// `server` order, always.
+    /// `pick_first`: the chosen peer while it is usable, else the next
+    /// usable one in `server` order, which becomes the choice (for every
+    /// worker, with a zone); with `revert` the first usable one in `server`
+    /// order. A peer this request already tried is passed over without
+    /// moving the choice: a retry or a connect race is not a failover (a
+    /// failure moves the choice: `move_on`).
     fn pick_first(&self, revert: bool, tried: &Tried, now: Ms) -> Option<PeerId> {
         let n = self.primary.len();
         let start = if revert { 0 } else { self.chosen_index() };
-        let i = (0..n)
-            .map(|k| (start + k) % n)
-            .find(|&i| free(self, tried, i, now))?;
-        self.choose(i);
+        let order = || (0..n).map(|k| (start + k) % n);
+        if let Some(u) = order().find(|&i| self.primary[i].usable(now)) {
+            self.choose(u);
+        }
+        let i = order().find(|&i| free(self, tried, i, now))?;
         Some(chosen(self, i, now))
     }
 
