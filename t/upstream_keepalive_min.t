@@ -22,7 +22,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy stream upstream_zone/)->plan(12);
+my $t = Test::Sluice->new()->has(qw/http proxy stream upstream_zone/)->plan(15);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -146,3 +146,16 @@ note(sprintf 'spread again after %.1f s: %s', time() - $back, shares($last, 100)
 # A reload keeps serving with the new generation's keeper.
 ok($t->reload(), 'reload');
 ok(poll_until(sub { peer()->{open} == 8 }, 5), 'new generation: eight open again');
+
+# A bad value on reload is refused with file:line; the generation serving
+# keeps its connections.
+my $conf = $t->read_file('sluice.conf');
+(my $bad = $conf) =~ s/keepalive_min 8;/keepalive_min eight;/ or die;
+my ($line) = grep { (split /\n/, $bad)[$_ - 1] =~ /keepalive_min eight/ } 1 .. 200;
+$t->expect_errors(qr/\[emerg\] .*invalid value "eight" in "keepalive_min" directive/);
+$t->write_file('sluice.conf', $bad);
+ok(!$t->reload(), 'bad keepalive_min: reload refused');
+ok($t->waitforlog(qr/\[emerg\] \d+#0: invalid value "eight" in "keepalive_min" directive in \S+sluice\.conf:$line/),
+	'refused with file:line');
+$t->write_file('sluice.conf', $conf);
+is(peer()->{open}, 8, 'the running generation keeps its connections');

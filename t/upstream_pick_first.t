@@ -21,7 +21,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy upstream_zone/)->plan(17);
+my $t = Test::Sluice->new()->has(qw/http proxy upstream_zone/)->plan(20);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -180,3 +180,8 @@ is(port_of(http_get('/pft/x')), port(8083), 'timeout: answered by the next');
 my $start = time();
 http_get('/pft/x') for 1 .. 3;
 ok(time() - $start < 1.5, 'timeout: later requests go to the next at once');
+
+# A reload keeps the choice (the new zone starts from the old one's).
+ok($t->reload(), 'reload');
+is(choice('pf'), '127.0.0.1:' . port(8083), 'reload: the choice carried over');
+is(port_of(http_get('/pf/x')), port(8083), 'reload: requests stay with it');

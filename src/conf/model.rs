@@ -519,4 +519,66 @@ mod tests {
             assert!(e.contains(&format!("invalid parameter \"{bad}\"")), "{e}");
         }
     }
+
+    #[test]
+    fn keepalive_min_pick_first_and_connect_race() {
+        use super::super::testutil::{err, try_build};
+        let (c, _) = try_build(
+            "events {} http { upstream u { server 127.0.0.1:1; server 127.0.0.1:2; \
+             keepalive_min 4; pick_first warm=2 revert; } \
+             server { listen 127.0.0.1:1; proxy_connect_race 150ms; \
+             location /off { proxy_connect_race off; } } } \
+             stream { upstream s { pick_first; server 127.0.0.1:3; } \
+             server { listen 127.0.0.1:2; proxy_pass s; proxy_connect_race 50ms; } }",
+        )
+        .expect("config");
+        let h = c.http.expect("http");
+        let u = &h.upstreams[0];
+        assert_eq!(u.keepalive.min, 4);
+        assert!(matches!(
+            u.balancer,
+            super::Balancer::PickFirst {
+                warm: 2,
+                revert: true
+            }
+        ));
+        assert_eq!(
+            h.servers[0].conf.proxy_connect_race,
+            Some(Duration::from_millis(150))
+        );
+        assert_eq!(h.servers[0].locations[0].conf.proxy_connect_race, None);
+        let st = c.stream.expect("stream");
+        assert_eq!(
+            st.servers[0].proxy_connect_race,
+            Some(Duration::from_millis(50))
+        );
+        for (text, want) in [
+            (
+                "keepalive_min x;",
+                "invalid value \"x\" in \"keepalive_min\" directive",
+            ),
+            ("keepalive_min 2000;", "invalid value \"2000\""),
+            (
+                "keepalive_min 1; keepalive_min 2;",
+                "\"keepalive_min\" directive is duplicate",
+            ),
+            ("pick_first warm=x;", "invalid parameter \"warm=x\""),
+            ("pick_first sticky;", "invalid parameter \"sticky\""),
+            (
+                "pick_first; server 127.0.0.1:3 backup;",
+                "does not support parameter \"backup\"",
+            ),
+        ] {
+            let e = err(&format!(
+                "events {{}} http {{ upstream u {{ server 127.0.0.1:1; {text} }} }}"
+            ));
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        for bad in ["0", "x"] {
+            let e = err(&format!(
+                "events {{}} http {{ server {{ proxy_connect_race {bad}; }} }}"
+            ));
+            assert!(e.contains("\"proxy_connect_race\" directive"), "{e}");
+        }
+    }
 }

@@ -590,4 +590,83 @@ mod tests {
         assert_eq!(split_server("unix:/tmp/s"), ("/tmp/s", ""));
         assert_eq!(split_server("[::1]:80"), ("[::1]", "80"));
     }
+
+    #[test]
+    fn pick_first_stays_moves_and_reverts() {
+        let b = Balancer::PickFirst {
+            warm: 1,
+            revert: false,
+        };
+        let p = peers(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"], b.clone());
+        let now = 1_000_000;
+        let pick = |p: &Peers, tried: &Tried, now| {
+            p.pick(&b, &mut PickState::new(1), &Key::None, tried, now)
+                .map(|id| id.index)
+        };
+        for _ in 0..5 {
+            assert_eq!(pick(&p, &Tried::new(&p), now), Some(0));
+        }
+        assert_eq!(p.warm(1, now), vec![1]);
+        // A retry (or a race) passes over the tried peer without moving.
+        let mut t = Tried::new(&p);
+        t.set(PeerId {
+            backup: false,
+            index: 0,
+        });
+        assert_eq!(pick(&p, &t, now), Some(1));
+        assert_eq!(p.chosen_index(), 0);
+        // A failure moves the choice on, and it stays after the peer recovers.
+        let first = PeerId {
+            backup: false,
+            index: 0,
+        };
+        p.acquire(first, now);
+        p.release(first, Outcome::Failed, now);
+        p.move_on(first, now);
+        assert_eq!(p.chosen_index(), 1);
+        assert_eq!(p.warm(1, now), vec![2], "the failed peer is not kept warm");
+        let later = now + 20_000;
+        assert_eq!(pick(&p, &Tried::new(&p), later), Some(1));
+        // Wraps around in server order.
+        let second = PeerId {
+            backup: false,
+            index: 1,
+        };
+        p.move_on(second, later);
+        assert_eq!(p.chosen_index(), 2);
+        p.move_on(
+            PeerId {
+                backup: false,
+                index: 2,
+            },
+            later,
+        );
+        assert_eq!(p.chosen_index(), 0);
+        // A move from a peer that is no longer the choice is ignored.
+        p.move_on(second, later);
+        assert_eq!(p.chosen_index(), 0);
+
+        // revert: back to the first as soon as it is usable.
+        let rb = Balancer::PickFirst {
+            warm: 0,
+            revert: true,
+        };
+        let r = peers(&["127.0.0.1:1", "127.0.0.1:2"], rb.clone());
+        let rpick = |now| {
+            r.pick(
+                &rb,
+                &mut PickState::new(1),
+                &Key::None,
+                &Tried::new(&r),
+                now,
+            )
+            .map(|id| id.index)
+        };
+        r.acquire(first, now);
+        r.release(first, Outcome::Failed, now);
+        r.move_on(first, now);
+        assert_eq!(rpick(now + 1), Some(1));
+        assert_eq!(rpick(now + 20_000), Some(0));
+        assert_eq!(r.chosen_index(), 0);
+    }
 }

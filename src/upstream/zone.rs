@@ -885,7 +885,44 @@ pub fn preresolve(
             carried.push((name.clone(), up_name.clone()));
         }
     }
+    carry_choices(new, nh, old, oh);
     carried
+}
+
+/// `pick_first` across a reload or an upgrade: a new zone upstream whose
+/// old counterpart had chosen a peer that is still listed keeps that choice
+/// (else it starts from the first server again).
+fn carry_choices(
+    new: &Zones,
+    nh: &crate::conf::model::Http,
+    old: &Zones,
+    oh: &crate::conf::model::Http,
+) {
+    for (name, z) in new {
+        let Some(oz) = old.get(name) else { continue };
+        for (i, up_name) in z.upstream_names().iter().enumerate() {
+            let (Some(nu), Some(ou), Some(j)) = (
+                nh.upstreams.iter().find(|u| &u.name == up_name),
+                oh.upstreams.iter().find(|u| &u.name == up_name),
+                oz.upstream(up_name),
+            ) else {
+                continue;
+            };
+            if !nu.balancer.is_pick_first() {
+                continue;
+            }
+            let (Some(before), Some(now)) = (oz.snapshot(j, ou), z.snapshot(i, nu)) else {
+                continue;
+            };
+            let key = before.choice.load(Relaxed);
+            let Some(was) = before.primary.iter().find(|p| p.key == key) else {
+                continue;
+            };
+            if let Some(p) = now.primary.iter().find(|p| p.addr == was.addr) {
+                now.choice.store(p.key, Relaxed);
+            }
+        }
+    }
 }
 
 fn flags(backup: bool, down: bool) -> u32 {
