@@ -20,7 +20,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy stream/)->plan(13);
+my $t = Test::Sluice->new()->has(qw/http proxy stream/)->plan(15);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -30,7 +30,7 @@ events {
 }
 
 http {
-    log_format u "$uri $status [$upstream_addr]";
+    log_format u "$uri $status [$upstream_addr] $request_time";
     access_log %%TESTDIR%%/access.log u;
 
     upstream raced { pick_first; server 127.0.0.1:%%PORT_8082%%; server 127.0.0.1:%%PORT_8081%%; }
@@ -93,15 +93,23 @@ is(port_of($r), port(8081), 'race: answered by the other peer');
 ok($took < 1.5, 'race: well within proxy_connect_timeout') or diag("took $took s");
 note(sprintf 'with proxy_connect_race 100ms: %.3f s', $took);
 
-# The hanging peer was abandoned, not failed: it stays pick_first's choice,
-# so the next request races again, and nothing was logged as an error.
+# The hanging peer lost but has not failed yet: it stays pick_first's
+# choice, so the next request races again, and nothing is logged yet.
 ($r, $took) = timed(sub { http_get('/race/y') });
-is(port_of($r), port(8081), 'race again: the abandoned peer was not marked failed');
+is(port_of($r), port(8081), 'race again: the losing peer was not marked failed');
 ok($took >= 0.09, 'race again: after the race delay') or diag("took $took s");
 unlike($t->read_file('error.log'), qr/while connecting to upstream.*\/race\//,
-	'race: the abandoned connect is not an error');
-like($t->read_file('access.log'), qr{^/race/x 200 \[127\.0\.0\.1:${\ port(8081)}\]$}m,
+	'race: the losing connect is no error while it runs');
+like($t->read_file('access.log'), qr{^/race/x 200 \[127\.0\.0\.1:${\ port(8081)}\] }m,
 	'race: $upstream_addr names the winner only');
+
+# The losing connect runs on in the background: after proxy_connect_timeout
+# it fails, counts as a failure, and pick_first moves on; no more racing.
+ok($t->waitforlog(qr/upstream timed out \(110: Connection timed out\) while connecting to upstream.*\/race\/x/),
+	'race: the loser timed out in the background, logged');
+http_get('/race/z');
+my ($rt) = $t->read_file('access.log') =~ m{^/race/z 200 \[127\.0\.0\.1:${\ port(8081)}\] ([\d.]+)$}m;
+ok(defined $rt && $rt < 0.1, 'race: then the choice moved, no race delay') or diag($rt // 'no line');
 
 # Without racing: the whole connect timeout, then the next peer.
 ($r, $took) = timed(sub { http_get('/plain/x') });

@@ -335,24 +335,24 @@ pub(crate) async fn open(
     Ok(Pooled::new(sender, addr, Instant::now(), max_age, location))
 }
 
-/// Releases a peer after an attempt, logging when it reaches `max_fails`.
+/// Releases a peer after an attempt, logging (for connection `number`,
+/// with the error log's context from `ctx`) when it reaches `max_fails`.
 /// With `pick_first`, a failure moves the choice on.
 fn release_peer(
-    r: &Req,
+    number: u64,
+    ctx: impl FnOnce() -> String,
     snap: &Peers,
     ups: &UpstreamRt,
     id: PeerId,
-    name: &str,
-    uri: &str,
     outcome: Outcome,
 ) {
     let now = now_ms();
     if snap.release(id, outcome, now) == Released::Disabled {
         crate::log_conn!(
             Level::Warn,
-            r.conn.number,
+            number,
             "upstream server temporarily disabled while connecting to upstream{}",
-            r.log_context(Some(&format!("http://{name}{uri}")))
+            ctx()
         );
     }
     if outcome == Outcome::Failed && ups.cfg.balancer.is_pick_first() {
@@ -380,7 +380,8 @@ fn connect_failed(
         msg,
         r.log_context(Some(&format!("http://{name}{uri}")))
     );
-    release_peer(r, snap, ups, id, name, uri, Outcome::Failed);
+    let ctx = || r.log_context(Some(&format!("http://{name}{uri}")));
+    release_peer(r.conn.number, ctx, snap, ups, id, Outcome::Failed);
     let status = final_status(f.bits());
     record(
         r,
@@ -603,20 +604,50 @@ pub(crate) async fn run(
                         |k, e| failures.push((k, e)),
                     )
                     .await;
-                drop(race);
-                let failed: Vec<usize> = failures.iter().map(|(k, _)| *k).collect();
                 for (k, (f, msg)) in failures {
                     let (fid, fname, _, _) = &racers[k];
                     connect_failed(r, &snap, &ups, *fid, fname, &plan.uri, f, &msg);
                 }
                 match ended {
                     Some(Ended::Won(k, c)) => {
-                        // The others were abandoned, not failed.
-                        for (j, (other, ..)) in racers.iter().enumerate() {
-                            if j != k && !failed.contains(&j) {
-                                snap.release(*other, Outcome::Next, now_ms());
+                        // The losers still connecting finish in the
+                        // background: one that fails counts as failed, one
+                        // that connects is closed unused.
+                        let losers: Vec<(PeerId, String)> = racers
+                            .iter()
+                            .map(|(id, name, ..)| {
+                                let url = format!("http://{name}{}", plan.uri);
+                                (*id, r.log_context(Some(&url)))
+                            })
+                            .collect();
+                        let (snap, ups, number) = (snap.clone(), ups.clone(), r.conn.number);
+                        race.finish(move |j, result| {
+                            let Some((id, ctx)) = losers.get(j) else {
+                                return;
+                            };
+                            match result {
+                                Ok(_unused) => {
+                                    snap.release(*id, Outcome::Next, now_ms());
+                                }
+                                Err((_, msg)) => {
+                                    crate::log_conn!(
+                                        Level::Error,
+                                        number,
+                                        "{} while connecting to upstream{}",
+                                        msg,
+                                        ctx
+                                    );
+                                    release_peer(
+                                        number,
+                                        || ctx.clone(),
+                                        &snap,
+                                        &ups,
+                                        *id,
+                                        Outcome::Failed,
+                                    );
+                                }
                             }
-                        }
+                        });
                         let (wid, wname, began, cached) = racers.swap_remove(k);
                         (wid, wname, began, cached, c)
                     }
@@ -635,8 +666,16 @@ pub(crate) async fn run(
         };
         conn.track(&ups.reg, &snap, id);
         let url = || format!("http://{name}{}", plan.uri);
-        let release =
-            |outcome: Outcome| release_peer(r, &snap, &ups, id, &name, &plan.uri, outcome);
+        let release = |outcome: Outcome| {
+            release_peer(
+                r.conn.number,
+                || r.log_context(Some(&url())),
+                &snap,
+                &ups,
+                id,
+                outcome,
+            )
+        };
         let connect_time = attempt_start.elapsed();
         conn.requests += 1;
 

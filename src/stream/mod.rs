@@ -25,7 +25,7 @@ use crate::log::Level;
 use crate::upstream::balancer::{Key, PickState};
 use crate::upstream::peers::now_ms;
 use crate::upstream::race::{Ended, Race};
-use crate::upstream::{Outcome, PeerId, Released, Tried, UpstreamRt, Upstreams, Zones};
+use crate::upstream::{Outcome, PeerId, Peers, Released, Tried, UpstreamRt, Upstreams, Zones};
 
 struct Shared {
     cfg: Arc<Config>,
@@ -333,25 +333,8 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
     let failed = |s: &mut Session, id: PeerId, why: &str| {
         let peer = snap.get(id);
         s.attempts.push((peer.name.to_string(), None));
-        crate::log_conn!(
-            Level::Error,
-            s.number,
-            "{} while connecting to upstream{}",
-            why,
-            s.context(&peer.name, (0, 0))
-        );
-        let now = now_ms();
-        if snap.release(id, Outcome::Failed, now) == Released::Disabled {
-            crate::log_conn!(
-                Level::Warn,
-                s.number,
-                "upstream server temporarily disabled while connecting to upstream{}",
-                s.context(&peer.name, (0, 0))
-            );
-        }
-        if pick_first {
-            snap.move_on(id, now);
-        }
+        let ctx = s.context(&peer.name, (0, 0));
+        connect_failed(s.number, &ctx, why, &snap, id, pick_first);
     };
     loop {
         let ms = now_ms();
@@ -401,18 +384,29 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
                 |k, why| failures.push((k, why)),
             )
             .await;
-        drop(race);
-        let lost: Vec<usize> = failures.iter().map(|(k, _)| *k).collect();
         for (k, why) in failures {
             failed(s, racers[k].0, &why);
         }
         match ended {
             Some(Ended::Won(k, c)) => {
-                for (j, (other, _)) in racers.iter().enumerate() {
-                    if j != k && !lost.contains(&j) {
-                        snap.release(*other, Outcome::Next, now_ms());
+                // The losers still connecting finish in the background: one
+                // that fails counts as failed, one that connects is closed.
+                let losers: Vec<(PeerId, String)> = racers
+                    .iter()
+                    .map(|(id, _)| (*id, s.context(&snap.get(*id).name, (0, 0))))
+                    .collect();
+                let (peers, number) = (snap.clone(), s.number);
+                race.finish(move |j, result| {
+                    let Some((id, ctx)) = losers.get(j) else {
+                        return;
+                    };
+                    match result {
+                        Ok(_unused) => {
+                            peers.release(*id, Outcome::Next, now_ms());
+                        }
+                        Err(why) => connect_failed(number, ctx, &why, &peers, *id, pick_first),
                     }
-                }
+                });
                 let (id, began) = racers[k];
                 s.attempts
                     .push((snap.get(id).name.to_string(), Some(began.elapsed())));
@@ -426,6 +420,31 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
         if !conf.proxy_next_upstream || tries_left == 0 || out_of_time {
             return None;
         }
+    }
+}
+
+/// A connect that failed: logged (for session `number`, with the error
+/// log's context `ctx`), the peer released as failed; with `pick_first`
+/// the choice moves on.
+fn connect_failed(number: u64, ctx: &str, why: &str, peers: &Peers, id: PeerId, pick_first: bool) {
+    crate::log_conn!(
+        Level::Error,
+        number,
+        "{} while connecting to upstream{}",
+        why,
+        ctx
+    );
+    let now = now_ms();
+    if peers.release(id, Outcome::Failed, now) == Released::Disabled {
+        crate::log_conn!(
+            Level::Warn,
+            number,
+            "upstream server temporarily disabled while connecting to upstream{}",
+            ctx
+        );
+    }
+    if pick_first {
+        peers.move_on(id, now);
     }
 }
 

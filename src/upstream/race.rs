@@ -1,9 +1,10 @@
 //! `proxy_connect_race`: connection attempts that run side by side. The
 //! first attempt starts alone; when none has finished after the race delay,
 //! the caller may start another (to the next peer its balancer picks). The
-//! first to succeed wins and the others are dropped, which closes their
-//! sockets; an attempt that fails while another is still running is
-//! reported and the race goes on.
+//! first to succeed wins; an attempt that fails while another is still
+//! running is reported and the race goes on. The losers still running are
+//! never used, but may be left to finish in the background (`finish`), so
+//! that a peer whose connect fails is known to have failed.
 
 use std::future::Future;
 use std::time::Duration;
@@ -42,6 +43,22 @@ impl<T: Send + 'static, E: Send + 'static> Race<T, E> {
         self.started += 1;
         self.set.spawn(async move { (k, attempt.await) });
         k
+    }
+
+    /// Lets the attempts still running finish in a task of their own and
+    /// hands each outcome to `done` (a connection that completes late is
+    /// the caller's to close).
+    pub fn finish(mut self, mut done: impl FnMut(usize, Result<T, E>) + Send + 'static) {
+        if self.set.is_empty() {
+            return;
+        }
+        tokio::spawn(async move {
+            while let Some(next) = self.set.join_next().await {
+                if let Ok((k, result)) = next {
+                    done(k, result);
+                }
+            }
+        });
     }
 
     /// Runs the race. Each time `delay` passes with no attempt finished,
@@ -148,6 +165,34 @@ mod tests {
                 .await;
             assert_eq!(seen, vec![(0, 1)]);
             assert!(matches!(end, Some(Ended::Lost(1, 2))));
+        });
+    }
+
+    #[test]
+    fn losers_finish_in_the_background() {
+        rt().block_on(async {
+            let mut race: Race<&str, &str> = Race::default();
+            race.start(async {
+                tokio::time::sleep(Duration::from_millis(60)).await;
+                Err("timed out")
+            });
+            let end = race
+                .run(
+                    Some(Duration::from_millis(10)),
+                    |r| {
+                        r.start(async { Ok("fast") });
+                        true
+                    },
+                    |_, _| {},
+                )
+                .await;
+            assert!(matches!(end, Some(Ended::Won(1, "fast"))));
+            let (tx, rx) = std::sync::mpsc::channel();
+            race.finish(move |k, r| {
+                let _ = tx.send((k, r));
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(rx.try_recv().ok(), Some((0, Err("timed out"))));
         });
     }
 
