@@ -36,7 +36,7 @@ pub fn wanted(u: &Upstream, peers: &Peers, now: Ms) -> Vec<(PeerId, usize)> {
         backup: false,
         index,
     };
-    let alive = |i: usize| !peers.primary[i].down && !peers.primary[i].failed(now);
+    let alive = |i: usize| peers.primary[i].alive(now);
     match &u.balancer {
         _ if peers.primary.is_empty() => Vec::new(),
         Balancer::PickFirst { warm, .. } => {
@@ -61,7 +61,7 @@ pub fn wanted(u: &Upstream, peers: &Peers, now: Ms) -> Vec<(PeerId, usize)> {
     }
 }
 
-type Opened = (PeerAddr, Result<Pooled, (Failure, String)>);
+type Opened = Result<Pooled, (Failure, String)>;
 
 /// Keeps `u`'s connections open until the task is aborted (the worker
 /// drains). `timeout` bounds each connect.
@@ -70,6 +70,7 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut opening: JoinSet<Opened> = JoinSet::new();
     let mut pending: HashMap<PeerAddr, usize> = HashMap::new();
+    let mut opened_for: HashMap<tokio::task::Id, PeerAddr> = HashMap::new();
     let mut resting: HashMap<PeerAddr, Instant> = HashMap::new();
     let mut seed: u64 = u64::from(std::process::id()) << 32;
     loop {
@@ -77,7 +78,9 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
             _ = tick.tick() => {
                 let peers = u.tidy();
                 let want = wanted(&u.cfg, &peers, now_ms());
-                u.pool().set_cap(want.iter().map(|(_, n)| n).sum());
+                u.pool().set_targets(
+                    want.iter().map(|(id, n)| (peers.get(*id).addr.clone(), *n)).collect(),
+                );
                 let now = Instant::now();
                 resting.retain(|_, until| *until > now);
                 for (id, n) in want {
@@ -91,28 +94,34 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
                         *busy += 1;
                         seed = seed.wrapping_add(1);
                         let max_age = u.cfg.keepalive.age_limit(seed ^ (now_ms() << 20));
-                        let addr = addr.clone();
-                        opening.spawn(async move {
-                            let r = open(addr.clone(), timeout, max_age, ANY_LOCATION).await;
-                            (addr, r)
-                        });
+                        let task = opening.spawn(open(addr.clone(), timeout, max_age, ANY_LOCATION));
+                        opened_for.insert(task.id(), addr.clone());
                     }
                 }
             }
-            Some(done) = opening.join_next(), if !opening.is_empty() => {
-                let Ok((addr, result)) = done else { continue };
+            Some(done) = opening.join_next_with_id(), if !opening.is_empty() => {
+                let (task, result) = match done {
+                    Ok((task, result)) => (task, Some(result)),
+                    Err(e) => (e.id(), None),
+                };
+                let Some(addr) = opened_for.remove(&task) else { continue };
                 if let Some(n) = pending.get_mut(&addr) {
                     *n = n.saturating_sub(1);
                 }
                 match result {
-                    Ok(mut c) => {
+                    None => {}
+                    Some(Ok(mut c)) => {
                         let peers = u.peers();
                         if let Some(id) = peers.find(&addr) {
                             c.track(&u.reg, &peers, id);
-                            u.pool().put(c, Instant::now());
+                            // Refused (keepalive_requests 0 and the like):
+                            // opening more now would only churn.
+                            if !u.pool().put(c, Instant::now()) {
+                                resting.insert(addr, Instant::now() + BACK_OFF);
+                            }
                         }
                     }
-                    Err((_, msg)) => {
+                    Some(Err((_, msg))) => {
                         crate::log!(
                             Level::Info,
                             "{} while keeping connections open to {} in upstream \"{}\"",

@@ -324,6 +324,21 @@ async fn connect(
     Ok(sender)
 }
 
+/// Peers acquired for connect attempts not yet decided: released (without
+/// counting a failure) if the request goes away while they connect.
+struct Undecided {
+    snap: Arc<Peers>,
+    ids: Vec<PeerId>,
+}
+
+impl Drop for Undecided {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            self.snap.release(id, Outcome::Next, now_ms());
+        }
+    }
+}
+
 /// Opens a connection for the keep-alive cache: `connect` with its record.
 pub(crate) async fn open(
     addr: PeerAddr,
@@ -560,6 +575,10 @@ pub(crate) async fn run(
             None => {
                 // Per attempt: the peer, its name, when it began, whether cached.
                 let mut racers = vec![(id, name, now, false)];
+                let mut undecided = Undecided {
+                    snap: snap.clone(),
+                    ids: vec![id],
+                };
                 let mut race: Race<Pooled, (Failure, String)> = Race::default();
                 race.start(open(
                     addr,
@@ -572,9 +591,17 @@ pub(crate) async fn run(
                     .run(
                         conf.proxy_connect_race,
                         |race| {
+                            // Another peer only where a failed connect could
+                            // go to one, and not after the peers changed.
                             let in_time = conf.proxy_next_upstream_timeout.is_zero()
                                 || started.elapsed() < conf.proxy_next_upstream_timeout;
-                            if tries_left == 0 || !in_time {
+                            let allowed = conf.proxy_next_upstream.has(NextUpstream::ERROR)
+                                || conf.proxy_next_upstream.has(NextUpstream::TIMEOUT);
+                            if tries_left == 0
+                                || !in_time
+                                || !allowed
+                                || ups.peers().config != snap.config
+                            {
                                 return false;
                             }
                             let ms = now_ms();
@@ -590,6 +617,7 @@ pub(crate) async fn run(
                             let t = Instant::now();
                             let cached = ups.pool().take(&p.addr, location_id, t);
                             racers.push((next, p.name.clone(), t, cached.is_some()));
+                            undecided.ids.push(next);
                             match cached {
                                 Some(c) => race.start(async move { Ok(c) }),
                                 None => race.start(open(
@@ -604,6 +632,8 @@ pub(crate) async fn run(
                         |k, e| failures.push((k, e)),
                     )
                     .await;
+                // Every attempt is accounted for below.
+                undecided.ids.clear();
                 for (k, (f, msg)) in failures {
                     let (fid, fname, _, _) = &racers[k];
                     connect_failed(r, &snap, &ups, *fid, fname, &plan.uri, f, &msg);
@@ -754,7 +784,9 @@ pub(crate) async fn run(
                     _ => "upstream prematurely closed connection",
                 };
                 // A cached connection the upstream had closed: try again
-                // without using up a try, as nginx does.
+                // without using up a try, as nginx does, and (unlike nginx)
+                // without counting a failure: the peer did nothing wrong, and
+                // pick_first must not move away from it.
                 let stale = was_cached && f == Failure::Error;
                 let level = if stale { Level::Info } else { Level::Error };
                 crate::log_conn!(
@@ -764,7 +796,11 @@ pub(crate) async fn run(
                     msg,
                     r.log_context(Some(&url()))
                 );
-                release(Outcome::Failed);
+                release(if stale {
+                    Outcome::Next
+                } else {
+                    Outcome::Failed
+                });
                 if stale {
                     tries_left += 1;
                     if snap.single() {

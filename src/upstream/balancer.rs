@@ -144,50 +144,58 @@ impl Peers {
     /// The primary index of `pick_first`'s choice (the first peer before
     /// any choice was made, or when the chosen one is no longer listed).
     pub fn chosen_index(&self) -> usize {
-        let key = self.choice.load(Relaxed);
-        self.primary.iter().position(|p| p.key == key).unwrap_or(0)
+        self.chosen().0
     }
 
-    /// `pick_first`: the chosen peer while it is usable, else the next
-    /// usable one in `server` order, which becomes the choice (for every
-    /// worker, with a zone); with `revert` the first usable one in `server`
-    /// order. A peer this request already tried is passed over without
-    /// moving the choice: a retry or a connect race is not a failover (a
-    /// failure moves the choice: `move_on`).
+    /// The choice's primary index and the key it was read as.
+    fn chosen(&self) -> (usize, u32) {
+        let key = self.choice.load(Relaxed);
+        let i = self.primary.iter().position(|p| p.key == key).unwrap_or(0);
+        (i, key)
+    }
+
+    /// `pick_first`: the chosen peer while it is alive (not down, not
+    /// failed), else the next alive one in `server` order, which becomes the
+    /// choice (for every worker, with a zone); with `revert` the first alive
+    /// one in `server` order. The request takes the first of them it may use:
+    /// one at `max_conns`, or already tried by this request (a retry, a
+    /// connect race), is passed over without moving the choice (a failure
+    /// moves it: `move_on`).
     fn pick_first(&self, revert: bool, tried: &Tried, now: Ms) -> Option<PeerId> {
         let n = self.primary.len();
-        let start = if revert { 0 } else { self.chosen_index() };
+        let (current, seen) = self.chosen();
+        let start = if revert { 0 } else { current };
         let order = || (0..n).map(|k| (start + k) % n);
-        if let Some(u) = order().find(|&i| self.primary[i].usable(now)) {
-            self.choose(u);
+        if let Some(u) = order().find(|&i| self.primary[i].alive(now)) {
+            self.choose(seen, u);
         }
         let i = order().find(|&i| free(self, tried, i, now))?;
         Some(chosen(self, i, now))
     }
 
-    /// Makes primary peer `i` the choice.
-    fn choose(&self, i: usize) {
+    /// Makes primary peer `i` the choice, unless another worker changed the
+    /// choice since it was read as `seen` (its move stands).
+    fn choose(&self, seen: u32, i: usize) {
         let key = self.primary[i].key;
-        let cur = self.choice.load(Relaxed);
-        if cur != key {
-            // Two workers moving at once agree on one of their moves.
-            let _ = self.choice.compare_exchange(cur, key, Relaxed, Relaxed);
+        if seen != key {
+            let _ = self.choice.compare_exchange(seen, key, Relaxed, Relaxed);
         }
     }
 
     /// `pick_first`: the chosen peer failed (a `proxy_next_upstream`
-    /// condition); the next usable one in `server` order becomes the choice,
-    /// unless another worker moved it already.
+    /// condition); the next alive one in `server` order becomes the choice,
+    /// unless the choice is already another peer.
     pub fn move_on(&self, id: PeerId, now: Ms) {
         let n = self.primary.len();
-        if id.backup || n < 2 || self.chosen_index() != id.index {
+        let (current, seen) = self.chosen();
+        if id.backup || n < 2 || current != id.index {
             return;
         }
         if let Some(i) = (1..n)
             .map(|k| (id.index + k) % n)
-            .find(|&i| self.primary[i].usable(now))
+            .find(|&i| self.primary[i].alive(now))
         {
-            self.choose(i);
+            self.choose(seen, i);
         }
     }
 
@@ -199,7 +207,7 @@ impl Peers {
         let start = self.chosen_index();
         (1..n)
             .map(|k| (start + k) % n)
-            .filter(|&i| self.primary[i].usable(now))
+            .filter(|&i| self.primary[i].alive(now))
             .take(warm)
             .collect()
     }

@@ -97,6 +97,11 @@ impl Peer {
             && now.saturating_sub(checked) <= self.fail_timeout
     }
 
+    /// Neither `down` nor failed (`max_conns` aside).
+    pub fn alive(&self, now: Ms) -> bool {
+        !self.down && !self.failed(now)
+    }
+
     pub(super) fn usable(&self, now: Ms) -> bool {
         let full = self.max_conns > 0 && self.conns() >= self.max_conns;
         !(self.down || full || self.failed(now))

@@ -226,9 +226,12 @@ impl Registry {
 
 pub struct Pool {
     cfg: Keepalive,
-    /// Idle connections kept at most: `keepalive N`, or what the keeper
-    /// needs when that is more.
+    /// Idle connections kept at most: `keepalive N` plus what the keeper
+    /// keeps open.
     cap: usize,
+    /// The keeper's connections per peer: idle ones up to that many are
+    /// evicted last, and kept even when `keepalive 0` turns the cache off.
+    targets: HashMap<PeerAddr, usize>,
     /// Most recently used at the front.
     idle: VecDeque<Pooled>,
 }
@@ -238,8 +241,13 @@ impl Pool {
         Pool {
             cap: cfg.max,
             cfg,
+            targets: HashMap::new(),
             idle: VecDeque::new(),
         }
+    }
+
+    fn target(&self, peer: &PeerAddr) -> usize {
+        self.targets.get(peer).copied().unwrap_or(0)
     }
 
     fn fresh(&self, c: &Pooled, now: Instant) -> bool {
@@ -285,23 +293,37 @@ impl Pool {
 
     /// Whether a connection that just finished a response may be cached.
     pub fn may_keep(&self, c: &Pooled, now: Instant) -> bool {
-        self.cap > 0 && !c.too_old(now) && c.requests < self.cfg.requests
+        let room = self.cfg.max > 0 || self.idle_to(&c.peer) < self.target(&c.peer);
+        room && !c.too_old(now) && c.requests < self.cfg.requests
     }
 
-    /// Caches an idle connection, evicting the least recently used one.
-    pub fn put(&mut self, mut c: Pooled, now: Instant) {
+    /// Caches an idle connection (false: it was closed instead), evicting
+    /// the least recently used one of a peer above the keeper's target.
+    pub fn put(&mut self, mut c: Pooled, now: Instant) -> bool {
         if !self.may_keep(&c, now) {
-            if self.cap > 0 && c.too_old(now) {
+            if c.too_old(now) {
                 c.recycle();
             }
-            return;
+            return false;
         }
         c.idle_since = now;
         c.set_idle(true);
         self.idle.push_front(c);
         while self.idle.len() > self.cap {
-            self.idle.pop_back();
+            let mut count: HashMap<&PeerAddr, usize> = HashMap::new();
+            for c in &self.idle {
+                *count.entry(&c.peer).or_default() += 1;
+            }
+            let spare = self
+                .idle
+                .iter()
+                .rposition(|c| count.get(&c.peer).copied().unwrap_or(0) > self.target(&c.peer));
+            match spare {
+                Some(i) => drop(self.idle.remove(i)),
+                None => drop(self.idle.pop_back()),
+            }
         }
+        true
     }
 
     /// Drops idle connections that may not serve again or whose peer is no
@@ -325,9 +347,11 @@ impl Pool {
         }
     }
 
-    /// Sets how many idle connections are kept: at least `keepalive N`.
-    pub fn set_cap(&mut self, wanted: usize) {
-        self.cap = self.cfg.max.max(wanted);
+    /// The keeper's connections per peer; the cache holds them besides
+    /// `keepalive N`.
+    pub fn set_targets(&mut self, targets: HashMap<PeerAddr, usize>) {
+        self.cap = self.cfg.max + targets.values().sum::<usize>();
+        self.targets = targets;
     }
 
     pub fn idle_count(&self) -> usize {
@@ -337,5 +361,82 @@ impl Pool {
     /// Idle connections to `peer`.
     pub fn idle_to(&self, peer: &PeerAddr) -> usize {
         self.idle.iter().filter(|c| c.peer == *peer).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+
+    /// A real (idle) HTTP/1 client connection to `addr`'s listener.
+    async fn conn(l: &std::net::TcpListener, peer: &PeerAddr) -> Pooled {
+        let addr = l.local_addr().expect("addr");
+        let s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (sender, c) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
+            .await
+            .expect("handshake");
+        tokio::spawn(c);
+        Pooled::new(
+            sender,
+            peer.clone(),
+            Instant::now(),
+            Duration::from_secs(3600),
+            0,
+        )
+    }
+
+    fn cfg(max: usize, min: usize) -> Keepalive {
+        Keepalive {
+            min,
+            max,
+            local: false,
+            requests: 1000,
+            time: Duration::from_secs(3600),
+            timeout: Duration::from_secs(60),
+            jitter: 0,
+        }
+    }
+
+    #[test]
+    fn the_keepers_connections_are_evicted_last_and_kept_without_a_cache() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            let a = PeerAddr::Inet("127.0.0.1:1".parse::<SocketAddr>().expect("addr"));
+            let b = PeerAddr::Inet("127.0.0.1:2".parse::<SocketAddr>().expect("addr"));
+            let now = Instant::now();
+
+            // keepalive 1, the keeper keeps one to a: a request's
+            // connections to b push out b's, never a's.
+            let mut p = Pool::new(cfg(1, 0));
+            p.set_targets([(a.clone(), 1)].into_iter().collect());
+            assert!(p.put(conn(&l, &a).await, now));
+            assert!(p.put(conn(&l, &b).await, now));
+            assert!(p.put(conn(&l, &b).await, now));
+            assert_eq!((p.idle_to(&a), p.idle_to(&b)), (1, 1));
+
+            // keepalive 0: only what the keeper keeps is cached.
+            let mut p = Pool::new(cfg(0, 0));
+            p.set_targets([(a.clone(), 1)].into_iter().collect());
+            assert!(!p.put(conn(&l, &b).await, now));
+            assert!(p.put(conn(&l, &a).await, now));
+            assert!(!p.put(conn(&l, &a).await, now));
+
+            // keepalive_min: the least recently used first; without it the most.
+            for (min, want) in [(1, 0), (0, 2)] {
+                let mut p = Pool::new(cfg(3, min));
+                for location in 0..3 {
+                    let mut c = conn(&l, &a).await;
+                    c.location = location;
+                    assert!(p.put(c, now));
+                }
+                let got = p.take(&a, 0, now).map(|c| c.location);
+                assert_eq!(got, Some(want), "keepalive_min {min}");
+            }
+        });
     }
 }
