@@ -574,6 +574,13 @@ mod tests {
             ));
             assert!(e.contains(want), "{text}: {e}");
         }
+        // The keep-alive directives are HTTP's, as in nginx.
+        for d in ["keepalive 2", "keepalive_min 2", "keepalive_time 1s"] {
+            let e = err(&format!(
+                "events {{}} stream {{ upstream s {{ server 127.0.0.1:1; {d}; }} }}"
+            ));
+            assert!(e.contains("directive is not allowed here"), "{d}: {e}");
+        }
         for bad in ["0", "x"] {
             let e = err(&format!(
                 "events {{}} http {{ server {{ proxy_connect_race {bad}; }} }}"

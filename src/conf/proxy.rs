@@ -135,6 +135,8 @@ pub(super) struct UpstreamB {
     pub(super) resolver: Option<Resolver>,
     pub(super) resolver_timeout: Option<Duration>,
     state: Option<(PathBuf, Src)>,
+    /// A `stream` block's: the keep-alive directives are not allowed.
+    stream: bool,
     src: Src,
 }
 
@@ -163,7 +165,7 @@ fn set_upstream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     let Node::Http(h) = n else {
         return Err(not_here(d));
     };
-    let u = new_upstream(b, d, &h.upstreams)?;
+    let u = new_upstream(b, d, &h.upstreams, false)?;
     h.upstreams.push(u);
     Ok(())
 }
@@ -173,6 +175,7 @@ pub(super) fn new_upstream(
     b: &mut Builder,
     d: &Directive,
     known: &[UpstreamB],
+    stream: bool,
 ) -> Result<UpstreamB, ConfError> {
     let name = d.args[0].clone();
     if known.iter().any(|u| u.name.eq_ignore_ascii_case(&name)) {
@@ -192,6 +195,7 @@ pub(super) fn new_upstream(
         resolver: None,
         resolver_timeout: None,
         state: None,
+        stream,
         src: d.src.clone(),
     };
     b.walk(
@@ -350,6 +354,9 @@ fn set_keepalive(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
     let Node::Upstream(u) = n else {
         return Err(not_here(d));
     };
+    if u.stream {
+        return Err(not_here(d));
+    }
     if u.keepalive_set[0] {
         return Err(duplicate(d));
     }
@@ -377,6 +384,9 @@ fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Resul
     let Node::Upstream(u) = n else {
         return Err(not_here(d));
     };
+    if u.stream {
+        return Err(not_here(d));
+    }
     let i = match d.name.as_str() {
         "keepalive_requests" => 1,
         "keepalive_time" => 2,

@@ -160,7 +160,7 @@ fn set_upstream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     let Node::Stream(st) = n else {
         return Err(not_here(d));
     };
-    let u = super::proxy::new_upstream(b, d, &st.upstreams)?;
+    let u = super::proxy::new_upstream(b, d, &st.upstreams, true)?;
     st.upstreams.push(u);
     Ok(())
 }
