@@ -63,14 +63,8 @@ EOF
 $t->backend(port(8081), close => 1);
 $t->backend(port(8083), close => 1);
 
-# A listener that never accepts, its queue filled: connecting to it hangs.
-my $full = IO::Socket::INET->new(LocalAddr => '127.0.0.1:' . port(8082), Listen => 0, ReuseAddr => 1)
-	or die "listen: $!";
-my @fill;
-for (1 .. 8) {
-	my $c = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8082), Blocking => 0) or last;
-	push @fill, $c;
-}
+# 127.0.0.1:8082: a listener that never accepts, its queue filled: connecting to it hangs.
+$t->blackhole(port(8082));
 
 $t->run();
 

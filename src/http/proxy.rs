@@ -535,12 +535,9 @@ pub(crate) async fn run(
         let pick = if moved {
             None
         } else {
-            snap.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, ms)
-                .map(|id| {
-                    snap.acquire(id, ms);
-                    tried.set(id);
-                    (id, snap.get(id).addr.clone(), snap.get(id).name.clone())
-                })
+            let b = &ups.cfg.balancer;
+            snap.take(b, &mut pick_state, &key, &mut tried, &mut tries_left, ms)
+                .map(|id| (id, snap.get(id).addr.clone(), snap.get(id).name.clone()))
         };
         let Some((id, addr, name)) = pick else {
             let url = || format!("http://{}{}", ups.cfg.name, plan.uri);
@@ -560,7 +557,6 @@ pub(crate) async fn run(
             );
             return Reply::Status(502);
         };
-        tries_left = tries_left.saturating_sub(1);
 
         // A cached connection, or a new one (raced against the next peers'
         // with `proxy_connect_race`).
@@ -604,15 +600,17 @@ pub(crate) async fn run(
                             {
                                 return false;
                             }
-                            let ms = now_ms();
-                            let Some(next) =
-                                snap.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, ms)
-                            else {
+                            let (b, ms) = (&ups.cfg.balancer, now_ms());
+                            let Some(next) = snap.take(
+                                b,
+                                &mut pick_state,
+                                &key,
+                                &mut tried,
+                                &mut tries_left,
+                                ms,
+                            ) else {
                                 return false;
                             };
-                            snap.acquire(next, ms);
-                            tried.set(next);
-                            tries_left -= 1;
                             let p = snap.get(next);
                             let t = Instant::now();
                             let cached = ups.pool().take(&p.addr, location_id, t);

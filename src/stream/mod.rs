@@ -337,8 +337,8 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
         connect_failed(s.number, &ctx, why, &snap, id, pick_first);
     };
     loop {
-        let ms = now_ms();
-        let Some(id) = snap.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, ms) else {
+        let (b, ms) = (&ups.cfg.balancer, now_ms());
+        let Some(id) = snap.take(b, &mut pick_state, &key, &mut tried, &mut tries_left, ms) else {
             s.attempts.push((ups.cfg.name.clone(), None));
             crate::log_conn!(
                 Level::Error,
@@ -348,9 +348,6 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
             );
             return None;
         };
-        snap.acquire(id, ms);
-        tried.set(id);
-        tries_left = tries_left.saturating_sub(1);
         // With proxy_connect_race, more attempts join a slow one.
         let mut racers = vec![(id, Instant::now())];
         let mut race: Race<Stream, String> = Race::default();
@@ -365,15 +362,12 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
                     if !conf.proxy_next_upstream || tries_left == 0 || !in_time {
                         return false;
                     }
-                    let ms = now_ms();
+                    let (b, ms) = (&ups.cfg.balancer, now_ms());
                     let Some(next) =
-                        snap.pick(&ups.cfg.balancer, &mut pick_state, &key, &tried, ms)
+                        snap.take(b, &mut pick_state, &key, &mut tried, &mut tries_left, ms)
                     else {
                         return false;
                     };
-                    snap.acquire(next, ms);
-                    tried.set(next);
-                    tries_left -= 1;
                     racers.push((next, Instant::now()));
                     race.start(open(
                         snap.get(next).addr.clone(),

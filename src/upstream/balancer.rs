@@ -141,6 +141,24 @@ impl Peers {
         }
     }
 
+    /// A try: the balancer's pick, counted as a connection of the peer,
+    /// marked tried and taken from `tries_left`. None: no live upstreams.
+    pub fn take(
+        &self,
+        b: &Balancer,
+        st: &mut PickState,
+        key: &Key<'_>,
+        tried: &mut Tried,
+        tries_left: &mut usize,
+        now: Ms,
+    ) -> Option<PeerId> {
+        let id = self.pick(b, st, key, tried, now)?;
+        self.acquire(id, now);
+        tried.set(id);
+        *tries_left = tries_left.saturating_sub(1);
+        Some(id)
+    }
+
     /// The primary index of `pick_first`'s choice (the first peer before
     /// any choice was made, or when the chosen one is no longer listed).
     pub fn chosen_index(&self) -> usize {
