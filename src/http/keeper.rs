@@ -83,6 +83,7 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
                 );
                 let now = Instant::now();
                 resting.retain(|_, until| *until > now);
+                pending.retain(|_, n| *n > 0);
                 for (id, n) in want {
                     let addr = &peers.get(id).addr;
                     if resting.contains_key(addr) {
