@@ -339,6 +339,39 @@ impl Drop for Undecided {
     }
 }
 
+/// The peer of the attempt under way: released (without counting a failure)
+/// if the request goes away (the client closed) before the attempt released
+/// it or handed it on to the response body or a tunnel.
+struct Held {
+    snap: Arc<Peers>,
+    id: PeerId,
+    armed: std::sync::atomic::AtomicBool,
+}
+
+impl Held {
+    fn new(snap: Arc<Peers>, id: PeerId) -> Held {
+        Held {
+            snap,
+            id,
+            armed: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+
+    /// Released or handed on: nothing left to do.
+    fn done(&self) {
+        self.armed
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if *self.armed.get_mut() {
+            self.snap.release(self.id, Outcome::Next, now_ms());
+        }
+    }
+}
+
 /// Opens a connection for the keep-alive cache: `connect` with its record.
 pub(crate) async fn open(
     addr: PeerAddr,
@@ -701,8 +734,10 @@ pub(crate) async fn run(
             }
         };
         conn.track(&ups.reg, &snap, id);
+        let held = Held::new(snap.clone(), id);
         let url = || format!("http://{name}{}", plan.uri);
         let release = |outcome: Outcome| {
+            held.done();
             release_peer(
                 r.conn.number,
                 || r.log_context(Some(&url())),
@@ -865,6 +900,8 @@ pub(crate) async fn run(
 
         if status == 101 {
             let tracked = super::Tracked::new(shared);
+            // The tunnel releases the peer.
+            held.done();
             return super::tunnel::switch_protocols(
                 r,
                 resp,
@@ -921,6 +958,8 @@ pub(crate) async fn run(
             &conf.proxy_pass_header,
             tokens,
         );
+        // The body releases the peer.
+        held.done();
         let mut body = ProxyBody {
             inner: incoming,
             ahead: std::collections::VecDeque::new(),
