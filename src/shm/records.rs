@@ -91,9 +91,9 @@ pub(crate) struct UpstreamRec {
     /// Its `server` lines: how many, and the index of the first record.
     pub(crate) servers: AtomicU32,
     pub(crate) first_server: AtomicU32,
-    /// `pick_first`: the chosen peer's slot index + 1 (0: none yet).
-    pub(crate) choice: AtomicU32,
-    pub(crate) _pad: AtomicU32,
+    /// `pick_first`: the chosen peer's key (see `PeerSlot::born`; 0: none
+    /// yet).
+    pub(crate) choice: AtomicU64,
 }
 
 /// A peer's run-time state and counters. All atomics: it may live in a zone.
@@ -158,7 +158,10 @@ pub(crate) struct PeerSlot {
     pub(crate) max_conns: AtomicU32,
     pub(crate) flags: AtomicU32,
     pub(crate) next: AtomicU32,
-    pub(crate) _pad: AtomicU32,
+    /// The publication (its low 32 bits) that gave the slot to its peer:
+    /// with the slot's index it names the peer, also after the slot is
+    /// reused for another one (`pick_first`'s choice).
+    pub(crate) born: AtomicU32,
     pub(crate) retired_at: AtomicU64,
     pub(crate) live: PeerLive,
 }

@@ -123,7 +123,9 @@ impl Peers {
         tried: &Tried,
         now: Ms,
     ) -> Option<PeerId> {
-        if self.single() {
+        // One peer: nginx's shortcut (never failed); pick_first still
+        // records it as its choice.
+        if self.single() && !b.is_pick_first() {
             return self.pick_round_robin(tried, now);
         }
         match b {
@@ -166,7 +168,7 @@ impl Peers {
     }
 
     /// The choice's primary index and the key it was read as.
-    fn chosen(&self) -> (usize, u32) {
+    fn chosen(&self) -> (usize, u64) {
         let key = self.choice.load(Relaxed);
         let i = self.primary.iter().position(|p| p.key == key).unwrap_or(0);
         (i, key)
@@ -193,7 +195,7 @@ impl Peers {
 
     /// Makes primary peer `i` the choice, unless another worker changed the
     /// choice since it was read as `seen` (its move stands).
-    fn choose(&self, seen: u32, i: usize) {
+    fn choose(&self, seen: u64, i: usize) {
         let key = self.primary[i].key;
         if seen != key {
             let _ = self.choice.compare_exchange(seen, key, Relaxed, Relaxed);

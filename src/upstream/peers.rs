@@ -7,7 +7,7 @@
 //! the caller passes the time in (milliseconds of the shared monotonic clock).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::conf::model::{PeerAddr, Upstream};
@@ -45,13 +45,13 @@ impl std::ops::Deref for Live {
 /// worker's own, or in the zone so that every worker follows one choice.
 #[derive(Clone, Debug)]
 pub enum Choice {
-    Local(Arc<AtomicU32>),
-    Zone(Ref<AtomicU32>),
+    Local(Arc<AtomicU64>),
+    Zone(Ref<AtomicU64>),
 }
 
 impl std::ops::Deref for Choice {
-    type Target = AtomicU32;
-    fn deref(&self) -> &AtomicU32 {
+    type Target = AtomicU64;
+    fn deref(&self) -> &AtomicU64 {
         match self {
             Choice::Local(a) => a,
             Choice::Zone(r) => r,
@@ -62,9 +62,9 @@ impl std::ops::Deref for Choice {
 /// One peer: one address of one `server` line.
 #[derive(Debug, Clone)]
 pub struct Peer {
-    /// Names the peer while it stays listed: its zone slot + 1, or its
-    /// position + 1 among the worker's own peers.
-    pub key: u32,
+    /// Names the peer: its zone slot + 1 with the publication that gave
+    /// it the slot, or its position + 1 among the worker's own peers.
+    pub key: u64,
     pub addr: PeerAddr,
     /// `ip:port`, `[v6]:port` or `unix:/path`, as `$upstream_addr` shows it.
     pub name: std::sync::Arc<str>,
@@ -285,7 +285,7 @@ impl Peers {
             servers,
             points,
             config,
-            choice: Choice::Local(Arc::new(AtomicU32::new(0))),
+            choice: Choice::Local(Arc::new(AtomicU64::new(0))),
         }
     }
 

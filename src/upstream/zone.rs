@@ -12,7 +12,7 @@
 use std::mem::{offset_of, size_of};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering::*};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::*};
 use std::time::Duration;
 
 use super::peers::{Choice, Live, Peer, PeerLive, Peers};
@@ -472,7 +472,7 @@ impl Zone {
                 .collect();
             if rec.seq.read_valid(start) && peers.len() == n {
                 let mut p = Peers::assemble(cfg, peers, config);
-                if let Ok(c) = Ref::<AtomicU32>::new(
+                if let Ok(c) = Ref::<AtomicU64>::new(
                     &self.region,
                     self.ups_off + u * size_of::<UpstreamRec>() + offset_of!(UpstreamRec, choice),
                 ) {
@@ -511,7 +511,7 @@ impl Zone {
             Ref::<PeerLive>::new(&self.region, self.slot_off(i) + offset_of!(PeerSlot, live))
                 .ok()?;
         let mut p = Peer::from_server(server, line, &addr, Live::Zone(live));
-        p.key = i as u32 + 1;
+        p.key = (u64::from(s.born.load(Relaxed)) << 32) | (i as u64 + 1);
         p.weight = i64::from(s.weight.load(Relaxed));
         p.max_fails = s.max_fails.load(Relaxed);
         p.fail_timeout = u64::from(s.fail_timeout_ms.load(Relaxed));
@@ -576,6 +576,8 @@ impl Zone {
                         a.store(*b, Relaxed);
                     }
                     s.server.store(p.server, Relaxed);
+                    s.born
+                        .store(h.version.load(Relaxed).wrapping_add(1) as u32, Relaxed);
                     reset(&s.live, i64::from(p.weight));
                     list.push((i, p, true));
                     out.added += 1;
@@ -1179,7 +1181,8 @@ mod tests {
         assert_eq!(z.usage().slots, 1);
         z.publish(0, 1, &NewPeer::from_config(&a)).expect("publish");
         // Both workers hold the first list.
-        let first = z.snapshot(0, &a).expect("snapshot").config;
+        let held = z.snapshot(0, &a).expect("snapshot");
+        let (first, first_key) = (held.config, held.primary[0].key);
         z.ack(0, 100, first);
         z.ack(1, 101, first);
         // Replacing the peer: its slot is retired, not free, so the new one
@@ -1198,6 +1201,10 @@ mod tests {
         let s = z.snapshot(0, &b).expect("snapshot");
         assert_eq!(names(&s), ["127.0.0.1:2"]);
         assert_eq!(s.primary[0].live.requests.load(Relaxed), 0, "fresh state");
+        // The same slot, another peer: another key (pick_first's choice of
+        // the old peer does not pass to the new one).
+        assert_ne!(s.primary[0].key, first_key);
+        assert_eq!(s.primary[0].key & 0xffff_ffff, first_key & 0xffff_ffff);
     }
 
     #[test]
