@@ -611,62 +611,54 @@ pub(crate) async fn run(
                 let first = open(addr, conf.proxy_connect_timeout, max_age(), location_id);
                 let mut race: Race<Pooled, (Failure, String)> = Race::default();
                 let mut failures = Vec::new();
-                let ended = match conf.proxy_connect_race {
-                    // No race: the connect runs in this task.
-                    None => Some(match first.await {
-                        Ok(c) => Ended::Won(0, c),
-                        Err(e) => Ended::Lost(0, e),
-                    }),
-                    Some(delay) => {
-                        race.start(first);
-                        race.run(
-                            Some(delay),
-                            |race| {
-                                // Another peer only where a failed connect could
-                                // go to one, and not after the peers changed.
-                                let in_time = conf.proxy_next_upstream_timeout.is_zero()
-                                    || started.elapsed() < conf.proxy_next_upstream_timeout;
-                                let allowed = conf.proxy_next_upstream.has(NextUpstream::ERROR)
-                                    || conf.proxy_next_upstream.has(NextUpstream::TIMEOUT);
-                                if tries_left == 0
-                                    || !in_time
-                                    || !allowed
-                                    || ups.peers().config != snap.config
-                                {
-                                    return false;
-                                }
-                                let (b, ms) = (&ups.cfg.balancer, now_ms());
-                                let Some(next) = snap.take(
-                                    b,
-                                    &mut pick_state,
-                                    &key,
-                                    &mut tried,
-                                    &mut tries_left,
-                                    ms,
-                                ) else {
-                                    return false;
-                                };
-                                let p = snap.get(next);
-                                let t = Instant::now();
-                                let cached = ups.pool().take(&p.addr, location_id, t);
-                                racers.push((next, p.name.clone(), t, cached.is_some()));
-                                undecided.ids.push(next);
-                                match cached {
-                                    Some(c) => race.start(async move { Ok(c) }),
-                                    None => race.start(open(
-                                        p.addr.clone(),
-                                        conf.proxy_connect_timeout,
-                                        max_age(),
-                                        location_id,
-                                    )),
-                                };
-                                true
-                            },
-                            |k, e| failures.push((k, e)),
-                        )
-                        .await
-                    }
-                };
+                let ended = race
+                    .first(
+                        first,
+                        conf.proxy_connect_race,
+                        |race| {
+                            // Another peer only where a failed connect could
+                            // go to one, and not after the peers changed.
+                            let in_time = conf.proxy_next_upstream_timeout.is_zero()
+                                || started.elapsed() < conf.proxy_next_upstream_timeout;
+                            let allowed = conf.proxy_next_upstream.has(NextUpstream::ERROR)
+                                || conf.proxy_next_upstream.has(NextUpstream::TIMEOUT);
+                            if tries_left == 0
+                                || !in_time
+                                || !allowed
+                                || ups.peers().config != snap.config
+                            {
+                                return false;
+                            }
+                            let (b, ms) = (&ups.cfg.balancer, now_ms());
+                            let Some(next) = snap.take(
+                                b,
+                                &mut pick_state,
+                                &key,
+                                &mut tried,
+                                &mut tries_left,
+                                ms,
+                            ) else {
+                                return false;
+                            };
+                            let p = snap.get(next);
+                            let t = Instant::now();
+                            let cached = ups.pool().take(&p.addr, location_id, t);
+                            racers.push((next, p.name.clone(), t, cached.is_some()));
+                            undecided.ids.push(next);
+                            match cached {
+                                Some(c) => race.start(async move { Ok(c) }),
+                                None => race.start(open(
+                                    p.addr.clone(),
+                                    conf.proxy_connect_timeout,
+                                    max_age(),
+                                    location_id,
+                                )),
+                            };
+                            true
+                        },
+                        |k, e| failures.push((k, e)),
+                    )
+                    .await;
                 // Every attempt is accounted for below.
                 undecided.ids.clear();
                 for (k, (f, msg)) in failures {

@@ -353,40 +353,32 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
         let first = open(snap.get(id).addr.clone(), conf.proxy_connect_timeout);
         let mut race: Race<Stream, String> = Race::default();
         let mut failures = Vec::new();
-        let ended = match conf.proxy_connect_race {
-            // No race: the connect runs in this task.
-            None => Some(match first.await {
-                Ok(c) => Ended::Won(0, c),
-                Err(e) => Ended::Lost(0, e),
-            }),
-            Some(delay) => {
-                race.start(first);
-                race.run(
-                    Some(delay),
-                    |race| {
-                        let in_time = conf.proxy_next_upstream_timeout.is_zero()
-                            || started.elapsed() < conf.proxy_next_upstream_timeout;
-                        if !conf.proxy_next_upstream || tries_left == 0 || !in_time {
-                            return false;
-                        }
-                        let (b, ms) = (&ups.cfg.balancer, now_ms());
-                        let Some(next) =
-                            snap.take(b, &mut pick_state, &key, &mut tried, &mut tries_left, ms)
-                        else {
-                            return false;
-                        };
-                        racers.push((next, Instant::now()));
-                        race.start(open(
-                            snap.get(next).addr.clone(),
-                            conf.proxy_connect_timeout,
-                        ));
-                        true
-                    },
-                    |k, why| failures.push((k, why)),
-                )
-                .await
-            }
-        };
+        let ended = race
+            .first(
+                first,
+                conf.proxy_connect_race,
+                |race| {
+                    let in_time = conf.proxy_next_upstream_timeout.is_zero()
+                        || started.elapsed() < conf.proxy_next_upstream_timeout;
+                    if !conf.proxy_next_upstream || tries_left == 0 || !in_time {
+                        return false;
+                    }
+                    let (b, ms) = (&ups.cfg.balancer, now_ms());
+                    let Some(next) =
+                        snap.take(b, &mut pick_state, &key, &mut tried, &mut tries_left, ms)
+                    else {
+                        return false;
+                    };
+                    racers.push((next, Instant::now()));
+                    race.start(open(
+                        snap.get(next).addr.clone(),
+                        conf.proxy_connect_timeout,
+                    ));
+                    true
+                },
+                |k, why| failures.push((k, why)),
+            )
+            .await;
         for (k, why) in failures {
             failed(s, racers[k].0, &why);
         }

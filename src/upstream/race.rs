@@ -45,6 +45,27 @@ impl<T: Send + 'static, E: Send + 'static> Race<T, E> {
         k
     }
 
+    /// The first attempt, raced (see `run`) when there is a `delay`;
+    /// without one it runs in the caller's task and nothing else starts.
+    pub async fn first(
+        &mut self,
+        attempt: impl Future<Output = Result<T, E>> + Send + 'static,
+        delay: Option<Duration>,
+        more: impl FnMut(&mut Self) -> bool,
+        failed: impl FnMut(usize, E),
+    ) -> Option<Ended<T, E>> {
+        match delay {
+            None => Some(match attempt.await {
+                Ok(t) => Ended::Won(0, t),
+                Err(e) => Ended::Lost(0, e),
+            }),
+            Some(_) => {
+                self.start(attempt);
+                self.run(delay, more, failed).await
+            }
+        }
+    }
+
     /// Lets the attempts still running finish in a task of their own and
     /// hands each outcome to `done` (a connection that completes late is
     /// the caller's to close).
