@@ -19,7 +19,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(15);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(16);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -58,7 +58,11 @@ stream {
 
 http {
     access_log off;
-    server { listen 127.0.0.1:%%PORT_8080%%; location /api { api; } }
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+        location /api { api; }
+        location /dead { proxy_pass http://127.0.0.1:%%PORT_8089%%; }
+    }
 }
 
 EOF
@@ -69,6 +73,15 @@ $t->dns(port(8053));
 $t->backend(port(8081), close => 1);
 $t->backend(port(8082), close => 1);
 $t->run();
+
+# HTTP connections and stream sessions share one numbering in a worker: the
+# first of each (both failing to connect) do not both log as *1.
+{
+	my $h = http_get('/dead');
+	my $st = http_get('/', PeerAddr => '127.0.0.1:' . port(8072));
+	my @n = $t->read_file('error.log') =~ /\*(\d+) connect\(\) failed/g;
+	ok(@n == 2 && $n[0] != $n[1], 'one connection numbering for HTTP and stream') or diag("@n");
+}
 
 sub via {
 	my ($port, $uri) = @_;

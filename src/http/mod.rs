@@ -238,7 +238,9 @@ pub(crate) struct Shared {
     cfg: Arc<Config>,
     router: router::Router,
     upstreams: Upstreams,
-    next_conn: AtomicU64,
+    /// Connection numbers (`*N` in the error log), shared with the
+    /// worker's stream proxy so that no two connections share one.
+    next_conn: Arc<AtomicU64>,
     active: AtomicUsize,
     /// Idle keep-alive connections are parked (see `client_io`) while the
     /// worker holds more connections than this.
@@ -265,7 +267,7 @@ pub async fn serve(
     cfg: Arc<Config>,
     listeners: Vec<Listener>,
     mut phase: watch::Receiver<Phase>,
-    conn_base: u64,
+    next_conn: Arc<AtomicU64>,
     shm: status::Shm,
     slot: usize,
 ) {
@@ -301,7 +303,7 @@ pub async fn serve(
         header_case: case::template(cfg.http.as_ref()).await,
         cfg: cfg.clone(),
         router,
-        next_conn: AtomicU64::new(conn_base),
+        next_conn,
         active: AtomicUsize::new(0),
         park_above: (cfg.events.worker_connections / 4).min(256),
         drained: Notify::new(),

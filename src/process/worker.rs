@@ -130,6 +130,8 @@ async fn serve(
     let (stream_listeners, listeners): (Vec<_>, Vec<_>) = listeners
         .into_iter()
         .partition(|l| crate::stream::is_stream_listener(&cfg, &l.addr));
+    // One numbering for HTTP and stream connections, from 1.
+    let next_conn = Arc::new(std::sync::atomic::AtomicU64::new(1));
     let stream = tokio::spawn(crate::stream::serve(
         cfg.clone(),
         stream_listeners,
@@ -137,10 +139,10 @@ async fn serve(
         shm.zones.clone(),
         shm.saved.clone(),
         slot,
-        1,
+        next_conn.clone(),
     ));
     let mut server = tokio::spawn(async move {
-        http::serve(cfg, listeners, phase_rx, 1, shm, slot).await;
+        http::serve(cfg, listeners, phase_rx, next_conn, shm, slot).await;
         let _ = stream.await;
     });
 

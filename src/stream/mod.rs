@@ -30,7 +30,8 @@ use crate::upstream::{Outcome, PeerId, Peers, Released, Tried, UpstreamRt, Upstr
 struct Shared {
     cfg: Arc<Config>,
     upstreams: Upstreams,
-    next_conn: AtomicU64,
+    /// Shared with the worker's HTTP server.
+    next_conn: Arc<AtomicU64>,
     active: AtomicUsize,
     drained: Notify,
 }
@@ -44,7 +45,7 @@ pub async fn serve(
     zones: Zones,
     saved: Option<Arc<Notify>>,
     slot: usize,
-    conn_base: u64,
+    next_conn: Arc<AtomicU64>,
 ) {
     let Some(stream) = cfg.stream.as_ref() else {
         return;
@@ -52,7 +53,7 @@ pub async fn serve(
     let shared = Arc::new(Shared {
         upstreams: Upstreams::from_list(&stream.upstreams, &zones),
         cfg: cfg.clone(),
-        next_conn: AtomicU64::new(conn_base),
+        next_conn,
         active: AtomicUsize::new(0),
         drained: Notify::new(),
     });
