@@ -310,6 +310,11 @@ impl Pool {
         c.set_idle(true);
         self.idle.push_front(c);
         while self.idle.len() > self.cap {
+            // Without a keeper: the least recently used, as nginx.
+            if self.targets.is_empty() {
+                self.idle.pop_back();
+                continue;
+            }
             let mut count: HashMap<&PeerAddr, usize> = HashMap::new();
             for c in &self.idle {
                 *count.entry(&c.peer).or_default() += 1;
