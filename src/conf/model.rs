@@ -433,6 +433,20 @@ pub struct Keepalive {
 }
 
 impl Keepalive {
+    /// No cache: upstreams that are not configured (synthesized from a
+    /// zone, made at run time by `proxy_pass` with variables).
+    pub fn off() -> Keepalive {
+        Keepalive {
+            min: 0,
+            max: 0,
+            local: false,
+            requests: 0,
+            time: Duration::ZERO,
+            timeout: Duration::ZERO,
+            jitter: 0,
+        }
+    }
+
     /// The age limit of one connection: `time`, less a share of it drawn
     /// from `seed` within `jitter` percent.
     pub fn age_limit(&self, seed: u64) -> Duration {

@@ -73,7 +73,7 @@ fn may_retry(
     tries_left > 0
         && mask.has(bits)
         && !(request_sent && non_idempotent && !mask.has(NextUpstream::NON_IDEMPOTENT))
-        && (timeout.is_zero() || elapsed < timeout)
+        && crate::upstream::in_time(elapsed, timeout)
 }
 
 const HOP_BY_HOP: [&str; 6] = [
@@ -421,15 +421,15 @@ fn connect_failed(
     f: Failure,
     msg: &str,
 ) -> u16 {
+    let ctx = r.log_context(Some(&format!("http://{name}{uri}")));
     crate::log_conn!(
         Level::Error,
         r.conn.number,
         "{} while connecting to upstream{}",
         msg,
-        r.log_context(Some(&format!("http://{name}{uri}")))
+        ctx
     );
-    let ctx = || r.log_context(Some(&format!("http://{name}{uri}")));
-    release_peer(r.conn.number, ctx, snap, ups, id, Outcome::Failed);
+    release_peer(r.conn.number, || ctx, snap, ups, id, Outcome::Failed);
     let status = final_status(f.bits());
     record(
         r,
@@ -618,8 +618,10 @@ pub(crate) async fn run(
                         |race| {
                             // Another peer only where a failed connect could
                             // go to one, and not after the peers changed.
-                            let in_time = conf.proxy_next_upstream_timeout.is_zero()
-                                || started.elapsed() < conf.proxy_next_upstream_timeout;
+                            let in_time = crate::upstream::in_time(
+                                started.elapsed(),
+                                conf.proxy_next_upstream_timeout,
+                            );
                             let allowed = conf.proxy_next_upstream.has(NextUpstream::ERROR)
                                 || conf.proxy_next_upstream.has(NextUpstream::TIMEOUT);
                             if tries_left == 0

@@ -25,7 +25,9 @@ use crate::log::Level;
 use crate::upstream::balancer::{Key, PickState};
 use crate::upstream::peers::now_ms;
 use crate::upstream::race::{Ended, Race};
-use crate::upstream::{Outcome, PeerId, Peers, Released, Tried, UpstreamRt, Upstreams, Zones};
+use crate::upstream::{
+    Outcome, PeerId, Peers, Released, Tried, UpstreamRt, Upstreams, Zones, in_time,
+};
 
 struct Shared {
     cfg: Arc<Config>,
@@ -359,8 +361,7 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
                 first,
                 conf.proxy_connect_race,
                 |race| {
-                    let in_time = conf.proxy_next_upstream_timeout.is_zero()
-                        || started.elapsed() < conf.proxy_next_upstream_timeout;
+                    let in_time = in_time(started.elapsed(), conf.proxy_next_upstream_timeout);
                     if !conf.proxy_next_upstream || tries_left == 0 || !in_time {
                         return false;
                     }
@@ -416,9 +417,8 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
             Some(Ended::Lost(k, why)) => failed(s, racers[k].0, &why),
             None => return None,
         }
-        let out_of_time = !conf.proxy_next_upstream_timeout.is_zero()
-            && started.elapsed() >= conf.proxy_next_upstream_timeout;
-        if !conf.proxy_next_upstream || tries_left == 0 || out_of_time {
+        let in_time = in_time(started.elapsed(), conf.proxy_next_upstream_timeout);
+        if !conf.proxy_next_upstream || tries_left == 0 || !in_time {
             return None;
         }
     }

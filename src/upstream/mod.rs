@@ -22,6 +22,12 @@ pub use peers::{Outcome, PeerId, Peers, Released, Tried};
 pub use pool::{Pool, Pooled, Registry};
 pub use zone::{Zone, Zones};
 
+/// `proxy_next_upstream_timeout`: whether another try may start after
+/// `elapsed` (a zero limit: always).
+pub fn in_time(elapsed: std::time::Duration, limit: std::time::Duration) -> bool {
+    limit.is_zero() || elapsed < limit
+}
+
 /// A worker's current snapshot of an upstream, and older ones that requests
 /// in flight may still hold.
 struct Snap {

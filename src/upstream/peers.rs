@@ -422,7 +422,6 @@ pub(crate) fn test_upstream(
 ) -> Upstream {
     use crate::conf::Src;
     use crate::conf::model::{Keepalive, UpstreamServer};
-    use std::time::Duration;
     Upstream {
         name: "u".into(),
         servers: servers
@@ -438,15 +437,7 @@ pub(crate) fn test_upstream(
             })
             .collect(),
         balancer,
-        keepalive: Keepalive {
-            min: 0,
-            max: 0,
-            local: false,
-            requests: 0,
-            time: Duration::ZERO,
-            timeout: Duration::ZERO,
-            jitter: 0,
-        },
+        keepalive: Keepalive::off(),
         zone: None,
         resolver: None,
         state: None,

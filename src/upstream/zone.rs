@@ -231,10 +231,7 @@ impl Zone {
                     .store(put_text(&s.service, service) as u32, Relaxed);
                 s.weight.store(line.weight, Relaxed);
                 s.max_fails.store(line.max_fails, Relaxed);
-                s.fail_timeout_ms.store(
-                    line.fail_timeout.as_millis().min(u32::MAX as u128) as u32,
-                    Relaxed,
-                );
+                s.fail_timeout_ms.store(ms32(line.fail_timeout), Relaxed);
                 s.max_conns.store(line.max_conns, Relaxed);
                 s.flags.store(
                     flags(line.backup, line.down) | (u32::from(line.resolve) * RESOLVE),
@@ -335,15 +332,7 @@ impl Zone {
             name: self.upstreams.get(u)?.clone(),
             servers,
             balancer: crate::conf::model::Balancer::RoundRobin,
-            keepalive: crate::conf::model::Keepalive {
-                min: 0,
-                max: 0,
-                local: false,
-                requests: 0,
-                time: Duration::ZERO,
-                timeout: Duration::ZERO,
-                jitter: 0,
-            },
+            keepalive: crate::conf::model::Keepalive::off(),
             zone: Some(self.name.clone()),
             resolver: None,
             state: None,
@@ -593,10 +582,7 @@ impl Zone {
                 if let Ok(s) = self.slot(*i) {
                     s.weight.store(p.weight, Relaxed);
                     s.max_fails.store(p.max_fails, Relaxed);
-                    s.fail_timeout_ms.store(
-                        p.fail_timeout.as_millis().min(u32::MAX as u128) as u32,
-                        Relaxed,
-                    );
+                    s.fail_timeout_ms.store(ms32(p.fail_timeout), Relaxed);
                     s.max_conns.store(p.max_conns, Relaxed);
                     s.flags.store(flags(p.backup, p.down), Relaxed);
                 }
@@ -925,6 +911,11 @@ fn carry_choices(
             }
         }
     }
+}
+
+/// A duration as the u32 milliseconds a record keeps (capped).
+fn ms32(d: Duration) -> u32 {
+    d.as_millis().min(u128::from(u32::MAX)) as u32
 }
 
 fn flags(backup: bool, down: bool) -> u32 {
