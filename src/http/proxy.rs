@@ -806,17 +806,33 @@ pub(crate) async fn run(
                 }
             }
         };
+        // A response whose framing could be read two ways is refused, as
+        // nginx does: passing it on would desync the client connection.
+        let result = match result {
+            // A switch the client did not ask for would leave it reading
+            // a stream it never agreed to.
+            Ok(resp) if resp.status() == 101 && !r.headers.contains_key(header::UPGRADE) => {
+                Err(Bad::Framing(
+                    "upstream sent \"101 Switching Protocols\" to a request without \"Upgrade\""
+                        .into(),
+                ))
+            }
+            Ok(resp) => match upstream_framing(resp.headers()) {
+                Ok(()) => Ok(resp),
+                Err(msg) => Err(Bad::Framing(msg)),
+            },
+            Err(e) if e.is_parse() => Err(Bad::Framing("upstream sent invalid header".into())),
+            Err(_) => Err(Bad::Closed),
+        };
         let resp = match result {
             Ok(resp) => resp,
-            Err(e) => {
-                let f = if e.is_parse() {
-                    Failure::InvalidHeader
-                } else {
-                    Failure::Error
-                };
-                let msg = match f {
-                    Failure::InvalidHeader => "upstream sent invalid header",
-                    _ => "upstream prematurely closed connection",
+            Err(bad) => {
+                let (f, msg) = match bad {
+                    Bad::Framing(m) => (Failure::InvalidHeader, m),
+                    Bad::Closed => (
+                        Failure::Error,
+                        "upstream prematurely closed connection".to_string(),
+                    ),
                 };
                 // A cached connection the upstream had closed: try again
                 // without using up a try, as nginx does, and (unlike nginx)
@@ -1050,6 +1066,63 @@ fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
     }
 }
 
+/// Why an upstream response head was not usable.
+enum Bad {
+    /// Unparsable, or framed two ways; the message is nginx's.
+    Framing(String),
+    /// The connection closed (or failed) before a head arrived.
+    Closed,
+}
+
+/// nginx's rules for the upstream's framing headers: one `Content-Length`
+/// that is a number, one `Transfer-Encoding` that is exactly `chunked`, never
+/// both. Anything else is an invalid header (502, the connection not
+/// reused): a response the client could read two ways desyncs its
+/// connection. The message is nginx's error-log text.
+fn upstream_framing(h: &HeaderMap) -> Result<(), String> {
+    let text = |v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    let mut lengths = h.get_all(header::CONTENT_LENGTH).iter();
+    if let Some(first) = lengths.next() {
+        if let Some(second) = lengths.next() {
+            return Err(format!(
+                "upstream sent duplicate header line: \"Content-Length: {}\", previous value: \"Content-Length: {}\"",
+                text(second),
+                text(first)
+            ));
+        }
+        let v = first.as_bytes();
+        if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+            return Err(format!(
+                "upstream sent invalid \"Content-Length\" header: \"Content-Length: {}\"",
+                text(first)
+            ));
+        }
+    }
+    let mut codings = h.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(first) = codings.next() {
+        if let Some(second) = codings.next() {
+            return Err(format!(
+                "upstream sent duplicate header line: \"Transfer-Encoding: {}\", previous value: \"Transfer-Encoding: {}\"",
+                text(second),
+                text(first)
+            ));
+        }
+        if h.contains_key(header::CONTENT_LENGTH) {
+            return Err(
+                "upstream sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time"
+                    .to_string(),
+            );
+        }
+        if !first.as_bytes().eq_ignore_ascii_case(b"chunked") {
+            return Err(format!(
+                "upstream sent unknown \"Transfer-Encoding\": \"{}\"",
+                text(first)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Response headers not passed to the client whatever the configuration.
 const HOP_BY_HOP_RESPONSE: [&str; 7] = [
     "connection",
@@ -1167,6 +1240,60 @@ mod tests {
             z,
             z
         ));
+    }
+
+    #[test]
+    fn framing() {
+        let head = |lines: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (n, v) in lines {
+                h.append(
+                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            upstream_framing(&h)
+        };
+        assert!(head(&[]).is_ok());
+        assert!(head(&[("content-length", "5")]).is_ok());
+        assert!(head(&[("transfer-encoding", "chunked")]).is_ok());
+        assert!(head(&[("transfer-encoding", "Chunked")]).is_ok());
+        let both = head(&[("content-length", "5"), ("transfer-encoding", "chunked")]);
+        assert_eq!(
+            both.unwrap_err(),
+            "upstream sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time"
+        );
+        assert_eq!(
+            head(&[("transfer-encoding", "gzip, chunked")]).unwrap_err(),
+            "upstream sent unknown \"Transfer-Encoding\": \"gzip, chunked\""
+        );
+        assert!(head(&[("transfer-encoding", "chunked, chunked")]).is_err());
+        assert!(head(&[("transfer-encoding", "identity")]).is_err());
+        assert!(
+            head(&[
+                ("transfer-encoding", "chunked"),
+                ("transfer-encoding", "chunked")
+            ])
+            .unwrap_err()
+            .starts_with("upstream sent duplicate header line")
+        );
+        // Even equal lengths twice: nginx refuses the duplicate.
+        assert_eq!(
+            head(&[("content-length", "5"), ("content-length", "5")]).unwrap_err(),
+            "upstream sent duplicate header line: \"Content-Length: 5\", previous value: \"Content-Length: 5\""
+        );
+        for bad in [
+            "",
+            "-1",
+            "+5",
+            " 5",
+            "5 ",
+            "0x10",
+            "1234567890123456789",
+            "5, 5",
+        ] {
+            assert!(head(&[("content-length", bad)]).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -32,6 +32,12 @@ pub(crate) fn switch_protocols(
     tracked: Tracked,
 ) -> Reply {
     let Some(client_up) = client_upgrade else {
+        crate::log_conn!(
+            Level::Error,
+            r.conn.number,
+            "upstream sent \"101 Switching Protocols\" but the client connection cannot be upgraded while reading response header from upstream{}",
+            r.log_context(None)
+        );
         peers.release(id, Outcome::Ok, now_ms());
         return Reply::Status(502);
     };

@@ -374,6 +374,31 @@ sub backend {
 	return $self;
 }
 
+# Starts a scripted raw backend (Test::Sluice::Raw) on 127.0.0.1:port: each
+# request path gets the bytes %script names. What it received is logged, one
+# line a request ("CONN METHOD URI BODY_LENGTH"), in raw_PORT.log in the test
+# directory: read it with raw_log(port).
+sub raw_backend {
+	my ($self, $port, %script) = @_;
+	require Test::Sluice::Raw;
+	_release_ports();
+	my $ready = "$self->{_testdir}/raw_$port.ready";
+	unlink $ready;
+	$self->run_daemon(\&Test::Sluice::Raw::run, $port, script => \%script,
+		log => "$self->{_testdir}/raw_$port.log", ready => $ready);
+	$self->{_backends}{"127.0.0.1:$port"} = $self->{_daemons}[-1];
+	$self->waitforfile($ready) or die "raw backend $port did not start\n";
+	return $self;
+}
+
+# The requests the raw backend on port received so far, as
+# [conn, method, uri, body_length] lists.
+sub raw_log {
+	my ($self, $port) = @_;
+	open my $fh, '<', "$self->{_testdir}/raw_$port.log" or return ();
+	return map { chomp; [split / /] } <$fh>;
+}
+
 # A listener on 127.0.0.1:port that never accepts, its queue filled by
 # connections the harness holds: Linux drops further SYNs to it, as a dead
 # host would (connecting hangs until the connect timeout). Kept until the
