@@ -219,7 +219,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for ClientIo<T> {
             self.unread.advance(n);
             return Poll::Ready(Ok(()));
         }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.conn.bytes_arrived();
+        }
+        r
     }
 }
 

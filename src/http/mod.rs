@@ -103,6 +103,12 @@ pub(crate) struct Idle {
     send_limit: AtomicU64,
     /// Requests ended on this connection.
     ended: AtomicU64,
+    /// `client_header_timeout` in ms: from the first byte of a request head
+    /// the idle limit becomes this, so a head sent slowly (slowloris) is
+    /// cut as nginx cuts it, not at `keepalive_timeout`.
+    head_limit: AtomicU64,
+    /// A head has started arriving and its clock runs.
+    head_clock: std::sync::atomic::AtomicBool,
     pub(crate) flags: client_io::Flags,
 }
 
@@ -139,7 +145,23 @@ impl Idle {
             sent_at: AtomicU64::new(0),
             send_limit: AtomicU64::new(0),
             ended: AtomicU64::new(0),
+            head_limit: AtomicU64::new(limit.as_millis() as u64),
+            head_clock: std::sync::atomic::AtomicBool::new(false),
             flags: client_io::Flags::default(),
+        }
+    }
+
+    /// Bytes of a request arrived: between requests, the first of them
+    /// starts the head's clock (`client_header_timeout`).
+    pub(crate) fn bytes_arrived(&self) {
+        if self.inflight.load(Ordering::Acquire) == 0
+            && !self.head_clock.swap(true, Ordering::AcqRel)
+        {
+            self.since.store(self.now_ms(), Ordering::Release);
+            let ms = self.head_limit.load(Ordering::Relaxed);
+            if self.limit.swap(ms, Ordering::Relaxed) != ms {
+                self.changed.notify_one();
+            }
         }
     }
 
@@ -197,6 +219,7 @@ pub(crate) struct InFlight(Arc<Idle>, Option<Arc<status::Stats>>);
 impl InFlight {
     fn start(idle: &Arc<Idle>, stats: Option<&Arc<status::Stats>>) -> InFlight {
         idle.inflight.fetch_add(1, Ordering::AcqRel);
+        idle.head_clock.store(false, Ordering::Release);
         if let Some(c) = stats.and_then(|s| s.counters()) {
             c.requests.fetch_add(1, Ordering::Relaxed);
             c.writing.fetch_add(1, Ordering::Relaxed);
@@ -531,8 +554,15 @@ async fn serve_conn(
 ) {
     let info = Arc::new(info);
     let served = Arc::new(AtomicU64::new(0));
-    // Until the first request: nginx's client_header_timeout default.
-    let idle = Arc::new(Idle::new(Duration::from_secs(60)));
+    // Until the first request, and from the first byte of each later head:
+    // the default server's client_header_timeout, as nginx.
+    let head_limit = shared
+        .cfg
+        .http
+        .as_ref()
+        .and_then(|h| shared.router.server(h, &listen, info.local, None))
+        .map_or(Duration::from_secs(60), |s| s.conf.client_header_timeout);
+    let idle = Arc::new(Idle::new(head_limit));
     let svc = {
         let shared = shared.clone();
         let info = info.clone();
@@ -787,6 +817,15 @@ where
                     );
                     return false;
                 }
+                if idle.remaining().is_zero() && idle.head_clock.load(Ordering::Acquire) {
+                    // hyper would wait for the rest of a head it began.
+                    crate::log_conn!(
+                        Level::Info,
+                        info.number,
+                        "client timed out (110: Connection timed out) while reading client request headers"
+                    );
+                    return false;
+                }
                 if idle.remaining().is_zero() {
                     flags.parking.store(false, Ordering::Release);
                     Pin::new(&mut *conn).graceful_shutdown();
@@ -892,16 +931,17 @@ async fn handle(
     flight.keepalive(r.conf.keepalive_timeout);
     let mut closing = false;
     let bad = request_problem(&r, host.is_ok());
-    let reply = if let Some((code, why)) = bad {
+    let reply = if let Some(Problem { code, why, in_line }) = bad {
         crate::log_conn!(
             Level::Info,
             r.conn.number,
-            "{} while reading client request headers{}",
+            "{} while reading client request {}{}",
             why,
+            if in_line { "line" } else { "headers" },
             r.log_context(None)
         );
         // A request nginx refuses this way also ends its connection.
-        if code == 400 || code == 494 {
+        if code == 400 || code == 494 || code == 501 {
             closing = true;
         }
         Ok(Reply::Status(code))
@@ -965,30 +1005,49 @@ async fn handle(
     ))
 }
 
+/// A request head nginx refuses: the status, the log reason, and whether the
+/// request line (not a header) was at fault.
+struct Problem {
+    code: u16,
+    why: String,
+    in_line: bool,
+}
+
+impl Problem {
+    fn new(code: u16, why: impl Into<String>) -> Problem {
+        let why = why.into();
+        let in_line = code == 414 || why == "client sent invalid method";
+        Problem { code, why, in_line }
+    }
+}
+
 /// What nginx refuses in a request head, with its status and log reason:
 /// HTTP/1.1 without `Host`, and heads beyond `large_client_header_buffers`
 /// (414 for the request line, 494, sent as 400, for a header). hyper itself
 /// refuses bad or conflicting `Content-Length` (400) and closes the
 /// connection after a request with both `Content-Length` and
 /// `Transfer-Encoding`.
-fn request_problem(r: &Req, host_ok: bool) -> Option<(u16, String)> {
+fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     let h = &r.headers;
+    if let Some(bad) = framing_problem(r) {
+        return Some(bad);
+    }
     if host_ok && r.version == hyper::Version::HTTP_11 && !h.contains_key(HOST) {
-        return Some((
+        return Some(Problem::new(
             400,
-            "client sent HTTP/1.1 request without \"Host\" header".into(),
+            "client sent HTTP/1.1 request without \"Host\" header",
         ));
     }
     let (count, size) = r.conf.large_client_header_buffers;
     let line = r.method.as_str().len() + r.request_uri.len() + 11;
     if line as u64 > size {
-        return Some((414, "client sent too long URI".into()));
+        return Some(Problem::new(414, "client sent too long URI"));
     }
     let mut total: u64 = 0;
     for (n, v) in h {
         let len = (n.as_str().len() + v.len() + 4) as u64;
         if len > size {
-            return Some((
+            return Some(Problem::new(
                 494,
                 format!("client sent too long header line: \"{}...\"", n.as_str()),
             ));
@@ -996,7 +1055,71 @@ fn request_problem(r: &Req, host_ok: bool) -> Option<(u16, String)> {
         total += len;
     }
     if total > u64::from(count) * size {
-        return Some((494, "client sent too large request".into()));
+        return Some(Problem::new(494, "client sent too large request"));
+    }
+    None
+}
+
+/// nginx's rules for what frames a request and picks its server, which
+/// hyper is laxer about: a method in upper case, one `Host`, one
+/// `Content-Length`, one `Transfer-Encoding` that is exactly `chunked` and
+/// never beside a `Content-Length`. A request that breaks them is answered
+/// (400, or 501 for an unknown coding) and its connection closed: a front
+/// proxy that framed it the other way must not get a second request out of
+/// its body.
+fn framing_problem(r: &Req) -> Option<Problem> {
+    let h = &r.headers;
+    if !r
+        .method
+        .as_str()
+        .bytes()
+        .all(|b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
+    {
+        return Some(Problem::new(400, "client sent invalid method"));
+    }
+    let text = |v: &hyper::header::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    let twice = |name: &hyper::header::HeaderName| {
+        let mut all = h.get_all(name).iter();
+        let first = all.next()?;
+        all.next().map(|second| (text(first), text(second)))
+    };
+    if let Some((first, second)) = twice(&HOST) {
+        return Some(Problem::new(
+            400,
+            format!(
+                "client sent duplicate host header: \"Host: {second}\", previous value: \"Host: {first}\""
+            ),
+        ));
+    }
+    for (name, shown) in [
+        (hyper::header::CONTENT_LENGTH, "Content-Length"),
+        (hyper::header::TRANSFER_ENCODING, "Transfer-Encoding"),
+    ] {
+        if let Some((first, second)) = twice(&name) {
+            return Some(Problem::new(
+                400,
+                format!(
+                    "client sent duplicate header line: \"{shown}: {second}\", previous value: \"{shown}: {first}\""
+                ),
+            ));
+        }
+    }
+    if let Some(te) = h.get(hyper::header::TRANSFER_ENCODING) {
+        if h.contains_key(hyper::header::CONTENT_LENGTH) {
+            return Some(Problem::new(
+                400,
+                "client sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time",
+            ));
+        }
+        if !te.as_bytes().eq_ignore_ascii_case(b"chunked") {
+            return Some(Problem::new(
+                501,
+                format!(
+                    "client sent unknown \"Transfer-Encoding\": \"{}\"",
+                    text(te)
+                ),
+            ));
+        }
     }
     None
 }
