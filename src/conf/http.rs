@@ -544,7 +544,7 @@ fn note_logs(conf: &LocConf, paths: &mut Vec<PathBuf>) {
 }
 
 fn note_temps(conf: &LocConf, temps: &mut Vec<PathBuf>) {
-    for p in &conf.temp_paths {
+    for p in conf.temp_paths.iter().chain([&conf.client_body_temp_path]) {
         if !temps.contains(p) {
             temps.push(p.clone());
         }

@@ -68,9 +68,14 @@ loc_settings! {
     proxy_intercept_errors: bool = |_| false,
     /// `proxy_redirect`: None is `off`; the default is `default`.
     proxy_redirect: Option<Vec<Redirect>> = |_| Some(vec![Redirect::Default]),
-    /// `client_body_temp_path` / `proxy_temp_path`: created at start-up as
-    /// nginx does; sluice keeps bodies in memory and writes nothing there.
+    /// `client_body_temp_path` / `proxy_temp_path` as named: created at
+    /// start-up as nginx does.
     temp_paths: Vec<PathBuf> = |_| Vec::new(),
+    /// Where a request body larger than `client_body_buffer_size` goes
+    /// (levels are accepted and not used: files are unlinked at once).
+    client_body_temp_path: PathBuf = |d| d.prefix.join("client_body_temp"),
+    /// nginx's default on 64-bit platforms: two pages.
+    client_body_buffer_size: u64 = |_| 16 * 1024,
     proxy_buffering: bool = |_| true,
     proxy_buffer_size: u64 = |_| 4096,
     /// `proxy_buffers NUMBER SIZE`.

@@ -222,6 +222,13 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_size,
     },
     Spec {
+        name: "client_body_buffer_size",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_size,
+    },
+    Spec {
         name: "rewrite_log",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -390,6 +397,7 @@ fn set_size(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     let v = size_arg(d, 0)?;
     match d.name.as_str() {
         "client_max_body_size" => once(&mut l.client_max_body_size, v, d),
+        "client_body_buffer_size" => once(&mut l.client_body_buffer_size, v, d),
         _ => once(&mut l.proxy_buffer_size, v, d),
     }
 }
@@ -720,10 +728,11 @@ fn set_temp_path(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
         }
     }
     let path = b.path(&d.args[0]);
-    loc(n, d)?
-        .temp_paths
-        .get_or_insert_with(Vec::new)
-        .push(path);
+    let l = loc(n, d)?;
+    if d.name == "client_body_temp_path" {
+        once(&mut l.client_body_temp_path, path.clone(), d)?;
+    }
+    l.temp_paths.get_or_insert_with(Vec::new).push(path);
     Ok(())
 }
 

@@ -556,13 +556,24 @@ async fn serve_conn(
     let served = Arc::new(AtomicU64::new(0));
     // Until the first request, and from the first byte of each later head:
     // the default server's client_header_timeout, as nginx.
-    let head_limit = shared
+    let default_server = shared
         .cfg
         .http
         .as_ref()
-        .and_then(|h| shared.router.server(h, &listen, info.local, None))
-        .map_or(Duration::from_secs(60), |s| s.conf.client_header_timeout);
+        .and_then(|h| shared.router.server(h, &listen, info.local, None));
+    let head_limit =
+        default_server.map_or(Duration::from_secs(60), |s| s.conf.client_header_timeout);
     let idle = Arc::new(Idle::new(head_limit));
+    // hyper's read buffer grows to what it is allowed (about 400 kB) while a
+    // body arrives faster than it is taken: bound it by what a head may use
+    // (large_client_header_buffers), with room to spare.
+    let read_buf = default_server
+        .map_or(32 * 1024, |s| {
+            let (count, size) = s.conf.large_client_header_buffers;
+            u64::from(count).saturating_mul(size)
+        })
+        .saturating_mul(2)
+        .clamp(64 * 1024, 4 * 1024 * 1024) as usize;
     let svc = {
         let shared = shared.clone();
         let info = info.clone();
@@ -602,7 +613,8 @@ async fn serve_conn(
         .preserve_header_case(true)
         .title_case_headers(true)
         .timer(TokioTimer::new())
-        .header_read_timeout(shared.header_wait);
+        .header_read_timeout(shared.header_wait)
+        .max_buf_size(read_buf);
     let mut io = client_io::ClientIo::new(stream, idle.clone());
     let mut fresh = true;
     loop {

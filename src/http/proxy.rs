@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, Version};
@@ -22,6 +22,7 @@ use super::{ClientBody, Reply};
 use crate::conf::model::{Balancer, NextUpstream, PeerAddr, ProxyPass};
 use crate::log::Level;
 use crate::upstream::balancer::{Key, PickState};
+use crate::upstream::body::{Payload, Spool, UpBody};
 use crate::upstream::peers::now_ms;
 use crate::upstream::race::{Ended, Race};
 use crate::upstream::{Outcome, PeerId, Peers, Pooled, Released, Tried, UpstreamRt};
@@ -153,11 +154,13 @@ fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
 }
 
 /// Reads the whole client body (nginx buffers it before connecting, which is
-/// what lets a retry send it again). Err is the status to answer with.
-async fn read_body(r: &Req, body: ClientBody) -> Result<Bytes, u16> {
+/// what lets a retry send it again): in memory up to
+/// `client_body_buffer_size`, in a temporary file in `client_body_temp_path`
+/// past it, as nginx. Err is the status to answer with.
+async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
     let mut body = match body {
         ClientBody::Incoming(b) => b,
-        ClientBody::Empty => return Ok(Bytes::new()),
+        ClientBody::Empty => return Ok(Payload::default()),
     };
     let max = r.conf.client_max_body_size;
     let declared = r
@@ -177,7 +180,11 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Bytes, u16> {
             return Err(413);
         }
     }
-    let mut buf = BytesMut::new();
+    let room = r.conf.client_body_buffer_size;
+    // A body declared larger than the buffer goes to a file from its start.
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(room) as usize);
+    let mut spool: Option<Spool> = None;
+    let mut total: u64 = 0;
     loop {
         let frame = match tokio::time::timeout(r.conf.client_body_timeout, body.frame()).await {
             Err(_) => {
@@ -193,26 +200,85 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Bytes, u16> {
             Ok(Some(Err(_))) => return Err(400),
             Ok(Some(Ok(f))) => f,
         };
-        if let Ok(d) = frame.into_data() {
+        let Ok(d) = frame.into_data() else {
+            continue;
+        };
+        total += d.len() as u64;
+        if max > 0 && total > max {
+            crate::log_conn!(
+                Level::Error,
+                r.conn.number,
+                "client intended to send too large chunked body: {} bytes{}",
+                total,
+                r.log_context(None)
+            );
+            return Err(413);
+        }
+        if spool.is_none() && (buf.len() + d.len()) as u64 <= room {
             buf.extend_from_slice(d.as_ref());
-            if max > 0 && buf.len() as u64 > max {
-                crate::log_conn!(
-                    Level::Error,
-                    r.conn.number,
-                    "client intended to send too large chunked body: {} bytes{}",
-                    buf.len(),
-                    r.log_context(None)
-                );
-                return Err(413);
+            continue;
+        }
+        let file = match &mut spool {
+            Some(f) => f,
+            None => {
+                let f = spool_file(r)?;
+                spool.insert(f)
             }
+        };
+        let written = if buf.is_empty() {
+            file.write(d.as_ref())
+        } else {
+            let first = std::mem::take(&mut buf);
+            file.write(&first).and_then(|()| file.write(d.as_ref()))
+        };
+        if let Err(e) = written {
+            crate::log_conn!(
+                Level::Crit,
+                r.conn.number,
+                "write() \"{}\" failed ({}){}",
+                file.path.display(),
+                crate::conf::tree::errno_text(&e),
+                r.log_context(None)
+            );
+            return Err(500);
         }
     }
-    Ok(buf.freeze())
+    Ok(match spool {
+        Some(f) => Payload::File(Arc::new(f)),
+        None => Payload::Mem(buf.freeze()),
+    })
+}
+
+/// A new temporary file for a body, logged as nginx logs it.
+fn spool_file(r: &Req) -> Result<Spool, u16> {
+    match Spool::create(&r.conf.client_body_temp_path) {
+        Ok(f) => {
+            crate::log_conn!(
+                Level::Warn,
+                r.conn.number,
+                "a client request body is buffered to a temporary file {}{}",
+                f.path.display(),
+                r.log_context(None)
+            );
+            Ok(f)
+        }
+        Err(e) => {
+            crate::log_conn!(
+                Level::Crit,
+                r.conn.number,
+                "open() \"{}\" failed ({}){}",
+                r.conf.client_body_temp_path.display(),
+                crate::conf::tree::errno_text(&e),
+                r.log_context(None)
+            );
+            Err(500)
+        }
+    }
 }
 
 /// The request headers sent upstream, in nginx's order: `proxy_set_header`
 /// (with the default `Host: $proxy_host`) first, then the client's.
-fn upstream_headers(r: &Req, body_len: usize) -> HeaderMap {
+fn upstream_headers(r: &Req, body_len: u64) -> HeaderMap {
     let conf = &r.conf;
     let mut out = HeaderMap::with_capacity(r.headers.len() + conf.proxy_set_header.len() + 2);
     let user_sets = |n: &str| {
@@ -267,7 +333,7 @@ fn upstream_headers(r: &Req, body_len: usize) -> HeaderMap {
 async fn connect(
     addr: &PeerAddr,
     timeout: Duration,
-) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, (Failure, String)> {
+) -> Result<hyper::client::conn::http1::SendRequest<UpBody>, (Failure, String)> {
     let io: Box<dyn Io> = match addr {
         PeerAddr::Inet(sa) => {
             match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(sa)).await {
@@ -465,7 +531,7 @@ struct Plan {
     uri: String,
     headers: HeaderMap,
     extensions: hyper::http::Extensions,
-    body: Bytes,
+    body: Payload,
     version: Version,
 }
 
@@ -491,10 +557,10 @@ pub(crate) async fn run(
         }
     } else {
         drop(body);
-        Bytes::new()
+        Payload::default()
     };
     if let Some(t) = &r.conf.proxy_set_body {
-        payload = Bytes::from(r.eval(t));
+        payload = Payload::Mem(Bytes::from(r.eval(t)));
     }
     let mut plan = Plan {
         uri: upstream_uri(r, pp),
@@ -744,7 +810,7 @@ pub(crate) async fn run(
         let connect_time = attempt_start.elapsed();
         conn.requests += 1;
 
-        let mut req = Request::new(Full::new(plan.body.clone()));
+        let mut req = Request::new(plan.body.body());
         *req.method_mut() = r.method.clone();
         *req.uri_mut() = match plan.uri.parse() {
             Ok(u) => u,
@@ -762,7 +828,7 @@ pub(crate) async fn run(
             *req.headers_mut() = plan.headers.clone();
             *req.extensions_mut() = plan.extensions.clone();
         }
-        let sent_bytes = plan.body.len() as u64;
+        let sent_bytes = plan.body.len();
 
         // Sending and waiting for the header are one future here: a request
         // without a body is sent at once, so only proxy_read_timeout bounds

@@ -5,6 +5,7 @@
 //! reuses, and releases the peer with the outcome.
 
 pub mod balancer;
+pub mod body;
 mod crc32;
 pub mod dns;
 pub mod peers;

@@ -15,8 +15,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::Full;
 use hyper::client::conn::http1::SendRequest;
 
 use super::peers::{Ms, PeerId, PeerLive, Peers, now_ms};
@@ -27,7 +25,7 @@ pub const ANY_LOCATION: usize = usize::MAX;
 
 /// An upstream connection ready for a request.
 pub struct Pooled {
-    pub sender: SendRequest<Full<Bytes>>,
+    pub sender: SendRequest<super::body::UpBody>,
     pub peer: PeerAddr,
     pub created: Instant,
     /// `keepalive_time`, with its jitter drawn for this connection.
@@ -42,7 +40,7 @@ pub struct Pooled {
 
 impl Pooled {
     pub fn new(
-        sender: SendRequest<Full<Bytes>>,
+        sender: SendRequest<super::body::UpBody>,
         peer: PeerAddr,
         now: Instant,
         max_age: Duration,
