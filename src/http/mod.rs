@@ -565,15 +565,17 @@ async fn serve_conn(
         default_server.map_or(Duration::from_secs(60), |s| s.conf.client_header_timeout);
     let idle = Arc::new(Idle::new(head_limit));
     // hyper's read buffer grows to what it is allowed (about 400 kB) while a
-    // body arrives faster than it is taken: bound it by what a head may use
-    // (large_client_header_buffers), with room to spare.
+    // head or body arrives slowly or faster than it is taken: bound it by
+    // what a head may use (large_client_header_buffers) and a little more,
+    // so that a head past the limit still reaches `request_problem` for
+    // nginx's answer. A head far beyond it gets hyper's 431.
     let read_buf = default_server
         .map_or(32 * 1024, |s| {
             let (count, size) = s.conf.large_client_header_buffers;
             u64::from(count).saturating_mul(size)
         })
-        .saturating_mul(2)
-        .clamp(64 * 1024, 4 * 1024 * 1024) as usize;
+        .saturating_add(1024)
+        .clamp(8 * 1024, 4 * 1024 * 1024) as usize;
     let svc = {
         let shared = shared.clone();
         let info = info.clone();

@@ -1362,6 +1362,43 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Whatever framing headers an upstream sends, a response is let
+        /// through only when one reading of its length exists.
+        #[test]
+        fn framing_passes_only_one_reading(
+            lengths in proptest::collection::vec("[0-9a-z ,+-]{0,20}", 0..3),
+            codings in proptest::collection::vec("(chunked|Chunked|gzip|identity| |,){0,3}", 0..3),
+        ) {
+            let mut h = HeaderMap::new();
+            for v in &lengths {
+                if let Ok(v) = HeaderValue::from_str(v) {
+                    h.append(header::CONTENT_LENGTH, v);
+                }
+            }
+            for v in &codings {
+                if let Ok(v) = HeaderValue::from_str(v) {
+                    h.append(header::TRANSFER_ENCODING, v);
+                }
+            }
+            let cl: Vec<_> = h.get_all(header::CONTENT_LENGTH).iter().collect();
+            let te: Vec<_> = h.get_all(header::TRANSFER_ENCODING).iter().collect();
+            if upstream_framing(&h).is_ok() {
+                proptest::prop_assert!(cl.len() + te.len() <= 1);
+                if let Some(v) = cl.first() {
+                    proptest::prop_assert!(std::str::from_utf8(v.as_bytes())
+                        .ok()
+                        .and_then(|t| t.parse::<u64>().ok())
+                        .is_some());
+                }
+                if let Some(v) = te.first() {
+                    proptest::prop_assert!(v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+                }
+            }
+        }
+    }
+
     #[test]
     fn statuses() {
         assert_eq!(final_status(NextUpstream::TIMEOUT), 504);
