@@ -81,6 +81,9 @@ loc_settings! {
     /// `root PATH` or `alias PATH` (with the location prefix alias replaces).
     root: Root = |d| Root { path: d.prefix.join("html"), alias: None },
     index: Vec<String> = |_| vec!["index.html".to_string()],
+    /// `max_ranges N`: a Range header with more byte ranges gets the whole
+    /// file; 0 turns byte ranges off (no `Accept-Ranges` either).
+    max_ranges: u32 = |_| u32::MAX,
     /// `types { MIME EXT...; }`: extension (lowercase) to MIME type.
     types: Arc<HashMap<String, String>> = |_| Arc::new(
         [("html", "text/html"), ("gif", "image/gif"), ("jpg", "image/jpeg")]

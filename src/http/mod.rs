@@ -11,6 +11,7 @@ mod dynamic;
 pub mod keeper;
 pub mod proxy;
 mod proxy_body;
+pub mod range;
 pub mod realip;
 pub mod response;
 pub mod router;
