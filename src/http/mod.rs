@@ -9,6 +9,7 @@ pub mod case;
 pub(crate) mod client_io;
 mod dynamic;
 pub mod keeper;
+mod open_file;
 pub mod proxy;
 mod proxy_body;
 pub mod range;

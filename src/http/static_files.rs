@@ -1,14 +1,15 @@
 //! Static files (`root`, `alias`, `index`, `types`, `default_type`): GET and
 //! HEAD, a directory without its slash redirected, an index file for a
 //! directory, 403/404 with nginx's error-log lines, `Last-Modified`, `ETag`,
-//! 304 for `If-None-Match`/`If-Modified-Since`, and byte ranges (`range`).
-//! Each file is opened once and served from that descriptor; large bodies
-//! are streamed.
+//! 304 for `If-None-Match`/`If-Modified-Since`, byte ranges (`range`) and
+//! `disable_symlinks` (`open_file`). Each file is opened once and served from
+//! that descriptor; large bodies are streamed.
 
 use std::collections::VecDeque;
 use std::fs::{File, Metadata};
 use std::future::Future;
 use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::pin::Pin;
@@ -22,11 +23,14 @@ use http_body_util::BodyExt;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Response, StatusCode, Version};
+use nix::errno::Errno;
 
 use super::Reply;
+use super::open_file::{self, OpenError};
 use super::range::{self, Piece, Ranges, Span};
 use super::response::{self, BoxError};
 use super::vars::Req;
+use crate::conf::loc::Symlinks;
 use crate::log::Level;
 
 /// Files up to this size are read at once; larger ones are streamed.
@@ -39,7 +43,12 @@ fn http_date(t: std::time::SystemTime) -> String {
 }
 
 fn not_found(r: &Req, what: &str, e: &std::io::Error) -> Reply {
-    let code = if e.kind() == ErrorKind::PermissionDenied {
+    // A link refused by disable_symlinks is ELOOP (EMLINK on some systems).
+    let refused = e
+        .raw_os_error()
+        .map(Errno::from_raw)
+        .is_some_and(|n| matches!(n, Errno::ELOOP | Errno::EMLINK));
+    let code = if e.kind() == ErrorKind::PermissionDenied || refused {
         403
     } else {
         404
@@ -55,24 +64,17 @@ fn not_found(r: &Req, what: &str, e: &std::io::Error) -> Reply {
     Reply::Status(code)
 }
 
-/// A failed open: the error and the call nginx names in its log line.
-struct OpenError {
-    err: std::io::Error,
-    call: &'static str,
-}
-
-/// Opens a file the request maps to (non-blocking, so that a FIFO cannot
-/// hang the worker), with what `fstat` says of it.
-fn open(_: &Req, path: &Path) -> Result<(File, Metadata), OpenError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(path)
-        .map_err(|err| OpenError {
-            err,
-            call: "open()",
-        })?;
+/// Opens a file the request maps to under `disable_symlinks` (its `from=`
+/// worked out for this path), with what `fstat` says of it.
+fn open(r: &Req, path: &Path) -> Result<(File, Metadata), OpenError> {
+    let ds = &r.conf.disable_symlinks;
+    let (mode, from) = match &ds.from {
+        Some(t) if ds.mode != Symlinks::Off => {
+            open_file::checked_part(ds.mode, path.as_os_str().as_bytes(), r.eval(t).as_bytes())
+        }
+        _ => (ds.mode, 0),
+    };
+    let f = open_file::open_file(path, mode, from)?;
     let m = f.metadata().map_err(|err| OpenError {
         err,
         call: "fstat()",
