@@ -92,6 +92,7 @@ const TABLES: &[&[Spec]] = &[
     TABLE,
     super::http::TABLE,
     super::loc_table::TABLE,
+    super::files::TABLE,
     super::proxy::TABLE,
     super::logs::TABLE,
     super::status::TABLE,

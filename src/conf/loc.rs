@@ -86,6 +86,11 @@ loc_settings! {
     /// `root PATH` or `alias PATH` (with the location prefix alias replaces).
     root: Root = |d| Root { path: d.prefix.join("html"), alias: None },
     index: Vec<String> = |_| vec!["index.html".to_string()],
+    /// `max_ranges N`: a Range header with more byte ranges gets the whole
+    /// file; 0 turns byte ranges off (no `Accept-Ranges` either).
+    max_ranges: u32 = |_| u32::MAX,
+    /// `disable_symlinks off | on | if_not_owner [from=PART]`.
+    disable_symlinks: DisableSymlinks = |_| DisableSymlinks::default(),
     /// `types { MIME EXT...; }`: extension (lowercase) to MIME type.
     types: Arc<HashMap<String, String>> = |_| Arc::new(
         [("html", "text/html"), ("gif", "image/gif"), ("jpg", "image/jpeg")]
@@ -132,6 +137,27 @@ loc_settings! {
 pub struct Root {
     pub path: PathBuf,
     pub alias: Option<String>,
+}
+
+/// How static files treat symbolic links on their path (`disable_symlinks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Symlinks {
+    /// Followed, as the system follows them.
+    #[default]
+    Off,
+    /// Any link on the path is refused.
+    On,
+    /// A link is refused when its owner is not its target's.
+    IfNotOwner,
+}
+
+/// `disable_symlinks MODE [from=PART]`: links in the part of the path that
+/// `from` names (a text with variables, such as `$document_root`) are not
+/// checked.
+#[derive(Debug, Clone, Default)]
+pub struct DisableSymlinks {
+    pub mode: Symlinks,
+    pub from: Option<Template>,
 }
 
 /// One `proxy_redirect` rule for upstream `Location` and `Refresh` headers.

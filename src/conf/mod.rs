@@ -4,6 +4,7 @@
 //! `command line` for `-g`), worded as nginx words it.
 
 pub mod build;
+mod files;
 pub mod http;
 pub mod lexer;
 pub mod loc;

@@ -233,10 +233,16 @@ pub fn full_name(prefix: &Path, name: &str) -> PathBuf {
     }
 }
 
-/// `2: No such file or directory`, as nginx prints an errno.
+/// `2: No such file or directory`, as nginx prints an errno: with the C
+/// library's text (std's), which differs from nix's table for some errors
+/// (ELOOP is "Too many levels of symbolic links").
 pub fn errno_text(e: &std::io::Error) -> String {
     match e.raw_os_error() {
-        Some(n) => format!("{}: {}", n, nix::errno::Errno::from_raw(n).desc()),
+        Some(n) => {
+            let text = std::io::Error::from_raw_os_error(n).to_string();
+            let suffix = format!(" (os error {n})");
+            format!("{n}: {}", text.strip_suffix(&suffix).unwrap_or(&text))
+        }
         None => e.to_string(),
     }
 }
@@ -249,6 +255,13 @@ mod tests {
         let mut files = Files::default();
         let mut p = TreeParser::new(Path::new("/nonexistent"), &mut files);
         p.parse_text(text, Some(Arc::new(PathBuf::from("/t.conf"))))
+    }
+
+    #[test]
+    fn errno_as_the_c_library_words_it() {
+        let t = |n| errno_text(&std::io::Error::from_raw_os_error(n));
+        assert_eq!(t(2), "2: No such file or directory");
+        assert_eq!(t(40), "40: Too many levels of symbolic links");
     }
 
     #[test]
