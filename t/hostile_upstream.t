@@ -20,7 +20,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(114);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(115);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -193,6 +193,8 @@ for my $path ('/http10-te', '/bad-status', '/not-http', '/space-colon') {
 		'truncated body: logged');
 	my ($b1) = pair('/bad-chunk');
 	like($b1, qr/^HTTP\/1.1 502 /, 'invalid chunked body: 502');
+	ok($t->waitforlog(qr/upstream sent invalid chunked response while reading upstream, client: 127.0.0.1, server: localhost, request: "GET \/bad-chunk HTTP\/1.1"/),
+		'invalid chunked body: logged as nginx');
 }
 
 # 1xx before the final response is skipped.

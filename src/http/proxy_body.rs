@@ -92,6 +92,25 @@ impl ProxyBody {
     }
 }
 
+/// nginx's words for a body that failed: a chunked body that does not
+/// parse (hyper's decoder reports it as invalid input or data) is the
+/// upstream's fault in a different way from one cut short.
+fn body_failure(e: &hyper::Error) -> &'static str {
+    let invalid = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData
+            )
+        });
+    if invalid {
+        "upstream sent invalid chunked response while reading upstream"
+    } else {
+        "upstream prematurely closed connection while reading upstream"
+    }
+}
+
 impl ProxyBody {
     fn url(&self) -> String {
         format!("http://{}{}", self.peer_name, self.uri)
@@ -119,10 +138,10 @@ impl ProxyBody {
                     self.finish(true);
                     return Ok(());
                 }
-                Ok(Some(Err(_))) => {
+                Ok(Some(Err(e))) => {
                     self.finish(false);
                     return Err(UpstreamBodyError {
-                        message: "upstream prematurely closed connection while reading upstream",
+                        message: body_failure(&e),
                         url: self.url(),
                     });
                 }
@@ -165,11 +184,11 @@ impl HttpBody for ProxyBody {
                 self.finish(true);
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(Err(_))) => {
+            Poll::Ready(Some(Err(e))) => {
                 self.finish(false);
                 let url = self.url();
                 Poll::Ready(Some(Err(Box::new(UpstreamBodyError {
-                    message: "upstream prematurely closed connection while reading upstream",
+                    message: body_failure(&e),
                     url,
                 }))))
             }
