@@ -5,8 +5,11 @@
 //! classification (NOERROR with no address in either family is NXDOMAIN; a
 //! server error in either family fails the lookup); a CNAME-only answer is
 //! chased (up to 50 links). No hosts file, no search list, no cache: the
-//! caller schedules lookups. Messages are built and parsed by hickory-proto;
-//! only the transport is ours.
+//! caller schedules lookups. A reply nginx would ignore (malformed, another
+//! question or ID, a record of the other address family) is logged and
+//! ignored, so the lookup ends as a timeout and the peers stay. TTLs are made
+//! sane here (top bit set: 0; at most a day). Messages are built and parsed
+//! by hickory-proto; the checks (`dns::reply`) and the transport are ours.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,6 +21,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::conf::model::Resolver;
 use crate::log::Level;
+
+mod reply;
+use reply::{host, read_reply};
 
 /// A finished lookup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +91,35 @@ impl std::fmt::Display for DnsError {
     }
 }
 
+/// The longest a TTL is believed, in seconds: one day. A TTL of years would
+/// pin a name's peers: it would never be asked again, and reloads, binary
+/// upgrades and state files would carry the expiry on.
+pub const MAX_TTL: u32 = 86_400;
+
+/// A record's TTL as it is used: 0 when its top bit is set (RFC 2181 §8;
+/// nginx reads it as a signed number and takes a negative one as 0), and at
+/// most `MAX_TTL`.
+pub fn sane_ttl(ttl: u32) -> u32 {
+    if ttl & 0x8000_0000 != 0 {
+        0
+    } else {
+        ttl.min(MAX_TTL)
+    }
+}
+
+/// How long an answer is valid: `valid=` when set, else its smallest TTL.
+pub fn validity(ttl: Option<u32>, valid: Option<Duration>) -> Duration {
+    valid.unwrap_or_else(|| Duration::from_secs(u64::from(sane_ttl(ttl.unwrap_or(0)))))
+}
+
+/// An expiry (monotonic ms) read from elsewhere (an older generation's or
+/// binary's zone, a state file) made no later than an answer looked up at
+/// `now` could give: `now` + `valid=`, or `now` + `MAX_TTL` without it.
+pub fn clamp_expiry(expires: u64, now: u64, valid: Option<Duration>) -> u64 {
+    let longest = valid.unwrap_or(Duration::from_secs(u64::from(MAX_TTL)));
+    expires.min(now.saturating_add(u64::try_from(longest.as_millis()).unwrap_or(u64::MAX)))
+}
+
 /// What one family's reply says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Reply {
@@ -97,6 +132,9 @@ pub(crate) enum Reply {
     },
     NxDomain,
     Error(u16),
+    /// Records, but none of the asked family and no CNAME: not an empty
+    /// answer, so not NXDOMAIN.
+    Unusable,
 }
 
 /// The smaller of two optional TTLs.
@@ -144,8 +182,11 @@ pub(crate) fn classify(msg: &Message, family: RecordType) -> Reply {
             _ => false,
         };
         if keep {
-            ttl = min_ttl(ttl, Some(r.ttl()));
+            ttl = min_ttl(ttl, Some(sane_ttl(r.ttl())));
         }
+    }
+    if addrs.is_empty() && cname.is_none() && !msg.answers().is_empty() {
+        return Reply::Unusable;
     }
     Reply::Records {
         addrs,
@@ -165,13 +206,16 @@ pub(crate) fn classify(msg: &Message, family: RecordType) -> Reply {
 
 /// Both families' replies together, as nginx: an error in either fails
 /// the lookup (the first seen wins); addresses in either succeed; a CNAME
-/// with no address anywhere is chased; nothing at all is NXDOMAIN.
+/// with no address anywhere is chased; nothing at all is NXDOMAIN, but
+/// nothing usable in a reply with records is no answer (nginx answers the
+/// lookup or keeps waiting, depending on which reply came first).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Combined {
     Addrs(Vec<IpAddr>, Option<u32>),
     Cname(Name, Option<u32>),
     NxDomain,
     Error(u16),
+    Unusable,
 }
 
 pub(crate) fn combine(replies: &[Reply]) -> Combined {
@@ -200,6 +244,7 @@ pub(crate) fn combine(replies: &[Reply]) -> Combined {
     }
     match cname {
         Some(c) => Combined::Cname(c, ttl),
+        None if replies.contains(&Reply::Unusable) => Combined::Unusable,
         None => Combined::NxDomain,
     }
 }
@@ -256,9 +301,13 @@ impl Client {
             match combine(&replies) {
                 Combined::Error(c) => return Err(DnsError::Server(c)),
                 Combined::NxDomain => return Ok(Answer::NxDomain),
+                // As a reply ignored: the lookup times out, the peers stay.
+                Combined::Unusable => {
+                    tokio::time::sleep_until(deadline.into()).await;
+                    return Err(DnsError::Timeout);
+                }
                 Combined::Addrs(addrs, ttl) => {
-                    let ttl = shorter(ttl).unwrap_or(0);
-                    let valid = r.valid.unwrap_or(Duration::from_secs(u64::from(ttl)));
+                    let valid = validity(shorter(ttl), r.valid);
                     return Ok(Answer::Addrs { addrs, valid });
                 }
                 Combined::Cname(target, ttl) => {
@@ -310,7 +359,7 @@ pub(crate) fn classify_srv(msg: &Message) -> SrvReply {
             RData::CNAME(c) => cname = Some(c.0.clone()),
             _ => continue,
         }
-        ttl = min_ttl(ttl, Some(r.ttl()));
+        ttl = min_ttl(ttl, Some(sane_ttl(r.ttl())));
     }
     if !recs.is_empty() {
         recs.sort_by_key(|r| r.priority);
@@ -333,9 +382,7 @@ pub(crate) fn srv_peers(
 ) -> Result<SrvAnswer, DnsError> {
     let lowest = recs.first().map(|s| s.priority).unwrap_or(0);
     let mut peers = Vec::new();
-    let mut valid = r
-        .valid
-        .unwrap_or(Duration::from_secs(u64::from(srv_ttl.unwrap_or(0))));
+    let mut valid = validity(srv_ttl, r.valid);
     let (mut nx, mut first_err) = (false, None);
     for (rec, res) in recs.iter().zip(results) {
         match res {
@@ -451,25 +498,6 @@ fn rand_id() -> u16 {
     h.finish() as u16
 }
 
-/// A reply for our query? nginx logs and ignores any other.
-fn matches(msg: &Message, id: u16, name: &Name, family: RecordType, server: SocketAddr) -> bool {
-    let ok = msg.id() == id
-        && msg.message_type() == MessageType::Response
-        && msg
-            .queries()
-            .first()
-            .is_some_and(|q| q.query_type() == family && q.name() == name);
-    if !ok {
-        crate::log!(
-            Level::Error,
-            "unexpected DNS response for {} from {}, ignored",
-            name.to_ascii().trim_end_matches('.'),
-            server
-        );
-    }
-    ok
-}
-
 /// One A or AAAA question.
 async fn query(
     server: SocketAddr,
@@ -478,7 +506,45 @@ async fn query(
     deadline: Instant,
 ) -> Result<Reply, DnsError> {
     let msg = exchange(server, name, family, deadline).await?;
-    Ok(classify(&msg, family))
+    let reply = classify(&msg, family);
+    if reply == Reply::Unusable {
+        crate::log!(
+            Level::Error,
+            "no {} or CNAME types in DNS response for {}, resolver: {}",
+            family,
+            host(name),
+            server
+        );
+    }
+    Ok(reply)
+}
+
+/// A reply read and checked; what is wrong with it is logged.
+fn checked(
+    buf: &[u8],
+    id: u16,
+    name: &Name,
+    family: RecordType,
+    server: SocketAddr,
+) -> Option<Message> {
+    match read_reply(buf, id, name, family) {
+        Ok((msg, skipped)) => {
+            for t in skipped {
+                crate::log!(
+                    Level::Error,
+                    "unexpected RR type {} in DNS response for {}, resolver: {}",
+                    t,
+                    host(name),
+                    server
+                );
+            }
+            Some(msg)
+        }
+        Err(why) => {
+            crate::log!(Level::Error, "{}, resolver: {}", why, server);
+            None
+        }
+    }
 }
 
 /// One question over UDP (TCP when the reply is truncated): the reply.
@@ -517,17 +583,10 @@ async fn exchange(
                 }
                 Err(_) => break,
             };
-            let Ok(msg) = Message::from_vec(&buf[..n]) else {
-                crate::log!(
-                    Level::Error,
-                    "invalid DNS response from {}, ignored",
-                    server
-                );
+            // Anything else is ignored: the query waits for its reply.
+            let Some(msg) = checked(&buf[..n], id, name, family, server) else {
                 continue;
             };
-            if !matches(&msg, id, name, family, server) {
-                continue;
-            }
             if msg.truncated() {
                 return exchange_tcp(server, name, family, deadline).await;
             }
@@ -536,6 +595,8 @@ async fn exchange(
     }
 }
 
+/// One question over TCP. A reply that is ignored ends the query as a
+/// timeout: the connection gives no other.
 async fn exchange_tcp(
     server: SocketAddr,
     name: &Name,
@@ -553,10 +614,10 @@ async fn exchange_tcp(
         let len = s.read_u16().await.ok()?;
         let mut buf = vec![0u8; usize::from(len)];
         s.read_exact(&mut buf).await.ok()?;
-        Message::from_vec(&buf).ok()
+        Some(buf)
     };
     match tokio::time::timeout(wait, exchange).await {
-        Ok(Some(msg)) if matches(&msg, id, name, family, server) => Ok(msg),
+        Ok(Some(buf)) => checked(&buf, id, name, family, server).ok_or(DnsError::Timeout),
         _ => Err(DnsError::Timeout),
     }
 }
@@ -686,11 +747,11 @@ mod tests {
     use hickory_proto::rr::Record;
     use hickory_proto::rr::rdata::{A, AAAA, CNAME};
 
-    fn name(s: &str) -> Name {
+    pub(super) fn name(s: &str) -> Name {
         Name::from_ascii(s).expect("name")
     }
 
-    fn reply(code: ResponseCode, records: Vec<Record>) -> Message {
+    pub(super) fn reply(code: ResponseCode, records: Vec<Record>) -> Message {
         let mut m = Message::new();
         m.set_message_type(MessageType::Response)
             .set_response_code(code);
@@ -700,11 +761,11 @@ mod tests {
         m
     }
 
-    fn a(ip: &str, ttl: u32) -> Record {
+    pub(super) fn a(ip: &str, ttl: u32) -> Record {
         Record::from_rdata(name("x.test."), ttl, RData::A(A(ip.parse().expect("ip"))))
     }
 
-    fn aaaa(ip: &str, ttl: u32) -> Record {
+    pub(super) fn aaaa(ip: &str, ttl: u32) -> Record {
         Record::from_rdata(
             name("x.test."),
             ttl,
@@ -712,7 +773,7 @@ mod tests {
         )
     }
 
-    fn cname(to: &str, ttl: u32) -> Record {
+    pub(super) fn cname(to: &str, ttl: u32) -> Record {
         Record::from_rdata(name("x.test."), ttl, RData::CNAME(CNAME(name(to))))
     }
 
@@ -852,5 +913,48 @@ mod tests {
             SrvReply::NxDomain
         );
         assert_eq!(DnsError::Timeout.to_string(), "110: Operation timed out");
+    }
+
+    #[test]
+    fn ttl_rules() {
+        // RFC 2181 §8: the top bit set means 0; a day at most.
+        assert_eq!(sane_ttl(0xFFFF_FFFF), 0);
+        assert_eq!(sane_ttl(0x8000_0000), 0);
+        assert_eq!(sane_ttl(0x7FFF_FFFF), MAX_TTL);
+        assert_eq!(sane_ttl(86_401), 86_400);
+        assert_eq!(sane_ttl(60), 60);
+        let s = Duration::from_secs;
+        assert_eq!(validity(Some(0x7FFF_FFFF), None), s(86_400));
+        assert_eq!(validity(Some(0x8000_0000), None), s(0));
+        assert_eq!(validity(None, None), s(0));
+        // valid= replaces the TTL, whatever it is.
+        assert_eq!(validity(Some(0xFFFF_FFFF), Some(s(1))), s(1));
+        assert_eq!(validity(Some(30), Some(s(3600 * 48))), s(3600 * 48));
+        // An expiry carried in (year 2163 in ms) comes back to a day, or valid=.
+        let now = 1_000_000;
+        assert_eq!(clamp_expiry(u64::MAX, now, None), now + 86_400_000);
+        assert_eq!(clamp_expiry(now + 5_000, now, None), now + 5_000);
+        assert_eq!(clamp_expiry(u64::MAX, now, Some(s(1))), now + 1_000);
+        assert_eq!(clamp_expiry(now - 1, now, Some(s(1))), now - 1);
+        // The classification uses the sane TTLs.
+        let huge = classify(
+            &reply(
+                ResponseCode::NoError,
+                vec![a("10.0.0.1", 0xFFFF_FFFF), a("10.0.0.2", 0x7FFF_FFFF)],
+            ),
+            RecordType::A,
+        );
+        assert!(matches!(huge, Reply::Records { ttl: Some(0), .. }));
+        let long = classify(
+            &reply(ResponseCode::NoError, vec![a("10.0.0.1", 0x7FFF_FFFF)]),
+            RecordType::A,
+        );
+        assert!(matches!(
+            long,
+            Reply::Records {
+                ttl: Some(86_400),
+                ..
+            }
+        ));
     }
 }

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::dns::{Answer, Client, DnsError, SrvAnswer, strerror};
+use super::dns::{Answer, Client, DnsError, SrvAnswer, clamp_expiry, strerror};
 use super::peers::now_ms;
 use super::zone::NewPeer;
 use super::{UpstreamRt, Upstreams};
@@ -75,13 +75,15 @@ async fn follow(
             continue;
         }
         let now = now_ms();
-        // A new holder continues the schedule the zone records.
+        // A new holder continues the schedule the zone records, no later
+        // than an answer could be valid (the expiry may come from a zone an
+        // older binary wrote).
         let next = *due.get_or_insert_with(|| {
             let (expires, answered, _) = zone.resolved(i, k);
             if answered == 0 {
                 now + 1
             } else {
-                expires + 1000
+                clamp_expiry(expires, now, resolver.valid) + 1000
             }
         });
         if next > now {

@@ -16,6 +16,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+use super::dns::clamp_expiry;
 use super::peers::{Peers, now_ms};
 use super::zone::{NewPeer, Zone, Zones};
 use crate::conf::model::{Http, PeerAddr, Upstream};
@@ -202,13 +203,16 @@ fn seed(z: &Zone, i: usize, u: &Upstream, entries: &[Entry]) {
                 base(PeerAddr::Inet(SocketAddr::new(e.addr.ip(), line.port)))
             });
         }
-        // An expired entry is used and looked up again at once.
+        // An expired entry is used and looked up again at once; one too far
+        // in the future (a TTL of years, an edited file) no later than an
+        // answer could be valid.
         let expires = mine.iter().map(|e| e.expires).min().unwrap_or(0);
         let left = expires.saturating_sub(wall);
         let at = if left == 0 {
             mono.saturating_sub(1000)
         } else {
-            mono + left
+            let valid = u.resolver.as_ref().and_then(|r| r.valid);
+            clamp_expiry(mono.saturating_add(left), mono, valid)
         };
         z.set_resolved(i, k, at, mono, 0);
     }

@@ -864,7 +864,10 @@ pub fn preresolve(
                     };
                     list.push(peer);
                 }
+                // No later than the new resolver could make it.
                 let (expires, answered, error) = oz.resolved(j, ok);
+                let valid = nu.resolver.as_ref().and_then(|r| r.valid);
+                let expires = super::dns::clamp_expiry(expires, super::peers::now_ms(), valid);
                 z.set_resolved(i, k, expires, answered, error);
             }
             if let Err(e) = z.publish(i, std::process::id(), &list) {

@@ -12,8 +12,20 @@ package Test::Sluice::DNS;
 #   NAME SILENT                 (no answer at all: the client times out)
 #   NAME DELAY MS               (answer after MS milliseconds)
 #
-# A name with no line gets NOERROR with no records. Each question is
-# appended to the log file as "NAME TYPE PROTO".
+# Records of any type, and hostile replies (for t/hostile_dns.t):
+#
+#   NAME RR TYPE HEX [TTL]      (a record of type number TYPE with the
+#                                rdata HEX, whatever type was asked: an
+#                                AAAA inside an A answer, a TXT...)
+#   NAME SHORT N                (the reply cut to its first N bytes)
+#   NAME WRONGID                (the reply carries another transaction ID)
+#   NAME QUESTION OTHER         (the reply's question names OTHER)
+#   NAME LOOP                   (each answer's name: a pointer to itself)
+#   NAME PASTEND                (each answer's name: a pointer past the end)
+#
+# A TTL is a decimal number up to 4294967295. A name with no line gets
+# NOERROR with no records. Each question is appended to the log file as
+# "NAME TYPE PROTO".
 
 use warnings;
 use strict;
@@ -104,11 +116,16 @@ sub answer {
 	}
 	my $rcode = 0;
 	my ($tc, @rr) = (0);
+	my %hostile;
 	for my $r (@rules) {
 		my ($name, $type, $value, $ttl) = @$r;
 		$ttl //= 60;
 		if ($type eq 'rcode') {
 			$rcode = $value;
+		} elsif ($type =~ /^(short|wrongid|question|loop|pastend)$/) {
+			$hostile{$type} = $value // 1;
+		} elsif ($type eq 'rr') {
+			push @rr, [$value, $r->[4] // 60, pack('H*', $r->[3])];
 		} elsif ($type eq 'tc') {
 			$tc = 1 if $proto eq 'udp';
 		} elsif ($type eq 'a' && $qtype == 1) {
@@ -123,11 +140,18 @@ sub answer {
 		}
 	}
 	@rr = () if $tc;
+	$id = ($id + 1) & 0xffff if $hostile{wrongid};
+	$question = encode_name($hostile{question}) . substr($question, -4) if $hostile{question};
 	my $head = pack('n6', $id, 0x8180 | ($tc ? 0x0200 : 0) | $rcode, 1, scalar @rr, 0, 0);
-	my $body = join '', map {
-		pack('n', 0xc00c) . pack('nnNn', $_->[0], 1, $_->[1], length $_->[2]) . $_->[2]
-	} @rr;
-	return $head . $question . $body;
+	my $out = $head . $question;
+	for my $rr (@rr) {
+		# The owner name: a pointer to the question, to itself, or past the end.
+		my $ptr = $hostile{loop} ? length $out : $hostile{pastend} ? 0x3fff : 12;
+		$out .= pack('n', 0xc000 | $ptr) . pack('nnNn', $rr->[0], 1, $rr->[1], length $rr->[2])
+			. $rr->[2];
+	}
+	$out = substr($out, 0, $hostile{short}) if defined $hostile{short};
+	return $out;
 }
 
 sub ipv6 {
