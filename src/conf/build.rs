@@ -610,6 +610,11 @@ pub(super) fn size_arg(d: &Directive, i: usize) -> Result<u64, ConfError> {
     super::values::parse_size(&d.args[i]).ok_or_else(|| invalid_value(d))
 }
 
+/// A size that may end in `g` (nginx's `ngx_conf_set_off_slot`).
+pub(super) fn offset_arg(d: &Directive, i: usize) -> Result<u64, ConfError> {
+    super::values::parse_offset(&d.args[i]).ok_or_else(|| invalid_value(d))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

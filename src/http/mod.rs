@@ -995,7 +995,7 @@ fn request_problem(r: &Req, host_ok: bool) -> Option<(u16, String)> {
         }
         total += len;
     }
-    if total > u64::from(count) * size {
+    if total > u64::from(count).saturating_mul(size) {
         return Some((494, "client sent too large request".into()));
     }
     None
