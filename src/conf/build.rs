@@ -406,6 +406,14 @@ pub(super) fn flag(d: &Directive) -> Result<bool, ConfError> {
     })
 }
 
+/// nginx spawns at most this many processes (`NGX_MAX_PROCESSES`); sluice
+/// refuses more workers when the configuration is read.
+const MAX_PROCESSES: usize = 1024;
+
+/// The most `worker_connections` sluice takes: far beyond what memory allows,
+/// and within what its connection counter can hold.
+const MAX_CONNECTIONS: usize = i32::MAX as usize;
+
 fn set_worker_processes(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let Node::Main(m) = n else {
         return Err(not_here(d));
@@ -416,7 +424,12 @@ fn set_worker_processes(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Res
             .unwrap_or(1)
     } else {
         match d.args[0].parse::<usize>() {
-            Ok(v) if v >= 1 && d.args[0].bytes().all(|b| b.is_ascii_digit()) => v,
+            Ok(v)
+                if (1..=MAX_PROCESSES).contains(&v)
+                    && d.args[0].bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                v
+            }
             _ => {
                 return Err(ConfError::at(
                     format!(
@@ -550,7 +563,12 @@ fn set_worker_connections(
         return Err(duplicate(d));
     }
     ev.worker_connections = match d.args[0].parse::<usize>() {
-        Ok(v) if v >= 1 && d.args[0].bytes().all(|b| b.is_ascii_digit()) => v,
+        Ok(v)
+            if (1..=MAX_CONNECTIONS).contains(&v)
+                && d.args[0].bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            v
+        }
         _ => {
             return Err(ConfError::at(
                 format!("invalid number \"{}\"", d.args[0]),
