@@ -1189,6 +1189,35 @@ mod tests {
     }
 
     #[test]
+    fn new_slots_are_taken_in_order_and_old_linked_zones_still_work() {
+        let base = up(&["127.0.0.1:1"]);
+        let z = Zone::heap("lazy", 64 * 1024, &[&base], 1).expect("zone");
+        let h = z.header().expect("header");
+        let slots = z.usage().slots;
+        // A new zone links no slot; alloc takes the never-used ones in order.
+        assert_eq!((h.free.load(Relaxed), h.unlinked.load(Relaxed)), (0, slots));
+        assert_eq!(z.alloc(h), Some(0));
+        assert_eq!(z.alloc(h), Some(1));
+        assert_eq!(h.unlinked.load(Relaxed), slots - 2);
+        // A zone laid out by an older binary: every slot linked, none
+        // unlinked (the word was padding, so 0).
+        let old = Zone::heap("linked", 64 * 1024, &[&base], 1).expect("zone");
+        let h = old.header().expect("header");
+        for i in 0..slots as usize {
+            let next = if i + 1 < slots as usize {
+                i as u32 + 2
+            } else {
+                0
+            };
+            old.slot(i).expect("slot").next.store(next, Relaxed);
+        }
+        h.free.store(1, Relaxed);
+        h.unlinked.store(0, Relaxed);
+        let all: Vec<usize> = std::iter::from_fn(|| old.alloc(h)).collect();
+        assert_eq!(all, (0..slots as usize).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn slots_are_reused_only_after_every_worker_acknowledged() {
         let a = up(&["127.0.0.1:1"]);
         let b = up(&["127.0.0.1:2"]);
