@@ -155,7 +155,7 @@ my @bad = (
 	['unterminated block', "    server {\n"],
 	['NUL byte', "    server_name a\0b;\n"],
 	['deep nesting', "    server {\n" . ("location / {\n" x 20000)],
-	['unmappable zone', "    upstream v { zone big 999999999m; server 127.0.0.1:1; }\n"],
+	['unmappable zone', "    upstream v { zone big 8796093022207m; server 127.0.0.1:1; }\n"],
 	['time past 2^31 ms', "    keepalive_timeout 25d;\n"],
 );
 my $emergs = 0;

@@ -66,9 +66,9 @@ ok($rc == 1 && $err =~ /\[emerg\] .*zone "z" is too small in \Q$d\E\/test\.conf:
 ok($rc == 1 && $err =~ /\[emerg\] .*invalid zone size "9999999999999999k"/,
 	'-t refuses a size past nginx\'s limit') or diag($err);
 
-# About 953 TiB: more than a 47-bit address space holds.
-($rc, $err) = test_conf('zone z 999999999m;');
-ok($rc == 1 && $err =~ /\[emerg\] .*could not create shared memory zone "z" of 1048575998951424 bytes: \w+\(\) failed \(\d+: [^)]+\) in \Q$d\E\/test\.conf:15$/m,
+# About 8 EiB: more than any address space holds (47 or 57 bits).
+($rc, $err) = test_conf('zone z 8796093022207m;');
+ok($rc == 1 && $err =~ /\[emerg\] .*could not create shared memory zone "z" of 9223372036853727232 bytes: \w+\(\) failed \(\d+: [^)]+\) in \Q$d\E\/test\.conf:15$/m,
 	'-t refuses a zone that cannot be mapped') or diag($err);
 
 ($rc, $err) = test_conf('zone z 256m;');
@@ -101,13 +101,13 @@ ok($rss > 0 && $rss < 64 * 1024, "master and workers resident well below the zon
 
 # A reload whose zone cannot be mapped: [emerg] naming the zone and size,
 # the running generation keeps serving.
-$t->write_file_expand('sluice.conf', conf('zone z 999999999m;'));
+$t->write_file_expand('sluice.conf', conf('zone z 8796093022207m;'));
 $t->signal('HUP');
-ok($t->waitforlog(qr/\[emerg\] .*could not create shared memory zone "z" of 1048575998951424 bytes/),
+ok($t->waitforlog(qr/\[emerg\] .*could not create shared memory zone "z" of 9223372036853727232 bytes/),
 	'reload: zone that cannot be made refused');
 ok(!$t->waitforlog(qr/start worker processes(?s:.*)start worker processes/, 1),
 	'reload: no new workers');
 is(join(' ', $t->worker_pids()), join(' ', @w), 'reload: same workers');
 like(http_get('/'), qr/^HTTP\/1\.1 200/, 'reload: still serving');
 
-$t->expect_errors(qr/could not create shared memory zone "z" of 1048575998951424 bytes/);
+$t->expect_errors(qr/could not create shared memory zone "z" of 9223372036853727232 bytes/);
