@@ -407,6 +407,14 @@ pub(super) fn flag(d: &Directive) -> Result<bool, ConfError> {
     })
 }
 
+/// nginx spawns at most this many processes (`NGX_MAX_PROCESSES`); sluice
+/// refuses more workers when the configuration is read.
+const MAX_PROCESSES: usize = 1024;
+
+/// The most `worker_connections` sluice takes: far beyond what memory allows,
+/// and within what its connection counter can hold.
+const MAX_CONNECTIONS: usize = i32::MAX as usize;
+
 fn set_worker_processes(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let Node::Main(m) = n else {
         return Err(not_here(d));
@@ -417,7 +425,12 @@ fn set_worker_processes(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Res
             .unwrap_or(1)
     } else {
         match d.args[0].parse::<usize>() {
-            Ok(v) if v >= 1 && d.args[0].bytes().all(|b| b.is_ascii_digit()) => v,
+            Ok(v)
+                if (1..=MAX_PROCESSES).contains(&v)
+                    && d.args[0].bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                v
+            }
             _ => {
                 return Err(ConfError::at(
                     format!(
@@ -551,7 +564,12 @@ fn set_worker_connections(
         return Err(duplicate(d));
     }
     ev.worker_connections = match d.args[0].parse::<usize>() {
-        Ok(v) if v >= 1 && d.args[0].bytes().all(|b| b.is_ascii_digit()) => v,
+        Ok(v)
+            if (1..=MAX_CONNECTIONS).contains(&v)
+                && d.args[0].bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            v
+        }
         _ => {
             return Err(ConfError::at(
                 format!("invalid number \"{}\"", d.args[0]),
@@ -609,6 +627,11 @@ pub(super) fn time_arg(d: &Directive, i: usize) -> Result<Duration, ConfError> {
 
 pub(super) fn size_arg(d: &Directive, i: usize) -> Result<u64, ConfError> {
     super::values::parse_size(&d.args[i]).ok_or_else(|| invalid_value(d))
+}
+
+/// A size that may end in `g` (nginx's `ngx_conf_set_off_slot`).
+pub(super) fn offset_arg(d: &Directive, i: usize) -> Result<u64, ConfError> {
+    super::values::parse_offset(&d.args[i]).ok_or_else(|| invalid_value(d))
 }
 
 #[cfg(test)]

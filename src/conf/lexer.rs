@@ -126,8 +126,20 @@ fn bare(i: &str) -> IResult<&str, Tok> {
     Ok((&i[end..], Tok::Word(out)))
 }
 
+/// nginx reads a configuration through a buffer of this many bytes: a
+/// token that does not fit in it is refused (`NGX_CONF_BUFFER`).
+pub const MAX_TOKEN: usize = 4096;
+
 /// The whole file as tokens with the line each one ends on.
 pub fn tokenize(text: &str) -> Result<Vec<(Tok, usize)>, LexError> {
+    // A NUL would end the word where nginx's C strings end it, and cannot
+    // reach a path or a log line: refuse it where it stands.
+    if let Some(at) = text.find('\0') {
+        return Err(LexError {
+            line: 1 + text[..at].bytes().filter(|&b| b == b'\n').count(),
+            message: "unexpected NUL byte".into(),
+        });
+    }
     let mut toks = Vec::new();
     let mut rest = text;
     let mut line = 1usize;
@@ -149,6 +161,10 @@ pub fn tokenize(text: &str) -> Result<Vec<(Tok, usize)>, LexError> {
         };
         match parsed {
             Ok((r, tok)) => {
+                let raw = rest.len() - r.len() - if after_quote { 2 } else { 0 };
+                if raw >= MAX_TOKEN && matches!(tok, Tok::Word(_)) {
+                    return Err(too_long(rest, after_quote, line));
+                }
                 advance(rest, r, &mut line);
                 rest = r;
                 toks.push((tok, line));
@@ -166,6 +182,9 @@ pub fn tokenize(text: &str) -> Result<Vec<(Tok, usize)>, LexError> {
             }
             Err(_) => {
                 // Only an unterminated quote can fail here: it runs to end of file.
+                if rest.len() > MAX_TOKEN {
+                    return Err(too_long(rest, true, line));
+                }
                 advance(rest, "", &mut line);
                 return Err(LexError {
                     line,
@@ -175,6 +194,20 @@ pub fn tokenize(text: &str) -> Result<Vec<(Tok, usize)>, LexError> {
         }
     }
     Ok(toks)
+}
+
+/// nginx's words for a token longer than its buffer, at the line it starts.
+fn too_long(token: &str, quoted: bool, line: usize) -> LexError {
+    let message = if quoted {
+        format!(
+            "too long parameter, probably missing terminating \"{}\" character",
+            &token[..1]
+        )
+    } else {
+        let start: String = token.chars().take(10).collect();
+        format!("too long parameter \"{start}...\" started")
+    };
+    LexError { line, message }
 }
 
 #[cfg(test)]
@@ -239,6 +272,28 @@ mod tests {
         let e = tokenize("a \"b;\n\n").unwrap_err();
         assert!(e.message.contains("unexpected end of file"));
         assert_eq!(e.line, 3);
+    }
+
+    #[test]
+    fn nul_and_long_tokens() {
+        let e = tokenize("a b;\nc d\0e;\n").unwrap_err();
+        assert_eq!((e.line, e.message.as_str()), (2, "unexpected NUL byte"));
+        let long = "x".repeat(MAX_TOKEN);
+        let e = tokenize(&format!("a;\nb {long};")).unwrap_err();
+        assert_eq!(e.line, 2);
+        assert_eq!(e.message, "too long parameter \"xxxxxxxxxx...\" started");
+        let e = tokenize(&format!("a \"{long}\";")).unwrap_err();
+        assert_eq!(
+            e.message,
+            "too long parameter, probably missing terminating \"\"\" character"
+        );
+        let e = tokenize(&format!("a '{long};")).unwrap_err();
+        assert_eq!(
+            e.message,
+            "too long parameter, probably missing terminating \"'\" character"
+        );
+        let fits = "x".repeat(MAX_TOKEN - 1);
+        assert!(tokenize(&format!("a {fits} \"{fits}\";")).is_ok());
     }
 
     #[test]

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::build::{
-    Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here, number, size_arg,
-    time_arg,
+    Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here, number, offset_arg,
+    size_arg, time_arg,
 };
 use super::loc::{
     AddHeader, ErrorPage, ErrorPageStatus, LocB, NextUpstream, Redirect, Root, Trusted,
@@ -330,8 +330,13 @@ fn set_time(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     let l = loc(n, d)?;
     let v = time_arg(d, 0)?;
     if d.name == "keepalive_timeout" {
+        // The header's timeout is in whole seconds (nginx's `is_sec`).
         let header = match d.args.get(1) {
-            Some(_) => Some(time_arg(d, 1)?.as_secs()),
+            Some(a) => Some(
+                super::values::parse_time(a, false)
+                    .ok_or_else(|| super::build::invalid_value(d))?
+                    .as_secs(),
+            ),
             None => None,
         };
         once(&mut l.keepalive_header, header, d)?;
@@ -394,11 +399,10 @@ fn set_number(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
 
 fn set_size(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let l = loc(n, d)?;
-    let v = size_arg(d, 0)?;
     match d.name.as_str() {
-        "client_max_body_size" => once(&mut l.client_max_body_size, v, d),
-        "client_body_buffer_size" => once(&mut l.client_body_buffer_size, v, d),
-        _ => once(&mut l.proxy_buffer_size, v, d),
+        "client_max_body_size" => once(&mut l.client_max_body_size, offset_arg(d, 0)?, d),
+        "client_body_buffer_size" => once(&mut l.client_body_buffer_size, size_arg(d, 0)?, d),
+        _ => once(&mut l.proxy_buffer_size, size_arg(d, 0)?, d),
     }
 }
 
@@ -716,6 +720,9 @@ fn set_buffers(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
         .filter(|c| *c > 0)
         .ok_or_else(|| ConfError::at(format!("invalid value \"{}\"", d.args[0]), &d.src))?;
     let size = size_arg(d, 1)?;
+    if size == 0 {
+        return Err(super::build::invalid_value(d));
+    }
     once(&mut loc(n, d)?.proxy_buffers, (count, size), d)
 }
 

@@ -11,6 +11,8 @@ pub mod loc;
 mod loc_table;
 mod logs;
 pub mod model;
+#[cfg(test)]
+mod proptests;
 mod proxy;
 mod resolver;
 mod rewrite;

@@ -156,6 +156,8 @@ pub struct ZoneSpec {
     /// Always set once the configuration is finished.
     pub size: Option<u64>,
     pub upstreams: Vec<String>,
+    /// The `zone` directive that gave its size (errors creating it point there).
+    pub src: super::Src,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

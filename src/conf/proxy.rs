@@ -632,7 +632,6 @@ pub(super) fn finish_upstreams(
 ) -> Result<(Vec<Upstream>, Vec<ZoneSpec>), ConfError> {
     // One zone per name: sizes must agree, and one of them must give it.
     let mut zones: Vec<ZoneSpec> = Vec::new();
-    let mut first_src: Vec<Src> = Vec::new();
     for u in &list {
         let Some((name, size, src)) = &u.zone else {
             continue;
@@ -649,7 +648,10 @@ pub(super) fn finish_upstreams(
                             src,
                         ));
                     }
-                    (None, Some(new)) => z.size = Some(*new),
+                    (None, Some(new)) => {
+                        z.size = Some(*new);
+                        z.src = src.clone();
+                    }
                     _ => {}
                 }
                 z.upstreams.push(u.name.clone());
@@ -659,15 +661,15 @@ pub(super) fn finish_upstreams(
                     name: name.clone(),
                     size: *size,
                     upstreams: vec![u.name.clone()],
+                    src: src.clone(),
                 });
-                first_src.push(src.clone());
             }
         }
     }
     if let Some(i) = zones.iter().position(|z| z.size.is_none()) {
         return Err(ConfError::at(
             format!("zero size shared memory zone \"{}\"", zones[i].name),
-            &first_src[i],
+            &zones[i].src,
         ));
     }
     let mut upstreams = Vec::with_capacity(list.len());

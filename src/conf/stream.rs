@@ -295,10 +295,13 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
             .iter()
             .find(|z| h.zones.iter().any(|hz| hz.name == z.name))
         {
-            return Err(ConfError::bare(format!(
-                "the shared memory zone \"{}\" is already declared for a different use",
-                z.name
-            )));
+            return Err(ConfError::at(
+                format!(
+                    "the shared memory zone \"{}\" is already declared for a different use",
+                    z.name
+                ),
+                &z.src,
+            ));
         }
     }
     let mut servers = Vec::with_capacity(st.servers.len());

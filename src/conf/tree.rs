@@ -29,6 +29,8 @@ pub struct TreeParser<'a> {
     pub conf_prefix: &'a Path,
     pub files: &'a mut Files,
     depth: usize,
+    /// Blocks open around the current token, across includes.
+    nest: usize,
 }
 
 /// What a parse produced: the directives read before any error, and the error.
@@ -37,6 +39,9 @@ pub struct TreeParser<'a> {
 pub type Parsed = (Vec<Directive>, Option<ConfError>);
 
 const MAX_INCLUDE_DEPTH: usize = 32;
+/// Deeper blocks than any configuration needs; the parser and the directive
+/// walk recurse once per block, so the stack stays bounded.
+pub const MAX_NESTING: usize = 100;
 
 impl<'a> TreeParser<'a> {
     pub fn new(conf_prefix: &'a Path, files: &'a mut Files) -> Self {
@@ -44,12 +49,13 @@ impl<'a> TreeParser<'a> {
             conf_prefix,
             files,
             depth: 0,
+            nest: 0,
         }
     }
 
     /// Reads and parses one file, recording it for `-T`.
     pub fn parse_file(&mut self, path: &Path, from: Option<&Src>) -> Parsed {
-        let text = match std::fs::read_to_string(path) {
+        let bytes = match std::fs::read(path) {
             Ok(t) => t,
             Err(e) => {
                 let msg = format!("open() \"{}\" failed ({})", path.display(), errno_text(&e));
@@ -60,8 +66,20 @@ impl<'a> TreeParser<'a> {
                 return (Vec::new(), Some(err));
             }
         };
+        let file = Some(Arc::new(path.to_path_buf()));
+        let text = match String::from_utf8(bytes) {
+            Ok(t) => t,
+            Err(e) => {
+                // Arguments become paths, headers and log text: refuse bytes
+                // that are not UTF-8 where they stand.
+                let bad = e.utf8_error().valid_up_to();
+                let line = 1 + e.as_bytes()[..bad].iter().filter(|&&b| b == b'\n').count();
+                let src = Src { file, line };
+                return (Vec::new(), Some(ConfError::at("invalid UTF-8 byte", &src)));
+            }
+        };
         self.files.list.push((path.to_path_buf(), text.clone()));
-        self.parse_text(&text, Some(Arc::new(path.to_path_buf())))
+        self.parse_text(&text, file)
     }
 
     /// Parses text from `file` (None: the command line).
@@ -124,10 +142,16 @@ impl<'a> TreeParser<'a> {
                     if words.is_empty() {
                         return (out, Some(ConfError::at("unexpected \"{\"", &src_at(*line))));
                     }
+                    if self.nest >= MAX_NESTING {
+                        let msg = format!("blocks nested deeper than {MAX_NESTING}");
+                        return (out, Some(ConfError::at(msg, &src_at(*line))));
+                    }
                     let name = words.remove(0);
                     let args = std::mem::take(&mut words);
                     let src = src_at(*line);
+                    self.nest += 1;
                     let (children, err) = self.block(toks, pos, file, true);
+                    self.nest -= 1;
                     out.push(Directive {
                         name,
                         args,
@@ -293,6 +317,31 @@ mod tests {
         let (d, e) = parse("a;\n;\n");
         assert_eq!(d.len(), 1);
         assert_eq!(e.unwrap().to_string(), "unexpected \";\" in /t.conf:2");
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        let ok = "a {".repeat(MAX_NESTING) + &"}".repeat(MAX_NESTING);
+        assert!(parse(&ok).1.is_none());
+        let deep = "a {\n".repeat(100_000);
+        let e = parse(&deep).1.unwrap().to_string();
+        assert_eq!(
+            e,
+            format!("blocks nested deeper than {MAX_NESTING} in /t.conf:101")
+        );
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8() {
+        let dir = std::env::temp_dir().join(format!("sluice-tree-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("bad.conf");
+        std::fs::write(&f, b"a;\nb \xff;\n").unwrap();
+        let mut files = Files::default();
+        let mut p = TreeParser::new(&dir, &mut files);
+        let e = p.parse_file(&f, None).1.unwrap().to_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(e, format!("invalid UTF-8 byte in {}:2", f.display()));
     }
 
     #[test]

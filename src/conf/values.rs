@@ -1,86 +1,135 @@
-//! nginx's value syntaxes: sizes (`512`, `8k`, `1m`, `2g`), times (`500ms`, `30s`,
-//! `1h30m`, bare numbers are seconds), flags (`on`/`off`). Pure functions.
+//! nginx's value syntaxes: sizes (`512`, `8k`, `1m`), offsets (sizes that may
+//! also be `2g`), times (`500ms`, `30s`, `1h 30m`, bare numbers are seconds),
+//! flags (`on`/`off`). Each refuses what nginx's parser refuses
+//! (`ngx_parse_size`, `ngx_parse_offset`, `ngx_parse_time`), overflow
+//! included. Pure functions.
 
 use std::time::Duration;
 
-/// A size with an optional `k`/`K`, `m`/`M` or `g`/`G` suffix.
-pub fn parse_size(s: &str) -> Option<u64> {
-    let (num, mult) = match s.as_bytes().last()? {
-        b'k' | b'K' => (&s[..s.len() - 1], 1024u64),
-        b'm' | b'M' => (&s[..s.len() - 1], 1024 * 1024),
-        b'g' | b'G' => (&s[..s.len() - 1], 1024 * 1024 * 1024),
-        _ => (s, 1),
-    };
-    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+/// The largest size or offset nginx accepts (`NGX_MAX_SIZE_T_VALUE` and
+/// `NGX_MAX_OFF_T_VALUE` on a 64-bit system).
+const MAX_SIZE: u64 = i64::MAX as u64;
+
+/// Digits only (no sign, no spaces), as `ngx_atosz` reads them.
+fn digits(s: &str) -> Option<u64> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    num.parse::<u64>().ok()?.checked_mul(mult)
+    s.parse::<u64>().ok()
 }
 
-/// A time: one or more `NUMBER[UNIT]` parts with units in decreasing order, each
-/// at most once: `y` (365 d), `M` (30 d), `w`, `d`, `h`, `m`, `s`, `ms`. A number
-/// without a unit means seconds and must come last. `allow_ms` is false for
-/// directives that take whole seconds, where nginx refuses `ms`.
-pub fn parse_time(s: &str, allow_ms: bool) -> Option<Duration> {
-    // Units with their size in ms and their rank (must strictly decrease).
-    const UNITS: [(&str, u64); 8] = [
-        ("y", 365 * 86_400_000),
-        ("M", 30 * 86_400_000),
-        ("w", 7 * 86_400_000),
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("ms", 1),
-        ("m", 60_000),
-        ("s", 1000),
-    ];
-    // Ranks in nginx's order: y > M > w > d > h > m > s > ms.
-    fn rank(u: &str) -> u8 {
-        match u {
-            "y" => 8,
-            "M" => 7,
-            "w" => 6,
-            "d" => 5,
-            "h" => 4,
-            "m" => 3,
-            "s" => 2,
-            "ms" => 1,
-            _ => 0,
-        }
-    }
-    if s.is_empty() {
+fn scaled(s: &str, units: &[(u8, u64)]) -> Option<u64> {
+    let last = *s.as_bytes().last()?;
+    let (num, scale) = match units.iter().find(|(u, _)| last.to_ascii_lowercase() == *u) {
+        Some((_, scale)) => (&s[..s.len() - 1], *scale),
+        None => (s, 1),
+    };
+    let n = digits(num)?;
+    if n > MAX_SIZE / scale {
         return None;
     }
-    let mut rest = s;
+    Some(n * scale)
+}
+
+/// A size (`ngx_parse_size`): a number with an optional `k`/`K` or `m`/`M`
+/// suffix. Like nginx, `g` is not a size unit (see [`parse_offset`]).
+pub fn parse_size(s: &str) -> Option<u64> {
+    scaled(s, &[(b'k', 1 << 10), (b'm', 1 << 20)])
+}
+
+/// An offset (`ngx_parse_offset`): a size that may also end in `g`/`G`.
+pub fn parse_offset(s: &str) -> Option<u64> {
+    scaled(s, &[(b'k', 1 << 10), (b'm', 1 << 20), (b'g', 1 << 30)])
+}
+
+/// A time (`ngx_parse_time`): parts `NUMBER UNIT`, optionally separated by
+/// spaces, with units in strictly decreasing order: `y` (365 d), `M` (30 d),
+/// `w`, `d`, `h`, `m`, `s`, `ms`; a last number without a unit counts as
+/// seconds. `allow_ms` says the directive keeps milliseconds (nginx's
+/// `is_sec` off): then `ms` is allowed, `y` and `M` are not, and the total
+/// must stay within 2^31-1 ms (about 24.8 days). Otherwise the value is in
+/// whole seconds: `ms` is refused and the total must stay within 2^31-1 s.
+pub fn parse_time(s: &str, allow_ms: bool) -> Option<Duration> {
+    const MAX: u64 = i32::MAX as u64;
+    // Steps in nginx's order; a unit must come after every unit used so far.
+    const START: u8 = 0;
+    const MONTH: u8 = 2;
+    const SEC: u8 = 7;
+    const MSEC: u8 = 8;
+    const LAST: u8 = 9;
+    // The unit everything is counted in: ms, or s for whole-second values.
+    let base: u64 = if allow_ms { 1000 } else { 1 };
+    let mut step = if allow_ms { MONTH } else { START };
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut value: u64 = 0;
+    let mut valid = false;
     let mut total: u64 = 0;
-    let mut last_rank = u8::MAX;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return None;
+    while i < b.len() {
+        let c = b[i];
+        i += 1;
+        if c.is_ascii_digit() {
+            value = value.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+            valid = true;
+            continue;
         }
-        let n: u64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        if rest.is_empty() {
-            // A bare number: seconds, only as the last part after larger units.
-            if last_rank <= rank("s") {
-                return None;
+        // (step, seconds per unit); ms is handled apart.
+        let (next, secs) = match c {
+            b'y' => (1, 365 * 86_400),
+            b'M' => (MONTH, 30 * 86_400),
+            b'w' => (3, 7 * 86_400),
+            b'd' => (4, 86_400),
+            b'h' => (5, 3_600),
+            b'm' if b.get(i) == Some(&b's') => {
+                i += 1;
+                (MSEC, 0)
             }
-            total = total.checked_add(n.checked_mul(1000)?)?;
-            break;
-        }
-        let (unit, ms) = UNITS.iter().find(|(u, _)| rest.starts_with(u))?;
-        if *unit == "ms" && !allow_ms {
+            b'm' => (6, 60),
+            b's' => (SEC, 1),
+            b' ' => (LAST, 1),
+            _ => return None,
+        };
+        // `y` may only come first; a space may only follow a unit above `s`.
+        let refused = match next {
+            1 => step > START,
+            LAST => step >= SEC,
+            MSEC => !allow_ms || step >= MSEC,
+            _ => step >= next,
+        };
+        if refused {
             return None;
         }
-        let r = rank(unit);
-        if r >= last_rank {
+        step = next;
+        let (scale, max) = if next == MSEC {
+            (1, MAX)
+        } else {
+            (secs * base, MAX / secs / base)
+        };
+        if value > max {
             return None;
         }
-        last_rank = r;
-        rest = &rest[unit.len()..];
-        total = total.checked_add(n.checked_mul(*ms)?)?;
+        total = total.checked_add(value * scale)?;
+        if total > MAX {
+            return None;
+        }
+        value = 0;
+        while b.get(i) == Some(&b' ') {
+            i += 1;
+        }
     }
-    Some(Duration::from_millis(total))
+    if !valid {
+        return None;
+    }
+    // A trailing bare number is seconds; nginx does not bound it, we do.
+    total = total.checked_add(value.checked_mul(base)?)?;
+    if total > MAX {
+        return None;
+    }
+    Some(if allow_ms {
+        Duration::from_millis(total)
+    } else {
+        Duration::from_secs(total)
+    })
 }
 
 /// `on` or `off`.
@@ -102,33 +151,85 @@ mod tests {
         assert_eq!(parse_size("8k"), Some(8192));
         assert_eq!(parse_size("8K"), Some(8192));
         assert_eq!(parse_size("1m"), Some(1 << 20));
-        assert_eq!(parse_size("2G"), Some(2 << 30));
         assert_eq!(parse_size("k"), None);
         assert_eq!(parse_size("1x"), None);
         assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("+1"), None);
+        assert_eq!(parse_size(" 1"), None);
         assert_eq!(parse_size(""), None);
+        // nginx's ngx_parse_size has no `g`.
+        assert_eq!(parse_size("2G"), None);
+        assert_eq!(parse_size("1000g"), None);
+        // Bounded by NGX_MAX_SIZE_T_VALUE before scaling, as nginx bounds it.
+        assert_eq!(parse_size("9223372036854775807"), Some(i64::MAX as u64));
+        assert_eq!(parse_size("9223372036854775808"), None);
+        assert_eq!(
+            parse_size("9007199254740991k"),
+            Some(9_007_199_254_740_991 << 10)
+        );
+        assert_eq!(parse_size("9007199254740992k"), None);
+        assert_eq!(parse_size("8796093022207m"), Some(8_796_093_022_207 << 20));
+        assert_eq!(parse_size("8796093022208m"), None);
+        assert_eq!(parse_size("99999999999999999999999999"), None);
+    }
+
+    #[test]
+    fn offsets() {
+        assert_eq!(parse_offset("2G"), Some(2 << 30));
+        assert_eq!(parse_offset("1m"), Some(1 << 20));
+        assert_eq!(parse_offset("8589934591g"), Some(8_589_934_591 << 30));
+        assert_eq!(parse_offset("8589934592g"), None);
+        assert_eq!(parse_offset("1t"), None);
+        assert_eq!(parse_offset("g"), None);
     }
 
     #[test]
     fn times() {
         let ms = |s| parse_time(s, true).map(|d| d.as_millis() as u64);
+        let secs = |s| parse_time(s, false).map(|d| d.as_secs());
         assert_eq!(ms("30"), Some(30_000));
         assert_eq!(ms("30s"), Some(30_000));
         assert_eq!(ms("500ms"), Some(500));
         assert_eq!(ms("1h30m"), Some(5_400_000));
+        assert_eq!(ms("1h 30m"), Some(5_400_000));
         assert_eq!(ms("1d2h3m4s5ms"), Some(93_784_005));
         assert_eq!(ms("1w"), Some(604_800_000));
-        assert_eq!(ms("1M"), Some(30 * 86_400_000));
-        assert_eq!(ms("1y"), Some(365 * 86_400_000));
         assert_eq!(ms("1m30"), Some(90_000));
+        // nginx takes a trailing number after any unit as seconds.
+        assert_eq!(ms("1s5"), Some(6_000));
         assert_eq!(ms("30m1h"), None);
         assert_eq!(ms("1s1s"), None);
-        assert_eq!(ms("1s5"), None);
+        assert_eq!(ms("1msms"), None);
         assert_eq!(ms("abc"), None);
         assert_eq!(ms("10x"), None);
+        assert_eq!(ms("-1"), None);
         assert_eq!(ms(""), None);
+        assert_eq!(ms(" "), None);
+        // Millisecond values: no years or months, at most 2^31-1 ms.
+        assert_eq!(ms("1y"), None);
+        assert_eq!(ms("68y"), None);
+        assert_eq!(ms("1M"), None);
+        assert_eq!(ms("24d"), Some(24 * 86_400_000));
+        assert_eq!(ms("25d"), None);
+        assert_eq!(ms("3w"), Some(3 * 604_800_000));
+        assert_eq!(ms("4w"), None);
+        assert_eq!(ms("2147483647ms"), Some(2_147_483_647));
+        assert_eq!(ms("2147483648ms"), None);
+        assert_eq!(ms("2147483"), Some(2_147_483_000));
+        assert_eq!(ms("2147484"), None);
+        assert_eq!(ms("24d23h59m59s"), None);
+        assert_eq!(ms("99999999999999999999999"), None);
+        // Second values: no ms, years and months allowed, at most 2^31-1 s.
         assert_eq!(parse_time("500ms", false), None);
-        assert_eq!(parse_time("5s", false), Some(Duration::from_secs(5)));
+        assert_eq!(secs("5s"), Some(5));
+        assert_eq!(secs("1y"), Some(365 * 86_400));
+        assert_eq!(secs("1M"), Some(30 * 86_400));
+        assert_eq!(secs("1y1M"), Some(395 * 86_400));
+        assert_eq!(secs("1M1y"), None);
+        assert_eq!(secs("68y"), Some(68 * 365 * 86_400));
+        assert_eq!(secs("69y"), None);
+        assert_eq!(secs("2147483647"), Some(2_147_483_647));
+        assert_eq!(secs("2147483648"), None);
     }
 
     #[test]

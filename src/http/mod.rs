@@ -1070,7 +1070,7 @@ fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
         }
         total += len;
     }
-    if total > u64::from(count) * size {
+    if total > u64::from(count).saturating_mul(size) {
         return Some(Problem::new(494, "client sent too large request"));
     }
     None

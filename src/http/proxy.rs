@@ -1052,7 +1052,9 @@ pub(crate) async fn run(
         };
         if conf.proxy_buffering {
             let (count, size) = conf.proxy_buffers;
-            let room = conf.proxy_buffer_size + u64::from(count) * size;
+            let room = conf
+                .proxy_buffer_size
+                .saturating_add(u64::from(count).saturating_mul(size));
             if let Err(e) = body.read_ahead(room).await {
                 crate::log_conn!(
                     Level::Error,

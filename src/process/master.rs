@@ -275,6 +275,13 @@ fn adopt_zones(
     carried
 }
 
+/// `-t`: builds the configuration's zones once and drops them, as nginx
+/// creates its shared memory while testing; false (after `[emerg]`) when one
+/// cannot be made.
+pub(super) fn check_shm(cfg: &Config) -> bool {
+    make_shm(cfg, 1).is_ok()
+}
+
 /// The generation's shared memory, or `[emerg]` and Err.
 fn make_shm(cfg: &Config, generation: u64) -> Result<Shm, ()> {
     let workers = if cfg.main.master_process {

@@ -153,7 +153,7 @@ fn test_config(cli: &Cli, dump: bool) -> i32 {
                     Target::Stderr => None,
                 })
                 .chain(access_paths.iter());
-            let mut logs_ok = user_ok;
+            let mut logs_ok = user_ok && master::check_shm(&cfg);
             for p in files {
                 if let Err(e) = log::open_append(p) {
                     crate::log!(

@@ -44,12 +44,12 @@ unsafe impl<T: Shared, const N: usize> Shared for [T; N] {}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShmError {
-    #[error("memfd_create() failed ({0})")]
+    #[error("memfd_create() failed ({})", errno(*.0))]
     Create(nix::Error),
-    #[error("ftruncate() failed ({0})")]
+    #[error("ftruncate() failed ({})", errno(*.0))]
     Size(nix::Error),
-    #[error("mmap() failed ({0})")]
-    Map(std::io::Error),
+    #[error("mmap() failed ({})", errno(*.0))]
+    Map(nix::Error),
     #[error("offset {offset} size {size} is outside the zone of {len} bytes")]
     OutOfBounds {
         offset: usize,
@@ -58,6 +58,11 @@ pub enum ShmError {
     },
     #[error("offset {offset} is not aligned for its record")]
     Misaligned { offset: usize },
+}
+
+/// `12: Cannot allocate memory`, as nginx prints an errno.
+fn errno(e: nix::Error) -> String {
+    format!("{}: {}", e as i32, e.desc())
 }
 
 enum Backing {
@@ -83,11 +88,13 @@ unsafe impl Sync for Region {}
 impl Region {
     /// A new zero-filled memfd of `len` bytes, mapped shared. The memfd is
     /// kept (a binary upgrade passes it on).
+    /// Nothing is written: the pages cost memory only once they are used.
     pub fn create(name: &str, len: usize) -> Result<Region, ShmError> {
         use nix::sys::memfd::{MFdFlags, memfd_create};
         let fd = memfd_create(format!("sluice:{name}").as_str(), MFdFlags::MFD_CLOEXEC)
             .map_err(ShmError::Create)?;
-        nix::unistd::ftruncate(&fd, len as i64).map_err(ShmError::Size)?;
+        let len_off = i64::try_from(len).map_err(|_| ShmError::Size(nix::Error::EFBIG))?;
+        nix::unistd::ftruncate(&fd, len_off).map_err(ShmError::Size)?;
         Region::map(fd, len)
     }
 
@@ -95,7 +102,11 @@ impl Region {
         let map = memmap2::MmapOptions::new()
             .len(len)
             .map_raw(&fd)
-            .map_err(ShmError::Map)?;
+            .map_err(|e| {
+                ShmError::Map(nix::Error::from_raw(
+                    e.raw_os_error().unwrap_or(nix::libc::EINVAL),
+                ))
+            })?;
         let base = NonNull::new(map.as_mut_ptr()).ok_or(ShmError::OutOfBounds {
             offset: 0,
             size: 0,

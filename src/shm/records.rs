@@ -38,7 +38,11 @@ pub(crate) struct Header {
     pub(crate) retired: AtomicU32,
     /// Slots listed or retired (not free).
     pub(crate) in_use: AtomicU32,
-    pub(crate) _pad: AtomicU32,
+    /// Free slots never used, not linked in `free`: the last `unlinked` of
+    /// the zone's slots. A new zone links none, so that its pages stay
+    /// untouched (unmapped memory) until peers need them; 0 in a zone made
+    /// before this field had a use, whose slots are all linked.
+    pub(crate) unlinked: AtomicU32,
     /// The resolver lease: the one worker that resolves this zone's names.
     pub(crate) lease: Lease,
 }

@@ -10,8 +10,9 @@
 //! app.example - 10.0.0.1:8080 1 0 1767225600000
 //! ```
 //!
-//! Entries for lines no longer in the configuration are ignored; a corrupt
-//! file is an `[error]` and ignored.
+//! Entries for lines no longer in the configuration are ignored; each bad
+//! line of a corrupt file is an `[error]` and ignored on its own (a name left
+//! without entries is resolved as if there were no file).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -52,18 +53,32 @@ pub fn render(u: &Upstream, zone: &Zone, i: usize, peers: &Peers) -> String {
             continue;
         };
         let (expires, _, _) = zone.resolved(i, p.server);
-        let expires_wall = (wall + expires).saturating_sub(mono);
-        out.push_str(&format!(
-            "{} {} {} {} {} {}\n",
-            line.host,
-            line.service.as_deref().unwrap_or("-"),
-            addr,
-            p.weight,
-            u8::from(p.backup),
-            expires_wall
-        ));
+        let entry = Entry {
+            host: line.host.clone(),
+            service: line.service.clone(),
+            addr: *addr,
+            weight: u32::try_from(p.weight).unwrap_or(1),
+            backup: p.backup,
+            expires: (wall + expires).saturating_sub(mono),
+        };
+        out.push_str(&entry.line());
     }
     out
+}
+
+impl Entry {
+    /// The entry as one line of the file, with its newline.
+    pub fn line(&self) -> String {
+        format!(
+            "{} {} {} {} {} {}\n",
+            self.host,
+            self.service.as_deref().unwrap_or("-"),
+            self.addr,
+            self.weight,
+            u8::from(self.backup),
+            self.expires
+        )
+    }
 }
 
 /// Rewrites the state file of upstream `u` (index `i` in `zone`), if it has one.
@@ -106,33 +121,146 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
     })
 }
 
-/// The entries, or the number of the first bad line.
-pub fn parse(text: &str) -> Result<Vec<Entry>, usize> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
+/// A line longer than this is not one sluice wrote (a host name has at most
+/// 253 bytes, so does an SRV service name).
+const MAX_LINE: usize = 1024;
+/// A larger file is not read at all.
+pub const MAX_FILE: u64 = 64 << 20;
+/// How far ahead an expiry may be: the longest TTL DNS allows (2^31-1 s).
+const MAX_AHEAD_MS: u64 = i32::MAX as u64 * 1000;
+
+/// What a state file holds: the entries of its good lines, and the numbers
+/// of the lines refused (each is ignored on its own).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Parsed {
+    pub entries: Vec<Entry>,
+    pub bad: Vec<usize>,
+}
+
+/// Reads the file's bytes, given the current Unix time in ms. A line is
+/// refused when it is not UTF-8, too long, has other than six fields, a
+/// bad or unspecified address, a port 0, a weight of 0 or past 2^32-1, a
+/// backup flag other than 0 or 1, an expiry that is not a number or lies
+/// further ahead than DNS could make it; and the last line when it has no
+/// newline (the file was cut while it was written: `10.0.0.1:8` may be half
+/// of `10.0.0.1:8080`).
+pub fn parse(bytes: &[u8], now: u64) -> Parsed {
+    let mut out = Parsed::default();
+    let mut lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    // After the last newline: nothing in a whole file.
+    let tail = lines.pop().unwrap_or_default();
+    for (n, line) in lines.iter().enumerate() {
+        match parse_line(line, now) {
+            Ok(Some(e)) => out.entries.push(e),
+            Ok(None) => {}
+            Err(()) => out.bad.push(n + 1),
         }
-        let f: Vec<&str> = line.split_whitespace().collect();
-        let bad = || n + 1;
-        if f.len() != 6 {
-            return Err(bad());
-        }
-        out.push(Entry {
-            host: f[0].to_string(),
-            service: (f[1] != "-").then(|| f[1].to_string()),
-            addr: f[2].parse().map_err(|_| bad())?,
-            weight: f[3].parse().ok().filter(|w| *w > 0).ok_or_else(bad)?,
-            backup: match f[4] {
-                "0" => false,
-                "1" => true,
-                _ => return Err(bad()),
-            },
-            expires: f[5].parse().map_err(|_| bad())?,
-        });
     }
-    Ok(out)
+    if !tail.iter().all(u8::is_ascii_whitespace) {
+        out.bad.push(lines.len() + 1);
+    }
+    out
+}
+
+/// `[0-9]+` that fits `T`.
+fn digits<T: std::str::FromStr>(a: &str) -> Option<T> {
+    if a.is_empty() || !a.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    a.parse().ok()
+}
+
+/// One line: an entry, None for a blank line or a comment, Err when bad.
+fn parse_line(line: &[u8], now: u64) -> Result<Option<Entry>, ()> {
+    if line.len() > MAX_LINE {
+        return Err(());
+    }
+    let line = std::str::from_utf8(line).map_err(|_| ())?.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let [host, service, addr, weight, backup, expires] = f[..] else {
+        return Err(());
+    };
+    let addr: SocketAddr = addr.parse().map_err(|_| ())?;
+    if addr.ip().is_unspecified() || addr.port() == 0 {
+        return Err(());
+    }
+    let expires: u64 = digits(expires).ok_or(())?;
+    if expires > now.saturating_add(MAX_AHEAD_MS) {
+        return Err(());
+    }
+    Ok(Some(Entry {
+        host: host.to_string(),
+        service: (service != "-").then(|| service.to_string()),
+        addr,
+        weight: digits(weight).filter(|w| *w > 0).ok_or(())?,
+        backup: match backup {
+            "0" => false,
+            "1" => true,
+            _ => return Err(()),
+        },
+        expires,
+    }))
+}
+
+/// Reads upstream `name`'s state file: its entries (none when the file is
+/// missing), with an `[error]` for what cannot be read and for each bad
+/// line (the first few, then how many more).
+pub fn read(path: &Path) -> Vec<Entry> {
+    use std::io::Read;
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => {
+            crate::log!(
+                Level::Error,
+                "open() \"{}\" failed ({})",
+                path.display(),
+                crate::conf::tree::errno_text(&e)
+            );
+            return Vec::new();
+        }
+    };
+    let mut bytes = Vec::new();
+    if let Err(e) = file.take(MAX_FILE + 1).read_to_end(&mut bytes) {
+        crate::log!(
+            Level::Error,
+            "read() \"{}\" failed ({})",
+            path.display(),
+            crate::conf::tree::errno_text(&e)
+        );
+        return Vec::new();
+    }
+    if bytes.len() as u64 > MAX_FILE {
+        crate::log!(
+            Level::Error,
+            "state file \"{}\" is larger than {} bytes, ignored",
+            path.display(),
+            MAX_FILE
+        );
+        return Vec::new();
+    }
+    let parsed = parse(&bytes, unix_ms());
+    const SHOWN: usize = 5;
+    for line in parsed.bad.iter().take(SHOWN) {
+        crate::log!(
+            Level::Error,
+            "invalid state file \"{}\" at line {}, ignored",
+            path.display(),
+            line
+        );
+    }
+    if parsed.bad.len() > SHOWN {
+        crate::log!(
+            Level::Error,
+            "invalid state file \"{}\": {} more bad lines ignored",
+            path.display(),
+            parsed.bad.len() - SHOWN
+        );
+    }
+    parsed.entries
 }
 
 /// Seeds the zone upstreams that have a state file, except those in `skip`
@@ -148,27 +276,9 @@ pub fn seed_all(zones: &Zones, http: Option<&Http>, skip: &[(String, String)]) {
                 continue;
             };
             let Some(path) = &u.state else { continue };
-            let text = match std::fs::read_to_string(path) {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    crate::log!(
-                        Level::Error,
-                        "open() \"{}\" failed ({})",
-                        path.display(),
-                        crate::conf::tree::errno_text(&e)
-                    );
-                    continue;
-                }
-            };
-            match parse(&text) {
-                Ok(entries) => seed(z, i, u, &entries),
-                Err(line) => crate::log!(
-                    Level::Error,
-                    "invalid state file \"{}\" at line {}, ignored",
-                    path.display(),
-                    line
-                ),
+            let entries = read(path);
+            if !entries.is_empty() {
+                seed(z, i, u, &entries);
             }
         }
     }
@@ -225,16 +335,156 @@ fn seed(z: &Zone, i: usize, u: &Upstream, entries: &[Entry]) {
 mod tests {
     use super::*;
 
+    const NOW: u64 = 1_767_225_600_000;
+
+    fn bad(text: &[u8]) -> Vec<usize> {
+        parse(text, NOW).bad
+    }
+
     #[test]
     fn parse_and_reject() {
-        let e = parse("# c\napp.test - 10.0.0.1:80 1 0 123\n_s x.test 10.0.0.2:81 5 1 9\n")
-            .expect("valid");
+        let p = parse(
+            b"# c\napp.test - 10.0.0.1:80 1 0 123\n_s x.test 10.0.0.2:81 5 1 9\n",
+            NOW,
+        );
+        assert!(p.bad.is_empty());
+        let e = p.entries;
         assert_eq!(e.len(), 2);
         assert_eq!(e[0].service, None);
         assert_eq!(e[1].service.as_deref(), Some("x.test"));
         assert!(e[1].backup && e[1].weight == 5);
-        assert_eq!(parse("app.test - nonsense 1 0 1\n"), Err(1));
-        assert_eq!(parse("\n\napp.test - 10.0.0.1:80 0 0 1\n"), Err(3));
-        assert_eq!(parse("a b c\n"), Err(1));
+        assert_eq!(bad(b"app.test - nonsense 1 0 1\n"), vec![1]);
+        assert_eq!(bad(b"\n\napp.test - 10.0.0.1:80 0 0 1\n"), vec![3]);
+        assert_eq!(bad(b"a b c\n"), vec![1]);
+        assert!(parse(b"", NOW) == Parsed::default());
+    }
+
+    #[test]
+    fn bad_lines_are_refused_one_by_one() {
+        let good = "app.test - 10.0.0.1:80 1 0 123\n";
+        let cases: [&[u8]; 17] = [
+            b"garbage\n",
+            b"\xff\xfe\x00\x01 - 10.0.0.1:80 1 0 1\n",
+            b"app.test - 10.0.0.1:80 1 0 99999999999999999999999\n",
+            b"app.test - 10.0.0.1:80 99999999999 0 1\n",
+            b"app.test - 10.0.0.1:80 -1 0 1\n",
+            b"app.test - 10.0.0.1:80 1 2 1\n",
+            b"app.test - 10.0.0.1:80 1 0 -5\n",
+            b"app.test - 10.0.0.1:80 1 0 18446744073709551615\n",
+            b"app.test - 10.0.0.1:99999 1 0 1\n",
+            b"app.test - 10.0.0.1:0 1 0 1\n",
+            b"app.test - 0.0.0.0:80 1 0 1\n",
+            b"app.test - [::]:80 1 0 1\n",
+            b"app.test - 10.0.0.1 1 0 1\n",
+            b"app.test - 300.0.0.1:80 1 0 1\n",
+            b"app.test - unix:/x 1 0 1\n",
+            b"app.test - 10.0.0.1:80 1 0 1 extra\n",
+            b"app.test - 10.0.0.1:80 1 0 1\0\n",
+        ];
+        for c in cases {
+            let mut text = good.as_bytes().to_vec();
+            text.extend_from_slice(c);
+            text.extend_from_slice(good.as_bytes());
+            let p = parse(&text, NOW);
+            assert_eq!(p.bad, vec![2], "{:?}", String::from_utf8_lossy(c));
+            assert_eq!(p.entries.len(), 2);
+        }
+        // A very long line.
+        let long = format!("{} - 10.0.0.1:80 1 0 1\n", "a".repeat(5000));
+        assert_eq!(bad(long.as_bytes()), vec![1]);
+        // As far ahead as DNS allows, and one ms more.
+        let edge = format!("a - 10.0.0.1:80 1 0 {}\n", NOW + MAX_AHEAD_MS);
+        assert!(bad(edge.as_bytes()).is_empty());
+        let past = format!("a - 10.0.0.1:80 1 0 {}\n", NOW + MAX_AHEAD_MS + 1);
+        assert_eq!(bad(past.as_bytes()), vec![1]);
+    }
+
+    #[test]
+    fn a_cut_last_line_is_refused() {
+        let p = parse(b"a - 10.0.0.1:80 1 0 1\nb - 10.0.0.2:8", NOW);
+        assert_eq!(p.bad, vec![2]);
+        assert_eq!(p.entries.len(), 1);
+        // Trailing blanks after the last newline are nothing.
+        assert!(bad(b"a - 10.0.0.1:80 1 0 1\n  ").is_empty());
+        // A whole file without a newline at all.
+        assert_eq!(bad(b"a - 10.0.0.1:80 1 0 1"), vec![1]);
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn entry() -> impl Strategy<Value = Entry> {
+            (
+                "[a-z][a-z0-9.-]{0,40}",
+                proptest::option::of("_[a-z]{1,10}\\._tcp\\.[a-z]{1,10}"),
+                any::<[u8; 4]>(),
+                any::<[u8; 16]>(),
+                any::<bool>(),
+                1..=u16::MAX,
+                1..=u32::MAX,
+                any::<bool>(),
+                0..=NOW + MAX_AHEAD_MS,
+            )
+                .prop_filter_map(
+                    "an address sluice would not write",
+                    |(host, service, v4, v6, six, port, weight, backup, expires)| {
+                        let ip: std::net::IpAddr = if six {
+                            std::net::Ipv6Addr::from(v6).into()
+                        } else {
+                            std::net::Ipv4Addr::from(v4).into()
+                        };
+                        (!ip.is_unspecified()).then(|| Entry {
+                            host,
+                            service,
+                            addr: SocketAddr::new(ip, port),
+                            weight,
+                            backup,
+                            expires,
+                        })
+                    },
+                )
+        }
+
+        fn write(entries: &[Entry]) -> String {
+            let mut out =
+                String::from("# sluice state: HOST SERVICE ADDRESS WEIGHT BACKUP EXPIRES\n");
+            for e in entries {
+                out.push_str(&e.line());
+            }
+            out
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            #[test]
+            fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+                let p = parse(&bytes, NOW);
+                let lines = bytes.split(|&b| b == b'\n').count();
+                prop_assert!(p.bad.iter().all(|&n| n >= 1 && n <= lines));
+                prop_assert!(p.entries.len() + p.bad.len() <= lines);
+            }
+
+            #[test]
+            fn written_state_reads_back(entries in proptest::collection::vec(entry(), 0..20)) {
+                let p = parse(write(&entries).as_bytes(), NOW);
+                prop_assert!(p.bad.is_empty());
+                prop_assert_eq!(p.entries, entries);
+            }
+
+            #[test]
+            fn a_cut_file_keeps_only_whole_lines(
+                entries in proptest::collection::vec(entry(), 1..10),
+                cut in any::<proptest::sample::Index>(),
+            ) {
+                let text = write(&entries);
+                let cut = cut.index(text.len());
+                let p = parse(&text.as_bytes()[..cut], NOW);
+                let whole = text[..cut].matches('\n').count().saturating_sub(1);
+                prop_assert_eq!(&p.entries[..], &entries[..whole]);
+                prop_assert!(p.bad.len() <= 1);
+            }
+        }
     }
 }

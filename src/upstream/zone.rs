@@ -46,6 +46,13 @@ pub fn size_needed(peers: usize, upstreams: usize, servers: usize, workers: usiz
 pub enum ZoneError {
     #[error("{0}")]
     Shm(#[from] ShmError),
+    #[error("could not create shared memory zone \"{zone}\" of {size} bytes: {source} in {at}")]
+    Create {
+        zone: String,
+        size: u64,
+        source: ShmError,
+        at: crate::conf::Src,
+    },
     #[error(
         "zone \"{zone}\" of {size} bytes is too small for its upstreams: {needed} bytes needed"
     )]
@@ -150,7 +157,8 @@ impl Zone {
         upstreams: &[&Upstream],
         workers: usize,
     ) -> Result<Zone, ZoneError> {
-        let region = Region::create(name, size as usize)?;
+        let len = usize::try_from(size).map_err(|_| ShmError::Size(nix::Error::EFBIG))?;
+        let region = Region::create(name, len)?;
         Zone::init(name, Arc::new(region), generation, upstreams, workers)
     }
 
@@ -204,11 +212,11 @@ impl Zone {
         h.upstreams.store(u as u32, Relaxed);
         h.workers.store(w as u32, Relaxed);
         h.slots.store(slots as u32, Relaxed);
-        for i in 0..slots {
-            let next = if i + 1 < slots { i as u32 + 2 } else { 0 };
-            zone.slot(i)?.next.store(next, Relaxed);
-        }
-        h.free.store(1, Relaxed);
+        // No slot is linked: `alloc` takes never-used slots in order, so a
+        // big zone costs memory only for the pages its peers use (a new
+        // memfd reads as zeros without being written).
+        h.free.store(0, Relaxed);
+        h.unlinked.store(slots as u32, Relaxed);
         let mut first = 0;
         for (i, up) in upstreams.iter().enumerate() {
             let rec = zone.rec(i)?;
@@ -619,7 +627,16 @@ impl Zone {
     fn alloc(&self, h: &Header) -> Option<usize> {
         let head = h.free.load(Relaxed);
         if head == 0 {
-            return None;
+            // The next never-used slot, if any.
+            let unlinked = (h.unlinked.load(Relaxed) as usize).min(self.slots);
+            if unlinked == 0 {
+                return None;
+            }
+            let i = self.slots - unlinked;
+            self.slot(i).ok()?;
+            h.unlinked.store(unlinked as u32 - 1, Relaxed);
+            h.in_use.fetch_add(1, Relaxed);
+            return Some(i);
         }
         let i = head as usize - 1;
         let s = self.slot(i).ok()?;
@@ -777,7 +794,16 @@ pub fn create_all(
             .map(|u| u.as_ref())
             .collect();
         let size = spec.size.unwrap_or(MIN_SIZE);
-        let zone = Zone::create(&spec.name, size, generation, &ups, workers)?;
+        let zone =
+            Zone::create(&spec.name, size, generation, &ups, workers).map_err(|e| match e {
+                ZoneError::Shm(source) => ZoneError::Create {
+                    zone: spec.name.clone(),
+                    size,
+                    source,
+                    at: spec.src.clone(),
+                },
+                other => other,
+            })?;
         for (i, u) in ups.iter().enumerate() {
             let name = &u.name;
             let r = zone.publish(i, std::process::id(), &NewPeer::from_config(u))?;
@@ -1163,6 +1189,35 @@ mod tests {
         assert!(r.needed > 2048);
         assert_eq!(z.snapshot(0, &cfg).expect("snapshot").count(), slots);
         assert!(Zone::heap("tiny", 100, &[&base], 1).is_err());
+    }
+
+    #[test]
+    fn new_slots_are_taken_in_order_and_old_linked_zones_still_work() {
+        let base = up(&["127.0.0.1:1"]);
+        let z = Zone::heap("lazy", 64 * 1024, &[&base], 1).expect("zone");
+        let h = z.header().expect("header");
+        let slots = z.usage().slots;
+        // A new zone links no slot; alloc takes the never-used ones in order.
+        assert_eq!((h.free.load(Relaxed), h.unlinked.load(Relaxed)), (0, slots));
+        assert_eq!(z.alloc(h), Some(0));
+        assert_eq!(z.alloc(h), Some(1));
+        assert_eq!(h.unlinked.load(Relaxed), slots - 2);
+        // A zone laid out by an older binary: every slot linked, none
+        // unlinked (the word was padding, so 0).
+        let old = Zone::heap("linked", 64 * 1024, &[&base], 1).expect("zone");
+        let h = old.header().expect("header");
+        for i in 0..slots as usize {
+            let next = if i + 1 < slots as usize {
+                i as u32 + 2
+            } else {
+                0
+            };
+            old.slot(i).expect("slot").next.store(next, Relaxed);
+        }
+        h.free.store(1, Relaxed);
+        h.unlinked.store(0, Relaxed);
+        let all: Vec<usize> = std::iter::from_fn(|| old.alloc(h)).collect();
+        assert_eq!(all, (0..slots as usize).collect::<Vec<_>>());
     }
 
     #[test]
