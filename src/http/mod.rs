@@ -8,6 +8,7 @@ pub mod access;
 pub mod case;
 pub(crate) mod client_io;
 mod dynamic;
+mod framing;
 pub mod keeper;
 mod open_file;
 pub mod proxy;
@@ -946,8 +947,8 @@ async fn handle(
     };
     flight.keepalive(r.conf.keepalive_timeout);
     let mut closing = false;
-    let bad = request_problem(&r, host.is_ok());
-    let reply = if let Some(Problem { code, why, in_line }) = bad {
+    let bad = framing::request_problem(&r, host.is_ok());
+    let reply = if let Some(framing::Problem { code, why, in_line }) = bad {
         crate::log_conn!(
             Level::Info,
             r.conn.number,
@@ -1019,125 +1020,6 @@ async fn handle(
         parts,
         LoggedBody::new(body, r, flight),
     ))
-}
-
-/// A request head nginx refuses: the status, the log reason, and whether the
-/// request line (not a header) was at fault.
-struct Problem {
-    code: u16,
-    why: String,
-    in_line: bool,
-}
-
-impl Problem {
-    fn new(code: u16, why: impl Into<String>) -> Problem {
-        let why = why.into();
-        let in_line = code == 414 || why == "client sent invalid method";
-        Problem { code, why, in_line }
-    }
-}
-
-/// What nginx refuses in a request head, with its status and log reason:
-/// HTTP/1.1 without `Host`, and heads beyond `large_client_header_buffers`
-/// (414 for the request line, 494, sent as 400, for a header). hyper itself
-/// refuses bad or conflicting `Content-Length` (400) and closes the
-/// connection after a request with both `Content-Length` and
-/// `Transfer-Encoding`.
-fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
-    let h = &r.headers;
-    if let Some(bad) = framing_problem(r) {
-        return Some(bad);
-    }
-    if host_ok && r.version == hyper::Version::HTTP_11 && !h.contains_key(HOST) {
-        return Some(Problem::new(
-            400,
-            "client sent HTTP/1.1 request without \"Host\" header",
-        ));
-    }
-    let (count, size) = r.conf.large_client_header_buffers;
-    let line = r.method.as_str().len() + r.request_uri.len() + 11;
-    if line as u64 > size {
-        return Some(Problem::new(414, "client sent too long URI"));
-    }
-    let mut total: u64 = 0;
-    for (n, v) in h {
-        let len = (n.as_str().len() + v.len() + 4) as u64;
-        if len > size {
-            return Some(Problem::new(
-                494,
-                format!("client sent too long header line: \"{}...\"", n.as_str()),
-            ));
-        }
-        total += len;
-    }
-    if total > u64::from(count).saturating_mul(size) {
-        return Some(Problem::new(494, "client sent too large request"));
-    }
-    None
-}
-
-/// nginx's rules for what frames a request and picks its server, which
-/// hyper is laxer about: a method in upper case, one `Host`, one
-/// `Content-Length`, one `Transfer-Encoding` that is exactly `chunked` and
-/// never beside a `Content-Length`. A request that breaks them is answered
-/// (400, or 501 for an unknown coding) and its connection closed: a front
-/// proxy that framed it the other way must not get a second request out of
-/// its body.
-fn framing_problem(r: &Req) -> Option<Problem> {
-    let h = &r.headers;
-    if !r
-        .method
-        .as_str()
-        .bytes()
-        .all(|b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
-    {
-        return Some(Problem::new(400, "client sent invalid method"));
-    }
-    let text = |v: &hyper::header::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
-    let twice = |name: &hyper::header::HeaderName| {
-        let mut all = h.get_all(name).iter();
-        let first = all.next()?;
-        all.next().map(|second| (text(first), text(second)))
-    };
-    if let Some((first, second)) = twice(&HOST) {
-        return Some(Problem::new(
-            400,
-            format!(
-                "client sent duplicate host header: \"Host: {second}\", previous value: \"Host: {first}\""
-            ),
-        ));
-    }
-    for (name, shown) in [
-        (hyper::header::CONTENT_LENGTH, "Content-Length"),
-        (hyper::header::TRANSFER_ENCODING, "Transfer-Encoding"),
-    ] {
-        if let Some((first, second)) = twice(&name) {
-            return Some(Problem::new(
-                400,
-                format!(
-                    "client sent duplicate header line: \"{shown}: {second}\", previous value: \"{shown}: {first}\""
-                ),
-            ));
-        }
-    }
-    if let Some(te) = h.get(hyper::header::TRANSFER_ENCODING) {
-        if h.contains_key(hyper::header::CONTENT_LENGTH) {
-            return Some(Problem::new(
-                400,
-                "client sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time",
-            ));
-        }
-        if !te.as_bytes().eq_ignore_ascii_case(b"chunked") {
-            return Some(Problem::new(
-                501,
-                format!(
-                    "client sent unknown \"Transfer-Encoding\": \"{}\"",
-                    text(te)
-                ),
-            ));
-        }
-    }
-    None
 }
 
 /// About what the status line and headers take on the wire, for `$bytes_sent`.

@@ -15,6 +15,7 @@ use hyper::{Method, Request, Response, Version};
 use hyper_util::rt::TokioIo;
 
 use super::Io;
+use super::framing::{Bad, upstream_framing};
 use super::proxy_body::ProxyBody;
 use super::response;
 use super::vars::{Attempt, Req};
@@ -1134,63 +1135,6 @@ fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
     }
 }
 
-/// Why an upstream response head was not usable.
-enum Bad {
-    /// Unparsable, or framed two ways; the message is nginx's.
-    Framing(String),
-    /// The connection closed (or failed) before a head arrived.
-    Closed,
-}
-
-/// nginx's rules for the upstream's framing headers: one `Content-Length`
-/// that is a number, one `Transfer-Encoding` that is exactly `chunked`, never
-/// both. Anything else is an invalid header (502, the connection not
-/// reused): a response the client could read two ways desyncs its
-/// connection. The message is nginx's error-log text.
-fn upstream_framing(h: &HeaderMap) -> Result<(), String> {
-    let text = |v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
-    let mut lengths = h.get_all(header::CONTENT_LENGTH).iter();
-    if let Some(first) = lengths.next() {
-        if let Some(second) = lengths.next() {
-            return Err(format!(
-                "upstream sent duplicate header line: \"Content-Length: {}\", previous value: \"Content-Length: {}\"",
-                text(second),
-                text(first)
-            ));
-        }
-        let v = first.as_bytes();
-        if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
-            return Err(format!(
-                "upstream sent invalid \"Content-Length\" header: \"Content-Length: {}\"",
-                text(first)
-            ));
-        }
-    }
-    let mut codings = h.get_all(header::TRANSFER_ENCODING).iter();
-    if let Some(first) = codings.next() {
-        if let Some(second) = codings.next() {
-            return Err(format!(
-                "upstream sent duplicate header line: \"Transfer-Encoding: {}\", previous value: \"Transfer-Encoding: {}\"",
-                text(second),
-                text(first)
-            ));
-        }
-        if h.contains_key(header::CONTENT_LENGTH) {
-            return Err(
-                "upstream sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time"
-                    .to_string(),
-            );
-        }
-        if !first.as_bytes().eq_ignore_ascii_case(b"chunked") {
-            return Err(format!(
-                "upstream sent unknown \"Transfer-Encoding\": \"{}\"",
-                text(first)
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Response headers not passed to the client whatever the configuration.
 const HOP_BY_HOP_RESPONSE: [&str; 7] = [
     "connection",
@@ -1308,97 +1252,6 @@ mod tests {
             z,
             z
         ));
-    }
-
-    #[test]
-    fn framing() {
-        let head = |lines: &[(&str, &str)]| {
-            let mut h = HeaderMap::new();
-            for (n, v) in lines {
-                h.append(
-                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
-                    HeaderValue::from_str(v).unwrap(),
-                );
-            }
-            upstream_framing(&h)
-        };
-        assert!(head(&[]).is_ok());
-        assert!(head(&[("content-length", "5")]).is_ok());
-        assert!(head(&[("transfer-encoding", "chunked")]).is_ok());
-        assert!(head(&[("transfer-encoding", "Chunked")]).is_ok());
-        let both = head(&[("content-length", "5"), ("transfer-encoding", "chunked")]);
-        assert_eq!(
-            both.unwrap_err(),
-            "upstream sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time"
-        );
-        assert_eq!(
-            head(&[("transfer-encoding", "gzip, chunked")]).unwrap_err(),
-            "upstream sent unknown \"Transfer-Encoding\": \"gzip, chunked\""
-        );
-        assert!(head(&[("transfer-encoding", "chunked, chunked")]).is_err());
-        assert!(head(&[("transfer-encoding", "identity")]).is_err());
-        assert!(
-            head(&[
-                ("transfer-encoding", "chunked"),
-                ("transfer-encoding", "chunked")
-            ])
-            .unwrap_err()
-            .starts_with("upstream sent duplicate header line")
-        );
-        // Even equal lengths twice: nginx refuses the duplicate.
-        assert_eq!(
-            head(&[("content-length", "5"), ("content-length", "5")]).unwrap_err(),
-            "upstream sent duplicate header line: \"Content-Length: 5\", previous value: \"Content-Length: 5\""
-        );
-        for bad in [
-            "",
-            "-1",
-            "+5",
-            " 5",
-            "5 ",
-            "0x10",
-            "1234567890123456789",
-            "5, 5",
-        ] {
-            assert!(head(&[("content-length", bad)]).is_err(), "{bad:?}");
-        }
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
-        /// Whatever framing headers an upstream sends, a response is let
-        /// through only when one reading of its length exists.
-        #[test]
-        fn framing_passes_only_one_reading(
-            lengths in proptest::collection::vec("[0-9a-z ,+-]{0,20}", 0..3),
-            codings in proptest::collection::vec("(chunked|Chunked|gzip|identity| |,){0,3}", 0..3),
-        ) {
-            let mut h = HeaderMap::new();
-            for v in &lengths {
-                if let Ok(v) = HeaderValue::from_str(v) {
-                    h.append(header::CONTENT_LENGTH, v);
-                }
-            }
-            for v in &codings {
-                if let Ok(v) = HeaderValue::from_str(v) {
-                    h.append(header::TRANSFER_ENCODING, v);
-                }
-            }
-            let cl: Vec<_> = h.get_all(header::CONTENT_LENGTH).iter().collect();
-            let te: Vec<_> = h.get_all(header::TRANSFER_ENCODING).iter().collect();
-            if upstream_framing(&h).is_ok() {
-                proptest::prop_assert!(cl.len() + te.len() <= 1);
-                if let Some(v) = cl.first() {
-                    proptest::prop_assert!(std::str::from_utf8(v.as_bytes())
-                        .ok()
-                        .and_then(|t| t.parse::<u64>().ok())
-                        .is_some());
-                }
-                if let Some(v) = te.first() {
-                    proptest::prop_assert!(v.as_bytes().eq_ignore_ascii_case(b"chunked"));
-                }
-            }
-        }
     }
 
     #[test]

@@ -1,0 +1,283 @@
+//! nginx's framing rules for HTTP/1 heads, both ways: what makes a client's
+//! request head refused (and with which status and log line), and what makes
+//! an upstream's response head an invalid header. A message that two parties
+//! could frame two ways is refused, never passed on: that is how connections
+//! desync and requests are smuggled. Pure functions of a parsed head; the
+//! proxy and the connection code call them.
+
+use hyper::header::{self, HOST, HeaderMap, HeaderValue};
+
+use super::vars::Req;
+
+/// A request head nginx refuses: the status, the log reason, and whether the
+/// request line (not a header) was at fault.
+pub(super) struct Problem {
+    pub(super) code: u16,
+    pub(super) why: String,
+    pub(super) in_line: bool,
+}
+
+impl Problem {
+    fn new(code: u16, why: impl Into<String>) -> Problem {
+        let why = why.into();
+        let in_line = code == 414 || why == "client sent invalid method";
+        Problem { code, why, in_line }
+    }
+}
+
+/// What nginx refuses in a request head, with its status and log reason:
+/// HTTP/1.1 without `Host`, and heads beyond `large_client_header_buffers`
+/// (414 for the request line, 494, sent as 400, for a header). hyper itself
+/// refuses bad or conflicting `Content-Length` (400) and closes the
+/// connection after a request with both `Content-Length` and
+/// `Transfer-Encoding`.
+pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
+    let h = &r.headers;
+    if let Some(bad) = framing_problem(r) {
+        return Some(bad);
+    }
+    if host_ok && r.version == hyper::Version::HTTP_11 && !h.contains_key(HOST) {
+        return Some(Problem::new(
+            400,
+            "client sent HTTP/1.1 request without \"Host\" header",
+        ));
+    }
+    let (count, size) = r.conf.large_client_header_buffers;
+    let line = r.method.as_str().len() + r.request_uri.len() + 11;
+    if line as u64 > size {
+        return Some(Problem::new(414, "client sent too long URI"));
+    }
+    let mut total: u64 = 0;
+    for (n, v) in h {
+        let len = (n.as_str().len() + v.len() + 4) as u64;
+        if len > size {
+            return Some(Problem::new(
+                494,
+                format!("client sent too long header line: \"{}...\"", n.as_str()),
+            ));
+        }
+        total += len;
+    }
+    if total > u64::from(count).saturating_mul(size) {
+        return Some(Problem::new(494, "client sent too large request"));
+    }
+    None
+}
+
+/// nginx's rules for what frames a request and picks its server, which
+/// hyper is laxer about: a method in upper case, one `Host`, one
+/// `Content-Length`, one `Transfer-Encoding` that is exactly `chunked` and
+/// never beside a `Content-Length`. A request that breaks them is answered
+/// (400, or 501 for an unknown coding) and its connection closed: a front
+/// proxy that framed it the other way must not get a second request out of
+/// its body.
+fn framing_problem(r: &Req) -> Option<Problem> {
+    let h = &r.headers;
+    if !r
+        .method
+        .as_str()
+        .bytes()
+        .all(|b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
+    {
+        return Some(Problem::new(400, "client sent invalid method"));
+    }
+    let text = |v: &hyper::header::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    let twice = |name: &hyper::header::HeaderName| {
+        let mut all = h.get_all(name).iter();
+        let first = all.next()?;
+        all.next().map(|second| (text(first), text(second)))
+    };
+    if let Some((first, second)) = twice(&HOST) {
+        return Some(Problem::new(
+            400,
+            format!(
+                "client sent duplicate host header: \"Host: {second}\", previous value: \"Host: {first}\""
+            ),
+        ));
+    }
+    for (name, shown) in [
+        (hyper::header::CONTENT_LENGTH, "Content-Length"),
+        (hyper::header::TRANSFER_ENCODING, "Transfer-Encoding"),
+    ] {
+        if let Some((first, second)) = twice(&name) {
+            return Some(Problem::new(
+                400,
+                format!(
+                    "client sent duplicate header line: \"{shown}: {second}\", previous value: \"{shown}: {first}\""
+                ),
+            ));
+        }
+    }
+    if let Some(te) = h.get(hyper::header::TRANSFER_ENCODING) {
+        if h.contains_key(hyper::header::CONTENT_LENGTH) {
+            return Some(Problem::new(
+                400,
+                "client sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time",
+            ));
+        }
+        if !te.as_bytes().eq_ignore_ascii_case(b"chunked") {
+            return Some(Problem::new(
+                501,
+                format!(
+                    "client sent unknown \"Transfer-Encoding\": \"{}\"",
+                    text(te)
+                ),
+            ));
+        }
+    }
+    None
+}
+
+/// Why an upstream response head was not usable.
+pub(super) enum Bad {
+    /// Unparsable, or framed two ways; the message is nginx's.
+    Framing(String),
+    /// The connection closed (or failed) before a head arrived.
+    Closed,
+}
+
+/// nginx's rules for the upstream's framing headers: one `Content-Length`
+/// that is a number, one `Transfer-Encoding` that is exactly `chunked`, never
+/// both. Anything else is an invalid header (502, the connection not
+/// reused): a response the client could read two ways desyncs its
+/// connection. The message is nginx's error-log text.
+pub(super) fn upstream_framing(h: &HeaderMap) -> Result<(), String> {
+    let text = |v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    let mut lengths = h.get_all(header::CONTENT_LENGTH).iter();
+    if let Some(first) = lengths.next() {
+        if let Some(second) = lengths.next() {
+            return Err(format!(
+                "upstream sent duplicate header line: \"Content-Length: {}\", previous value: \"Content-Length: {}\"",
+                text(second),
+                text(first)
+            ));
+        }
+        let v = first.as_bytes();
+        if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+            return Err(format!(
+                "upstream sent invalid \"Content-Length\" header: \"Content-Length: {}\"",
+                text(first)
+            ));
+        }
+    }
+    let mut codings = h.get_all(header::TRANSFER_ENCODING).iter();
+    if let Some(first) = codings.next() {
+        if let Some(second) = codings.next() {
+            return Err(format!(
+                "upstream sent duplicate header line: \"Transfer-Encoding: {}\", previous value: \"Transfer-Encoding: {}\"",
+                text(second),
+                text(first)
+            ));
+        }
+        if h.contains_key(header::CONTENT_LENGTH) {
+            return Err(
+                "upstream sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time"
+                    .to_string(),
+            );
+        }
+        if !first.as_bytes().eq_ignore_ascii_case(b"chunked") {
+            return Err(format!(
+                "upstream sent unknown \"Transfer-Encoding\": \"{}\"",
+                text(first)
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::header::HeaderName;
+
+    #[test]
+    fn framing() {
+        let head = |lines: &[(&str, &str)]| {
+            let mut h = HeaderMap::new();
+            for (n, v) in lines {
+                h.append(
+                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                    HeaderValue::from_str(v).unwrap(),
+                );
+            }
+            upstream_framing(&h)
+        };
+        assert!(head(&[]).is_ok());
+        assert!(head(&[("content-length", "5")]).is_ok());
+        assert!(head(&[("transfer-encoding", "chunked")]).is_ok());
+        assert!(head(&[("transfer-encoding", "Chunked")]).is_ok());
+        let both = head(&[("content-length", "5"), ("transfer-encoding", "chunked")]);
+        assert_eq!(
+            both.unwrap_err(),
+            "upstream sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time"
+        );
+        assert_eq!(
+            head(&[("transfer-encoding", "gzip, chunked")]).unwrap_err(),
+            "upstream sent unknown \"Transfer-Encoding\": \"gzip, chunked\""
+        );
+        assert!(head(&[("transfer-encoding", "chunked, chunked")]).is_err());
+        assert!(head(&[("transfer-encoding", "identity")]).is_err());
+        assert!(
+            head(&[
+                ("transfer-encoding", "chunked"),
+                ("transfer-encoding", "chunked")
+            ])
+            .unwrap_err()
+            .starts_with("upstream sent duplicate header line")
+        );
+        // Even equal lengths twice: nginx refuses the duplicate.
+        assert_eq!(
+            head(&[("content-length", "5"), ("content-length", "5")]).unwrap_err(),
+            "upstream sent duplicate header line: \"Content-Length: 5\", previous value: \"Content-Length: 5\""
+        );
+        for bad in [
+            "",
+            "-1",
+            "+5",
+            " 5",
+            "5 ",
+            "0x10",
+            "1234567890123456789",
+            "5, 5",
+        ] {
+            assert!(head(&[("content-length", bad)]).is_err(), "{bad:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Whatever framing headers an upstream sends, a response is let
+        /// through only when one reading of its length exists.
+        #[test]
+        fn framing_passes_only_one_reading(
+            lengths in proptest::collection::vec("[0-9a-z ,+-]{0,20}", 0..3),
+            codings in proptest::collection::vec("(chunked|Chunked|gzip|identity| |,){0,3}", 0..3),
+        ) {
+            let mut h = HeaderMap::new();
+            for v in &lengths {
+                if let Ok(v) = HeaderValue::from_str(v) {
+                    h.append(header::CONTENT_LENGTH, v);
+                }
+            }
+            for v in &codings {
+                if let Ok(v) = HeaderValue::from_str(v) {
+                    h.append(header::TRANSFER_ENCODING, v);
+                }
+            }
+            let cl: Vec<_> = h.get_all(header::CONTENT_LENGTH).iter().collect();
+            let te: Vec<_> = h.get_all(header::TRANSFER_ENCODING).iter().collect();
+            if upstream_framing(&h).is_ok() {
+                proptest::prop_assert!(cl.len() + te.len() <= 1);
+                if let Some(v) = cl.first() {
+                    proptest::prop_assert!(std::str::from_utf8(v.as_bytes())
+                        .ok()
+                        .and_then(|t| t.parse::<u64>().ok())
+                        .is_some());
+                }
+                if let Some(v) = te.first() {
+                    proptest::prop_assert!(v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+                }
+            }
+        }
+    }
+}
