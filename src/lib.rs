@@ -27,3 +27,13 @@ pub mod upstream;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The nginx whose behaviour sluice follows.
 pub const NGINX_VERSION: &str = "1.31.5";
+
+/// How many cases a property test runs: its own bounded default in
+/// `scripts/test`, or `PROPTEST_CASES` for a longer run (see the README).
+#[cfg(test)]
+pub(crate) fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -223,7 +223,7 @@ fn errors_of_the_lexer_name_lines_inside() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1000))]
+    #![proptest_config(ProptestConfig::with_cases(crate::proptest_cases(1000)))]
 
     #[test]
     fn mutated_configs_never_panic(edits in prop::collection::vec(edit(), 1..8)) {

@@ -245,7 +245,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(crate::proptest_cases(512)))]
         /// Whatever framing headers an upstream sends, a response is let
         /// through only when one reading of its length exists.
         #[test]

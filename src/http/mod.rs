@@ -107,11 +107,13 @@ pub(crate) struct Idle {
     /// Requests ended on this connection.
     ended: AtomicU64,
     /// `client_header_timeout` in ms: from the first byte of a request head
-    /// the idle limit becomes this, so a head sent slowly (slowloris) is
-    /// cut as nginx cuts it, not at `keepalive_timeout`.
-    head_limit: AtomicU64,
-    /// A head has started arriving and its clock runs.
+    /// this bounds the head instead of `keepalive_timeout`, so a head sent
+    /// slowly (slowloris) is cut as nginx cuts it.
+    head_limit: u64,
+    /// A head has started arriving and its clock runs...
     head_clock: std::sync::atomic::AtomicBool,
+    /// ...since then (ms after `born`).
+    head_since: AtomicU64,
     pub(crate) flags: client_io::Flags,
 }
 
@@ -148,24 +150,32 @@ impl Idle {
             sent_at: AtomicU64::new(0),
             send_limit: AtomicU64::new(0),
             ended: AtomicU64::new(0),
-            head_limit: AtomicU64::new(limit.as_millis() as u64),
+            head_limit: limit.as_millis() as u64,
             head_clock: std::sync::atomic::AtomicBool::new(false),
+            head_since: AtomicU64::new(0),
             flags: client_io::Flags::default(),
         }
     }
 
     /// Bytes of a request arrived: between requests, the first of them
-    /// starts the head's clock (`client_header_timeout`).
+    /// starts the head's clock (`client_header_timeout`). Only a store: the
+    /// watcher is not woken, it looks at least every `head_limit` while
+    /// idle (see `remaining`), so a request costs no extra wake-up.
     pub(crate) fn bytes_arrived(&self) {
-        if self.inflight.load(Ordering::Acquire) == 0
-            && !self.head_clock.swap(true, Ordering::AcqRel)
-        {
-            self.since.store(self.now_ms(), Ordering::Release);
-            let ms = self.head_limit.load(Ordering::Relaxed);
-            if self.limit.swap(ms, Ordering::Relaxed) != ms {
-                self.changed.notify_one();
-            }
+        if self.inflight.load(Ordering::Acquire) == 0 && !self.head_clock.load(Ordering::Relaxed) {
+            self.head_since.store(self.now_ms(), Ordering::Relaxed);
+            self.head_clock.store(true, Ordering::Release);
         }
+    }
+
+    /// A head began and was not complete within `client_header_timeout`.
+    fn head_overdue(&self) -> bool {
+        self.inflight.load(Ordering::Acquire) == 0
+            && self.head_clock.load(Ordering::Acquire)
+            && self
+                .now_ms()
+                .saturating_sub(self.head_since.load(Ordering::Relaxed))
+                >= self.head_limit
     }
 
     fn now_ms(&self) -> u64 {
@@ -190,10 +200,22 @@ impl Idle {
         if self.inflight.load(Ordering::Acquire) > 0 {
             return Duration::from_secs(1);
         }
-        let idle = self
-            .now_ms()
-            .saturating_sub(self.since.load(Ordering::Acquire));
-        Duration::from_millis(limit.saturating_sub(idle))
+        let now = self.now_ms();
+        if self.head_clock.load(Ordering::Acquire) {
+            // A head has begun: its own limit replaces the keep-alive one.
+            let began = self.head_since.load(Ordering::Relaxed);
+            return Duration::from_millis(
+                self.head_limit.saturating_sub(now.saturating_sub(began)),
+            );
+        }
+        let idle = now.saturating_sub(self.since.load(Ordering::Acquire));
+        // Look again within head_limit: a head may begin meanwhile.
+        let left = limit.saturating_sub(idle);
+        Duration::from_millis(if self.head_limit > 0 {
+            left.min(self.head_limit)
+        } else {
+            left
+        })
     }
 }
 
@@ -834,7 +856,7 @@ where
                     );
                     return false;
                 }
-                if idle.remaining().is_zero() && idle.head_clock.load(Ordering::Acquire) {
+                if idle.head_overdue() {
                     // hyper would wait for the rest of a head it began.
                     crate::log_conn!(
                         Level::Info,

@@ -398,6 +398,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(crate::proptest_cases(256)))]
         #[test]
         fn any_header_never_panics(h in prop::collection::vec(any::<u8>(), 0..40), size in 0u64..5000, max in 0u32..8) {
             let _ = parse(&h, size, max);

@@ -307,7 +307,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(1000))]
+        #![proptest_config(ProptestConfig::with_cases(crate::proptest_cases(1000)))]
 
         #[test]
         fn any_bytes_never_panic(buf in prop::collection::vec(any::<u8>(), 0..600)) {
