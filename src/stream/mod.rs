@@ -17,17 +17,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Notify, watch};
 
 use crate::conf::Config;
-use crate::conf::model::{ListenAddr, PeerAddr, StreamServer, StreamTarget};
+use crate::conf::model::{ListenAddr, NextUpstream, StreamServer, StreamTarget};
 use crate::conf::vars::{Segment, Template, Var};
 use crate::http::client_io::Stream;
 use crate::http::{Listener, Phase};
-use crate::log::Level;
-use crate::upstream::balancer::{Key, PickState};
-use crate::upstream::peers::now_ms;
-use crate::upstream::race::{Ended, Race};
-use crate::upstream::{
-    Outcome, PeerId, Peers, Released, Tried, UpstreamRt, Upstreams, Zones, in_time,
-};
+use crate::upstream::attempt::{Attempts, Connected, Failure, Plain, Policy, Requester};
+use crate::upstream::{Outcome, UpstreamRt, Upstreams, Zones};
 
 struct Shared {
     cfg: Arc<Config>,
@@ -282,16 +277,16 @@ async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared)
         StreamTarget::Upstream(i) => {
             if let Some(ups) = shared.upstreams.get(*i).cloned() {
                 match connect(&mut s, conf, &ups).await {
-                    Some((upstream, peers, id)) => {
+                    Some(c) => {
                         s.connected_at = Some(Instant::now());
                         s.copied = crate::net::copy::both(
                             client,
-                            upstream,
+                            c.conn,
                             conf.proxy_timeout,
                             conf.proxy_half_close,
                         )
                         .await;
-                        peers.release(id, Outcome::Ok, now_ms());
+                        c.held.finish(Outcome::Ok);
                     }
                     None => s.status = 502,
                 }
@@ -302,174 +297,52 @@ async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared)
     s.log(&conf.access_log);
 }
 
-type Connected = (Stream, Arc<crate::upstream::Peers>, crate::upstream::PeerId);
+impl Requester for Session {
+    fn number(&self) -> u64 {
+        self.number
+    }
 
-/// Picks and connects, trying the next peer when connecting fails, as
-/// `proxy_next_upstream` allows.
-async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) -> Option<Connected> {
-    let snap = ups.peers_ready().await;
-    let mut tried = Tried::new(&snap);
-    let limit = conf.proxy_next_upstream_tries as usize;
-    let mut tries_left = if limit > 0 {
-        snap.count().min(limit)
-    } else {
-        snap.count()
-    };
-    let started = Instant::now();
-    let hash_text = match &ups.cfg.balancer {
-        crate::conf::model::Balancer::Hash { key, .. } => s.eval(key),
-        _ => String::new(),
-    };
-    let addr_key: Vec<u8> = match s.remote.map(|a| a.ip()) {
-        Some(std::net::IpAddr::V4(ip)) => ip.octets()[..3].to_vec(),
-        Some(std::net::IpAddr::V6(ip)) => ip.octets().to_vec(),
-        None => vec![0, 0, 0],
-    };
-    let key = match &ups.cfg.balancer {
-        crate::conf::model::Balancer::Hash { .. } => Key::Text(&hash_text),
-        crate::conf::model::Balancer::IpHash => Key::Addr(&addr_key),
-        _ => Key::None,
-    };
-    let mut pick_state = PickState::new(s.number.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let pick_first = ups.cfg.balancer.is_pick_first();
-    // A failed attempt: logged, recorded, the peer released as failed.
-    let failed = |s: &mut Session, id: PeerId, why: &str| {
-        let peer = snap.get(id);
-        s.attempts.push((peer.name.to_string(), None));
-        let ctx = s.context(&peer.name, (0, 0));
-        connect_failed(s.number, &ctx, why, &snap, id, pick_first);
-    };
-    loop {
-        let (b, ms) = (&ups.cfg.balancer, now_ms());
-        let Some(id) = snap.take(b, &mut pick_state, &key, &mut tried, &mut tries_left, ms) else {
-            s.attempts.push((ups.cfg.name.clone(), None));
-            crate::log_conn!(
-                Level::Error,
-                s.number,
-                "no live upstreams while connecting to upstream{}",
-                s.context(&ups.cfg.name, (0, 0))
-            );
-            return None;
-        };
-        // With proxy_connect_race, more attempts join a slow one.
-        let mut racers = vec![(id, Instant::now())];
-        let first = open(snap.get(id).addr.clone(), conf.proxy_connect_timeout);
-        let mut race: Race<Stream, String> = Race::default();
-        let mut failures = Vec::new();
-        let ended = race
-            .first(
-                first,
-                conf.proxy_connect_race,
-                |race| {
-                    let in_time = in_time(started.elapsed(), conf.proxy_next_upstream_timeout);
-                    if !conf.proxy_next_upstream || tries_left == 0 || !in_time {
-                        return false;
-                    }
-                    let (b, ms) = (&ups.cfg.balancer, now_ms());
-                    let Some(next) =
-                        snap.take(b, &mut pick_state, &key, &mut tried, &mut tries_left, ms)
-                    else {
-                        return false;
-                    };
-                    racers.push((next, Instant::now()));
-                    race.start(open(
-                        snap.get(next).addr.clone(),
-                        conf.proxy_connect_timeout,
-                    ));
-                    true
-                },
-                |k, why| failures.push((k, why)),
-            )
-            .await;
-        for (k, why) in failures {
-            failed(s, racers[k].0, &why);
-        }
-        match ended {
-            Some(Ended::Won(k, c)) if racers.len() == 1 => {
-                s.attempts
-                    .push((snap.get(id).name.to_string(), Some(racers[k].1.elapsed())));
-                return Some((c, snap.clone(), id));
-            }
-            Some(Ended::Won(k, c)) => {
-                // The losers still connecting finish in the background: one
-                // that fails counts as failed, one that connects is closed.
-                let losers: Vec<(PeerId, String)> = racers
-                    .iter()
-                    .map(|(id, _)| (*id, s.context(&snap.get(*id).name, (0, 0))))
-                    .collect();
-                let (peers, number) = (snap.clone(), s.number);
-                race.finish(move |j, result| {
-                    let Some((id, ctx)) = losers.get(j) else {
-                        return;
-                    };
-                    match result {
-                        Ok(_unused) => {
-                            peers.release(*id, Outcome::Next, now_ms());
-                        }
-                        Err(why) => connect_failed(number, ctx, &why, &peers, *id, pick_first),
-                    }
-                });
-                let (id, began) = racers[k];
-                s.attempts
-                    .push((snap.get(id).name.to_string(), Some(began.elapsed())));
-                return Some((c, snap.clone(), id));
-            }
-            Some(Ended::Lost(k, why)) => failed(s, racers[k].0, &why),
-            None => return None,
-        }
-        let in_time = in_time(started.elapsed(), conf.proxy_next_upstream_timeout);
-        if !conf.proxy_next_upstream || tries_left == 0 || !in_time {
-            return None;
-        }
+    fn hash_text(&self, key: &Template) -> String {
+        self.eval(key)
+    }
+
+    fn client_ip(&self) -> Option<std::net::IpAddr> {
+        self.remote.map(|a| a.ip())
+    }
+
+    fn context(&self, peer: &str) -> String {
+        Session::context(self, peer, (0, 0))
+    }
+
+    fn record_failed(&mut self, peer: &Arc<str>, _: &Failure) {
+        self.attempts.push((peer.to_string(), None));
     }
 }
 
-/// A connect that failed: logged (for session `number`, with the error
-/// log's context `ctx`), the peer released as failed; with `pick_first`
-/// the choice moves on.
-fn connect_failed(number: u64, ctx: &str, why: &str, peers: &Peers, id: PeerId, pick_first: bool) {
-    crate::log_conn!(
-        Level::Error,
-        number,
-        "{} while connecting to upstream{}",
-        why,
-        ctx
-    );
-    let now = now_ms();
-    if peers.release(id, Outcome::Failed, now) == Released::Disabled {
-        crate::log_conn!(
-            Level::Warn,
-            number,
-            "upstream server temporarily disabled while connecting to upstream{}",
-            ctx
-        );
-    }
-    if pick_first {
-        peers.move_on(id, now);
-    }
-}
-
-/// Connects to a peer within `timeout`; the reason as the error log says it.
-async fn open(addr: PeerAddr, timeout: Duration) -> Result<Stream, String> {
-    let attempt = match &addr {
-        PeerAddr::Inet(a) => tokio::time::timeout(timeout, tokio::net::TcpStream::connect(a))
-            .await
-            .map(|r| r.map(Stream::Tcp)),
-        PeerAddr::Unix(p) => tokio::time::timeout(timeout, tokio::net::UnixStream::connect(p))
-            .await
-            .map(|r| r.map(Stream::Unix)),
+/// Picks and connects through the attempt engine, trying the next peer
+/// when connecting fails, as `proxy_next_upstream` allows.
+async fn connect(
+    s: &mut Session,
+    conf: &StreamServer,
+    ups: &Arc<UpstreamRt>,
+) -> Option<Connected<Stream>> {
+    let policy = Policy {
+        mask: NextUpstream(if conf.proxy_next_upstream {
+            NextUpstream::ERROR | NextUpstream::TIMEOUT
+        } else {
+            0
+        }),
+        tries: conf.proxy_next_upstream_tries,
+        timeout: conf.proxy_next_upstream_timeout,
+        race: conf.proxy_connect_race,
+        non_idempotent: false,
     };
-    match attempt {
-        Ok(Ok(c)) => {
-            if let Stream::Tcp(t) = &c {
-                let _ = t.set_nodelay(true);
-            }
-            Ok(c)
-        }
-        Ok(Err(e)) => Err(format!(
-            "connect() failed ({})",
-            crate::conf::tree::errno_text(&e)
-        )),
-        Err(_) => Err("upstream timed out (110: Connection timed out)".to_string()),
-    }
+    let mut attempts = Attempts::new(ups, policy, s).await;
+    let plain = Plain {
+        timeout: conf.proxy_connect_timeout,
+    };
+    let c = attempts.connect(&plain, s).await.ok()?;
+    s.attempts
+        .push((c.name.to_string(), Some(c.began.elapsed())));
+    Some(c)
 }

@@ -1,0 +1,596 @@
+//! The attempt engine: how one HTTP request or one stream session gets to a
+//! connected upstream peer, and how every failure on the way is accounted.
+//! The HTTP proxy and the stream proxy both use it and differ only in what
+//! they exchange once connected.
+//!
+//! Per request it owns the peer snapshot, the tried set, the tries left and
+//! `proxy_next_upstream_timeout`; the balancer key; the connect race and its
+//! background losers; the guards that release a peer whose request went
+//! away; the pick_first move; and the failure accounting with its error-log
+//! line. A failure is a typed [`Failure`]: which side failed and what kind,
+//! from which come the status (502, 504, 499) and the `proxy_next_upstream`
+//! condition, in one place. A [`Connector`] opens connections (TCP and unix
+//! here; the HTTP proxy's adds its keep-alive cache and handshake).
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::balancer::{Key, PickState};
+use super::peers::now_ms;
+use super::race::{Ended, Race};
+use super::{Outcome, PeerId, Peers, Released, Tried, UpstreamRt, in_time};
+use crate::conf::model::{Balancer, NextUpstream, PeerAddr};
+use crate::conf::vars::Template;
+use crate::log::Level;
+use crate::net::stream::{ConnectError, Stream};
+
+/// Which side of the proxy an attempt failed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Upstream,
+    /// The client went away first (nginx's 499).
+    Client,
+}
+
+/// What went wrong, in `proxy_next_upstream`'s terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Refused, reset, unreachable, closed early: `error`.
+    Error,
+    /// Nothing within the time allowed: `timeout`.
+    Timeout,
+    /// An answer that cannot be used: `invalid_header`.
+    InvalidHeader,
+}
+
+/// A failed attempt: who, what, and nginx's words for it (without the
+/// "while ..." stage, which the caller knows).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub side: Side,
+    pub kind: Kind,
+    pub text: String,
+}
+
+impl Failure {
+    pub fn upstream(kind: Kind, text: impl Into<String>) -> Failure {
+        Failure {
+            side: Side::Upstream,
+            kind,
+            text: text.into(),
+        }
+    }
+
+    /// A connect that did not complete, as nginx words it.
+    pub fn connect(addr: &PeerAddr, e: ConnectError) -> Failure {
+        match e {
+            ConnectError::Timeout => Failure::upstream(
+                Kind::Timeout,
+                "upstream timed out (110: Connection timed out)",
+            ),
+            ConnectError::Failed(e) => {
+                let errno = crate::conf::tree::errno_text(&e);
+                Failure::upstream(
+                    Kind::Error,
+                    match addr {
+                        PeerAddr::Unix(p) => {
+                            format!("connect() to unix:{} failed ({errno})", p.display())
+                        }
+                        PeerAddr::Inet(_) => format!("connect() failed ({errno})"),
+                    },
+                )
+            }
+        }
+    }
+
+    /// The `proxy_next_upstream` condition it meets.
+    pub fn condition(&self) -> u32 {
+        match self.kind {
+            Kind::Error => NextUpstream::ERROR,
+            Kind::Timeout => NextUpstream::TIMEOUT,
+            Kind::InvalidHeader => NextUpstream::INVALID_HEADER,
+        }
+    }
+
+    /// The status a request answers with when no other try follows.
+    pub fn status(&self) -> u16 {
+        match (self.side, self.kind) {
+            (Side::Client, _) => 499,
+            (_, Kind::Timeout) => 504,
+            _ => 502,
+        }
+    }
+}
+
+/// Opens connections to peers for the engine.
+pub trait Connector {
+    type Conn: Send + 'static;
+
+    /// A kept-alive connection to `addr`, if there is one.
+    fn cached(&self, addr: &PeerAddr) -> Option<Self::Conn>;
+
+    /// A new connection (runs in a task of its own when raced).
+    fn open(
+        &self,
+        addr: PeerAddr,
+    ) -> impl Future<Output = Result<Self::Conn, Failure>> + Send + 'static;
+}
+
+/// Plain TCP or unix connections (the stream proxy's).
+pub struct Plain {
+    pub timeout: Duration,
+}
+
+impl Connector for Plain {
+    type Conn = Stream;
+
+    fn cached(&self, _: &PeerAddr) -> Option<Stream> {
+        None
+    }
+
+    fn open(
+        &self,
+        addr: PeerAddr,
+    ) -> impl Future<Output = Result<Stream, Failure>> + Send + 'static {
+        let timeout = self.timeout;
+        async move {
+            crate::net::stream::connect(&addr, timeout)
+                .await
+                .map_err(|e| Failure::connect(&addr, e))
+        }
+    }
+}
+
+/// The request (or session) an engine works for: what its balancer hashes,
+/// and how its log lines and `$upstream_*` records read.
+pub trait Requester {
+    /// The connection number for the error log.
+    fn number(&self) -> u64;
+    /// `hash KEY`'s key, for this request.
+    fn hash_text(&self, key: &Template) -> String;
+    fn client_ip(&self) -> Option<IpAddr>;
+    /// The error log's context for an attempt on `peer` (a peer's name, or
+    /// the upstream's when none was had).
+    fn context(&self, peer: &str) -> String;
+    /// An attempt on `peer` failed before anything was exchanged.
+    fn record_failed(&mut self, peer: &Arc<str>, f: &Failure);
+}
+
+/// When another try may follow, from the location's settings.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// `proxy_next_upstream`'s conditions.
+    pub mask: NextUpstream,
+    /// `proxy_next_upstream_tries` (0: as many as there are peers).
+    pub tries: u32,
+    /// `proxy_next_upstream_timeout` (zero: none).
+    pub timeout: Duration,
+    /// `proxy_connect_race`.
+    pub race: Option<Duration>,
+    /// A request nginx does not send twice once an upstream may have acted
+    /// on it (POST, LOCK, PATCH), unless `non_idempotent` is listed.
+    pub non_idempotent: bool,
+}
+
+/// The peer of an attempt under way: released without counting a failure if
+/// it is dropped still armed (the request went away before the attempt
+/// released the peer or handed it on to a body or a tunnel).
+pub struct Held {
+    snap: Arc<Peers>,
+    id: PeerId,
+    armed: bool,
+}
+
+impl Held {
+    fn new(snap: Arc<Peers>, id: PeerId) -> Held {
+        Held {
+            snap,
+            id,
+            armed: true,
+        }
+    }
+
+    /// Released or handed on: nothing left to do.
+    pub fn done(&mut self) {
+        self.armed = false;
+    }
+
+    /// The attempt ended well (or its end was not the peer's doing):
+    /// releases the peer with `outcome`, which counts no failure.
+    pub fn finish(mut self, outcome: Outcome) {
+        self.armed = false;
+        self.snap.release(self.id, outcome, now_ms());
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.armed {
+            self.snap.release(self.id, Outcome::Next, now_ms());
+        }
+    }
+}
+
+/// Peers taken for connect attempts not yet decided: released (without
+/// counting a failure) if the request goes away while they connect.
+struct Undecided {
+    snap: Arc<Peers>,
+    ids: Vec<PeerId>,
+}
+
+impl Drop for Undecided {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            self.snap.release(id, Outcome::Next, now_ms());
+        }
+    }
+}
+
+/// A connected attempt.
+pub struct Connected<C> {
+    pub conn: C,
+    pub id: PeerId,
+    pub name: Arc<str>,
+    /// When the attempt began (for `$upstream_connect_time` and the rest).
+    pub began: Instant,
+    /// It came from the keep-alive cache.
+    pub cached: bool,
+    /// Releases the peer if the request goes away.
+    pub held: Held,
+}
+
+/// One request's attempts on one upstream.
+pub struct Attempts {
+    ups: Arc<UpstreamRt>,
+    /// The peers as this request sees them, for all its tries.
+    pub snap: Arc<Peers>,
+    tried: Tried,
+    tries_left: usize,
+    pick: PickState,
+    started: Instant,
+    policy: Policy,
+    hash_text: String,
+    addr_key: Vec<u8>,
+    first: bool,
+    number: u64,
+}
+
+impl Attempts {
+    /// Takes the request's snapshot (waiting, bounded, for a name's first
+    /// answer) and its balancer key.
+    pub async fn new(ups: &Arc<UpstreamRt>, policy: Policy, who: &impl Requester) -> Attempts {
+        let snap = ups.peers_ready().await;
+        let n = snap.count();
+        let tries_left = match policy.tries {
+            0 => n,
+            limit => n.min(limit as usize),
+        };
+        let hash_text = match &ups.cfg.balancer {
+            Balancer::Hash { key, .. } => who.hash_text(key),
+            _ => String::new(),
+        };
+        let addr_key = match (&ups.cfg.balancer, who.client_ip()) {
+            (Balancer::IpHash, Some(IpAddr::V4(ip))) => ip.octets()[..3].to_vec(),
+            (Balancer::IpHash, Some(IpAddr::V6(ip))) => ip.octets().to_vec(),
+            (Balancer::IpHash, None) => vec![0, 0, 0],
+            _ => Vec::new(),
+        };
+        // Only `random` draws numbers; the others need no seed.
+        let seed = match &ups.cfg.balancer {
+            Balancer::Random { .. } => {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0)
+                    ^ who.number().rotate_left(32)
+            }
+            _ => 0,
+        };
+        Attempts {
+            ups: ups.clone(),
+            tried: Tried::new(&snap),
+            snap,
+            tries_left,
+            pick: PickState::new(seed),
+            started: Instant::now(),
+            policy,
+            hash_text,
+            addr_key,
+            first: true,
+            number: who.number(),
+        }
+    }
+
+    /// nginx's next-upstream decision: tries are left, the condition is
+    /// listed, a non-idempotent request that reached the upstream has
+    /// `non_idempotent`, and `proxy_next_upstream_timeout` has not passed.
+    pub fn retry(&self, condition: u32, request_sent: bool) -> bool {
+        let mask = self.policy.mask;
+        self.tries_left > 0
+            && mask.has(condition)
+            && !(request_sent
+                && self.policy.non_idempotent
+                && !mask.has(NextUpstream::NON_IDEMPOTENT))
+            && in_time(self.started.elapsed(), self.policy.timeout)
+    }
+
+    /// A race may start another connect: a failed one could go on to the
+    /// next peer, and the peers have not changed.
+    fn may_race(&self) -> bool {
+        let mask = self.policy.mask;
+        self.tries_left > 0
+            && in_time(self.started.elapsed(), self.policy.timeout)
+            && (mask.has(NextUpstream::ERROR) || mask.has(NextUpstream::TIMEOUT))
+            && self.ups.peers().config == self.snap.config
+    }
+
+    /// The balancer's next peer, taken for a try.
+    fn take(&mut self) -> Option<PeerId> {
+        let (b, ms) = (&self.ups.cfg.balancer, now_ms());
+        let key = match b {
+            Balancer::Hash { .. } => Key::Text(&self.hash_text),
+            Balancer::IpHash => Key::Addr(&self.addr_key),
+            _ => Key::None,
+        };
+        self.snap.take(
+            b,
+            &mut self.pick,
+            &key,
+            &mut self.tried,
+            &mut self.tries_left,
+            ms,
+        )
+    }
+
+    /// Picks a peer and connects: a cached connection first, else a new one
+    /// (raced against the next peers' with `proxy_connect_race`), trying
+    /// the next peer after a failed connect as the policy allows. Each
+    /// failure is logged, recorded and counted. Err: the status to answer
+    /// with.
+    pub async fn connect<K: Connector>(
+        &mut self,
+        k: &K,
+        who: &mut impl Requester,
+    ) -> Result<Connected<K::Conn>, u16> {
+        loop {
+            // nginx: a retry after the zone's peer list changed is refused.
+            let moved = !self.first && self.ups.peers().config != self.snap.config;
+            self.first = false;
+            let pick = if moved { None } else { self.take() };
+            let Some(id) = pick else {
+                let name: Arc<str> = self.ups.cfg.name.as_str().into();
+                crate::log_conn!(
+                    Level::Error,
+                    self.number,
+                    "no live upstreams while connecting to upstream{}",
+                    who.context(&name)
+                );
+                who.record_failed(&name, &Failure::upstream(Kind::Error, "no live upstreams"));
+                return Err(502);
+            };
+            let now = Instant::now();
+            let addr = self.snap.get(id).addr.clone();
+            if let Some(conn) = k.cached(&addr) {
+                return Ok(self.connected(conn, id, now, true));
+            }
+            // Per attempt: the peer, when it began, whether cached.
+            let mut racers = vec![(id, now, false)];
+            let mut undecided = Undecided {
+                snap: self.snap.clone(),
+                ids: vec![id],
+            };
+            let mut race: Race<K::Conn, Failure> = Race::default();
+            let mut failures = Vec::new();
+            let ended = race
+                .first(
+                    k.open(addr),
+                    self.policy.race,
+                    |race| {
+                        if !self.may_race() {
+                            return false;
+                        }
+                        let Some(next) = self.take() else {
+                            return false;
+                        };
+                        let t = Instant::now();
+                        let addr = self.snap.get(next).addr.clone();
+                        let cached = k.cached(&addr);
+                        racers.push((next, t, cached.is_some()));
+                        undecided.ids.push(next);
+                        match cached {
+                            Some(c) => race.start(async move { Ok(c) }),
+                            None => race.start(k.open(addr)),
+                        };
+                        true
+                    },
+                    |j, f| failures.push((j, f)),
+                )
+                .await;
+            // Every attempt is accounted for below.
+            undecided.ids.clear();
+            for (j, f) in failures {
+                self.connect_failed(racers[j].0, &f, who);
+            }
+            match ended {
+                Some(Ended::Won(j, conn)) => {
+                    let (wid, began, cached) = racers[j];
+                    if racers.len() > 1 {
+                        self.losers(race, &racers, who);
+                    }
+                    return Ok(self.connected(conn, wid, began, cached));
+                }
+                Some(Ended::Lost(j, f)) => {
+                    self.connect_failed(racers[j].0, &f, who);
+                    if !self.retry(f.condition(), false) {
+                        return Err(f.status());
+                    }
+                }
+                None => return Err(502),
+            }
+        }
+    }
+
+    fn connected<C>(&self, conn: C, id: PeerId, began: Instant, cached: bool) -> Connected<C> {
+        Connected {
+            conn,
+            id,
+            name: self.snap.get(id).name.clone(),
+            began,
+            cached,
+            held: Held::new(self.snap.clone(), id),
+        }
+    }
+
+    /// The losers of a race still connecting finish in the background: one
+    /// that fails counts as failed, one that connects is closed unused.
+    fn losers<C: Send + 'static>(
+        &self,
+        race: Race<C, Failure>,
+        racers: &[(PeerId, Instant, bool)],
+        who: &impl Requester,
+    ) {
+        // Race numbers are the racers' places: they started in that order.
+        let losers: Vec<(PeerId, String)> = racers
+            .iter()
+            .map(|(id, ..)| (*id, who.context(&self.snap.get(*id).name)))
+            .collect();
+        let (snap, number) = (self.snap.clone(), self.number);
+        let pick_first = self.ups.cfg.balancer.is_pick_first();
+        race.finish(move |j, result| {
+            let Some((id, ctx)) = losers.get(j) else {
+                return;
+            };
+            match result {
+                Ok(_unused) => {
+                    snap.release(*id, Outcome::Next, now_ms());
+                }
+                Err(f) => {
+                    crate::log_conn!(
+                        Level::Error,
+                        number,
+                        "{} while connecting to upstream{}",
+                        f.text,
+                        ctx
+                    );
+                    release(
+                        number,
+                        || ctx.clone(),
+                        &snap,
+                        pick_first,
+                        *id,
+                        Outcome::Failed,
+                    );
+                }
+            }
+        });
+    }
+
+    /// A connect that failed: logged, recorded, the peer released as failed.
+    fn connect_failed(&self, id: PeerId, f: &Failure, who: &mut impl Requester) {
+        let name = self.snap.get(id).name.clone();
+        let ctx = who.context(&name);
+        crate::log_conn!(
+            Level::Error,
+            self.number,
+            "{} while connecting to upstream{}",
+            f.text,
+            ctx
+        );
+        who.record_failed(&name, f);
+        self.release(id, Outcome::Failed, || ctx);
+    }
+
+    /// Releases a peer after an attempt with its outcome, logging (with
+    /// the context `ctx` makes) when it reaches `max_fails`; with
+    /// pick_first a failure moves the choice on.
+    pub fn release(&self, id: PeerId, outcome: Outcome, ctx: impl FnOnce() -> String) {
+        release(
+            self.number,
+            ctx,
+            &self.snap,
+            self.ups.cfg.balancer.is_pick_first(),
+            id,
+            outcome,
+        );
+    }
+
+    /// A cached connection the upstream had closed: the next try does not
+    /// use up a try, as nginx does (and a single peer may be tried again).
+    pub fn stale(&mut self) {
+        self.tries_left += 1;
+        if self.snap.single() {
+            self.tried = Tried::new(&self.snap);
+        }
+    }
+
+    /// When the first try began.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+}
+
+/// The release rule both proxies share (see [`Attempts::release`]).
+fn release(
+    number: u64,
+    ctx: impl FnOnce() -> String,
+    snap: &Peers,
+    pick_first: bool,
+    id: PeerId,
+    outcome: Outcome,
+) {
+    let now = now_ms();
+    if snap.release(id, outcome, now) == Released::Disabled {
+        crate::log_conn!(
+            Level::Warn,
+            number,
+            "upstream server temporarily disabled while connecting to upstream{}",
+            ctx()
+        );
+    }
+    if outcome == Outcome::Failed && pick_first {
+        snap.move_on(id, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_conditions_come_from_the_type() {
+        let t = Failure::upstream(Kind::Timeout, "upstream timed out");
+        assert_eq!((t.status(), t.condition()), (504, NextUpstream::TIMEOUT));
+        let e = Failure::upstream(Kind::Error, "connect() failed");
+        assert_eq!((e.status(), e.condition()), (502, NextUpstream::ERROR));
+        let h = Failure::upstream(Kind::InvalidHeader, "upstream sent invalid header");
+        assert_eq!(
+            (h.status(), h.condition()),
+            (502, NextUpstream::INVALID_HEADER)
+        );
+        let c = Failure {
+            side: Side::Client,
+            ..t
+        };
+        assert_eq!(c.status(), 499);
+    }
+
+    #[test]
+    fn connect_failures_read_as_nginx_writes_them() {
+        let refused = || ConnectError::Failed(std::io::Error::from_raw_os_error(111));
+        let inet = PeerAddr::Inet("127.0.0.1:1".parse().unwrap());
+        let unix = PeerAddr::Unix("/tmp/x.sock".into());
+        assert_eq!(
+            Failure::connect(&inet, refused()).text,
+            "connect() failed (111: Connection refused)"
+        );
+        assert_eq!(
+            Failure::connect(&unix, refused()).text,
+            "connect() to unix:/tmp/x.sock failed (111: Connection refused)"
+        );
+        let t = Failure::connect(&inet, ConnectError::Timeout);
+        assert_eq!(t.kind, Kind::Timeout);
+        assert_eq!(t.text, "upstream timed out (110: Connection timed out)");
+    }
+}
