@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use super::proxy::{Failure, open};
+use super::proxy::open;
 use crate::conf::model::{Balancer, PeerAddr, Upstream};
 use crate::log::Level;
+use crate::upstream::attempt::Failure;
 use crate::upstream::peers::{Ms, PeerId, Peers, now_ms};
 use crate::upstream::pool::ANY_LOCATION;
 use crate::upstream::{Pooled, UpstreamRt};
@@ -61,7 +62,7 @@ pub fn wanted(u: &Upstream, peers: &Peers, now: Ms) -> Vec<(PeerId, usize)> {
     }
 }
 
-type Opened = Result<Pooled, (Failure, String)>;
+type Opened = Result<Pooled, Failure>;
 
 /// Keeps `u`'s connections open until the task is aborted (the worker
 /// drains). `timeout` bounds each connect.
@@ -122,11 +123,11 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
                             }
                         }
                     }
-                    Some(Err((_, msg))) => {
+                    Some(Err(f)) => {
                         crate::log!(
                             Level::Info,
                             "{} while keeping connections open to {} in upstream \"{}\"",
-                            msg,
+                            f.text,
                             addr,
                             u.cfg.name
                         );

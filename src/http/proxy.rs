@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::{Method, Request, Response, Version};
+use hyper::{Request, Response, Version};
 use hyper_util::rt::TokioIo;
 
 use super::Io;
@@ -20,63 +21,14 @@ use super::proxy_body::ProxyBody;
 use super::response;
 use super::vars::{Attempt, Req};
 use super::{ClientBody, Reply};
-use crate::conf::model::{Balancer, NextUpstream, PeerAddr, ProxyPass};
+use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
+use crate::conf::vars::Template;
 use crate::log::Level;
-use crate::upstream::balancer::{Key, PickState};
+use crate::net::stream::Stream;
+use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Policy, Requester};
 use crate::upstream::body::{Payload, Spool, UpBody};
 use crate::upstream::peers::now_ms;
-use crate::upstream::race::{Ended, Race};
-use crate::upstream::{Outcome, PeerId, Peers, Pooled, Released, Tried, UpstreamRt};
-
-/// Why an attempt failed, as `proxy_next_upstream` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Failure {
-    Error,
-    Timeout,
-    InvalidHeader,
-}
-
-impl Failure {
-    fn bits(self) -> u32 {
-        match self {
-            Failure::Error => NextUpstream::ERROR,
-            Failure::Timeout => NextUpstream::TIMEOUT,
-            Failure::InvalidHeader => NextUpstream::INVALID_HEADER,
-        }
-    }
-}
-
-/// The status nginx answers with when it gives up on a condition.
-fn final_status(bits: u32) -> u16 {
-    match bits {
-        NextUpstream::TIMEOUT | NextUpstream::HTTP_504 => 504,
-        NextUpstream::HTTP_500 => 500,
-        NextUpstream::HTTP_503 => 503,
-        NextUpstream::HTTP_403 => 403,
-        NextUpstream::HTTP_404 => 404,
-        NextUpstream::HTTP_429 => 429,
-        _ => 502,
-    }
-}
-
-/// nginx's next-upstream decision: another try is allowed when tries are left,
-/// the condition is listed, a non-idempotent request that reached the upstream
-/// has `non_idempotent`, and `proxy_next_upstream_timeout` has not passed.
-fn may_retry(
-    bits: u32,
-    mask: NextUpstream,
-    tries_left: usize,
-    request_sent: bool,
-    method: &Method,
-    elapsed: Duration,
-    timeout: Duration,
-) -> bool {
-    let non_idempotent = matches!(method.as_str(), "POST" | "LOCK" | "PATCH");
-    tries_left > 0
-        && mask.has(bits)
-        && !(request_sent && non_idempotent && !mask.has(NextUpstream::NON_IDEMPOTENT))
-        && crate::upstream::in_time(elapsed, timeout)
-}
+use crate::upstream::{Outcome, Pooled, UpstreamRt};
 
 const HOP_BY_HOP: [&str; 6] = [
     "connection",
@@ -330,113 +282,25 @@ fn upstream_headers(r: &Req, body_len: u64) -> HeaderMap {
     out
 }
 
-/// Opens a connection to a peer within `proxy_connect_timeout`.
-async fn connect(
-    addr: &PeerAddr,
-    timeout: Duration,
-) -> Result<hyper::client::conn::http1::SendRequest<UpBody>, (Failure, String)> {
-    let io: Box<dyn Io> = match addr {
-        PeerAddr::Inet(sa) => {
-            match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(sa)).await {
-                Err(_) => {
-                    return Err((
-                        Failure::Timeout,
-                        "upstream timed out (110: Connection timed out)".into(),
-                    ));
-                }
-                Ok(Err(e)) => {
-                    return Err((
-                        Failure::Error,
-                        format!("connect() failed ({})", crate::conf::tree::errno_text(&e)),
-                    ));
-                }
-                Ok(Ok(s)) => {
-                    let _ = s.set_nodelay(true);
-                    Box::new(s)
-                }
-            }
-        }
-        PeerAddr::Unix(p) => {
-            match tokio::time::timeout(timeout, tokio::net::UnixStream::connect(p)).await {
-                Err(_) => {
-                    return Err((
-                        Failure::Timeout,
-                        "upstream timed out (110: Connection timed out)".into(),
-                    ));
-                }
-                Ok(Err(e)) => {
-                    return Err((
-                        Failure::Error,
-                        format!(
-                            "connect() to unix:{} failed ({})",
-                            p.display(),
-                            crate::conf::tree::errno_text(&e)
-                        ),
-                    ));
-                }
-                Ok(Ok(s)) => Box::new(s),
-            }
-        }
+/// Opens a connection to a peer within `proxy_connect_timeout` and starts
+/// HTTP/1 on it.
+async fn connect(addr: &PeerAddr, timeout: Duration) -> Result<SendRequest<UpBody>, Failure> {
+    let io: Box<dyn Io> = match crate::net::stream::connect(addr, timeout).await {
+        Ok(Stream::Tcp(s)) => Box::new(s),
+        Ok(Stream::Unix(s)) => Box::new(s),
+        Err(e) => return Err(Failure::connect(addr, e)),
     };
     let (sender, conn) = hyper::client::conn::http1::Builder::new()
         .preserve_header_case(true)
         .title_case_headers(true)
         .handshake(TokioIo::new(io))
         .await
-        .map_err(|e| (Failure::Error, format!("handshake failed ({e})")))?;
+        .map_err(|e| Failure::upstream(Kind::Error, format!("handshake failed ({e})")))?;
     tokio::spawn(async move {
         // with_upgrades: a 101 hands the connection over to a tunnel.
         let _ = conn.with_upgrades().await;
     });
     Ok(sender)
-}
-
-/// Peers acquired for connect attempts not yet decided: released (without
-/// counting a failure) if the request goes away while they connect.
-struct Undecided {
-    snap: Arc<Peers>,
-    ids: Vec<PeerId>,
-}
-
-impl Drop for Undecided {
-    fn drop(&mut self) {
-        for id in self.ids.drain(..) {
-            self.snap.release(id, Outcome::Next, now_ms());
-        }
-    }
-}
-
-/// The peer of the attempt under way: released (without counting a failure)
-/// if the request goes away (the client closed) before the attempt released
-/// it or handed it on to the response body or a tunnel.
-struct Held {
-    snap: Arc<Peers>,
-    id: PeerId,
-    armed: std::sync::atomic::AtomicBool,
-}
-
-impl Held {
-    fn new(snap: Arc<Peers>, id: PeerId) -> Held {
-        Held {
-            snap,
-            id,
-            armed: std::sync::atomic::AtomicBool::new(true),
-        }
-    }
-
-    /// Released or handed on: nothing left to do.
-    fn done(&self) {
-        self.armed
-            .store(false, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if *self.armed.get_mut() {
-            self.snap.release(self.id, Outcome::Next, now_ms());
-        }
-    }
 }
 
 /// Opens a connection for the keep-alive cache: `connect` with its record.
@@ -445,69 +309,75 @@ pub(crate) async fn open(
     timeout: Duration,
     max_age: Duration,
     location: usize,
-) -> Result<Pooled, (Failure, String)> {
+) -> Result<Pooled, Failure> {
     let sender = connect(&addr, timeout).await?;
     Ok(Pooled::new(sender, addr, Instant::now(), max_age, location))
 }
 
-/// Releases a peer after an attempt, logging (for connection `number`,
-/// with the error log's context from `ctx`) when it reaches `max_fails`.
-/// With `pick_first`, a failure moves the choice on.
-fn release_peer(
+/// The HTTP proxy's connector: the upstream's keep-alive cache first, new
+/// connections with their `keepalive_time` age drawn.
+struct Cache {
+    ups: Arc<UpstreamRt>,
+    location: usize,
+    timeout: Duration,
     number: u64,
-    ctx: impl FnOnce() -> String,
-    snap: &Peers,
-    ups: &UpstreamRt,
-    id: PeerId,
-    outcome: Outcome,
-) {
-    let now = now_ms();
-    if snap.release(id, outcome, now) == Released::Disabled {
-        crate::log_conn!(
-            Level::Warn,
-            number,
-            "upstream server temporarily disabled while connecting to upstream{}",
-            ctx()
-        );
+}
+
+impl Connector for Cache {
+    type Conn = Pooled;
+
+    fn cached(&self, addr: &PeerAddr) -> Option<Pooled> {
+        self.ups.pool().take(addr, self.location, Instant::now())
     }
-    if outcome == Outcome::Failed && ups.cfg.balancer.is_pick_first() {
-        snap.move_on(id, now);
+
+    fn open(
+        &self,
+        addr: PeerAddr,
+    ) -> impl std::future::Future<Output = Result<Pooled, Failure>> + Send + 'static {
+        let max_age = self
+            .ups
+            .cfg
+            .keepalive
+            .age_limit(self.number ^ (now_ms() << 16) ^ u64::from(std::process::id()));
+        open(addr, self.timeout, max_age, self.location)
     }
 }
 
-/// A connect that failed: logged, the peer released as failed, the attempt
-/// recorded. The status to answer with if no other try follows.
-#[allow(clippy::too_many_arguments)]
-fn connect_failed(
-    r: &Req,
-    snap: &Peers,
-    ups: &UpstreamRt,
-    id: PeerId,
-    name: &Arc<str>,
-    uri: &str,
-    f: Failure,
-    msg: &str,
-) -> u16 {
-    let ctx = r.log_context(Some(&format!("http://{name}{uri}")));
-    crate::log_conn!(
-        Level::Error,
-        r.conn.number,
-        "{} while connecting to upstream{}",
-        msg,
-        ctx
-    );
-    release_peer(r.conn.number, || ctx, snap, ups, id, Outcome::Failed);
-    let status = final_status(f.bits());
-    record(
-        r,
-        Attempt {
-            addr: name.clone(),
-            status: Some(status),
-            connect: None,
-            ..Attempt::default()
-        },
-    );
-    status
+/// A request as the attempt engine sees it: its key, its log context with
+/// the upstream URL, and its `$upstream_*` record.
+struct Asking<'a> {
+    r: &'a Req,
+    uri: &'a str,
+}
+
+impl Requester for Asking<'_> {
+    fn number(&self) -> u64 {
+        self.r.conn.number
+    }
+
+    fn hash_text(&self, key: &Template) -> String {
+        self.r.eval(key)
+    }
+
+    fn client_ip(&self) -> Option<std::net::IpAddr> {
+        self.r.client_ip()
+    }
+
+    fn context(&self, peer: &str) -> String {
+        self.r
+            .log_context(Some(&format!("http://{peer}{}", self.uri)))
+    }
+
+    fn record_failed(&mut self, peer: &Arc<str>, f: &Failure) {
+        record(
+            self.r,
+            Attempt {
+                addr: peer.clone(),
+                status: Some(f.status()),
+                ..Attempt::default()
+            },
+        );
+    }
 }
 
 /// Whether the upstream lets the connection be reused after this response.
@@ -576,237 +446,43 @@ pub(crate) async fn run(
     };
 
     let conf = r.conf.clone();
-    let started = Instant::now();
-    // What the balancer hashes, computed once per request.
-    let hash_text = match &ups.cfg.balancer {
-        Balancer::Hash { key, .. } => r.eval(key),
-        _ => String::new(),
+    let policy = Policy {
+        mask: conf.proxy_next_upstream,
+        tries: conf.proxy_next_upstream_tries,
+        timeout: conf.proxy_next_upstream_timeout,
+        race: conf.proxy_connect_race,
+        non_idempotent: matches!(r.method.as_str(), "POST" | "LOCK" | "PATCH"),
     };
-    let addr_key: Vec<u8> = match (&ups.cfg.balancer, r.client_ip()) {
-        (Balancer::IpHash, Some(std::net::IpAddr::V4(ip))) => ip.octets()[..3].to_vec(),
-        (Balancer::IpHash, Some(std::net::IpAddr::V6(ip))) => ip.octets().to_vec(),
-        (Balancer::IpHash, None) => vec![0, 0, 0],
-        _ => Vec::new(),
-    };
-    let key = match &ups.cfg.balancer {
-        Balancer::Hash { .. } => Key::Text(&hash_text),
-        Balancer::IpHash => Key::Addr(&addr_key),
-        _ => Key::None,
-    };
-    // Only `random` draws numbers; the others need no seed (and no clock read).
-    let seed = match &ups.cfg.balancer {
-        Balancer::Random { .. } => {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0)
-                ^ r.conn.number.rotate_left(32)
-        }
-        _ => 0,
-    };
-    let mut pick_state = PickState::new(seed);
-    let method = r.method.clone();
-    let retry = |bits: u32, tries_left: usize, request_sent: bool| {
-        may_retry(
-            bits,
-            conf.proxy_next_upstream,
-            tries_left,
-            request_sent,
-            &method,
-            started.elapsed(),
-            conf.proxy_next_upstream_timeout,
-        )
+    let cache = Cache {
+        ups: ups.clone(),
+        location: location_id,
+        timeout: conf.proxy_connect_timeout,
+        number: r.conn.number,
     };
     // The peers as this request sees them, for all its tries (a name with
     // no answer yet: wait for it, bounded, not a 502 at once).
-    let snap = ups.peers_ready().await;
-    let (mut tried, mut tries_left) = {
-        let n = snap.count();
-        let limit = conf.proxy_next_upstream_tries as usize;
-        (Tried::new(&snap), if limit > 0 { n.min(limit) } else { n })
-    };
-    let mut first_try = true;
+    let mut attempts = Attempts::new(&ups, policy, &Asking { r, uri: &plan.uri }).await;
+    let snap = attempts.snap.clone();
     loop {
-        let now = Instant::now();
-        let ms = now_ms();
-        // nginx: a retry after the zone's peer list changed is refused.
-        let moved = !first_try && ups.peers().config != snap.config;
-        first_try = false;
-        let pick = if moved {
-            None
-        } else {
-            let b = &ups.cfg.balancer;
-            snap.take(b, &mut pick_state, &key, &mut tried, &mut tries_left, ms)
-                .map(|id| (id, snap.get(id).addr.clone(), snap.get(id).name.clone()))
-        };
-        let Some((id, addr, name)) = pick else {
-            let url = || format!("http://{}{}", ups.cfg.name, plan.uri);
-            crate::log_conn!(
-                Level::Error,
-                r.conn.number,
-                "no live upstreams while connecting to upstream{}",
-                r.log_context(Some(&url()))
-            );
-            record(
-                r,
-                Attempt {
-                    addr: ups.cfg.name.as_str().into(),
-                    status: Some(502),
-                    ..Attempt::default()
-                },
-            );
-            return Reply::Status(502);
-        };
-
-        // A cached connection, or a new one (raced against the next peers'
-        // with `proxy_connect_race`).
-        let max_age = || {
-            ups.cfg
-                .keepalive
-                .age_limit(r.conn.number ^ (now_ms() << 16) ^ u64::from(std::process::id()))
-        };
-        let cached = ups.pool().take(&addr, location_id, now);
-        let (id, name, attempt_start, was_cached, mut conn) = match cached {
-            Some(c) => (id, name, now, true, c),
-            None => {
-                // Per attempt: the peer, its name, when it began, whether cached.
-                let mut racers = vec![(id, name, now, false)];
-                let mut undecided = Undecided {
-                    snap: snap.clone(),
-                    ids: vec![id],
-                };
-                let first = open(addr, conf.proxy_connect_timeout, max_age(), location_id);
-                let mut race: Race<Pooled, (Failure, String)> = Race::default();
-                let mut failures = Vec::new();
-                let ended = race
-                    .first(
-                        first,
-                        conf.proxy_connect_race,
-                        |race| {
-                            // Another peer only where a failed connect could
-                            // go to one, and not after the peers changed.
-                            let in_time = crate::upstream::in_time(
-                                started.elapsed(),
-                                conf.proxy_next_upstream_timeout,
-                            );
-                            let allowed = conf.proxy_next_upstream.has(NextUpstream::ERROR)
-                                || conf.proxy_next_upstream.has(NextUpstream::TIMEOUT);
-                            if tries_left == 0
-                                || !in_time
-                                || !allowed
-                                || ups.peers().config != snap.config
-                            {
-                                return false;
-                            }
-                            let (b, ms) = (&ups.cfg.balancer, now_ms());
-                            let Some(next) = snap.take(
-                                b,
-                                &mut pick_state,
-                                &key,
-                                &mut tried,
-                                &mut tries_left,
-                                ms,
-                            ) else {
-                                return false;
-                            };
-                            let p = snap.get(next);
-                            let t = Instant::now();
-                            let cached = ups.pool().take(&p.addr, location_id, t);
-                            racers.push((next, p.name.clone(), t, cached.is_some()));
-                            undecided.ids.push(next);
-                            match cached {
-                                Some(c) => race.start(async move { Ok(c) }),
-                                None => race.start(open(
-                                    p.addr.clone(),
-                                    conf.proxy_connect_timeout,
-                                    max_age(),
-                                    location_id,
-                                )),
-                            };
-                            true
-                        },
-                        |k, e| failures.push((k, e)),
-                    )
-                    .await;
-                // Every attempt is accounted for below.
-                undecided.ids.clear();
-                for (k, (f, msg)) in failures {
-                    let (fid, fname, _, _) = &racers[k];
-                    connect_failed(r, &snap, &ups, *fid, fname, &plan.uri, f, &msg);
-                }
-                match ended {
-                    Some(Ended::Won(k, c)) if racers.len() == 1 => {
-                        let (wid, wname, began, cached) = racers.swap_remove(k);
-                        (wid, wname, began, cached, c)
-                    }
-                    Some(Ended::Won(k, c)) => {
-                        // The losers still connecting finish in the
-                        // background: one that fails counts as failed, one
-                        // that connects is closed unused.
-                        let losers: Vec<(PeerId, String)> = racers
-                            .iter()
-                            .map(|(id, name, ..)| {
-                                let url = format!("http://{name}{}", plan.uri);
-                                (*id, r.log_context(Some(&url)))
-                            })
-                            .collect();
-                        let (snap, ups, number) = (snap.clone(), ups.clone(), r.conn.number);
-                        race.finish(move |j, result| {
-                            let Some((id, ctx)) = losers.get(j) else {
-                                return;
-                            };
-                            match result {
-                                Ok(_unused) => {
-                                    snap.release(*id, Outcome::Next, now_ms());
-                                }
-                                Err((_, msg)) => {
-                                    crate::log_conn!(
-                                        Level::Error,
-                                        number,
-                                        "{} while connecting to upstream{}",
-                                        msg,
-                                        ctx
-                                    );
-                                    release_peer(
-                                        number,
-                                        || ctx.clone(),
-                                        &snap,
-                                        &ups,
-                                        *id,
-                                        Outcome::Failed,
-                                    );
-                                }
-                            }
-                        });
-                        let (wid, wname, began, cached) = racers.swap_remove(k);
-                        (wid, wname, began, cached, c)
-                    }
-                    Some(Ended::Lost(k, (f, msg))) => {
-                        let (fid, fname, _, _) = &racers[k];
-                        let status =
-                            connect_failed(r, &snap, &ups, *fid, fname, &plan.uri, f, &msg);
-                        if retry(f.bits(), tries_left, false) {
-                            continue;
-                        }
-                        return Reply::Status(status);
-                    }
-                    None => return Reply::Status(502),
-                }
-            }
+        let connected = attempts
+            .connect(&cache, &mut Asking { r, uri: &plan.uri })
+            .await;
+        let Connected {
+            mut conn,
+            id,
+            name,
+            began: attempt_start,
+            cached: was_cached,
+            mut held,
+        } = match connected {
+            Ok(c) => c,
+            Err(status) => return Reply::Status(status),
         };
         conn.track(&ups.reg, &snap, id);
-        let held = Held::new(snap.clone(), id);
         let url = || format!("http://{name}{}", plan.uri);
-        let release = |outcome: Outcome| {
+        let mut release = |outcome: Outcome| {
             held.done();
-            release_peer(
-                r.conn.number,
-                || r.log_context(Some(&url())),
-                &snap,
-                &ups,
-                id,
-                outcome,
-            )
+            attempts.release(id, outcome, || r.log_context(Some(&url())));
         };
         let connect_time = attempt_start.elapsed();
         conn.requests += 1;
@@ -822,7 +498,7 @@ pub(crate) async fn run(
         };
         *req.version_mut() = plan.version;
         // The last possible attempt takes the plan's headers instead of copying.
-        if tries_left == 0 {
+        if attempts.last() {
             *req.headers_mut() = std::mem::take(&mut plan.headers);
             *req.extensions_mut() = std::mem::take(&mut plan.extensions);
         } else {
@@ -865,7 +541,7 @@ pub(crate) async fn run(
                                 ..Attempt::default()
                             },
                         );
-                        if retry(NextUpstream::TIMEOUT, tries_left, true) {
+                        if attempts.retry(NextUpstream::TIMEOUT, true) {
                             continue;
                         }
                         return Reply::Status(504);
@@ -894,24 +570,23 @@ pub(crate) async fn run(
         let resp = match result {
             Ok(resp) => resp,
             Err(bad) => {
-                let (f, msg) = match bad {
-                    Bad::Framing(m) => (Failure::InvalidHeader, m),
-                    Bad::Closed => (
-                        Failure::Error,
-                        "upstream prematurely closed connection".to_string(),
-                    ),
+                let f = match bad {
+                    Bad::Framing(m) => Failure::upstream(Kind::InvalidHeader, m),
+                    Bad::Closed => {
+                        Failure::upstream(Kind::Error, "upstream prematurely closed connection")
+                    }
                 };
                 // A cached connection the upstream had closed: try again
                 // without using up a try, as nginx does, and (unlike nginx)
                 // without counting a failure: the peer did nothing wrong, and
                 // pick_first must not move away from it.
-                let stale = was_cached && f == Failure::Error;
+                let stale = was_cached && f.kind == Kind::Error;
                 let level = if stale { Level::Info } else { Level::Error };
                 crate::log_conn!(
                     level,
                     r.conn.number,
                     "{} while reading response header from upstream{}",
-                    msg,
+                    f.text,
                     r.log_context(Some(&url()))
                 );
                 release(if stale {
@@ -920,12 +595,9 @@ pub(crate) async fn run(
                     Outcome::Failed
                 });
                 if stale {
-                    tries_left += 1;
-                    if snap.single() {
-                        tried = Tried::new(&snap);
-                    }
+                    attempts.stale();
                 }
-                let status = final_status(f.bits());
+                let status = f.status();
                 record(
                     r,
                     Attempt {
@@ -936,7 +608,7 @@ pub(crate) async fn run(
                         ..Attempt::default()
                     },
                 );
-                if retry(f.bits(), tries_left, !stale) {
+                if attempts.retry(f.condition(), !stale) {
                     continue;
                 }
                 return Reply::Status(status);
@@ -963,7 +635,7 @@ pub(crate) async fn run(
 
         // proxy_next_upstream http_5xx/403/404/429.
         if let Some(bits) = NextUpstream::for_status(status) {
-            if retry(bits, tries_left, true) {
+            if attempts.retry(bits, true) {
                 let outcome = if bits == NextUpstream::HTTP_403 || bits == NextUpstream::HTTP_404 {
                     Outcome::Next
                 } else {
@@ -1064,11 +736,7 @@ pub(crate) async fn run(
                     e.message,
                     r.log_context(Some(&e.url))
                 );
-                return Reply::Status(if e.message.contains("timed out") {
-                    504
-                } else {
-                    502
-                });
+                return Reply::Status(e.status());
             }
             if body.peer.is_none() {
                 // All of it fitted: the upstream connection is already back in
@@ -1170,97 +838,6 @@ fn filter_response_headers(h: &mut HeaderMap, hide: &[String], pass: &[String], 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retry_rules() {
-        let m = NextUpstream(NextUpstream::ERROR | NextUpstream::TIMEOUT);
-        let z = Duration::ZERO;
-        assert!(may_retry(
-            NextUpstream::ERROR,
-            m,
-            1,
-            false,
-            &Method::GET,
-            z,
-            z
-        ));
-        assert!(!may_retry(
-            NextUpstream::ERROR,
-            m,
-            0,
-            false,
-            &Method::GET,
-            z,
-            z
-        ));
-        assert!(!may_retry(
-            NextUpstream::HTTP_500,
-            m,
-            1,
-            true,
-            &Method::GET,
-            z,
-            z
-        ));
-        // A POST that reached the upstream is not retried without non_idempotent...
-        assert!(!may_retry(
-            NextUpstream::ERROR,
-            m,
-            1,
-            true,
-            &Method::POST,
-            z,
-            z
-        ));
-        // ...but one that never got there is.
-        assert!(may_retry(
-            NextUpstream::ERROR,
-            m,
-            1,
-            false,
-            &Method::POST,
-            z,
-            z
-        ));
-        let m2 = NextUpstream(m.0 | NextUpstream::NON_IDEMPOTENT);
-        assert!(may_retry(
-            NextUpstream::ERROR,
-            m2,
-            1,
-            true,
-            &Method::POST,
-            z,
-            z
-        ));
-        // proxy_next_upstream_timeout.
-        let t = Duration::from_secs(1);
-        assert!(!may_retry(
-            NextUpstream::ERROR,
-            m,
-            1,
-            false,
-            &Method::GET,
-            t,
-            t
-        ));
-        assert!(!may_retry(
-            NextUpstream::ERROR,
-            NextUpstream(0),
-            1,
-            false,
-            &Method::GET,
-            z,
-            z
-        ));
-    }
-
-    #[test]
-    fn statuses() {
-        assert_eq!(final_status(NextUpstream::TIMEOUT), 504);
-        assert_eq!(final_status(NextUpstream::ERROR), 502);
-        assert_eq!(final_status(NextUpstream::INVALID_HEADER), 502);
-        assert_eq!(final_status(NextUpstream::HTTP_404), 404);
-    }
 
     #[test]
     fn uri_rules() {

@@ -17,6 +17,7 @@ use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 
 use super::response::BoxError;
 use super::vars::UpstreamLog;
+use crate::upstream::attempt::Kind;
 use crate::upstream::peers::now_ms;
 use crate::upstream::{Outcome, PeerId, Peers, Pooled, UpstreamRt};
 
@@ -48,6 +49,14 @@ pub(crate) struct ProxyBody {
 pub struct UpstreamBodyError {
     pub message: &'static str,
     pub url: String,
+    /// Timed out, or failed otherwise: 504 or 502 before the head went out.
+    pub kind: Kind,
+}
+
+impl UpstreamBodyError {
+    pub fn status(&self) -> u16 {
+        if self.kind == Kind::Timeout { 504 } else { 502 }
+    }
 }
 
 impl std::fmt::Display for UpstreamBodyError {
@@ -132,6 +141,7 @@ impl ProxyBody {
                     return Err(UpstreamBodyError {
                         message: "upstream timed out (110: Connection timed out) while reading upstream",
                         url: self.url(),
+                        kind: Kind::Timeout,
                     });
                 }
                 Ok(None) => {
@@ -143,6 +153,7 @@ impl ProxyBody {
                     return Err(UpstreamBodyError {
                         message: body_failure(&e),
                         url: self.url(),
+                        kind: Kind::Error,
                     });
                 }
                 Ok(Some(Ok(f))) => {
@@ -190,6 +201,7 @@ impl HttpBody for ProxyBody {
                 Poll::Ready(Some(Err(Box::new(UpstreamBodyError {
                     message: body_failure(&e),
                     url,
+                    kind: Kind::Error,
                 }))))
             }
             Poll::Pending => {
@@ -203,6 +215,7 @@ impl HttpBody for ProxyBody {
                     return Poll::Ready(Some(Err(Box::new(UpstreamBodyError {
                         message: "upstream timed out (110: Connection timed out) while reading upstream",
                         url,
+                        kind: Kind::Timeout,
                     }))));
                 }
                 Poll::Pending

@@ -307,13 +307,13 @@ impl Attempts {
     /// listed, a non-idempotent request that reached the upstream has
     /// `non_idempotent`, and `proxy_next_upstream_timeout` has not passed.
     pub fn retry(&self, condition: u32, request_sent: bool) -> bool {
-        let mask = self.policy.mask;
-        self.tries_left > 0
-            && mask.has(condition)
-            && !(request_sent
-                && self.policy.non_idempotent
-                && !mask.has(NextUpstream::NON_IDEMPOTENT))
-            && in_time(self.started.elapsed(), self.policy.timeout)
+        may_retry(
+            &self.policy,
+            condition,
+            self.tries_left,
+            request_sent,
+            self.started.elapsed(),
+        )
     }
 
     /// A race may start another connect: a failed one could go on to the
@@ -525,10 +525,31 @@ impl Attempts {
         }
     }
 
+    /// No try is left after this one.
+    pub fn last(&self) -> bool {
+        self.tries_left == 0
+    }
+
     /// When the first try began.
     pub fn started(&self) -> Instant {
         self.started
     }
+}
+
+/// The next-upstream rule as a function of its inputs (see
+/// [`Attempts::retry`]).
+fn may_retry(
+    policy: &Policy,
+    condition: u32,
+    tries_left: usize,
+    request_sent: bool,
+    elapsed: Duration,
+) -> bool {
+    let mask = policy.mask;
+    tries_left > 0
+        && mask.has(condition)
+        && !(request_sent && policy.non_idempotent && !mask.has(NextUpstream::NON_IDEMPOTENT))
+        && in_time(elapsed, policy.timeout)
 }
 
 /// The release rule both proxies share (see [`Attempts::release`]).
@@ -574,6 +595,54 @@ mod tests {
             ..t
         };
         assert_eq!(c.status(), 499);
+    }
+
+    #[test]
+    fn retry_rules() {
+        let policy = |mask: u32, non_idempotent: bool, timeout: u64| Policy {
+            mask: NextUpstream(mask),
+            tries: 0,
+            timeout: Duration::from_secs(timeout),
+            race: None,
+            non_idempotent,
+        };
+        let m = NextUpstream::ERROR | NextUpstream::TIMEOUT;
+        let z = Duration::ZERO;
+        let get = policy(m, false, 0);
+        assert!(may_retry(&get, NextUpstream::ERROR, 1, false, z));
+        assert!(!may_retry(&get, NextUpstream::ERROR, 0, false, z));
+        assert!(!may_retry(&get, NextUpstream::HTTP_500, 1, true, z));
+        // A POST that reached the upstream is not retried without
+        // non_idempotent...
+        let post = policy(m, true, 0);
+        assert!(!may_retry(&post, NextUpstream::ERROR, 1, true, z));
+        // ...but one that never got there is.
+        assert!(may_retry(&post, NextUpstream::ERROR, 1, false, z));
+        let post2 = policy(m | NextUpstream::NON_IDEMPOTENT, true, 0);
+        assert!(may_retry(&post2, NextUpstream::ERROR, 1, true, z));
+        // proxy_next_upstream_timeout.
+        let timed = policy(m, false, 1);
+        assert!(!may_retry(
+            &timed,
+            NextUpstream::ERROR,
+            1,
+            false,
+            Duration::from_secs(1)
+        ));
+        assert!(may_retry(
+            &timed,
+            NextUpstream::ERROR,
+            1,
+            false,
+            Duration::from_millis(500)
+        ));
+        assert!(!may_retry(
+            &policy(0, false, 0),
+            NextUpstream::ERROR,
+            1,
+            false,
+            z
+        ));
     }
 
     #[test]
