@@ -36,7 +36,7 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, watch};
 
 use crate::conf::Config;
 use crate::conf::model::{ListenAddr, Location, Return, Server};
@@ -306,7 +306,7 @@ pub(crate) struct Shared {
     draining: std::sync::OnceLock<std::time::Instant>,
     drain: Duration,
     drained: Notify,
-    slots: Arc<Semaphore>,
+    slots: Arc<crate::net::slots::Slots>,
 }
 
 /// Serves until the phase leaves `Running`, then drains as it asks.
@@ -316,6 +316,7 @@ pub async fn serve(
     listeners: Vec<Listener>,
     mut phase: watch::Receiver<Phase>,
     next_conn: Arc<AtomicU64>,
+    slots: Arc<crate::net::slots::Slots>,
     shm: status::Shm,
     slot: usize,
 ) {
@@ -324,7 +325,7 @@ pub async fn serve(
         None => router::Router::new(&crate::conf::model::Http::default()),
     };
     let shared = Arc::new(Shared {
-        slots: Arc::new(Semaphore::new(cfg.events.worker_connections)),
+        slots,
         upstreams: Upstreams::new(cfg.http.as_ref(), &shm.zones),
         stream_upstreams: Upstreams::from_list(
             cfg.stream
@@ -519,24 +520,9 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
     let Some(sock) = Sock::adopt(l) else {
         return;
     };
-    let mut warned = false;
     loop {
-        let permit = match shared.slots.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                if !warned {
-                    crate::log!(
-                        Level::Warn,
-                        "{} worker_connections are not enough, waiting for a free one",
-                        shared.cfg.events.worker_connections
-                    );
-                    warned = true;
-                }
-                match shared.slots.clone().acquire_owned().await {
-                    Ok(p) => p,
-                    Err(_) => return,
-                }
-            }
+        let Some(permit) = shared.slots.acquire().await else {
+            return;
         };
         let (io, remote, local) = sock.accept().await;
         let info = ConnInfo {

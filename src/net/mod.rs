@@ -5,6 +5,7 @@
 //! the connection's local address, as nginx does.
 
 pub mod copy;
+pub mod slots;
 pub mod stream;
 
 use std::net::{IpAddr, SocketAddr};

@@ -132,6 +132,8 @@ async fn serve(
         .partition(|l| crate::stream::is_stream_listener(&cfg, &l.addr));
     // One numbering for HTTP and stream connections, from 1.
     let next_conn = Arc::new(std::sync::atomic::AtomicU64::new(1));
+    // worker_connections counts HTTP connections and stream sessions alike.
+    let slots = crate::net::slots::Slots::new(cfg.events.worker_connections);
     let stream = tokio::spawn(crate::stream::serve(
         cfg.clone(),
         stream_listeners,
@@ -140,9 +142,10 @@ async fn serve(
         shm.saved.clone(),
         slot,
         next_conn.clone(),
+        slots.clone(),
     ));
     let mut server = tokio::spawn(async move {
-        http::serve(cfg, listeners, phase_rx, next_conn, shm, slot).await;
+        http::serve(cfg, listeners, phase_rx, next_conn, slots, shm, slot).await;
         let _ = stream.await;
     });
 

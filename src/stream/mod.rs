@@ -21,6 +21,7 @@ use crate::conf::model::{ListenAddr, NextUpstream, StreamServer, StreamTarget};
 use crate::conf::vars::{Segment, Template, Var};
 use crate::http::client_io::Stream;
 use crate::http::{Listener, Phase};
+use crate::net::slots::Slots;
 use crate::upstream::attempt::{Attempts, Connected, Failure, Plain, Policy, Requester};
 use crate::upstream::{Outcome, UpstreamRt, Upstreams, Zones};
 
@@ -29,12 +30,14 @@ struct Shared {
     upstreams: Upstreams,
     /// Shared with the worker's HTTP server.
     next_conn: Arc<AtomicU64>,
+    slots: Arc<Slots>,
     active: AtomicUsize,
     drained: Notify,
 }
 
 /// Serves the stream listeners until the phase leaves `Running`, then waits
 /// for the sessions (bounded by `worker_shutdown_timeout`).
+#[allow(clippy::too_many_arguments)] // the worker's parts, handed over once
 pub async fn serve(
     cfg: Arc<Config>,
     listeners: Vec<Listener>,
@@ -43,6 +46,7 @@ pub async fn serve(
     saved: Option<Arc<Notify>>,
     slot: usize,
     next_conn: Arc<AtomicU64>,
+    slots: Arc<Slots>,
 ) {
     let Some(stream) = cfg.stream.as_ref() else {
         return;
@@ -51,6 +55,7 @@ pub async fn serve(
         upstreams: Upstreams::from_list(&stream.upstreams, &zones),
         cfg: cfg.clone(),
         next_conn,
+        slots,
         active: AtomicUsize::new(0),
         drained: Notify::new(),
     });
@@ -114,6 +119,9 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
         return;
     };
     loop {
+        let Some(permit) = shared.slots.acquire().await else {
+            return;
+        };
         let (io, remote, local) = sock.accept().await;
         shared.active.fetch_add(1, Ordering::AcqRel);
         let session = Session {
@@ -130,6 +138,7 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
         };
         let shared2 = shared.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             run(io, session, server, &shared2).await;
             if shared2.active.fetch_sub(1, Ordering::AcqRel) == 1 {
                 shared2.drained.notify_waiters();

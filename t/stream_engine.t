@@ -1,0 +1,106 @@
+#!/usr/bin/perl
+
+# What the stream proxy gained by going through the same attempt engine and
+# connection slots as HTTP: its sessions count in worker_connections
+# together with HTTP connections (a session past the limit waits for a free
+# slot, warned once as for HTTP), and a failed unix connect is logged with
+# the same words as HTTP's.
+
+use warnings;
+use strict;
+
+use Test::More;
+use IO::Select;
+use IO::Socket::INET;
+
+BEGIN { use FindBin; chdir($FindBin::Bin); }
+
+use lib 'lib';
+use Test::Sluice qw/:all/;
+
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(9);
+
+$t->write_file_expand('sluice.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+worker_processes 1;
+
+events {
+    worker_connections 6;
+}
+
+stream {
+    server { listen 127.0.0.1:%%PORT_8070%%; proxy_pass 127.0.0.1:%%PORT_8081%%; }
+    server { listen 127.0.0.1:%%PORT_8071%%; proxy_pass unix:%%TESTDIR%%/nowhere.sock; }
+}
+
+http {
+    access_log off;
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+        location / { proxy_pass http://127.0.0.1:%%PORT_8081%%; }
+        location /unix { proxy_pass http://unix:%%TESTDIR%%/nowhere.sock:/; }
+    }
+}
+
+EOF
+
+$t->backend(port(8081));
+$t->run();
+
+# A request through a stream session on $s; its answer (HTTP backend).
+sub through {
+	my ($s, $uri) = @_;
+	$s->syswrite("GET $uri HTTP/1.1\r\nHost: localhost\r\n\r\n");
+	my $buf = '';
+	my $sel = IO::Select->new($s);
+	while ($sel->can_read(2)) {
+		$s->sysread($buf, 4096, length $buf) or last;
+		last if $buf =~ /\r\n\r\n.*\Q$uri\E/s;
+	}
+	return $buf;
+}
+
+sub open_to {
+	my ($port) = @_;
+	my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Timeout => 5);
+	die "connect $port: $!\n" unless $s;
+	return $s;
+}
+
+# Each listening socket's accept loop holds a slot while it waits, as each
+# of nginx's listening sockets takes a connection (the slot goes to the
+# connection it accepts): with three of them, two HTTP connections and two
+# stream sessions fill worker_connections 6.
+my @http = map { open_to(port(8080)) } 1 .. 2;
+like(keepalive_get($_, '/h'), qr/ 200 /, 'an HTTP connection holds a slot') for @http;
+my @sessions = map { open_to(port(8070)) } 1 .. 2;
+like(through($sessions[0], '/s0'), qr/ 200 /, 'a stream session holds a slot');
+like(through($sessions[1], '/s1'), qr/ 200 /, 'a second stream session holds a slot');
+
+# A fifth client, a stream session, waits for a slot.
+my $fifth = open_to(port(8070));
+is(through($fifth, '/fifth'), '', 'a session past worker_connections waits');
+ok($t->waitforlog(qr/\[warn\] .*6 worker_connections are not enough, waiting for a free one/),
+	'the wait is warned about');
+
+# An HTTP connection closes: the waiting session gets its slot.
+close $http[0];
+my $buf = '';
+my $sel = IO::Select->new($fifth);
+while ($sel->can_read(3)) {
+	$fifth->sysread($buf, 4096, length $buf) or last;
+	last if $buf =~ /\/fifth/;
+}
+like($buf, qr/ 200 .*\/fifth/s, 'the waiting session is served once an HTTP connection closed');
+close $_ for @sessions, $fifth, $http[1];
+
+# A failed unix connect reads the same from both proxies.
+my $s = open_to(port(8071));
+$s->sysread(my $nothing, 1);
+close $s;
+like(http_get('/unix'), qr/ 502 /, 'http: unix peer missing: 502');
+my $log = qr/connect\(\) to unix:\S+nowhere\.sock failed \(2: No such file or directory\) while connecting to upstream/;
+ok($t->waitforlog(sub { my @m = $_[0] =~ /$log/g; @m >= 2 }),
+	'stream and http log a failed unix connect with the same words');
