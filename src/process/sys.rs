@@ -21,9 +21,10 @@ pub fn thread_count() -> usize {
 pub fn fork() -> nix::Result<ForkResult> {
     // SAFETY: fork is unsound only when other threads may hold locks or be
     // mid-way through allocations that the child would inherit half-done. The
-    // master never starts a thread or a runtime (ARCHITECTURE.md, "Processes");
-    // `start` refuses to run when /proc shows more than one thread, so the
-    // child gets a consistent copy of a single-threaded process.
+    // master never starts a thread or a runtime (ARCHITECTURE.md at the top
+    // of the repository, "Processes"); `start` refuses to run when /proc
+    // shows more than one thread, so the child gets a consistent copy of a
+    // single-threaded process.
     unsafe { nix::unistd::fork() }
 }
 
