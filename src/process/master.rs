@@ -88,6 +88,10 @@ pub fn start(cli: &Cli) -> i32 {
         );
         return 1;
     }
+    // A binary upgrade hands over the listeners and zones. Read before
+    // anything else opens a descriptor: adopting them is sound only while
+    // the process has no sockets or zones of its own (`upgrade::adopt`).
+    let inherited = super::upgrade::inherited();
     let Ok(cfg) = load_config(cli) else {
         return 1;
     };
@@ -98,8 +102,6 @@ pub fn start(cli: &Cli) -> i32 {
             return 1;
         }
     };
-    // A binary upgrade hands over the listeners and zones.
-    let inherited = super::upgrade::inherited();
     let adopted: Vec<Bound> = inherited
         .as_ref()
         .map(|i| {

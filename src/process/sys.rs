@@ -1,8 +1,9 @@
 //! The few system calls that need `unsafe`: `fork`, and taking ownership of
 //! descriptors inherited across a binary upgrade. Kept apart so that every
-//! unsafe block in the process layer is in one place with its reason.
+//! unsafe block in the process layer is in one place with its reason; the
+//! checks that make adopting a descriptor sound are in `upgrade`.
 
-#![allow(unsafe_code)]
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 use nix::unistd::ForkResult;
 
@@ -16,29 +17,42 @@ pub fn thread_count() -> usize {
 
 /// `fork()`. Callers are the master (single-threaded, no runtime) and the
 /// daemonizing start-up (single-threaded as well).
+#[allow(unsafe_code)]
 pub fn fork() -> nix::Result<ForkResult> {
     // SAFETY: fork is unsound only when other threads may hold locks or be
     // mid-way through allocations that the child would inherit half-done. The
-    // master never starts a thread or a runtime (ARCHITECTURE.md); `start`
-    // refuses to run when /proc shows more than one thread, so the child gets a
-    // consistent copy of a single-threaded process.
+    // master never starts a thread or a runtime (ARCHITECTURE.md at the top
+    // of the repository, "Processes"); `start` refuses to run when /proc
+    // shows more than one thread, so the child gets a consistent copy of a
+    // single-threaded process.
     unsafe { nix::unistd::fork() }
 }
 
-/// True when `fd` is an open descriptor of this process.
-pub fn fd_is_open(fd: std::os::fd::RawFd) -> bool {
-    // SAFETY: F_GETFD on a number only reads its flags; a closed number
-    // fails with EBADF. The borrow does not outlive this call.
-    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    nix::fcntl::fcntl(borrowed, nix::fcntl::FcntlArg::F_GETFD).is_ok()
+/// What the descriptor number `fd` of this process refers to, as
+/// /proc/self/fd names it (`socket:[123]`, `/memfd:sluice:z (deleted)`, a
+/// path); None when the number is not open. Asking never touches the
+/// descriptor, so any number may be asked about.
+pub fn fd_target(fd: RawFd) -> Option<String> {
+    if fd < 0 {
+        return None;
+    }
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
 }
 
 /// Owns a descriptor a binary upgrade handed over by number.
-pub fn own_fd(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
-    use std::os::fd::FromRawFd;
-    // SAFETY: the caller checked the descriptor is open (`fd_is_open`); it
-    // was left open for this process by the old master (named in the
-    // upgrade's environment) and nothing else in this process owns it, so it
-    // is closed exactly once, when the OwnedFd drops.
-    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+///
+/// # Safety
+///
+/// `fd` is open, and nothing else in this process owns it or will close it:
+/// from here on it is closed exactly once, when the returned `OwnedFd` (or
+/// whatever it is turned into) drops, unless it is given back with
+/// `into_raw_fd`. Two calls with the same number make two owners and a
+/// double close; a number the process already uses (a log file, a socket it
+/// opened) would be closed under its owner.
+#[allow(unsafe_code)]
+pub unsafe fn own_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: the caller's contract above is exactly `from_raw_fd`'s.
+    unsafe { OwnedFd::from_raw_fd(fd) }
 }

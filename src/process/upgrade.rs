@@ -25,18 +25,38 @@ pub struct Inherited {
     pub parent: Pid,
 }
 
-/// Reads the environment a binary upgrade left; None for a normal start.
-/// Descriptors that are not open sockets are ignored.
+/// Reads the environment a binary upgrade left; None for a normal start: no
+/// `SLUICE` variable, or nothing in it this process could adopt (a variable
+/// set by someone else is a `[warn]` and is ignored, as nginx ignores a bad
+/// `NGINX`). Only open listening sockets and sluice's own zone memfds are
+/// adopted, each number once. Called once, at the very start of the master,
+/// before it opens any socket or memfd of its own (see `adopt`).
 pub fn inherited() -> Option<Inherited> {
-    let list = std::env::var(LISTENERS_VAR).ok()?;
+    let list = std::env::var_os(LISTENERS_VAR)?;
+    let list = list.to_string_lossy();
+    let zones_var = std::env::var_os(ZONES_VAR);
+    let zone_list = zones_var
+        .as_ref()
+        .map(|v| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    crate::log!(
+        crate::log::Level::Notice,
+        "using inherited sockets from \"{}\"",
+        list
+    );
+    let (fds, mut warnings) = parse_listeners(&list);
+    let mut seen: Vec<RawFd> = Vec::new();
     let mut listeners: Vec<Bound> = Vec::new();
-    for fd in list.split(';').filter_map(|s| s.parse::<RawFd>().ok()) {
-        if !open_fd(fd) {
-            continue;
-        }
-        // The old master left it open for us: it is ours from here on.
-        let Some(owned) = own(fd) else { continue };
-        let sock = Socket::from(owned);
+    for fd in fds {
+        let sock = match adopt(fd, Kind::Listener, &mut seen) {
+            Ok(owned) => Socket::from(owned),
+            Err(why) => {
+                warnings.push(format!(
+                    "inherited socket #{fd} in {LISTENERS_VAR} environment variable {why}, ignoring"
+                ));
+                continue;
+            }
+        };
         let Some(addr) = listen_addr(&sock) else {
             continue;
         };
@@ -55,18 +75,26 @@ pub fn inherited() -> Option<Inherited> {
             }),
         }
     }
-    let zones = std::env::var(ZONES_VAR)
-        .unwrap_or_default()
-        .split(';')
-        .filter_map(|item| {
-            let (name, fd) = item.rsplit_once(':')?;
-            let fd: RawFd = fd.parse().ok()?;
-            open_fd(fd)
-                .then(|| own(fd))
-                .flatten()
-                .map(|o| (name.to_string(), o))
-        })
-        .collect();
+    let (zone_fds, zone_warnings) = parse_zones(&zone_list);
+    warnings.extend(zone_warnings);
+    let mut zones = Vec::new();
+    for (name, fd) in zone_fds {
+        match adopt(fd, Kind::Zone, &mut seen) {
+            Ok(owned) => zones.push((name, owned)),
+            Err(why) => warnings.push(format!(
+                "inherited zone \"{name}\" #{fd} in {ZONES_VAR} environment variable {why}, ignoring"
+            )),
+        }
+    }
+    for w in &warnings {
+        crate::log!(crate::log::Level::Warn, "{}", w);
+    }
+    // What an old master with nothing to hand over writes: both variables,
+    // empty. Anything else that adopted nothing is a normal start.
+    let empty_upgrade = list.is_empty() && zones_var.is_some_and(|z| z.is_empty());
+    if listeners.is_empty() && zones.is_empty() && !empty_upgrade {
+        return None;
+    }
     Some(Inherited {
         listeners,
         zones,
@@ -74,15 +102,128 @@ pub fn inherited() -> Option<Inherited> {
     })
 }
 
-fn open_fd(fd: RawFd) -> bool {
-    fd > 2 && sys::fd_is_open(fd)
+/// The numbers of `SLUICE` (`fd;fd;...;`), in order, with a warning for each
+/// problem. As nginx's `NGINX`: the first item that is not a number ends the
+/// list; a number left without its `;` is dropped. Duplicates are left for
+/// `adopt`, which sees them across both variables.
+fn parse_listeners(list: &str) -> (Vec<RawFd>, Vec<String>) {
+    let mut fds = Vec::new();
+    let mut warnings = Vec::new();
+    let mut rest = list;
+    while let Some((item, after)) = rest.split_once(';') {
+        match fd_number(item) {
+            Some(fd) => fds.push(fd),
+            None => {
+                warnings.push(format!(
+                    "invalid socket number \"{rest}\" in {LISTENERS_VAR} environment variable, ignoring the rest of the variable"
+                ));
+                return (fds, warnings);
+            }
+        }
+        rest = after;
+    }
+    if !rest.is_empty() {
+        warnings.push(format!(
+            "invalid socket number \"{rest}\" in {LISTENERS_VAR} environment variable, ignoring"
+        ));
+    }
+    (fds, warnings)
 }
 
-fn own(fd: RawFd) -> Option<OwnedFd> {
-    let owned = sys::own_fd(fd);
-    // Not to be passed on again by accident: close on exec.
+/// The zones of `SLUICE_ZONES` (`name:fd;...;`), parsed as `SLUICE` is.
+fn parse_zones(list: &str) -> (Vec<(String, RawFd)>, Vec<String>) {
+    let mut zones = Vec::new();
+    let mut warnings = Vec::new();
+    let mut rest = list;
+    while let Some((item, after)) = rest.split_once(';') {
+        let zone = item
+            .rsplit_once(':')
+            .filter(|(name, _)| !name.is_empty())
+            .and_then(|(name, fd)| Some((name.to_string(), fd_number(fd)?)));
+        match zone {
+            Some(z) => zones.push(z),
+            None => {
+                warnings.push(format!(
+                    "invalid zone \"{rest}\" in {ZONES_VAR} environment variable, ignoring the rest of the variable"
+                ));
+                return (zones, warnings);
+            }
+        }
+        rest = after;
+    }
+    if !rest.is_empty() {
+        warnings.push(format!(
+            "invalid zone \"{rest}\" in {ZONES_VAR} environment variable, ignoring"
+        ));
+    }
+    (zones, warnings)
+}
+
+/// A descriptor number as an old master writes it: decimal digits only.
+fn fd_number(s: &str) -> Option<RawFd> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// What an inherited number must be.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A listening socket.
+    Listener,
+    /// The memfd of a zone a sluice master made (`sluice:NAME`).
+    Zone,
+}
+
+/// Takes ownership of an inherited descriptor once it is shown to be what
+/// the old master said; otherwise why not (a warning's end), leaving the
+/// number as it was. `seen` holds the numbers already adopted.
+#[allow(unsafe_code)]
+fn adopt(fd: RawFd, kind: Kind, seen: &mut Vec<RawFd>) -> Result<OwnedFd, &'static str> {
+    if fd <= 2 {
+        return Err("is a standard stream");
+    }
+    if seen.contains(&fd) {
+        return Err("is named twice");
+    }
+    let Some(target) = sys::fd_target(fd) else {
+        return Err("is not open");
+    };
+    match kind {
+        Kind::Listener if !target.starts_with("socket:") => return Err("is not a socket"),
+        Kind::Zone if !target.starts_with("/memfd:sluice:") => {
+            return Err("is not a zone's shared memory");
+        }
+        _ => {}
+    }
+    // SAFETY: `own_fd` needs an open number that nothing else in this
+    // process owns. /proc just showed it open, and the master is single-
+    // threaded (checked before this runs), so nothing closes it meanwhile.
+    // `inherited` runs before the master binds a socket or creates a zone, so
+    // the only sockets and sluice memfds it can hold are inherited ones; the
+    // logs and stdio it has opened are neither (and numbers 0-2 were refused
+    // above). Each number is adopted once (`seen`). A socket that turns out
+    // not to listen is given back unclosed below, so the only sockets kept
+    // are listening ones, which no library of this process opens.
+    let owned = unsafe { sys::own_fd(fd) };
+    if let Kind::Listener = kind {
+        let sock = Socket::from(owned);
+        if !sock.is_listener().unwrap_or(false) {
+            let _ = std::os::fd::IntoRawFd::into_raw_fd(sock);
+            return Err("is not a listening socket");
+        }
+        seen.push(fd);
+        return Ok(set_cloexec(OwnedFd::from(sock)));
+    }
+    seen.push(fd);
+    Ok(set_cloexec(owned))
+}
+
+/// Not to be passed on again by accident: close on exec.
+fn set_cloexec(owned: OwnedFd) -> OwnedFd {
     let _ = fcntl(&owned, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
-    Some(owned)
+    owned
 }
 
 fn listen_addr(sock: &Socket) -> Option<ListenAddr> {
@@ -147,5 +288,101 @@ pub fn exec_new_binary(
             std::process::exit(super::worker::FATAL)
         }
         Ok(ForkResult::Parent { child }) => Ok(child),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listeners_as_an_old_master_writes_them() {
+        assert_eq!(parse_listeners(""), (vec![], vec![]));
+        assert_eq!(parse_listeners("5;6;"), (vec![5, 6], vec![]));
+        // Duplicates are parsed; `adopt` refuses the second.
+        assert_eq!(parse_listeners("5;5;"), (vec![5, 5], vec![]));
+    }
+
+    #[test]
+    fn listeners_not_ours() {
+        let (fds, w) = parse_listeners("/usr/lib/sluice");
+        assert!(fds.is_empty());
+        assert_eq!(
+            w,
+            ["invalid socket number \"/usr/lib/sluice\" in SLUICE environment variable, ignoring"]
+        );
+        let (fds, w) = parse_listeners("7;x;8;");
+        assert_eq!(fds, [7]);
+        assert_eq!(
+            w,
+            [
+                "invalid socket number \"x;8;\" in SLUICE environment variable, ignoring the rest of the variable"
+            ]
+        );
+        for bad in ["-1;", "+3;", " 3;", "3 ;", ";", "99999999999;", "0x3;"] {
+            let (fds, w) = parse_listeners(bad);
+            assert!(fds.is_empty() && w.len() == 1, "{bad}");
+        }
+        let (fds, w) = parse_listeners("3;4");
+        assert_eq!(fds, [3]);
+        assert_eq!(
+            w,
+            ["invalid socket number \"4\" in SLUICE environment variable, ignoring"]
+        );
+    }
+
+    #[test]
+    fn zones() {
+        assert_eq!(
+            parse_zones("a:7;b:c:8;"),
+            (vec![("a".into(), 7), ("b:c".into(), 8)], vec![])
+        );
+        let (z, w) = parse_zones("a:7;:8;b:9;");
+        assert_eq!(z, [("a".to_string(), 7)]);
+        assert_eq!(
+            w,
+            [
+                "invalid zone \":8;b:9;\" in SLUICE_ZONES environment variable, ignoring the rest of the variable"
+            ]
+        );
+        let (z, w) = parse_zones("a:x;");
+        assert!(z.is_empty() && w.len() == 1);
+        let (z, w) = parse_zones("a:7");
+        assert!(z.is_empty());
+        assert_eq!(
+            w,
+            ["invalid zone \"a:7\" in SLUICE_ZONES environment variable, ignoring"]
+        );
+    }
+
+    #[test]
+    fn adopt_refuses_before_owning() {
+        // Only refusals that never reach `own_fd`: a test runs threaded.
+        let mut seen = vec![];
+        assert_eq!(
+            adopt(1, Kind::Listener, &mut seen).err(),
+            Some("is a standard stream")
+        );
+        let f = std::fs::File::open("/proc/self/stat").unwrap();
+        let n = f.as_raw_fd();
+        assert_eq!(
+            adopt(n, Kind::Listener, &mut seen).err(),
+            Some("is not a socket")
+        );
+        assert_eq!(
+            adopt(n, Kind::Zone, &mut seen).err(),
+            Some("is not a zone's shared memory")
+        );
+        let mut seen = vec![n];
+        assert_eq!(
+            adopt(n, Kind::Zone, &mut seen).err(),
+            Some("is named twice")
+        );
+        assert_eq!(
+            adopt(i32::MAX, Kind::Zone, &mut seen).err(),
+            Some("is not open")
+        );
+        assert!(sys::fd_target(n).is_some());
+        assert_eq!(sys::fd_target(-1), None);
     }
 }

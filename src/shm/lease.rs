@@ -3,8 +3,6 @@
 //! (heartbeat, monotonic ms). Whoever finds it free, held by a dead pid, or
 //! silent for too long takes it with a compare-and-swap.
 
-#![allow(unsafe_code)]
-
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 
 use super::Shared;
@@ -19,6 +17,7 @@ pub struct Lease {
 }
 
 // SAFETY: repr(C), atomics only.
+#[allow(unsafe_code)]
 unsafe impl Shared for Lease {}
 
 const _: () = assert!(std::mem::size_of::<Lease>() == 24);

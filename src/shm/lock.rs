@@ -3,8 +3,6 @@
 //! open when it reaps a worker that died holding it. Never a `std` or
 //! `parking_lot` lock: those park threads in a per-process table.
 
-#![allow(unsafe_code)]
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -17,6 +15,7 @@ pub struct PidLock {
 }
 
 // SAFETY: one atomic.
+#[allow(unsafe_code)]
 unsafe impl Shared for PidLock {}
 
 impl PidLock {

@@ -5,8 +5,6 @@
 //! ([`Shared`]) after checking bounds and alignment. The pid-owned lock and
 //! the seqlock built on it are in `lock` and `seqlock`. No other I/O.
 
-#![allow(unsafe_code)]
-
 pub mod lease;
 pub mod lock;
 pub mod records;
@@ -29,17 +27,23 @@ pub use seqlock::SeqLock;
 /// Implementors are `#[repr(C)]` and made only of atomics (or arrays and
 /// records of them), so that all-zero bytes are a valid value and any process
 /// may change any field at any time without undefined behaviour.
+#[allow(unsafe_code)]
 pub unsafe trait Shared: Sync {}
 
 // SAFETY: atomics are valid when zero and safe to share and mutate.
+#[allow(unsafe_code)]
 unsafe impl Shared for AtomicU8 {}
 // SAFETY: as above.
+#[allow(unsafe_code)]
 unsafe impl Shared for AtomicU32 {}
 // SAFETY: as above.
+#[allow(unsafe_code)]
 unsafe impl Shared for AtomicU64 {}
 // SAFETY: as above.
+#[allow(unsafe_code)]
 unsafe impl Shared for AtomicI64 {}
 // SAFETY: an array of shared records is itself one.
+#[allow(unsafe_code)]
 unsafe impl<T: Shared, const N: usize> Shared for [T; N] {}
 
 #[derive(Debug, thiserror::Error)]
@@ -81,8 +85,10 @@ pub struct Region {
 // SAFETY: the region only ever hands out shared references to `Shared`
 // records (atomics), which are `Sync`; the base pointer stays valid for the
 // region's life.
+#[allow(unsafe_code)]
 unsafe impl Send for Region {}
 // SAFETY: as above.
+#[allow(unsafe_code)]
 unsafe impl Sync for Region {}
 
 impl Region {
@@ -174,6 +180,7 @@ impl Region {
     }
 
     /// The record at `offset`.
+    #[allow(unsafe_code)]
     pub fn get<T: Shared>(&self, offset: usize) -> Result<&T, ShmError> {
         self.check::<T>(offset, 1)?;
         // SAFETY: in bounds and aligned (checked above); T is made of atomics,
@@ -183,6 +190,7 @@ impl Region {
     }
 
     /// `count` records from `offset`.
+    #[allow(unsafe_code)]
     pub fn slice<T: Shared>(&self, offset: usize, count: usize) -> Result<&[T], ShmError> {
         self.check::<T>(offset, count)?;
         // SAFETY: as in `get`, for `count` consecutive records.
@@ -225,6 +233,7 @@ impl<T: Shared> Ref<T> {
 
 impl<T: Shared> std::ops::Deref for Ref<T> {
     type Target = T;
+    #[allow(unsafe_code)]
     fn deref(&self) -> &T {
         // SAFETY: bounds and alignment were checked in `new`; the Arc keeps
         // the region mapped; T is made of atomics (see `Region::get`).

@@ -3,8 +3,6 @@
 //! time. Here because implementing [`Shared`] is the unsafe promise this
 //! module keeps; the logic over them is `upstream::zone`.
 
-#![allow(unsafe_code)]
-
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64};
 
 use super::{Lease, PidLock, SeqLock, Shared};
@@ -135,6 +133,7 @@ pub struct PeerLive {
 }
 
 // SAFETY: repr(C), atomics only.
+#[allow(unsafe_code)]
 unsafe impl Shared for PeerLive {}
 
 const _: () = assert!(std::mem::size_of::<PeerLive>() == 176);
@@ -171,14 +170,19 @@ pub(crate) struct PeerSlot {
 }
 
 // SAFETY: each record is repr(C) and made only of atomics.
+#[allow(unsafe_code)]
 unsafe impl Shared for Header {}
 // SAFETY: as above.
+#[allow(unsafe_code)]
 unsafe impl Shared for Ack {}
 // SAFETY: as above.
+#[allow(unsafe_code)]
 unsafe impl Shared for UpstreamRec {}
 // SAFETY: as above.
+#[allow(unsafe_code)]
 unsafe impl Shared for ServerRec {}
 // SAFETY: as above.
+#[allow(unsafe_code)]
 unsafe impl Shared for PeerSlot {}
 
 const _: () = assert!(size_of::<Header>() == 96);
@@ -200,6 +204,7 @@ pub struct StatusCounters {
 }
 
 // SAFETY: repr(C), atomics only.
+#[allow(unsafe_code)]
 unsafe impl Shared for StatusCounters {}
 
 const _: () = assert!(size_of::<StatusCounters>() == 40);

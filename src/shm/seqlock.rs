@@ -7,8 +7,6 @@
 //! makes the counter even again ([`SeqLock::repair`]); the data it guarded
 //! must then be republished by its owner.
 
-#![allow(unsafe_code)]
-
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use super::{Guard, Shared};
@@ -20,6 +18,7 @@ pub struct SeqLock {
 }
 
 // SAFETY: one atomic.
+#[allow(unsafe_code)]
 unsafe impl Shared for SeqLock {}
 
 impl SeqLock {
@@ -154,6 +153,7 @@ mod tests {
     /// the parent (as the master does on reaping it) opens the lock and
     /// repairs the counter, and a new writer can publish.
     #[test]
+    #[allow(unsafe_code)]
     fn killed_writer_is_repaired_by_the_parent() {
         use nix::sys::signal::{Signal, kill};
         use nix::sys::wait::{WaitStatus, waitpid};
