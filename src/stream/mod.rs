@@ -19,7 +19,7 @@ use tokio::sync::{Notify, watch};
 use crate::conf::Config;
 use crate::conf::model::{ListenAddr, NextUpstream, StreamServer, StreamTarget};
 use crate::conf::vars::{Segment, Template, Var};
-use crate::http::client_io::Stream;
+use crate::net::stream::Stream;
 use crate::http::{Listener, Phase};
 use crate::net::slots::Slots;
 use crate::upstream::attempt::{Attempts, Connected, Failure, Plain, Policy, Requester};
