@@ -128,14 +128,6 @@ fn framing_problem(r: &Req) -> Option<Problem> {
     None
 }
 
-/// Why an upstream response head was not usable.
-pub(super) enum Bad {
-    /// Unparsable, or framed two ways; the message is nginx's.
-    Framing(String),
-    /// The connection closed (or failed) before a head arrived.
-    Closed,
-}
-
 /// nginx's rules for the upstream's framing headers: one `Content-Length`
 /// that is a number, one `Transfer-Encoding` that is exactly `chunked`, never
 /// both. Anything else is an invalid header (502, the connection not

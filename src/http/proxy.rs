@@ -16,7 +16,7 @@ use hyper::{Request, Response, Version};
 use hyper_util::rt::TokioIo;
 
 use super::Io;
-use super::framing::{Bad, upstream_framing};
+use super::framing::upstream_framing;
 use super::proxy_body::ProxyBody;
 use super::response;
 use super::vars::{Attempt, Req};
@@ -418,33 +418,10 @@ pub(crate) async fn run(
     // The client side of a possible protocol switch stays here; the upstream
     // request carries only the header-case map.
     let client_upgrade = extensions.remove::<hyper::upgrade::OnUpgrade>();
-    let tokens = r.conf.server_tokens;
-    r.proxy_host = pp.proxy_host.clone();
-    r.proxy_port = pp.proxy_port;
-    let mut payload = if r.conf.proxy_pass_request_body {
-        match read_body(r, body).await {
-            Ok(b) => b,
-            Err(code) => return Reply::Status(code),
-        }
-    } else {
-        drop(body);
-        Payload::default()
+    let mut plan = match plan(r, pp, body, extensions).await {
+        Ok(p) => p,
+        Err(status) => return Reply::Status(status),
     };
-    if let Some(t) = &r.conf.proxy_set_body {
-        payload = Payload::Mem(Bytes::from(r.eval(t)));
-    }
-    let mut plan = Plan {
-        uri: upstream_uri(r, pp),
-        headers: upstream_headers(r, payload.len()),
-        extensions,
-        body: payload,
-        version: if r.conf.proxy_http_version == 10 {
-            Version::HTTP_10
-        } else {
-            Version::HTTP_11
-        },
-    };
-
     let conf = r.conf.clone();
     let policy = Policy {
         mask: conf.proxy_next_upstream,
@@ -467,172 +444,78 @@ pub(crate) async fn run(
         let connected = attempts
             .connect(&cache, &mut Asking { r, uri: &plan.uri })
             .await;
-        let Connected {
-            mut conn,
-            id,
-            name,
-            began: attempt_start,
-            cached: was_cached,
-            mut held,
-        } = match connected {
+        let mut c = match connected {
             Ok(c) => c,
             Err(status) => return Reply::Status(status),
         };
-        conn.track(&ups.reg, &snap, id);
-        let url = || format!("http://{name}{}", plan.uri);
-        let mut release = |outcome: Outcome| {
-            held.done();
-            attempts.release(id, outcome, || r.log_context(Some(&url())));
+        c.conn.track(&ups.reg, &snap, c.id);
+        let connect_time = c.began.elapsed();
+        let sent = plan.body.len();
+        let url = format!("http://{}{}", c.name, plan.uri);
+        let Some(req) = request(r, &mut plan, attempts.last()) else {
+            c.held.finish(Outcome::Ok);
+            return Reply::Status(400);
         };
-        let connect_time = attempt_start.elapsed();
-        conn.requests += 1;
-
-        let mut req = Request::new(plan.body.body());
-        *req.method_mut() = r.method.clone();
-        *req.uri_mut() = match plan.uri.parse() {
-            Ok(u) => u,
-            Err(_) => {
-                release(Outcome::Ok);
-                return Reply::Status(400);
-            }
-        };
-        *req.version_mut() = plan.version;
-        // The last possible attempt takes the plan's headers instead of copying.
-        if attempts.last() {
-            *req.headers_mut() = std::mem::take(&mut plan.headers);
-            *req.extensions_mut() = std::mem::take(&mut plan.extensions);
-        } else {
-            *req.headers_mut() = plan.headers.clone();
-            *req.extensions_mut() = plan.extensions.clone();
-        }
-        let sent_bytes = plan.body.len();
-
-        // Sending and waiting for the header are one future here: a request
-        // without a body is sent at once, so only proxy_read_timeout bounds
-        // the wait; with a body, proxy_send_timeout as well.
-        let header_wait = conf.proxy_read_timeout
-            + if plan.body.is_empty() {
-                Duration::ZERO
-            } else {
-                conf.proxy_send_timeout
-            };
-        let result = match conn.sender.ready().await {
-            Err(e) => Err(e),
-            Ok(()) => {
-                match tokio::time::timeout(header_wait, conn.sender.send_request(req)).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        let msg = "upstream timed out (110: Connection timed out) while reading response header from upstream";
-                        crate::log_conn!(
-                            Level::Error,
-                            r.conn.number,
-                            "{}{}",
-                            msg,
-                            r.log_context(Some(&url()))
-                        );
-                        release(Outcome::Failed);
-                        record(
-                            r,
-                            Attempt {
-                                addr: name.clone(),
-                                status: Some(504),
-                                connect: Some(connect_time),
-                                sent: sent_bytes,
-                                ..Attempt::default()
-                            },
-                        );
-                        if attempts.retry(NextUpstream::TIMEOUT, true) {
-                            continue;
-                        }
-                        return Reply::Status(504);
-                    }
-                }
-            }
-        };
-        // A response whose framing could be read two ways is refused, as
-        // nginx does: passing it on would desync the client connection.
-        let result = match result {
-            // A switch the client did not ask for would leave it reading
-            // a stream it never agreed to.
-            Ok(resp) if resp.status() == 101 && !r.headers.contains_key(header::UPGRADE) => {
-                Err(Bad::Framing(
-                    "upstream sent \"101 Switching Protocols\" to a request without \"Upgrade\""
-                        .into(),
-                ))
-            }
-            Ok(resp) => match upstream_framing(resp.headers()) {
-                Ok(()) => Ok(resp),
-                Err(msg) => Err(Bad::Framing(msg)),
-            },
-            Err(e) if e.is_parse() => Err(Bad::Framing("upstream sent invalid header".into())),
-            Err(_) => Err(Bad::Closed),
-        };
-        let resp = match result {
+        let resp = match exchange(&mut c.conn, req, r, &plan, &conf).await {
             Ok(resp) => resp,
-            Err(bad) => {
-                let f = match bad {
-                    Bad::Framing(m) => Failure::upstream(Kind::InvalidHeader, m),
-                    Bad::Closed => {
-                        Failure::upstream(Kind::Error, "upstream prematurely closed connection")
-                    }
-                };
+            Err(f) => {
                 // A cached connection the upstream had closed: try again
                 // without using up a try, as nginx does, and (unlike nginx)
                 // without counting a failure: the peer did nothing wrong, and
                 // pick_first must not move away from it.
-                let stale = was_cached && f.kind == Kind::Error;
+                let stale = c.cached && f.kind == Kind::Error;
                 let level = if stale { Level::Info } else { Level::Error };
+                let ctx = r.log_context(Some(&url));
                 crate::log_conn!(
                     level,
                     r.conn.number,
                     "{} while reading response header from upstream{}",
                     f.text,
-                    r.log_context(Some(&url()))
+                    ctx
                 );
-                release(if stale {
+                c.held.done();
+                let outcome = if stale {
                     Outcome::Next
                 } else {
                     Outcome::Failed
-                });
+                };
+                attempts.release(c.id, outcome, || ctx);
                 if stale {
                     attempts.stale();
                 }
-                let status = f.status();
                 record(
                     r,
                     Attempt {
-                        addr: name.clone(),
-                        status: Some(status),
+                        addr: c.name.clone(),
+                        status: Some(f.status()),
                         connect: Some(connect_time),
-                        sent: sent_bytes,
+                        sent,
                         ..Attempt::default()
                     },
                 );
                 if attempts.retry(f.condition(), !stale) {
                     continue;
                 }
-                return Reply::Status(status);
+                return Reply::Status(f.status());
             }
         };
-        let header_time = attempt_start.elapsed();
         let status = resp.status().as_u16();
-        snap.responded(id, status);
-        if sent_bytes > 0 {
-            snap.get(id)
+        snap.responded(c.id, status);
+        if sent > 0 {
+            snap.get(c.id)
                 .live
                 .sent
-                .fetch_add(sent_bytes, std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(sent, std::sync::atomic::Ordering::Relaxed);
         }
         // The attempt's record once the upstream has answered.
-        let answered = || Attempt {
-            addr: name.clone(),
+        let answered = Attempt {
+            addr: c.name.clone(),
             status: Some(status),
             connect: Some(connect_time),
-            header: Some(header_time),
-            sent: sent_bytes,
+            header: Some(c.began.elapsed()),
+            sent,
             ..Attempt::default()
         };
-
         // proxy_next_upstream http_5xx/403/404/429.
         if let Some(bits) = NextUpstream::for_status(status) {
             if attempts.retry(bits, true) {
@@ -641,121 +524,256 @@ pub(crate) async fn run(
                 } else {
                     Outcome::Failed
                 };
-                release(outcome);
-                record(r, answered());
+                c.held.done();
+                attempts.release(c.id, outcome, || r.log_context(Some(&url)));
+                record(r, answered);
                 continue;
             }
         }
-
-        if status == 101 {
-            let tracked = super::Tracked::new(shared);
-            // The tunnel releases the peer.
-            held.done();
-            return super::tunnel::switch_protocols(
-                r,
-                resp,
-                client_upgrade,
-                snap.clone(),
-                id,
-                conf.proxy_read_timeout,
-                tracked,
-            );
-        }
-        // X-Accel-Redirect: the upstream asks for an internal redirect.
-        if let Some(target) = resp
-            .headers()
-            .get("x-accel-redirect")
-            .and_then(|v| v.to_str().ok())
-            .filter(|t| t.starts_with('/') || t.starts_with('@'))
-            .map(str::to_string)
-        {
-            release(Outcome::Ok);
-            record(r, answered());
-            return Reply::Internal(target);
-        }
-        // proxy_intercept_errors: an error the location has an error_page for
-        // is answered by sluice, not passed through.
-        if conf.proxy_intercept_errors
-            && status >= 300
-            && conf.error_page.iter().any(|p| p.codes.contains(&status))
-        {
-            release(Outcome::Ok);
-            record(r, answered());
-            return Reply::Status(status);
-        }
-        let keep = upstream_keeps_alive(&resp);
-        let (mut parts, incoming) = resp.into_parts();
-        {
-            let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
-            // Kept only for a log format that reads $upstream_http_*.
-            if conf.access_log.iter().any(|l| {
-                l.format.template.segments.iter().any(|s| {
-                    matches!(
-                        s,
-                        crate::conf::vars::Segment::Var(crate::conf::vars::Var::UpstreamHttp(_))
-                    )
-                })
-            }) {
-                log.headers = Some(parts.headers.clone());
-            }
-            log.attempts.push(answered());
-        }
-        redirect_headers(r, pp, &mut parts.headers);
-        filter_response_headers(
-            &mut parts.headers,
-            &conf.proxy_hide_header,
-            &conf.proxy_pass_header,
-            tokens,
-        );
-        // The body releases the peer.
-        held.done();
-        let mut body = ProxyBody {
-            inner: incoming,
-            ahead: std::collections::VecDeque::new(),
-            conn: keep.then_some(conn),
-            ups: ups.clone(),
-            peer: Some((snap.clone(), id)),
-            log: r.upstream.clone(),
-            attempt_start,
-            received: 0,
-            read_timeout: conf.proxy_read_timeout,
-            timer: None,
-            peer_name: name.clone(),
+        let answer = Answer {
+            c,
+            resp,
+            record: answered,
+            ups: &ups,
+            snap: &snap,
             uri: std::mem::take(&mut plan.uri),
+            client_upgrade,
         };
-        if conf.proxy_buffering {
-            let (count, size) = conf.proxy_buffers;
-            let room = conf
-                .proxy_buffer_size
-                .saturating_add(u64::from(count).saturating_mul(size));
-            if let Err(e) = body.read_ahead(room).await {
-                crate::log_conn!(
-                    Level::Error,
-                    r.conn.number,
-                    "{}{}",
-                    e.message,
-                    r.log_context(Some(&e.url))
-                );
-                return Reply::Status(e.status());
-            }
-            if body.peer.is_none() {
-                // All of it fitted: the upstream connection is already back in
-                // the keep-alive cache.
-                let whole = match body.ahead.len() {
-                    0 => Bytes::new(),
-                    1 => body.ahead.pop_front().unwrap_or_default(),
-                    _ => {
-                        let parts: Vec<Bytes> = body.ahead.drain(..).collect();
-                        Bytes::from(parts.concat())
-                    }
-                };
-                parts.extensions.insert(super::case::Proxied);
-                return Reply::Full(Response::from_parts(parts, response::full(whole)));
-            }
-        }
-        parts.extensions.insert(super::case::Proxied);
-        return Reply::Full(Response::from_parts(parts, body.boxed()));
+        return respond(r, pp, answer, shared).await;
     }
+}
+
+/// Reads the client's body and builds what every attempt sends. Err: the
+/// status to answer with.
+async fn plan(
+    r: &mut Req,
+    pp: &ProxyPass,
+    body: ClientBody,
+    extensions: hyper::http::Extensions,
+) -> Result<Plan, u16> {
+    r.proxy_host = pp.proxy_host.clone();
+    r.proxy_port = pp.proxy_port;
+    let mut payload = if r.conf.proxy_pass_request_body {
+        read_body(r, body).await?
+    } else {
+        drop(body);
+        Payload::default()
+    };
+    if let Some(t) = &r.conf.proxy_set_body {
+        payload = Payload::Mem(Bytes::from(r.eval(t)));
+    }
+    Ok(Plan {
+        uri: upstream_uri(r, pp),
+        headers: upstream_headers(r, payload.len()),
+        extensions,
+        body: payload,
+        version: if r.conf.proxy_http_version == 10 {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        },
+    })
+}
+
+/// One attempt's request; the last possible attempt takes the plan's
+/// headers instead of copying them. None: the URI does not parse.
+fn request(r: &Req, plan: &mut Plan, last: bool) -> Option<Request<UpBody>> {
+    let mut req = Request::new(plan.body.body());
+    *req.method_mut() = r.method.clone();
+    *req.uri_mut() = plan.uri.parse().ok()?;
+    *req.version_mut() = plan.version;
+    if last {
+        *req.headers_mut() = std::mem::take(&mut plan.headers);
+        *req.extensions_mut() = std::mem::take(&mut plan.extensions);
+    } else {
+        *req.headers_mut() = plan.headers.clone();
+        *req.extensions_mut() = plan.extensions.clone();
+    }
+    Some(req)
+}
+
+/// Sends the request and reads the response head, within
+/// `proxy_read_timeout` (and `proxy_send_timeout` when there is a body: a
+/// request without one is sent at once). A head whose framing could be read
+/// two ways, or a switch the client did not ask for, is an invalid header,
+/// as nginx has it: passing it on would desync the client connection.
+async fn exchange(
+    conn: &mut Pooled,
+    req: Request<UpBody>,
+    r: &Req,
+    plan: &Plan,
+    conf: &crate::conf::loc::LocConf,
+) -> Result<Response<Incoming>, Failure> {
+    conn.requests += 1;
+    let wait = conf.proxy_read_timeout
+        + if plan.body.is_empty() {
+            Duration::ZERO
+        } else {
+            conf.proxy_send_timeout
+        };
+    let closed = || Failure::upstream(Kind::Error, "upstream prematurely closed connection");
+    let answer = async {
+        conn.sender.ready().await?;
+        conn.sender.send_request(req).await
+    };
+    let resp = match tokio::time::timeout(wait, answer).await {
+        Err(_) => {
+            return Err(Failure::upstream(
+                Kind::Timeout,
+                "upstream timed out (110: Connection timed out)",
+            ));
+        }
+        Ok(Err(e)) if e.is_parse() => {
+            return Err(Failure::upstream(
+                Kind::InvalidHeader,
+                "upstream sent invalid header",
+            ));
+        }
+        Ok(Err(_)) => return Err(closed()),
+        Ok(Ok(resp)) => resp,
+    };
+    if resp.status() == 101 && !r.headers.contains_key(header::UPGRADE) {
+        return Err(Failure::upstream(
+            Kind::InvalidHeader,
+            "upstream sent \"101 Switching Protocols\" to a request without \"Upgrade\"",
+        ));
+    }
+    upstream_framing(resp.headers()).map_err(|m| Failure::upstream(Kind::InvalidHeader, m))?;
+    Ok(resp)
+}
+
+/// An attempt the upstream answered, on its way to the client.
+struct Answer<'a> {
+    c: Connected<Pooled>,
+    resp: Response<Incoming>,
+    /// Its `$upstream_*` record so far.
+    record: Attempt,
+    ups: &'a Arc<UpstreamRt>,
+    snap: &'a Arc<crate::upstream::Peers>,
+    uri: String,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+}
+
+/// Turns the upstream's answer into the reply: a tunnel for a 101, an
+/// internal redirect for X-Accel-Redirect, sluice's own page for an
+/// intercepted error, else the response with nginx's header rules and its
+/// body streamed (read ahead first with `proxy_buffering`).
+async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super::Shared>) -> Reply {
+    let Answer {
+        mut c,
+        resp,
+        record: answered,
+        ups,
+        snap,
+        uri,
+        client_upgrade,
+    } = a;
+    let conf = r.conf.clone();
+    let status = resp.status().as_u16();
+    if status == 101 {
+        let tracked = super::Tracked::new(shared);
+        // The tunnel releases the peer.
+        c.held.done();
+        return super::tunnel::switch_protocols(
+            r,
+            resp,
+            client_upgrade,
+            snap.clone(),
+            c.id,
+            conf.proxy_read_timeout,
+            tracked,
+        );
+    }
+    // X-Accel-Redirect: the upstream asks for an internal redirect; an
+    // intercepted error is answered by sluice, not passed through.
+    let redirect = resp
+        .headers()
+        .get("x-accel-redirect")
+        .and_then(|v| v.to_str().ok())
+        .filter(|t| t.starts_with('/') || t.starts_with('@'))
+        .map(str::to_string);
+    let intercepted = conf.proxy_intercept_errors
+        && status >= 300
+        && conf.error_page.iter().any(|p| p.codes.contains(&status));
+    if redirect.is_some() || intercepted {
+        c.held.finish(Outcome::Ok);
+        record(r, answered);
+        return match redirect {
+            Some(target) => Reply::Internal(target),
+            None => Reply::Status(status),
+        };
+    }
+    let keep = upstream_keeps_alive(&resp);
+    let (mut parts, incoming) = resp.into_parts();
+    {
+        let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
+        // Kept only for a log format that reads $upstream_http_*.
+        if conf.access_log.iter().any(|l| {
+            l.format.template.segments.iter().any(|s| {
+                matches!(
+                    s,
+                    crate::conf::vars::Segment::Var(crate::conf::vars::Var::UpstreamHttp(_))
+                )
+            })
+        }) {
+            log.headers = Some(parts.headers.clone());
+        }
+        log.attempts.push(answered);
+    }
+    redirect_headers(r, pp, &mut parts.headers);
+    filter_response_headers(
+        &mut parts.headers,
+        &conf.proxy_hide_header,
+        &conf.proxy_pass_header,
+        conf.server_tokens,
+    );
+    // The body releases the peer.
+    c.held.done();
+    let mut body = ProxyBody {
+        inner: incoming,
+        ahead: std::collections::VecDeque::new(),
+        conn: keep.then_some(c.conn),
+        ups: ups.clone(),
+        peer: Some((snap.clone(), c.id)),
+        log: r.upstream.clone(),
+        attempt_start: c.began,
+        received: 0,
+        read_timeout: conf.proxy_read_timeout,
+        timer: None,
+        peer_name: c.name.clone(),
+        uri,
+    };
+    parts.extensions.insert(super::case::Proxied);
+    if conf.proxy_buffering {
+        let (count, size) = conf.proxy_buffers;
+        let room = conf
+            .proxy_buffer_size
+            .saturating_add(u64::from(count).saturating_mul(size));
+        if let Err(e) = body.read_ahead(room).await {
+            crate::log_conn!(
+                Level::Error,
+                r.conn.number,
+                "{}{}",
+                e.message,
+                r.log_context(Some(&e.url))
+            );
+            return Reply::Status(e.status());
+        }
+        if body.peer.is_none() {
+            // All of it fitted: the upstream connection is already back in
+            // the keep-alive cache.
+            let whole = match body.ahead.len() {
+                0 => Bytes::new(),
+                1 => body.ahead.pop_front().unwrap_or_default(),
+                _ => {
+                    let parts: Vec<Bytes> = body.ahead.drain(..).collect();
+                    Bytes::from(parts.concat())
+                }
+            };
+            return Reply::Full(Response::from_parts(parts, response::full(whole)));
+        }
+    }
+    Reply::Full(Response::from_parts(parts, body.boxed()))
 }
 
 /// `proxy_redirect`: rewrites the prefix of the upstream's `Location` and

@@ -19,9 +19,9 @@ use tokio::sync::{Notify, watch};
 use crate::conf::Config;
 use crate::conf::model::{ListenAddr, NextUpstream, StreamServer, StreamTarget};
 use crate::conf::vars::{Segment, Template, Var};
-use crate::net::stream::Stream;
 use crate::http::{Listener, Phase};
 use crate::net::slots::Slots;
+use crate::net::stream::Stream;
 use crate::upstream::attempt::{Attempts, Connected, Failure, Plain, Policy, Requester};
 use crate::upstream::{Outcome, UpstreamRt, Upstreams, Zones};
 
