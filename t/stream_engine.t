@@ -4,7 +4,9 @@
 # connection slots as HTTP: its sessions count in worker_connections
 # together with HTTP connections (a session past the limit waits for a free
 # slot, warned once as for HTTP), and a failed unix connect is logged with
-# the same words as HTTP's.
+# the same words as HTTP's, and a session whose connect failed after the
+# upstream's peer list changed is not retried on the new list (nginx's rule,
+# which HTTP had and stream lacked).
 
 use warnings;
 use strict;
@@ -18,7 +20,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(9);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(13);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -27,11 +29,19 @@ $t->write_file_expand('sluice.conf', <<'EOF');
 worker_processes 1;
 
 events {
-    worker_connections 6;
+    worker_connections 7;
 }
 
 stream {
+    resolver 127.0.0.1:%%PORT_8053%% valid=1s;
+    upstream moving { zone zm 64k; server mv.test:%%PORT_8082%% resolve; }
+
     server { listen 127.0.0.1:%%PORT_8070%%; proxy_pass 127.0.0.1:%%PORT_8081%%; }
+    server {
+        listen 127.0.0.1:%%PORT_8072%%;
+        proxy_pass moving;
+        proxy_connect_timeout 3s;
+    }
     server { listen 127.0.0.1:%%PORT_8071%%; proxy_pass unix:%%TESTDIR%%/nowhere.sock; }
 }
 
@@ -46,7 +56,11 @@ http {
 
 EOF
 
+$t->write_file('dns.txt', "mv.test A 127.0.0.2 1\nmv.test A 127.0.0.3 1\n");
+$t->dns(port(8053));
 $t->backend(port(8081));
+$t->backend(port(8082), addr => '127.0.0.2');
+$t->blackhole(port(8082), addr => '127.0.0.3');
 $t->run();
 
 # A request through a stream session on $s; its answer (HTTP backend).
@@ -71,8 +85,8 @@ sub open_to {
 
 # Each listening socket's accept loop holds a slot while it waits, as each
 # of nginx's listening sockets takes a connection (the slot goes to the
-# connection it accepts): with three of them, two HTTP connections and two
-# stream sessions fill worker_connections 6.
+# connection it accepts): with four of them, two HTTP connections and two
+# stream sessions fill worker_connections 7.
 my @http = map { open_to(port(8080)) } 1 .. 2;
 like(keepalive_get($_, '/h'), qr/ 200 /, 'an HTTP connection holds a slot') for @http;
 my @sessions = map { open_to(port(8070)) } 1 .. 2;
@@ -82,7 +96,7 @@ like(through($sessions[1], '/s1'), qr/ 200 /, 'a second stream session holds a s
 # A fifth client, a stream session, waits for a slot.
 my $fifth = open_to(port(8070));
 is(through($fifth, '/fifth'), '', 'a session past worker_connections waits');
-ok($t->waitforlog(qr/\[warn\] .*6 worker_connections are not enough, waiting for a free one/),
+ok($t->waitforlog(qr/\[warn\] .*7 worker_connections are not enough, waiting for a free one/),
 	'the wait is warned about');
 
 # An HTTP connection closes: the waiting session gets its slot.
@@ -104,3 +118,24 @@ like(http_get('/unix'), qr/ 502 /, 'http: unix peer missing: 502');
 my $log = qr/connect\(\) to unix:\S+nowhere\.sock failed \(2: No such file or directory\) while connecting to upstream/;
 ok($t->waitforlog(sub { my @m = $_[0] =~ /$log/g; @m >= 2 }),
 	'stream and http log a failed unix connect with the same words');
+
+# Two sessions: round robin sends one to 127.0.0.2 (served) and one to
+# 127.0.0.3, whose SYNs are dropped. While that one connects, the name
+# loses 127.0.0.3; when its connect times out the peer list has moved, so
+# it is not tried again on the new list: closed, "no live upstreams".
+my @two = map { open_to(port(8072)) } 1 .. 2;
+$t->write_file('dns.txt', "mv.test A 127.0.0.2 1\n");
+my @got = map { through($two[$_], "/mv$_") } 0 .. 1;
+my @ok = grep { / 200 / } @got;
+is(scalar @ok, 1, 'one session served at once');
+my ($waiting) = grep { $got[$_] eq '' } 0 .. 1;
+ok(defined $waiting, 'the other waits on the dropped SYNs');
+my $sel2 = IO::Select->new($two[$waiting // 0]);
+my $rest = '';
+if ($sel2->can_read(6)) {
+	$two[$waiting // 0]->sysread($rest, 4096);
+}
+is($rest, '', 'after the connect timed out and the list moved: closed, not retried');
+ok($t->waitforlog(qr/no live upstreams while connecting to upstream, client: 127.0.0.1, server: 127.0.0.1:\d+, upstream: "moving"/),
+	'logged as no live upstreams');
+close $_ for @two;

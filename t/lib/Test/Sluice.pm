@@ -399,18 +399,19 @@ sub raw_log {
 	return map { chomp; [split / /] } <$fh>;
 }
 
-# A listener on 127.0.0.1:port that never accepts, its queue filled by
+# A listener on 127.0.0.1:port (or addr => IP) that never accepts, its queue filled by
 # connections the harness holds: Linux drops further SYNs to it, as a dead
 # host would (connecting hangs until the connect timeout). Kept until the
 # test object goes.
 sub blackhole {
-	my ($self, $port) = @_;
+	my ($self, $port, %opts) = @_;
+	my $addr = $opts{addr} // '127.0.0.1';
 	_release_ports();
-	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$port", Listen => 0, ReuseAddr => 1)
+	my $l = IO::Socket::INET->new(LocalAddr => "$addr:$port", Listen => 0, ReuseAddr => 1)
 		or die "blackhole $port: $!\n";
 	my @fill = ($l);
 	for (1 .. 8) {
-		push @fill, IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Blocking => 0) // last;
+		push @fill, IO::Socket::INET->new(PeerAddr => "$addr:$port", Blocking => 0) // last;
 	}
 	push @{$self->{_blackholes}}, \@fill;
 	return $self;
