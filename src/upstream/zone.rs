@@ -16,13 +16,11 @@ use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::*};
 use std::time::Duration;
 
 use super::peers::{Choice, Live, Peer, PeerLive, Peers};
-use crate::conf::model::{PeerAddr, Upstream};
+use crate::conf::model::{PeerAddr, Upstream, UpstreamBlocks, ZoneSpec, zone_upstream};
 use crate::shm::records::{Ack, BACKUP, DOWN, Header, PeerSlot, RESOLVE, ServerRec, UpstreamRec};
 use crate::shm::{Ref, Region, ShmError};
 
 pub use crate::shm::records::{LAYOUT, MAGIC};
-/// nginx's smallest zone: eight pages.
-pub const MIN_SIZE: u64 = 8 * 4096;
 
 /// Bytes a zone needs besides its peers, and per peer.
 const HEADER: usize = 128;
@@ -776,24 +774,22 @@ impl Zone {
 /// A generation's zones by name.
 pub type Zones = std::collections::HashMap<String, Arc<Zone>>;
 
-/// Builds the zones `http` names (in the master, before forking) and
-/// publishes each zone upstream's configured peers. Peers a zone has no room
-/// for are refused with an `[error]` that says the size needed.
+/// Builds the zones the upstream blocks name (in the master, before
+/// forking) and publishes each zone upstream's configured peers. Peers a
+/// zone has no room for are refused with an `[error]` that says the size
+/// needed.
 pub fn create_all(
-    http: Option<&crate::conf::model::Http>,
+    blocks: &[&UpstreamBlocks],
     generation: u64,
     workers: usize,
 ) -> Result<Zones, ZoneError> {
     let mut zones = Zones::new();
-    let Some(http) = http else { return Ok(zones) };
-    for spec in &http.zones {
-        let ups: Vec<&Upstream> = spec
-            .upstreams
-            .iter()
-            .filter_map(|name| http.upstreams.iter().find(|u| &u.name == name))
-            .map(|u| u.as_ref())
-            .collect();
-        let size = spec.size.unwrap_or(MIN_SIZE);
+    for (b, spec) in blocks
+        .iter()
+        .flat_map(|b| b.zones.iter().map(move |z| (b, z)))
+    {
+        let ups: Vec<&Upstream> = b.of_zone(spec).map(|u| u.as_ref()).collect();
+        let size = spec.size.unwrap_or(ZoneSpec::MIN_SIZE);
         let zone =
             Zone::create(&spec.name, size, generation, &ups, workers).map_err(|e| match e {
                 ZoneError::Shm(source) => ZoneError::Create {
@@ -832,27 +828,22 @@ pub fn create_all(
 /// Returns the (zone, upstream) names it carried peers for.
 pub fn preresolve(
     new: &Zones,
-    new_http: Option<&crate::conf::model::Http>,
+    nb: &[&UpstreamBlocks],
     old: &Zones,
-    old_http: Option<&crate::conf::model::Http>,
+    ob: &[&UpstreamBlocks],
 ) -> Vec<(String, String)> {
     let mut carried = Vec::new();
-    let (Some(nh), Some(oh)) = (new_http, old_http) else {
-        return carried;
-    };
     for (name, z) in new {
         let Some(oz) = old.get(name) else { continue };
         for (i, up_name) in z.upstream_names().iter().enumerate() {
-            let Some(nu) = nh.upstreams.iter().find(|u| &u.name == up_name) else {
+            let Some(nu) = zone_upstream(nb, name, up_name) else {
                 continue;
             };
             if !nu.servers.iter().any(|s| s.resolve) {
                 continue;
             }
-            let (Some(j), Some(ou)) = (
-                oz.upstream(up_name),
-                oh.upstreams.iter().find(|u| &u.name == up_name),
-            ) else {
+            let (Some(j), Some(ou)) = (oz.upstream(up_name), zone_upstream(ob, name, up_name))
+            else {
                 continue;
             };
             let Some(current) = oz.snapshot(j, ou) else {
@@ -902,25 +893,20 @@ pub fn preresolve(
             carried.push((name.clone(), up_name.clone()));
         }
     }
-    carry_choices(new, nh, old, oh);
+    carry_choices(new, nb, old, ob);
     carried
 }
 
 /// `pick_first` across a reload or an upgrade: a new zone upstream whose
 /// old counterpart had chosen a peer that is still listed keeps that choice
 /// (else it starts from the first server again).
-fn carry_choices(
-    new: &Zones,
-    nh: &crate::conf::model::Http,
-    old: &Zones,
-    oh: &crate::conf::model::Http,
-) {
+fn carry_choices(new: &Zones, nb: &[&UpstreamBlocks], old: &Zones, ob: &[&UpstreamBlocks]) {
     for (name, z) in new {
         let Some(oz) = old.get(name) else { continue };
         for (i, up_name) in z.upstream_names().iter().enumerate() {
             let (Some(nu), Some(ou), Some(j)) = (
-                nh.upstreams.iter().find(|u| &u.name == up_name),
-                oh.upstreams.iter().find(|u| &u.name == up_name),
+                zone_upstream(nb, name, up_name),
+                zone_upstream(ob, name, up_name),
                 oz.upstream(up_name),
             ) else {
                 continue;
