@@ -8,6 +8,7 @@ pub mod balancer;
 pub mod body;
 mod crc32;
 pub mod dns;
+pub mod peer_list;
 pub mod peers;
 pub mod pool;
 pub mod race;

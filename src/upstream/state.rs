@@ -18,9 +18,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use super::dns::clamp_expiry;
+use super::peer_list::{Resolved, peer_list};
 use super::peers::{Peers, now_ms};
-use super::zone::{NewPeer, Zone, Zones};
-use crate::conf::model::{PeerAddr, Upstream, UpstreamBlocks, zone_upstream};
+use super::zone::{Zone, Zones};
+use crate::conf::model::{PeerAddr, Upstream, UpstreamBlocks, UpstreamServer, zone_upstream};
 use crate::log::Level;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -286,35 +287,26 @@ pub fn seed_all(zones: &Zones, blocks: &[&UpstreamBlocks], skip: &[(String, Stri
 /// service), with the line's port unless SRV, and their expiry.
 fn seed(z: &Zone, i: usize, u: &Upstream, entries: &[Entry]) {
     let (mono, wall) = (now_ms(), unix_ms());
-    let mut list = Vec::new();
-    for (k, line) in u.servers.iter().enumerate() {
-        let base = |addr: PeerAddr| NewPeer::for_line(line, k, addr);
-        if !line.resolve {
-            list.extend(line.addrs.iter().cloned().map(base));
-            continue;
-        }
-        let mine: Vec<&Entry> = entries
+    let mine = |e: &&Entry, line: &UpstreamServer| e.host == line.host && e.service == line.service;
+    let list = peer_list(u, |_, line| {
+        entries
             .iter()
-            .filter(|e| e.host == line.host && e.service == line.service)
-            .collect();
-        if mine.is_empty() {
-            continue;
-        }
-        for e in &mine {
-            list.push(if line.service.is_some() {
-                NewPeer {
-                    weight: e.weight,
-                    backup: e.backup,
-                    ..base(PeerAddr::Inet(e.addr))
-                }
-            } else {
-                base(PeerAddr::Inet(SocketAddr::new(e.addr.ip(), line.port)))
-            });
-        }
+            .filter(|e| mine(e, line))
+            .map(|e| Resolved {
+                addr: e.addr,
+                weight: e.weight,
+                backup: e.backup,
+            })
+            .collect()
+    });
+    for (k, line) in u.servers.iter().enumerate().filter(|(_, l)| l.resolve) {
         // An expired entry is used and looked up again at once; one too far
         // in the future (a TTL of years, an edited file) no later than an
         // answer could be valid.
-        let expires = mine.iter().map(|e| e.expires).min().unwrap_or(0);
+        let expires = entries.iter().filter(|e| mine(e, line)).map(|e| e.expires);
+        let Some(expires) = expires.min() else {
+            continue;
+        };
         let left = expires.saturating_sub(wall);
         let at = if left == 0 {
             mono.saturating_sub(1000)

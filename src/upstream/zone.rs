@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering::*};
 use std::time::Duration;
 
+use super::peer_list::{NewPeer, Resolved, peer_list};
 use super::peers::{Choice, Live, Peer, PeerLive, Peers};
 use crate::conf::model::{PeerAddr, Upstream, UpstreamBlocks, ZoneSpec, zone_upstream};
 use crate::shm::records::{Ack, BACKUP, DOWN, Header, PeerSlot, RESOLVE, ServerRec, UpstreamRec};
@@ -63,52 +64,6 @@ pub enum ZoneError {
     Busy { zone: String, pid: u32 },
     #[error("zone \"{zone}\" was made by another layout ({found}, this binary uses {LAYOUT})")]
     Layout { zone: String, found: u32 },
-}
-
-/// One peer to publish.
-#[derive(Debug, Clone)]
-pub struct NewPeer {
-    pub addr: PeerAddr,
-    pub server: u32,
-    pub weight: u32,
-    pub max_fails: u32,
-    pub fail_timeout: Duration,
-    pub max_conns: u32,
-    pub backup: bool,
-    pub down: bool,
-}
-
-impl NewPeer {
-    /// A peer of `server` line number `server`, with the line's parameters.
-    pub fn for_line(
-        line: &crate::conf::model::UpstreamServer,
-        server: usize,
-        addr: PeerAddr,
-    ) -> NewPeer {
-        NewPeer {
-            addr,
-            server: server as u32,
-            weight: line.weight,
-            max_fails: line.max_fails,
-            fail_timeout: line.fail_timeout,
-            max_conns: line.max_conns,
-            backup: line.backup,
-            down: line.down,
-        }
-    }
-
-    /// Every address of every `server` line, in order.
-    pub fn from_config(u: &Upstream) -> Vec<NewPeer> {
-        u.servers
-            .iter()
-            .enumerate()
-            .flat_map(|(i, s)| {
-                s.addrs
-                    .iter()
-                    .map(move |a| NewPeer::for_line(s, i, a.clone()))
-            })
-            .collect()
-    }
 }
 
 /// What a publication did.
@@ -849,38 +804,22 @@ pub fn preresolve(
             let Some(current) = oz.snapshot(j, ou) else {
                 continue;
             };
-            let mut list = Vec::new();
-            for (k, line) in nu.servers.iter().enumerate() {
-                let base = |addr: PeerAddr| NewPeer::for_line(line, k, addr);
-                if !line.resolve {
-                    list.extend(line.addrs.iter().cloned().map(base));
-                    continue;
-                }
-                let Some(ok) = ou
-                    .servers
+            // A resolve line's counterpart: the old line with its host and
+            // service.
+            let old_line = |line: &crate::conf::model::UpstreamServer| {
+                ou.servers
                     .iter()
                     .position(|o| o.resolve && o.host == line.host && o.service == line.service)
-                else {
+            };
+            let list = peer_list(nu, |_, line| {
+                old_line(line)
+                    .map(|ok| Resolved::of_line(&current, ok))
+                    .unwrap_or_default()
+            });
+            for (k, line) in nu.servers.iter().enumerate() {
+                let Some(ok) = old_line(line).filter(|_| line.resolve) else {
                     continue;
                 };
-                for p in current.primary.iter().chain(current.backup.iter()) {
-                    if p.server != ok {
-                        continue;
-                    }
-                    let PeerAddr::Inet(sa) = &p.addr else {
-                        continue;
-                    };
-                    let peer = if line.service.is_some() {
-                        NewPeer {
-                            weight: p.weight as u32,
-                            backup: p.backup,
-                            ..base(p.addr.clone())
-                        }
-                    } else {
-                        base(PeerAddr::Inet(SocketAddr::new(sa.ip(), line.port)))
-                    };
-                    list.push(peer);
-                }
                 // No later than the new resolver could make it.
                 let (expires, answered, error) = oz.resolved(j, ok);
                 let valid = nu.resolver.as_ref().and_then(|r| r.valid);
