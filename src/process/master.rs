@@ -263,7 +263,7 @@ fn adopt_zones(
             ),
         }
     }
-    crate::upstream::zone::preresolve(&shm.zones, &cfg.upstream_blocks(), &old, &[&old_blocks])
+    crate::upstream::carry::preresolve(&shm.zones, &cfg.upstream_blocks(), &old, &[&old_blocks])
 }
 
 /// `-t`: builds the configuration's zones once and drops them, as nginx
@@ -819,7 +819,7 @@ impl Master {
         };
         // The new zones start with the resolved peers of the current ones.
         let current = self.current();
-        let carried = crate::upstream::zone::preresolve(
+        let carried = crate::upstream::carry::preresolve(
             &shm.zones,
             &cfg.upstream_blocks(),
             &current.shm.zones,

@@ -6,6 +6,7 @@
 
 pub mod balancer;
 pub mod body;
+pub mod carry;
 mod crc32;
 pub mod dns;
 pub mod peer_list;
