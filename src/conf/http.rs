@@ -526,8 +526,10 @@ pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
     Ok(Http {
         servers,
         error_log: h.error_log,
-        upstreams: upstreams.into_iter().map(Arc::new).collect(),
-        zones,
+        upstreams: UpstreamBlocks {
+            list: upstreams.into_iter().map(Arc::new).collect(),
+            zones,
+        },
         access_log_paths,
         temp_paths,
     })

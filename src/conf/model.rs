@@ -31,9 +31,9 @@ pub struct Config {
 #[derive(Debug, Clone, Default)]
 pub struct Stream {
     pub servers: Vec<StreamServer>,
-    /// `upstream` blocks, then implicit ones for `proxy_pass host:port`.
-    pub upstreams: Vec<Arc<Upstream>>,
-    pub zones: Vec<ZoneSpec>,
+    /// `upstream` blocks, then implicit ones for `proxy_pass host:port`
+    /// (`StreamTarget::Upstream` indexes them), and their zones.
+    pub upstreams: UpstreamBlocks,
     /// Every access log file it names, for the master to open.
     pub access_log_paths: Vec<PathBuf>,
 }
@@ -51,18 +51,65 @@ impl Config {
         all.dedup();
         all
     }
+
+    /// The upstream blocks of every context (http's, then stream's): what
+    /// the zones of a generation are made from.
+    pub fn upstream_blocks(&self) -> Vec<&UpstreamBlocks> {
+        self.http
+            .iter()
+            .map(|h| &h.upstreams)
+            .chain(self.stream.iter().map(|s| &s.upstreams))
+            .collect()
+    }
 }
 
-impl Stream {
-    /// Its upstreams and zones seen as an http block's, for the code that
-    /// builds and carries zones over (the upstream layer is the same).
-    pub fn as_upstream_block(&self) -> Http {
-        Http {
-            upstreams: self.upstreams.clone(),
-            zones: self.zones.clone(),
-            ..Http::default()
-        }
+/// The upstream blocks of one context (`http` or `stream`): its upstreams
+/// and the shared zones they name. Zones are made, carried over at reload
+/// and upgrade, seeded from state files and read by workers from these; a
+/// zone name belongs to one context only, so a zone upstream is known by
+/// its zone's name and its own (`upstream u` may be in both contexts).
+#[derive(Debug, Clone, Default)]
+pub struct UpstreamBlocks {
+    /// Explicit `upstream` blocks first, then the implicit ones `proxy_pass
+    /// host:port` creates; `ProxyPass::upstream` and
+    /// `StreamTarget::Upstream` index this list.
+    pub list: Vec<Arc<Upstream>>,
+    /// Shared memory zones the upstreams name (`zone NAME SIZE`).
+    pub zones: Vec<ZoneSpec>,
+}
+
+impl UpstreamBlocks {
+    pub fn iter(&self) -> std::slice::Iter<'_, Arc<Upstream>> {
+        self.list.iter()
     }
+
+    pub fn get(&self, i: usize) -> Option<&Arc<Upstream>> {
+        self.list.get(i)
+    }
+
+    /// The upstream `name` of zone `zone`.
+    pub fn in_zone(&self, zone: &str, name: &str) -> Option<&Arc<Upstream>> {
+        self.list
+            .iter()
+            .find(|u| u.name == name && u.zone.as_deref() == Some(zone))
+    }
+
+    /// The upstreams zone `spec` holds, in its order.
+    pub fn of_zone<'a>(&'a self, spec: &'a ZoneSpec) -> impl Iterator<Item = &'a Arc<Upstream>> {
+        spec.upstreams
+            .iter()
+            .filter_map(|name| self.in_zone(&spec.name, name))
+    }
+}
+
+/// The upstream `name` of zone `zone`, in whichever context's blocks hold
+/// it.
+pub fn zone_upstream<'a>(
+    blocks: &[&'a UpstreamBlocks],
+    zone: &str,
+    name: &str,
+) -> Option<&'a Arc<Upstream>> {
+    blocks.iter().find_map(|b| b.in_zone(zone, name))
 }
 
 /// One stream `server`.
@@ -125,15 +172,13 @@ pub struct Events {
 pub struct Http {
     pub servers: Vec<Server>,
     pub error_log: Vec<LogSpec>,
-    /// Explicit `upstream` blocks first, then the implicit ones `proxy_pass
-    /// http://host:port` creates; `ProxyPass::upstream` indexes this list.
-    pub upstreams: Vec<Arc<Upstream>>,
+    /// `upstream` blocks, then the implicit ones `proxy_pass
+    /// http://host:port` creates, and their zones.
+    pub upstreams: UpstreamBlocks,
     /// Every access log file any level names, for the master to open.
     pub access_log_paths: Vec<PathBuf>,
     /// Every temp directory any level names, for the master to create.
     pub temp_paths: Vec<PathBuf>,
-    /// Shared memory zones the upstreams name (`zone NAME SIZE`).
-    pub zones: Vec<ZoneSpec>,
 }
 
 /// `resolver` with `resolver_timeout`: how run-time names are resolved.
@@ -158,6 +203,11 @@ pub struct ZoneSpec {
     pub upstreams: Vec<String>,
     /// The `zone` directive that gave its size (errors creating it point there).
     pub src: super::Src,
+}
+
+impl ZoneSpec {
+    /// nginx's smallest zone: eight pages.
+    pub const MIN_SIZE: u64 = 8 * 4096;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -527,7 +577,7 @@ mod tests {
             "events {} http { upstream u { server 127.0.0.1:1; keepalive_time 10s jitter=25%; } }",
         )
         .expect("config");
-        assert_eq!(c.http.expect("http").upstreams[0].keepalive.jitter, 25);
+        assert_eq!(c.http.expect("http").upstreams.list[0].keepalive.jitter, 25);
         for bad in ["jitter=101%", "jitter=x", "spread=5%"] {
             let e = super::super::testutil::err(&format!(
                 "events {{}} http {{ upstream u {{ server 127.0.0.1:1; keepalive_time 10s {bad}; }} }}"
@@ -549,7 +599,7 @@ mod tests {
         )
         .expect("config");
         let h = c.http.expect("http");
-        let u = &h.upstreams[0];
+        let u = &h.upstreams.list[0];
         assert_eq!(u.keepalive.min, 4);
         assert!(matches!(
             u.balancer,

@@ -476,7 +476,7 @@ fn set_zone(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
         Some(text) => {
             let size = super::values::parse_size(text)
                 .ok_or_else(|| ConfError::at(format!("invalid zone size \"{text}\""), &d.src))?;
-            if size < crate::upstream::zone::MIN_SIZE {
+            if size < ZoneSpec::MIN_SIZE {
                 return Err(ConfError::at(
                     format!("zone \"{}\" is too small", d.args[0]),
                     &d.src,

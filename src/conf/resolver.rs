@@ -135,7 +135,7 @@ mod tests {
              upstream u { zone z 64k; server a.test resolve; } }",
         )
         .expect("config");
-        let u = &c.http.expect("http").upstreams[0];
+        let u = &c.http.expect("http").upstreams.list[0];
         let r = u.resolver.as_ref().expect("resolver");
         assert_eq!(
             r.servers.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
@@ -166,14 +166,14 @@ mod tests {
         )
         .expect("config");
         let h = c.http.expect("http");
-        let u = h.upstreams[0].resolver.as_ref().expect("u");
+        let u = h.upstreams.list[0].resolver.as_ref().expect("u");
         assert_eq!(u.servers[0].to_string(), "127.0.0.9:5300");
         assert_eq!(u.timeout, std::time::Duration::from_secs(5));
-        let v = h.upstreams[1].resolver.as_ref().expect("v");
+        let v = h.upstreams.list[1].resolver.as_ref().expect("v");
         assert_eq!(v.servers[0].to_string(), "127.0.0.1:53");
-        assert_eq!(h.upstreams[0].servers[0].port, 8080);
-        assert_eq!(h.upstreams[1].servers[0].port, 80);
-        assert!(h.upstreams[0].servers[0].addrs.is_empty());
+        assert_eq!(h.upstreams.list[0].servers[0].port, 8080);
+        assert_eq!(h.upstreams.list[1].servers[0].port, 80);
+        assert!(h.upstreams.list[0].servers[0].addrs.is_empty());
     }
 
     #[test]
@@ -181,7 +181,7 @@ mod tests {
         let base = "events {} http { resolver 127.0.0.1; upstream u { zone z 64k; ";
         let (c, _) = try_build(&format!("{base} server s.test service=http resolve; }} }}"))
             .expect("config");
-        let line = &c.http.expect("http").upstreams[0].servers[0];
+        let line = &c.http.expect("http").upstreams.list[0].servers[0];
         assert_eq!(line.service.as_deref(), Some("http"));
         assert!(line.resolve && !line.weight_set);
         assert!(

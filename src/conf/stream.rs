@@ -293,7 +293,7 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
     if let Some(h) = http {
         if let Some(z) = zones
             .iter()
-            .find(|z| h.zones.iter().any(|hz| hz.name == z.name))
+            .find(|z| h.upstreams.zones.iter().any(|hz| hz.name == z.name))
         {
             return Err(ConfError::at(
                 format!(
@@ -359,8 +359,10 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
     }
     Ok(Stream {
         servers,
-        upstreams: upstreams.into_iter().map(std::sync::Arc::new).collect(),
-        zones,
+        upstreams: super::model::UpstreamBlocks {
+            list: upstreams.into_iter().map(std::sync::Arc::new).collect(),
+            zones,
+        },
         access_log_paths,
     })
 }
@@ -421,8 +423,8 @@ mod tests {
         assert!(st.servers[0].proxy_next_upstream && !st.servers[0].proxy_half_close);
         assert!(st.servers[1].proxy_half_close);
         assert!(matches!(st.servers[1].target, StreamTarget::Upstream(1)));
-        assert!(st.upstreams[1].implicit);
-        assert_eq!(st.zones[0].name, "zs");
+        assert!(st.upstreams.list[1].implicit);
+        assert_eq!(st.upstreams.zones[0].name, "zs");
         assert!(
             err("events {} stream { server { listen 127.0.0.1:1; proxy_pass nope; } }")
                 .contains("no port in upstream \"nope\"")

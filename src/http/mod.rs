@@ -326,14 +326,8 @@ pub async fn serve(
     };
     let shared = Arc::new(Shared {
         slots,
-        upstreams: Upstreams::new(cfg.http.as_ref(), &shm.zones),
-        stream_upstreams: Upstreams::from_list(
-            cfg.stream
-                .as_ref()
-                .map(|s| s.upstreams.as_slice())
-                .unwrap_or(&[]),
-            &shm.zones,
-        ),
+        upstreams: Upstreams::new(cfg.http.as_ref().map(|h| &h.upstreams), &shm.zones),
+        stream_upstreams: Upstreams::new(cfg.stream.as_ref().map(|s| &s.upstreams), &shm.zones),
         stats: shm.stats.clone(),
         generation: shm.generation,
         dns: crate::upstream::dns::Cache::new(),

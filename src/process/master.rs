@@ -180,9 +180,7 @@ pub fn start(cli: &Cli) -> i32 {
         Some(i) => adopt_zones(&shm, &cfg, i),
         None => Vec::new(),
     };
-    crate::upstream::state::seed_all(&shm.zones, cfg.http.as_ref(), &carried);
-    let stream_block = cfg.stream.as_ref().map(|s| s.as_upstream_block());
-    crate::upstream::state::seed_all(&shm.zones, stream_block.as_ref(), &carried);
+    crate::upstream::state::seed_all(&shm.zones, &cfg.upstream_blocks(), &carried);
     let old_master = inherited.as_ref().map(|i| i.parent);
     drop(inherited);
     if let Some(s) = started {
@@ -246,14 +244,16 @@ fn adopt_zones(
     inherited: &super::upgrade::Inherited,
 ) -> Vec<(String, String)> {
     let mut old = crate::upstream::Zones::new();
-    let mut old_http = crate::conf::model::Http::default();
+    // The old binary's upstreams as its zones record them (their context
+    // does not matter: a zone upstream is known by its zone and its name).
+    let mut old_blocks = crate::conf::model::UpstreamBlocks::default();
     for (name, fd) in &inherited.zones {
         let Ok(fd) = fd.try_clone() else { continue };
         match crate::upstream::Zone::attach(name, fd) {
             Ok(z) => {
                 for i in 0..z.upstream_names().len() {
                     if let Some(u) = z.upstream_config(i) {
-                        old_http.upstreams.push(Arc::new(u));
+                        old_blocks.list.push(Arc::new(u));
                     }
                 }
                 old.insert(name.clone(), Arc::new(z));
@@ -265,16 +265,7 @@ fn adopt_zones(
             ),
         }
     }
-    let mut carried =
-        crate::upstream::zone::preresolve(&shm.zones, cfg.http.as_ref(), &old, Some(&old_http));
-    let stream = cfg.stream.as_ref().map(|s| s.as_upstream_block());
-    carried.extend(crate::upstream::zone::preresolve(
-        &shm.zones,
-        stream.as_ref(),
-        &old,
-        Some(&old_http),
-    ));
-    carried
+    crate::upstream::carry::preresolve(&shm.zones, &cfg.upstream_blocks(), &old, &[&old_blocks])
 }
 
 /// `-t`: builds the configuration's zones once and drops them, as nginx
@@ -291,16 +282,10 @@ fn make_shm(cfg: &Config, generation: u64) -> Result<Shm, ()> {
     } else {
         1
     };
-    let mut zones = crate::upstream::zone::create_all(cfg.http.as_ref(), generation, workers)
+    let zones = crate::upstream::zone::create_all(&cfg.upstream_blocks(), generation, workers)
         .map_err(|e| {
             crate::log!(Level::Emerg, "{}", e);
         })?;
-    let stream = cfg.stream.as_ref().map(|st| st.as_upstream_block());
-    let stream_zones = crate::upstream::zone::create_all(stream.as_ref(), generation, workers)
-        .map_err(|e| {
-            crate::log!(Level::Emerg, "{}", e);
-        })?;
-    zones.extend(stream_zones);
     let stats = if cfg.http.as_ref().is_some_and(has_stub_status) {
         let s = Stats::create().map_err(|e| {
             crate::log!(Level::Emerg, "stub_status: {}", e);
@@ -644,9 +629,7 @@ impl Master {
                 if buf[..n].contains(&b'S') {
                     let generation = w.generation;
                     if let Some(g) = self.generations.iter().find(|g| g.id == generation) {
-                        crate::upstream::state::save_all(&g.shm.zones, g.cfg.http.as_ref());
-                        let stream = g.cfg.stream.as_ref().map(|s| s.as_upstream_block());
-                        crate::upstream::state::save_all(&g.shm.zones, stream.as_ref());
+                        crate::upstream::state::save_all(&g.shm.zones, &g.cfg.upstream_blocks());
                     }
                 }
             }
@@ -838,25 +821,14 @@ impl Master {
         };
         // The new zones start with the resolved peers of the current ones.
         let current = self.current();
-        let mut carried = crate::upstream::zone::preresolve(
+        let carried = crate::upstream::carry::preresolve(
             &shm.zones,
-            cfg.http.as_ref(),
+            &cfg.upstream_blocks(),
             &current.shm.zones,
-            current.cfg.http.as_ref(),
+            &current.cfg.upstream_blocks(),
         );
-        let (new_st, old_st) = (
-            cfg.stream.as_ref().map(|s| s.as_upstream_block()),
-            current.cfg.stream.as_ref().map(|s| s.as_upstream_block()),
-        );
-        carried.extend(crate::upstream::zone::preresolve(
-            &shm.zones,
-            new_st.as_ref(),
-            &current.shm.zones,
-            old_st.as_ref(),
-        ));
         // Those with no old zone to copy from start from their state files.
-        crate::upstream::state::seed_all(&shm.zones, cfg.http.as_ref(), &carried);
-        crate::upstream::state::seed_all(&shm.zones, new_st.as_ref(), &carried);
+        crate::upstream::state::seed_all(&shm.zones, &cfg.upstream_blocks(), &carried);
         self.next_generation += 1;
         self.generations.push(Generation {
             id,

@@ -52,7 +52,7 @@ pub async fn serve(
         return;
     };
     let shared = Arc::new(Shared {
-        upstreams: Upstreams::from_list(&stream.upstreams, &zones),
+        upstreams: Upstreams::new(Some(&stream.upstreams), &zones),
         cfg: cfg.clone(),
         next_conn,
         slots,

@@ -7,8 +7,10 @@
 pub mod attempt;
 pub mod balancer;
 pub mod body;
+pub mod carry;
 mod crc32;
 pub mod dns;
+pub mod peer_list;
 pub mod peers;
 pub mod pool;
 pub mod race;
@@ -19,7 +21,7 @@ pub mod zone;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::conf::model::{Http, Upstream};
+use crate::conf::model::{Upstream, UpstreamBlocks};
 pub use peers::{Outcome, PeerId, Peers, Released, Tried};
 pub use pool::{Pool, Pooled, Registry};
 pub use zone::{Zone, Zones};
@@ -172,31 +174,19 @@ impl UpstreamRt {
     }
 }
 
-/// Every upstream of the configuration, indexed as `Http::upstreams`.
+/// Every upstream of one context (http's or stream's), indexed as its
+/// `UpstreamBlocks::list`.
 #[derive(Clone)]
 pub struct Upstreams(Vec<Arc<UpstreamRt>>);
 
 impl Upstreams {
-    /// `zones` by name: the generation's shared zones this worker inherited.
-    pub fn new(http: Option<&Http>, zones: &Zones) -> Upstreams {
+    /// The context's upstreams (none when it is absent), each with its zone
+    /// from `zones`: the generation's shared zones this worker inherited.
+    pub fn new(blocks: Option<&UpstreamBlocks>, zones: &Zones) -> Upstreams {
         Upstreams(
-            http.map(|h| {
-                h.upstreams
-                    .iter()
-                    .map(|u| {
-                        let zone = u.zone.as_ref().and_then(|z| zones.get(z)).cloned();
-                        Arc::new(UpstreamRt::new(u.clone(), zone))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        )
-    }
-
-    /// A list of upstreams (a `stream` block's) with the zones they name.
-    pub fn from_list(list: &[Arc<Upstream>], zones: &Zones) -> Upstreams {
-        Upstreams(
-            list.iter()
+            blocks
+                .iter()
+                .flat_map(|b| b.iter())
                 .map(|u| {
                     let zone = u.zone.as_ref().and_then(|z| zones.get(z)).cloned();
                     Arc::new(UpstreamRt::new(u.clone(), zone))

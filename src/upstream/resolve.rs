@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::dns::{Answer, Client, DnsError, SrvAnswer, clamp_expiry, strerror};
+use super::peer_list::{Resolved, peer_list};
 use super::peers::now_ms;
-use super::zone::NewPeer;
 use super::{UpstreamRt, Upstreams};
-use crate::conf::model::{PeerAddr, UpstreamServer};
+use crate::conf::model::UpstreamServer;
 use crate::log::Level;
 
 /// How often a worker looks at the lease (and renews it when it holds it).
@@ -133,10 +133,9 @@ async fn follow(
     }
 }
 
-/// A looked-up server line: its peers (address with port, weight, backup)
-/// and how long they are valid, or gone.
+/// A looked-up server line: its peers and how long they are valid, or gone.
 enum Found {
-    Peers(Vec<(SocketAddr, u32, bool)>, Duration),
+    Peers(Vec<Resolved>, Duration),
     NxDomain,
 }
 
@@ -160,7 +159,11 @@ async fn lookup(
             Answer::Addrs { addrs, valid } => Found::Peers(
                 addrs
                     .into_iter()
-                    .map(|ip| (SocketAddr::new(ip, line.port), line.weight, line.backup))
+                    .map(|ip| Resolved {
+                        addr: SocketAddr::new(ip, line.port),
+                        weight: line.weight,
+                        backup: line.backup,
+                    })
                     .collect(),
                 valid,
             ),
@@ -179,11 +182,11 @@ async fn lookup(
                         } else {
                             u32::from(p.weight)
                         };
-                        (
-                            SocketAddr::new(p.addr, p.port),
+                        Resolved {
+                            addr: SocketAddr::new(p.addr, p.port),
                             weight,
-                            p.backup || line.backup,
-                        )
+                            backup: p.backup || line.backup,
+                        }
                     })
                     .collect(),
                 valid,
@@ -207,7 +210,7 @@ fn save_state(u: &UpstreamRt, saved: Option<&tokio::sync::Notify>) {
 
 /// Publishes server line `k`'s new peers with every other line's current
 /// ones.
-fn publish(u: &UpstreamRt, k: usize, found: &[(SocketAddr, u32, bool)]) {
+fn publish(u: &UpstreamRt, k: usize, found: &[Resolved]) {
     let Some((zone, i)) = &u.shared else { return };
     let Some(current) = zone.snapshot(*i, &u.cfg) else {
         crate::log!(
@@ -218,35 +221,13 @@ fn publish(u: &UpstreamRt, k: usize, found: &[(SocketAddr, u32, bool)]) {
         );
         return;
     };
-    let mut list = Vec::new();
-    for (j, line) in u.cfg.servers.iter().enumerate() {
+    let list = peer_list(&u.cfg, |j, _| {
         if j == k {
-            list.extend(found.iter().map(|(addr, weight, backup)| NewPeer {
-                weight: *weight,
-                backup: *backup,
-                ..NewPeer::for_line(line, j, PeerAddr::Inet(*addr))
-            }));
-        } else if line.resolve {
-            list.extend(
-                current
-                    .primary
-                    .iter()
-                    .chain(current.backup.iter())
-                    .filter(|p| p.server == j)
-                    .map(|p| NewPeer {
-                        weight: p.weight as u32,
-                        backup: p.backup,
-                        ..NewPeer::for_line(line, j, p.addr.clone())
-                    }),
-            );
+            found.to_vec()
         } else {
-            list.extend(
-                line.addrs
-                    .iter()
-                    .map(|a| NewPeer::for_line(line, j, a.clone())),
-            );
+            Resolved::of_line(&current, j)
         }
-    }
+    });
     match zone.publish(*i, std::process::id(), &list) {
         Ok(r) if r.refused > 0 => crate::log!(
             Level::Error,

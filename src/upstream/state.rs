@@ -18,9 +18,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use super::dns::clamp_expiry;
+use super::peer_list::{Resolved, peer_list};
 use super::peers::{Peers, now_ms};
-use super::zone::{NewPeer, Zone, Zones};
-use crate::conf::model::{Http, PeerAddr, Upstream};
+use super::zone::{Zone, Zones};
+use crate::conf::model::{PeerAddr, Upstream, UpstreamBlocks, UpstreamServer, zone_upstream};
 use crate::log::Level;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,11 +100,10 @@ pub fn save(zone: &Zone, i: usize, u: &Upstream) {
 
 /// Rewrites every state file of a generation (in the master, when a worker
 /// says its resolved peers changed).
-pub fn save_all(zones: &Zones, http: Option<&Http>) {
-    let Some(http) = http else { return };
-    for z in zones.values() {
+pub fn save_all(zones: &Zones, blocks: &[&UpstreamBlocks]) {
+    for (zname, z) in zones {
         for (i, name) in z.upstream_names().iter().enumerate() {
-            if let Some(u) = http.upstreams.iter().find(|u| &u.name == name) {
+            if let Some(u) = zone_upstream(blocks, zname, name) {
                 if u.state.is_some() {
                     save(z, i, u);
                 }
@@ -265,14 +265,13 @@ pub fn read(path: &Path) -> Vec<Entry> {
 
 /// Seeds the zone upstreams that have a state file, except those in `skip`
 /// (zone and upstream names: a reload copied them from the old zone).
-pub fn seed_all(zones: &Zones, http: Option<&Http>, skip: &[(String, String)]) {
-    let Some(http) = http else { return };
+pub fn seed_all(zones: &Zones, blocks: &[&UpstreamBlocks], skip: &[(String, String)]) {
     for (zname, z) in zones {
         for (i, name) in z.upstream_names().iter().enumerate() {
             if skip.iter().any(|(a, b)| a == zname && b == name) {
                 continue;
             }
-            let Some(u) = http.upstreams.iter().find(|u| &u.name == name) else {
+            let Some(u) = zone_upstream(blocks, zname, name) else {
                 continue;
             };
             let Some(path) = &u.state else { continue };
@@ -288,35 +287,26 @@ pub fn seed_all(zones: &Zones, http: Option<&Http>, skip: &[(String, String)]) {
 /// service), with the line's port unless SRV, and their expiry.
 fn seed(z: &Zone, i: usize, u: &Upstream, entries: &[Entry]) {
     let (mono, wall) = (now_ms(), unix_ms());
-    let mut list = Vec::new();
-    for (k, line) in u.servers.iter().enumerate() {
-        let base = |addr: PeerAddr| NewPeer::for_line(line, k, addr);
-        if !line.resolve {
-            list.extend(line.addrs.iter().cloned().map(base));
-            continue;
-        }
-        let mine: Vec<&Entry> = entries
+    let mine = |e: &&Entry, line: &UpstreamServer| e.host == line.host && e.service == line.service;
+    let list = peer_list(u, |_, line| {
+        entries
             .iter()
-            .filter(|e| e.host == line.host && e.service == line.service)
-            .collect();
-        if mine.is_empty() {
-            continue;
-        }
-        for e in &mine {
-            list.push(if line.service.is_some() {
-                NewPeer {
-                    weight: e.weight,
-                    backup: e.backup,
-                    ..base(PeerAddr::Inet(e.addr))
-                }
-            } else {
-                base(PeerAddr::Inet(SocketAddr::new(e.addr.ip(), line.port)))
-            });
-        }
+            .filter(|e| mine(e, line))
+            .map(|e| Resolved {
+                addr: e.addr,
+                weight: e.weight,
+                backup: e.backup,
+            })
+            .collect()
+    });
+    for (k, line) in u.servers.iter().enumerate().filter(|(_, l)| l.resolve) {
         // An expired entry is used and looked up again at once; one too far
         // in the future (a TTL of years, an edited file) no later than an
         // answer could be valid.
-        let expires = mine.iter().map(|e| e.expires).min().unwrap_or(0);
+        let expires = entries.iter().filter(|e| mine(e, line)).map(|e| e.expires);
+        let Some(expires) = expires.min() else {
+            continue;
+        };
         let left = expires.saturating_sub(wall);
         let at = if left == 0 {
             mono.saturating_sub(1000)
@@ -408,6 +398,64 @@ mod tests {
         assert!(bad(b"a - 10.0.0.1:80 1 0 1\n  ").is_empty());
         // A whole file without a newline at all.
         assert_eq!(bad(b"a - 10.0.0.1:80 1 0 1"), vec![1]);
+    }
+
+    /// http and stream may each have an upstream `u`, in zones of their
+    /// own: each is seeded from and saved to its own state file.
+    #[test]
+    fn same_name_in_two_contexts_keeps_its_own_file() {
+        use crate::conf::model::{Balancer, ZoneSpec};
+        let dir = std::env::temp_dir().join(format!("sluice-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let up = |zone: &str, host: &str, port: u16| {
+            let mut u = crate::upstream::peers::test_upstream(&[], Balancer::RoundRobin);
+            let mut line = crate::conf::model::UpstreamServer::new(host.into(), Vec::new());
+            (line.resolve, line.host, line.port) = (true, host.into(), port);
+            u.servers.push(line);
+            u.zone = Some(zone.into());
+            u.state = Some(dir.join(format!("{zone}.state")));
+            let spec = ZoneSpec {
+                name: zone.into(),
+                size: Some(64 * 1024),
+                upstreams: vec!["u".into()],
+                src: u.src.clone(),
+            };
+            UpstreamBlocks {
+                list: vec![std::sync::Arc::new(u)],
+                zones: vec![spec],
+            }
+        };
+        let (http, stream) = (up("hz", "h.test", 80), up("sz", "s.test", 81));
+        let blocks = [&http, &stream];
+        let later = unix_ms() + 60_000;
+        for (zone, line) in [
+            ("hz", "h.test - 10.0.0.1:80"),
+            ("sz", "s.test - 10.0.0.2:81"),
+        ] {
+            let text = format!("{line} 1 0 {later}\n");
+            std::fs::write(dir.join(format!("{zone}.state")), text).expect("write");
+        }
+        let zones = super::super::zone::create_all(&blocks, 1, 1).expect("zones");
+        seed_all(&zones, &blocks, &[]);
+        for (zone, u, addr) in [("hz", &http, "10.0.0.1:80"), ("sz", &stream, "10.0.0.2:81")] {
+            let z = &zones[zone];
+            let peers = z.snapshot(0, &u.list[0]).expect("snapshot");
+            let got: Vec<String> = peers.primary.iter().map(|p| p.name.to_string()).collect();
+            assert_eq!(got, [addr], "zone {zone}");
+            std::fs::remove_file(dir.join(format!("{zone}.state"))).expect("rm");
+        }
+        save_all(&zones, &blocks);
+        let read = |zone: &str| std::fs::read_to_string(dir.join(format!("{zone}.state")));
+        let (h, s) = (read("hz").expect("hz"), read("sz").expect("sz"));
+        assert!(
+            h.contains("h.test - 10.0.0.1:80 ") && !h.contains("s.test"),
+            "{h}"
+        );
+        assert!(
+            s.contains("s.test - 10.0.0.2:81 ") && !s.contains("h.test"),
+            "{s}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     mod props {

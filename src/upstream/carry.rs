@@ -1,0 +1,104 @@
+//! What a new generation takes over from the one before, at a reload or a
+//! binary upgrade: each `resolve` line's peers and its answer's expiry
+//! (nginx's preresolve), and `pick_first`'s choice. The master calls it
+//! after building the new zones and before the state files seed what is
+//! left (`state.rs`).
+
+use std::sync::atomic::Ordering::*;
+
+use super::peer_list::{Resolved, peer_list};
+use super::zone::Zones;
+use crate::conf::model::{UpstreamBlocks, zone_upstream};
+
+/// Reload (nginx's preresolve): for each zone upstream of the new
+/// configuration whose old counterpart has the same zone and upstream name,
+/// every `resolve` line starts with the peers the old line with the same
+/// host and `service=` has now (address from the old peer; port and
+/// parameters from the new line, except an SRV peer's port and weight), and
+/// with the old answer's expiry, so the first lookup comes when it expires.
+/// Returns the (zone, upstream) names it carried peers for.
+pub fn preresolve(
+    new: &Zones,
+    nb: &[&UpstreamBlocks],
+    old: &Zones,
+    ob: &[&UpstreamBlocks],
+) -> Vec<(String, String)> {
+    let mut carried = Vec::new();
+    for (name, z) in new {
+        let Some(oz) = old.get(name) else { continue };
+        for (i, up_name) in z.upstream_names().iter().enumerate() {
+            let Some(nu) = zone_upstream(nb, name, up_name) else {
+                continue;
+            };
+            if !nu.servers.iter().any(|s| s.resolve) {
+                continue;
+            }
+            let (Some(j), Some(ou)) = (oz.upstream(up_name), zone_upstream(ob, name, up_name))
+            else {
+                continue;
+            };
+            let Some(current) = oz.snapshot(j, ou) else {
+                continue;
+            };
+            // A resolve line's counterpart: the old line with its host and
+            // service.
+            let old_line = |line: &crate::conf::model::UpstreamServer| {
+                ou.servers
+                    .iter()
+                    .position(|o| o.resolve && o.host == line.host && o.service == line.service)
+            };
+            let list = peer_list(nu, |_, line| {
+                old_line(line)
+                    .map(|ok| Resolved::of_line(&current, ok))
+                    .unwrap_or_default()
+            });
+            for (k, line) in nu.servers.iter().enumerate() {
+                let Some(ok) = old_line(line).filter(|_| line.resolve) else {
+                    continue;
+                };
+                // No later than the new resolver could make it.
+                let (expires, answered, error) = oz.resolved(j, ok);
+                let valid = nu.resolver.as_ref().and_then(|r| r.valid);
+                let expires = super::dns::clamp_expiry(expires, super::peers::now_ms(), valid);
+                z.set_resolved(i, k, expires, answered, error);
+            }
+            if let Err(e) = z.publish(i, std::process::id(), &list) {
+                crate::log!(crate::log::Level::Error, "{}", e);
+            }
+            carried.push((name.clone(), up_name.clone()));
+        }
+    }
+    carry_choices(new, nb, old, ob);
+    carried
+}
+
+/// `pick_first` across a reload or an upgrade: a new zone upstream whose
+/// old counterpart had chosen a peer that is still listed keeps that choice
+/// (else it starts from the first server again).
+fn carry_choices(new: &Zones, nb: &[&UpstreamBlocks], old: &Zones, ob: &[&UpstreamBlocks]) {
+    for (name, z) in new {
+        let Some(oz) = old.get(name) else { continue };
+        for (i, up_name) in z.upstream_names().iter().enumerate() {
+            let (Some(nu), Some(ou), Some(j)) = (
+                zone_upstream(nb, name, up_name),
+                zone_upstream(ob, name, up_name),
+                oz.upstream(up_name),
+            ) else {
+                continue;
+            };
+            if !nu.balancer.is_pick_first() {
+                continue;
+            }
+            let (Some(before), Some(now)) = (oz.snapshot(j, ou), z.snapshot(i, nu)) else {
+                continue;
+            };
+            let key = before.choice.load(Relaxed);
+            let Some(was) = before.primary.iter().find(|p| p.key == key) else {
+                continue;
+            };
+            if let Some(p) = now.primary.iter().find(|p| p.addr == was.addr) {
+                now.choice.store(p.key, Relaxed);
+            }
+        }
+    }
+}
