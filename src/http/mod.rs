@@ -491,7 +491,7 @@ impl Sock {
                     crate::log!(
                         Level::Crit,
                         "accept() failed ({})",
-                        crate::conf::tree::errno_text(&e)
+                        crate::log::errno_text(&e)
                     );
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }

@@ -238,7 +238,7 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
                 r.conn.number,
                 "write() \"{}\" failed ({}){}",
                 file.path.display(),
-                crate::conf::tree::errno_text(&e),
+                crate::log::errno_text(&e),
                 r.log_context(None)
             );
             return Err(500);
@@ -269,7 +269,7 @@ fn spool_file(r: &Req) -> Result<Spool, u16> {
                 r.conn.number,
                 "open() \"{}\" failed ({}){}",
                 r.conf.client_body_temp_path.display(),
-                crate::conf::tree::errno_text(&e),
+                crate::log::errno_text(&e),
                 r.log_context(None)
             );
             Err(500)
@@ -347,7 +347,7 @@ async fn connect(
                 Ok(Err(e)) => {
                     return Err((
                         Failure::Error,
-                        format!("connect() failed ({})", crate::conf::tree::errno_text(&e)),
+                        format!("connect() failed ({})", crate::log::errno_text(&e)),
                     ));
                 }
                 Ok(Ok(s)) => {
@@ -370,7 +370,7 @@ async fn connect(
                         format!(
                             "connect() to unix:{} failed ({})",
                             p.display(),
-                            crate::conf::tree::errno_text(&e)
+                            crate::log::errno_text(&e)
                         ),
                     ));
                 }

@@ -466,10 +466,7 @@ async fn open(addr: PeerAddr, timeout: Duration) -> Result<Stream, String> {
             }
             Ok(c)
         }
-        Ok(Err(e)) => Err(format!(
-            "connect() failed ({})",
-            crate::conf::tree::errno_text(&e)
-        )),
+        Ok(Err(e)) => Err(format!("connect() failed ({})", crate::log::errno_text(&e))),
         Err(_) => Err("upstream timed out (110: Connection timed out)".to_string()),
     }
 }
