@@ -3,6 +3,7 @@
 //! workers across `fork`; `reopen` re-opens every file by path (USR1). No I/O happens
 //! here besides writing and opening the sinks; callers decide what to log.
 
+pub mod escape;
 pub mod files;
 
 use std::fmt;
