@@ -72,7 +72,6 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
     let mut pending: HashMap<PeerAddr, usize> = HashMap::new();
     let mut opened_for: HashMap<tokio::task::Id, PeerAddr> = HashMap::new();
     let mut resting: HashMap<PeerAddr, Instant> = HashMap::new();
-    let mut seed: u64 = u64::from(std::process::id()) << 32;
     loop {
         tokio::select! {
             _ = tick.tick() => {
@@ -93,8 +92,7 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
                     let have = u.reg.count(addr) + *busy;
                     for _ in have..n {
                         *busy += 1;
-                        seed = seed.wrapping_add(1);
-                        let max_age = u.cfg.keepalive.age_limit(seed ^ (now_ms() << 20));
+                        let max_age = u.cfg.keepalive.age_limit(crate::upstream::random::next_u64());
                         let task = opening.spawn(open(addr.clone(), timeout, max_age, ANY_LOCATION));
                         opened_for.insert(task.id(), addr.clone());
                     }

@@ -595,13 +595,7 @@ pub(crate) async fn run(
     };
     // Only `random` draws numbers; the others need no seed (and no clock read).
     let seed = match &ups.cfg.balancer {
-        Balancer::Random { .. } => {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0)
-                ^ r.conn.number.rotate_left(32)
-        }
+        Balancer::Random { .. } => crate::upstream::random::next_u64(),
         _ => 0,
     };
     let mut pick_state = PickState::new(seed);
@@ -663,7 +657,7 @@ pub(crate) async fn run(
         let max_age = || {
             ups.cfg
                 .keepalive
-                .age_limit(r.conn.number ^ (now_ms() << 16) ^ u64::from(std::process::id()))
+                .age_limit(crate::upstream::random::next_u64())
         };
         let cached = ups.pool().take(&addr, location_id, now);
         let (id, name, attempt_start, was_cached, mut conn) = match cached {

@@ -330,7 +330,7 @@ async fn connect(s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) ->
         crate::conf::model::Balancer::IpHash => Key::Addr(&addr_key),
         _ => Key::None,
     };
-    let mut pick_state = PickState::new(s.number.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut pick_state = PickState::new(crate::upstream::random::next_u64());
     let pick_first = ups.cfg.balancer.is_pick_first();
     // A failed attempt: logged, recorded, the peer released as failed.
     let failed = |s: &mut Session, id: PeerId, why: &str| {

@@ -11,6 +11,7 @@ pub mod dns;
 pub mod peers;
 pub mod pool;
 pub mod race;
+pub mod random;
 pub mod resolve;
 pub mod state;
 pub mod zone;
