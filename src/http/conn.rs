@@ -18,6 +18,7 @@ use crate::conf::Config;
 use crate::conf::model::ListenAddr;
 use crate::log::Level;
 use crate::upstream::Upstreams;
+use crate::upstream::clock::Clock;
 
 use super::access::LoggedBody;
 use super::pipeline::handle;
@@ -276,7 +277,7 @@ pub async fn serve(
         .unwrap_or(Duration::from_secs(60));
     for u in shared.upstreams.iter() {
         if keeper::wants_keeper(&u.cfg) {
-            keepers.spawn(keeper::keep(u.clone(), connect_timeout));
+            keepers.spawn(keeper::keep(u.clone(), connect_timeout, Clock::new()));
         }
     }
     let mut accepts = tokio::task::JoinSet::new();

@@ -6,6 +6,7 @@
 
 pub mod balancer;
 pub mod body;
+pub mod clock;
 mod crc32;
 pub mod dns;
 pub mod peers;
