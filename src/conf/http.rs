@@ -12,6 +12,7 @@ use super::loc::{Defaults, Escape, LocB, LogFormat};
 use super::model::*;
 use super::proxy::{ProxyPassB, UpstreamB};
 use super::tree::Directive;
+use super::values::{self, HostPortError};
 use super::{ConfError, Paths, Src, vars};
 use crate::log::LogSpec;
 
@@ -164,37 +165,28 @@ pub(super) fn parse_listen_addr(a: &str) -> Result<Vec<ListenAddr>, String> {
         return Ok(vec![ListenAddr::Unix(PathBuf::from(p))]);
     }
     let bad_port = || format!("invalid port in \"{a}\"");
-    if let Some(rest) = a.strip_prefix('[') {
-        let (host, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("invalid IPv6 address in \"{a}\""))?;
-        let ip: Ipv6Addr = host
-            .parse()
-            .map_err(|_| format!("invalid IPv6 address in \"{a}\""))?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse::<u16>().map_err(|_| bad_port())?,
-            None if after.is_empty() => 80,
-            None => return Err(format!("invalid IPv6 address in \"{a}\"")),
-        };
-        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
-            IpAddr::V6(ip),
-            port,
-        ))]);
-    }
+    let bad_v6 = || format!("invalid IPv6 address in \"{a}\"");
+    // A bare number is a port on every address, as `listen 8080`.
     if a.bytes().all(|b| b.is_ascii_digit()) {
-        let port = a.parse::<u16>().map_err(|_| bad_port())?;
+        let port = values::parse_port(a).ok_or_else(bad_port)?;
         return Ok(vec![ListenAddr::Inet(SocketAddr::new(
             IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             port,
         ))]);
     }
-    let (host, port) = match a.rsplit_once(':') {
-        Some((h, p)) => (h, p.parse::<u16>().map_err(|_| bad_port())?),
-        None => (a, 80),
-    };
-    if port == 0 {
-        return Err(bad_port());
+    let hp = values::split_host_port(a).map_err(|e| match e {
+        HostPortError::InvalidPort => bad_port(),
+        HostPortError::InvalidIpv6 => bad_v6(),
+    })?;
+    let port = hp.port.unwrap_or(80);
+    if hp.written.starts_with('[') {
+        let ip: Ipv6Addr = hp.host.parse().map_err(|_| bad_v6())?;
+        return Ok(vec![ListenAddr::Inet(SocketAddr::new(
+            IpAddr::V6(ip),
+            port,
+        ))]);
     }
+    let host = hp.host;
     if host == "*" {
         return Ok(vec![ListenAddr::Inet(SocketAddr::new(
             IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -634,6 +626,17 @@ mod tests {
         assert_eq!(
             e("listen 127.0.0.1:99999;"),
             "invalid port in \"127.0.0.1:99999\" in /t.conf:4"
+        );
+        // nginx's port rule everywhere: digits only, 1 to 65535.
+        for bad in ["0", "[::1]:0", "127.0.0.1:0", "*:+80"] {
+            assert_eq!(
+                e(&format!("listen {bad};")),
+                format!("invalid port in \"{bad}\" in /t.conf:4")
+            );
+        }
+        assert_eq!(
+            e("listen [::1]x;"),
+            "invalid IPv6 address in \"[::1]x\" in /t.conf:4"
         );
         assert_eq!(
             e("listen 80 ssl;"),

@@ -12,7 +12,7 @@ use super::build::{
 };
 use super::model::*;
 use super::tree::Directive;
-use super::{ConfError, Src, vars};
+use super::{ConfError, Src, values, vars};
 
 pub(super) const TABLE: &[Spec] = &[
     Spec {
@@ -237,26 +237,9 @@ pub(super) fn parse_peer(text: &str, src: &Src, what: &str) -> Result<Vec<PeerAd
         }
         return Ok(vec![PeerAddr::Unix(PathBuf::from(p))]);
     }
-    let (host, port) = split_host_port(text)
-        .ok_or_else(|| ConfError::at(format!("invalid port in {what}"), src))?;
-    resolve(&host, port.unwrap_or(80), src, what)
-}
-
-/// Splits `host[:port]` or `[v6][:port]`; None for a bad port.
-fn split_host_port(text: &str) -> Option<(String, Option<u16>)> {
-    if let Some(rest) = text.strip_prefix('[') {
-        let (h, after) = rest.split_once(']')?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => Some(number::<u16>(p).filter(|p| *p > 0)?),
-            None if after.is_empty() => None,
-            None => return None,
-        };
-        return Some((h.to_string(), port));
-    }
-    match text.rsplit_once(':') {
-        Some((h, p)) => Some((h.to_string(), Some(number::<u16>(p).filter(|p| *p > 0)?))),
-        None => Some((text.to_string(), None)),
-    }
+    let hp = values::split_host_port(text)
+        .map_err(|_| ConfError::at(format!("invalid port in {what}"), src))?;
+    resolve(hp.host, hp.port.unwrap_or(80), src, what)
 }
 
 fn set_server(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -442,7 +425,7 @@ fn run_time_name(text: &str) -> Option<(String, Option<u16>)> {
         return None;
     }
     let (host, port) = match text.rsplit_once(':') {
-        Some((h, p)) => (h, p.parse::<u16>().ok().filter(|p| *p > 0)),
+        Some((h, p)) => (h, values::parse_port(p)),
         None => (text, Some(80)),
     };
     if host.parse::<IpAddr>().is_ok() {
@@ -612,9 +595,11 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     let (host, port) = if hostport.starts_with("unix:") {
         (hostport, None)
     } else {
-        split_host_port(&hostport).ok_or_else(|| {
-            ConfError::at(format!("invalid port in upstream \"{hostport}\""), &d.src)
-        })?
+        values::split_host_port(&hostport)
+            .map(|hp| (hp.host.to_string(), hp.port))
+            .map_err(|_| {
+                ConfError::at(format!("invalid port in upstream \"{hostport}\""), &d.src)
+            })?
     };
     l.proxy_pass = Some(ProxyPassB {
         host,

@@ -73,22 +73,16 @@ fn server_addrs(a: &str, d: &Directive) -> Result<Vec<SocketAddr>, ConfError> {
     if let Ok(ip) = a.parse::<std::net::IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, 53)]);
     }
-    if let Ok(sa) = a.parse::<SocketAddr>() {
-        return Ok(vec![sa]);
+    let bad = || ConfError::at(format!("host not found in resolver \"{a}\""), &d.src);
+    let hp = super::values::split_host_port(a).map_err(|_| bad())?;
+    let port = hp.port.unwrap_or(53);
+    if let Ok(ip) = hp.host.parse::<std::net::IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
     }
-    let with_port = if a
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        && !a.starts_with('[')
-    {
-        a.to_string()
-    } else {
-        format!("{a}:53")
-    };
-    with_port
+    (hp.host, port)
         .to_socket_addrs()
         .map(|it| it.collect())
-        .map_err(|_| ConfError::at(format!("host not found in resolver \"{a}\""), &d.src))
+        .map_err(|_| bad())
 }
 
 fn set_resolver(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {

@@ -1,6 +1,6 @@
 //! nginx's value syntaxes: sizes (`512`, `8k`, `1m`), offsets (sizes that may
 //! also be `2g`), times (`500ms`, `30s`, `1h 30m`, bare numbers are seconds),
-//! flags (`on`/`off`). Each refuses what nginx's parser refuses
+//! flags (`on`/`off`), addresses (`host:port`, `[v6]:port`, `unix:path`). Each refuses what nginx's parser refuses
 //! (`ngx_parse_size`, `ngx_parse_offset`, `ngx_parse_time`), overflow
 //! included. Pure functions.
 
@@ -141,6 +141,65 @@ pub fn parse_flag(s: &str) -> Option<bool> {
     }
 }
 
+/// A `host[:port]` split as nginx splits a URL's address part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostPort<'a> {
+    /// The host as written: an IPv6 literal keeps its brackets (`[::1]`).
+    pub written: &'a str,
+    /// The host without the brackets of an IPv6 literal (`::1`).
+    pub host: &'a str,
+    /// None when the text has no port.
+    pub port: Option<u16>,
+}
+
+/// Why a `host:port` was refused; each caller words its own message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostPortError {
+    /// Not digits, or outside 1..65535 (nginx's "invalid port").
+    InvalidPort,
+    /// `[` without `]`, or something other than `:port` after the `]`.
+    InvalidIpv6,
+}
+
+/// A port as nginx reads one: digits only (no sign), 1 to 65535.
+pub fn parse_port(s: &str) -> Option<u16> {
+    digits(s)
+        .filter(|p| (1..=u64::from(u16::MAX)).contains(p))
+        .and_then(|p| u16::try_from(p).ok())
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`. The port is after the last
+/// colon of an unbracketed host. The host itself is not checked here: the
+/// caller resolves it or parses it as an address. `unix:` paths are the
+/// caller's (their syntax differs between `listen`, `server` and `proxy_pass`).
+pub fn split_host_port(text: &str) -> Result<HostPort<'_>, HostPortError> {
+    if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']').ok_or(HostPortError::InvalidIpv6)?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(parse_port(p).ok_or(HostPortError::InvalidPort)?),
+            None if after.is_empty() => None,
+            None => return Err(HostPortError::InvalidIpv6),
+        };
+        return Ok(HostPort {
+            written: &text[..host.len() + 2],
+            host,
+            port,
+        });
+    }
+    match text.rsplit_once(':') {
+        Some((host, p)) => Ok(HostPort {
+            written: host,
+            host,
+            port: Some(parse_port(p).ok_or(HostPortError::InvalidPort)?),
+        }),
+        None => Ok(HostPort {
+            written: text,
+            host: text,
+            port: None,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,5 +296,57 @@ mod tests {
         assert_eq!(parse_flag("on"), Some(true));
         assert_eq!(parse_flag("off"), Some(false));
         assert_eq!(parse_flag("yes"), None);
+    }
+
+    #[test]
+    fn ports_as_nginx_reads_them() {
+        assert_eq!(parse_port("80"), Some(80));
+        assert_eq!(parse_port("65535"), Some(65535));
+        for bad in [
+            "0",
+            "65536",
+            "+80",
+            "-1",
+            " 80",
+            "",
+            "8o",
+            "99999999999999999999",
+        ] {
+            assert_eq!(parse_port(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn host_and_port() {
+        let hp = |written, host, port| {
+            Ok(HostPort {
+                written,
+                host,
+                port,
+            })
+        };
+        assert_eq!(split_host_port("a.test"), hp("a.test", "a.test", None));
+        assert_eq!(
+            split_host_port("a.test:8080"),
+            hp("a.test", "a.test", Some(8080))
+        );
+        assert_eq!(
+            split_host_port("127.0.0.1:81"),
+            hp("127.0.0.1", "127.0.0.1", Some(81))
+        );
+        assert_eq!(split_host_port("[::1]:81"), hp("[::1]", "::1", Some(81)));
+        assert_eq!(split_host_port("[::1]"), hp("[::1]", "::1", None));
+        assert_eq!(split_host_port("*:80"), hp("*", "*", Some(80)));
+        assert_eq!(split_host_port(""), hp("", "", None));
+        let port = Err(HostPortError::InvalidPort);
+        assert_eq!(split_host_port("a.test:x"), port);
+        assert_eq!(split_host_port("a.test:"), port);
+        assert_eq!(split_host_port("a.test:0"), port);
+        assert_eq!(split_host_port("a.test:65536"), port);
+        assert_eq!(split_host_port("[::1]:0"), port);
+        assert_eq!(split_host_port("[::1]:+80"), port);
+        let v6 = Err(HostPortError::InvalidIpv6);
+        assert_eq!(split_host_port("[::1"), v6);
+        assert_eq!(split_host_port("[::1]80"), v6);
     }
 }

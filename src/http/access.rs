@@ -11,36 +11,7 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use super::response::{Body, BoxError};
 use super::vars::Req;
 use crate::conf::loc::Escape;
-
-/// nginx's default escaping: `"`, `\`, and bytes outside 0x20..0x7e as `\xXX`;
-/// an empty value as `-`.
-pub(crate) fn escape_default(v: &str, out: &mut String) {
-    if v.is_empty() {
-        out.push('-');
-        return;
-    }
-    for b in v.bytes() {
-        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
-            out.push_str(&format!("\\x{b:02X}"));
-        } else {
-            out.push(b as char);
-        }
-    }
-}
-
-pub(crate) fn escape_json(v: &str, out: &mut String) {
-    for c in v.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-}
+use crate::log::escape::{escape_default, escape_json};
 
 /// Writes the request's line to each of its access logs.
 pub fn write(req: &Req) {
@@ -152,23 +123,5 @@ impl HttpBody for LoggedBody {
 impl Drop for LoggedBody {
     fn drop(&mut self) {
         self.finish();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes() {
-        let mut s = String::new();
-        escape_default("a\"b\\c\x01é", &mut s);
-        assert_eq!(s, "a\\x22b\\x5Cc\\x01\\xC3\\xA9");
-        let mut s = String::new();
-        escape_default("", &mut s);
-        assert_eq!(s, "-");
-        let mut s = String::new();
-        escape_json("a\"\n\x01", &mut s);
-        assert_eq!(s, "a\\\"\\n\\u0001");
     }
 }

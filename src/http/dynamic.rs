@@ -38,9 +38,9 @@ pub(crate) async fn run(
         Some(i) => (&rest[..i], Some(rest[i..].to_string())),
         None => (rest, None),
     };
-    let (host, port) = match split(hostport) {
-        Some(hp) => hp,
-        None => {
+    let (host, port) = match crate::conf::values::split_host_port(hostport) {
+        Ok(hp) if !hostport.is_empty() => (hp.written, hp.port),
+        _ => {
             crate::log_conn!(
                 Level::Error,
                 r.conn.number,
@@ -146,39 +146,4 @@ pub(crate) async fn run(
         shared,
     )
     .await
-}
-
-/// `host`, `host:port`, `[v6]`, `[v6]:port`.
-fn split(hostport: &str) -> Option<(&str, Option<u16>)> {
-    if hostport.is_empty() {
-        return None;
-    }
-    if hostport.starts_with('[') {
-        let end = hostport.find(']')?;
-        let rest = &hostport[end + 1..];
-        return match rest.strip_prefix(':') {
-            Some(p) => Some((&hostport[..=end], Some(p.parse().ok()?))),
-            None if rest.is_empty() => Some((&hostport[..=end], None)),
-            None => None,
-        };
-    }
-    match hostport.rsplit_once(':') {
-        Some((h, p)) => Some((h, Some(p.parse().ok().filter(|p| *p > 0)?))),
-        None => Some((hostport, None)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split;
-
-    #[test]
-    fn host_and_port() {
-        assert_eq!(split("a.test"), Some(("a.test", None)));
-        assert_eq!(split("a.test:8080"), Some(("a.test", Some(8080))));
-        assert_eq!(split("[::1]:81"), Some(("[::1]", Some(81))));
-        assert_eq!(split("[::1]"), Some(("[::1]", None)));
-        assert_eq!(split("a.test:x"), None);
-        assert_eq!(split(""), None);
-    }
 }

@@ -9,6 +9,7 @@
 //! connect to is left alone for `BACK_OFF`.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,8 @@ use super::proxy::open;
 use crate::conf::model::{Balancer, PeerAddr, Upstream};
 use crate::log::Level;
 use crate::upstream::attempt::Failure;
-use crate::upstream::peers::{Ms, PeerId, Peers, now_ms};
+use crate::upstream::clock::Clock;
+use crate::upstream::peers::{Ms, PeerId, Peers};
 use crate::upstream::pool::ANY_LOCATION;
 use crate::upstream::{Pooled, UpstreamRt};
 
@@ -66,23 +68,35 @@ type Opened = Result<Pooled, Failure>;
 
 /// Keeps `u`'s connections open until the task is aborted (the worker
 /// drains). `timeout` bounds each connect.
-pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
+pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration, clock: Clock) {
+    keep_with(u, clock, move |addr, max_age| {
+        open(addr, timeout, max_age, ANY_LOCATION)
+    })
+    .await
+}
+
+/// `keep`, with the connections opened by `opener(peer, max_age)`; the
+/// tests' opener records when it was called.
+async fn keep_with<F, Fut>(u: Arc<UpstreamRt>, clock: Clock, opener: F)
+where
+    F: Fn(PeerAddr, Duration) -> Fut,
+    Fut: Future<Output = Opened> + Send + 'static,
+{
     let mut tick = tokio::time::interval(KEEP_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut opening: JoinSet<Opened> = JoinSet::new();
     let mut pending: HashMap<PeerAddr, usize> = HashMap::new();
     let mut opened_for: HashMap<tokio::task::Id, PeerAddr> = HashMap::new();
-    let mut resting: HashMap<PeerAddr, Instant> = HashMap::new();
-    let mut seed: u64 = u64::from(std::process::id()) << 32;
+    let mut resting: HashMap<PeerAddr, tokio::time::Instant> = HashMap::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {
                 let peers = u.tidy();
-                let want = wanted(&u.cfg, &peers, now_ms());
+                let want = wanted(&u.cfg, &peers, clock.now_ms());
                 u.pool().set_targets(
                     want.iter().map(|(id, n)| (peers.get(*id).addr.clone(), *n)).collect(),
                 );
-                let now = Instant::now();
+                let now = clock.now();
                 resting.retain(|_, until| *until > now);
                 pending.retain(|_, n| *n > 0);
                 for (id, n) in want {
@@ -94,9 +108,8 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
                     let have = u.reg.count(addr) + *busy;
                     for _ in have..n {
                         *busy += 1;
-                        seed = seed.wrapping_add(1);
-                        let max_age = u.cfg.keepalive.age_limit(seed ^ (now_ms() << 20));
-                        let task = opening.spawn(open(addr.clone(), timeout, max_age, ANY_LOCATION));
+                        let max_age = u.cfg.keepalive.age_limit(crate::upstream::random::next_u64());
+                        let task = opening.spawn(opener(addr.clone(), max_age));
                         opened_for.insert(task.id(), addr.clone());
                     }
                 }
@@ -119,7 +132,7 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
                             // Refused (keepalive_requests 0 and the like):
                             // opening more now would only churn.
                             if !u.pool().put(c, Instant::now()) {
-                                resting.insert(addr, Instant::now() + BACK_OFF);
+                                resting.insert(addr, clock.now() + BACK_OFF);
                             }
                         }
                     }
@@ -131,7 +144,7 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
                             addr,
                             u.cfg.name
                         );
-                        resting.insert(addr, Instant::now() + BACK_OFF);
+                        resting.insert(addr, clock.now() + BACK_OFF);
                     }
                 }
             }
@@ -142,6 +155,7 @@ pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::attempt::Kind;
     use crate::upstream::peers::test_upstream;
 
     #[test]
@@ -179,5 +193,31 @@ mod tests {
             w.iter().map(|(id, n)| (id.index, *n)).collect::<Vec<_>>(),
             [(0, 2), (1, 2)]
         );
+    }
+
+    /// A peer that cannot be connected to is tried on the first tick, then
+    /// left alone for BACK_OFF each time: on paused time, no sleeping.
+    #[tokio::test(start_paused = true)]
+    async fn backs_off_from_a_peer_it_cannot_reach() {
+        let mut u = test_upstream(&[("127.0.0.1:1", 1, false)], Balancer::RoundRobin);
+        u.keepalive.min = 1;
+        let u = Arc::new(UpstreamRt::new(Arc::new(u), None));
+        let clock = Clock::new();
+        let start = clock.now();
+        let tries = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = tries.clone();
+        let opener = move |_: PeerAddr, _: Duration| {
+            seen.lock().unwrap().push(clock.now() - start);
+            async { Err(Failure::upstream(Kind::Error, "connect() failed")) }
+        };
+        let run = tokio::time::timeout(Duration::from_millis(3050), keep_with(u, clock, opener));
+        assert!(run.await.is_err(), "the keeper runs until stopped");
+        let ms: Vec<u128> = tries
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_millis())
+            .collect();
+        assert_eq!(ms, [0, 1000, 2000, 3000]);
     }
 }

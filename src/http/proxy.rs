@@ -27,7 +27,6 @@ use crate::log::Level;
 use crate::net::stream::Stream;
 use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Policy, Requester};
 use crate::upstream::body::{Payload, Spool, UpBody};
-use crate::upstream::peers::now_ms;
 use crate::upstream::{Outcome, Pooled, UpstreamRt};
 
 const HOP_BY_HOP: [&str; 6] = [
@@ -190,7 +189,7 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
                 r.conn.number,
                 "write() \"{}\" failed ({}){}",
                 file.path.display(),
-                crate::conf::tree::errno_text(&e),
+                crate::log::errno_text(&e),
                 r.log_context(None)
             );
             return Err(500);
@@ -221,7 +220,7 @@ fn spool_file(r: &Req) -> Result<Spool, u16> {
                 r.conn.number,
                 "open() \"{}\" failed ({}){}",
                 r.conf.client_body_temp_path.display(),
-                crate::conf::tree::errno_text(&e),
+                crate::log::errno_text(&e),
                 r.log_context(None)
             );
             Err(500)
@@ -320,7 +319,6 @@ struct Cache {
     ups: Arc<UpstreamRt>,
     location: usize,
     timeout: Duration,
-    number: u64,
 }
 
 impl Connector for Cache {
@@ -338,7 +336,7 @@ impl Connector for Cache {
             .ups
             .cfg
             .keepalive
-            .age_limit(self.number ^ (now_ms() << 16) ^ u64::from(std::process::id()));
+            .age_limit(crate::upstream::random::next_u64());
         open(addr, self.timeout, max_age, self.location)
     }
 }
@@ -434,7 +432,6 @@ pub(crate) async fn run(
         ups: ups.clone(),
         location: location_id,
         timeout: conf.proxy_connect_timeout,
-        number: r.conn.number,
     };
     // The peers as this request sees them, for all its tries (a name with
     // no answer yet: wait for it, bounded, not a 502 at once).

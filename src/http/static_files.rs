@@ -58,7 +58,7 @@ fn not_found(r: &Req, what: &str, e: &std::io::Error) -> Reply {
         r.conn.number,
         "{} ({}){}",
         what,
-        crate::conf::tree::errno_text(e),
+        crate::log::errno_text(e),
         r.log_context(None)
     );
     Reply::Status(code)

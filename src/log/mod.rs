@@ -3,6 +3,7 @@
 //! workers across `fork`; `reopen` re-opens every file by path (USR1). No I/O happens
 //! here besides writing and opening the sinks; callers decide what to log.
 
+pub mod escape;
 pub mod files;
 
 use std::fmt;
@@ -230,6 +231,20 @@ pub fn write(level: Level, conn: Option<u64>, msg: fmt::Arguments<'_>) {
     }
 }
 
+/// `2: No such file or directory`, as nginx prints an errno: with the C
+/// library's text (std's), which differs from nix's table for some errors
+/// (ELOOP is "Too many levels of symbolic links").
+pub fn errno_text(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => {
+            let text = std::io::Error::from_raw_os_error(n).to_string();
+            let suffix = format!(" (os error {n})");
+            format!("{n}: {}", text.strip_suffix(&suffix).unwrap_or(&text))
+        }
+        None => e.to_string(),
+    }
+}
+
 /// `log!(Level::Notice, "start worker process {}", pid)`
 #[macro_export]
 macro_rules! log {
@@ -260,6 +275,13 @@ mod tests {
             assert_eq!(Level::parse(l).map(|x| x.as_str()), Some(l));
         }
         assert_eq!(Level::parse("verbose"), None);
+    }
+
+    #[test]
+    fn errno_as_the_c_library_words_it() {
+        let t = |n| errno_text(&std::io::Error::from_raw_os_error(n));
+        assert_eq!(t(2), "2: No such file or directory");
+        assert_eq!(t(40), "40: Too many levels of symbolic links");
     }
 
     #[test]

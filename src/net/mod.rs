@@ -37,7 +37,7 @@ pub enum NetError {
 }
 
 fn errno(e: &std::io::Error) -> String {
-    crate::conf::tree::errno_text(e)
+    crate::log::errno_text(e)
 }
 
 /// One bound address: one socket, or one per worker slot with `reuseport`.

@@ -143,7 +143,7 @@ pub fn start(cli: &Cli) -> i32 {
             Level::Emerg,
             "open() \"{}\" failed ({})",
             pid_path.display(),
-            crate::conf::tree::errno_text(&e)
+            crate::log::errno_text(&e)
         );
         if let Some(s) = started {
             s.report(false);
@@ -549,7 +549,7 @@ impl Master {
                 "rename() {} back to {} failed ({})",
                 self.pid_path.display(),
                 own.display(),
-                crate::conf::tree::errno_text(&e)
+                crate::log::errno_text(&e)
             );
         } else {
             self.pid_path = own;
@@ -680,7 +680,7 @@ impl Master {
                         Level::Alert,
                         "open() \"{}\" failed ({})",
                         p.display(),
-                        crate::conf::tree::errno_text(&e)
+                        crate::log::errno_text(&e)
                     );
                 }
                 chown_logs(&self.current().creds);
@@ -715,7 +715,7 @@ impl Master {
                 "rename() {} to {} failed ({}) before executing new binary process",
                 self.pid_path.display(),
                 oldbin.display(),
-                crate::conf::tree::errno_text(&e)
+                crate::log::errno_text(&e)
             );
             return;
         }
@@ -811,7 +811,7 @@ impl Master {
                     Level::Alert,
                     "open() \"{}\" failed ({})",
                     cfg.main.pid.display(),
-                    crate::conf::tree::errno_text(&e)
+                    crate::log::errno_text(&e)
                 ),
             }
         }

@@ -55,7 +55,7 @@ fn startup_log(cli: &Cli) {
         eprintln!(
             "sluice: [alert] could not open error log file: open() \"{}\" failed ({})",
             p.display(),
-            conf::tree::errno_text(&e)
+            crate::log::errno_text(&e)
         );
         let _ = log::configure(&[LogSpec {
             target: Target::Stderr,
@@ -91,7 +91,7 @@ fn open_logs(cfg: &Config) -> Result<(), ()> {
             Level::Emerg,
             "open() \"{}\" failed ({})",
             p.display(),
-            conf::tree::errno_text(&e)
+            crate::log::errno_text(&e)
         );
     };
     let access_paths = cfg.access_log_paths();
@@ -118,7 +118,7 @@ fn create_temp_paths(cfg: &Config, owner: Option<nix::unistd::Uid>) -> Result<()
                 Level::Emerg,
                 "mkdir() \"{}\" failed ({})",
                 p.display(),
-                conf::tree::errno_text(&e)
+                crate::log::errno_text(&e)
             );
             return Err(());
         }
@@ -160,7 +160,7 @@ fn test_config(cli: &Cli, dump: bool) -> i32 {
                         Level::Emerg,
                         "open() \"{}\" failed ({})",
                         p.display(),
-                        conf::tree::errno_text(&e)
+                        crate::log::errno_text(&e)
                     );
                     logs_ok = false;
                     break;
@@ -206,7 +206,7 @@ fn send_signal(cli: &Cli, s: SignalName) -> i32 {
                 Level::Error,
                 "open() \"{}\" failed ({})",
                 path.display(),
-                conf::tree::errno_text(&e)
+                crate::log::errno_text(&e)
             );
             return 1;
         }

@@ -192,7 +192,7 @@ async fn serve(
             _ = usr1.recv() => {
                 crate::log!(Level::Notice, "reopening logs");
                 for (p, e) in crate::log::reopen().into_iter().chain(crate::log::files::reopen_all()) {
-                    crate::log!(Level::Crit, "open() \"{}\" failed ({})", p.display(), crate::conf::tree::errno_text(&e));
+                    crate::log!(Level::Crit, "open() \"{}\" failed ({})", p.display(), crate::log::errno_text(&e));
                 }
             }
             _ = saved.notified() => {

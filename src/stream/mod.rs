@@ -247,9 +247,9 @@ impl Session {
                         let value = self.var(v);
                         match l.format.escape {
                             Escape::Default => {
-                                crate::http::access::escape_default(&value, &mut line)
+                                crate::log::escape::escape_default(&value, &mut line)
                             }
-                            Escape::Json => crate::http::access::escape_json(&value, &mut line),
+                            Escape::Json => crate::log::escape::escape_json(&value, &mut line),
                             Escape::None => line.push_str(&value),
                         }
                     }

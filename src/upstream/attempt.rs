@@ -71,7 +71,7 @@ impl Failure {
                 "upstream timed out (110: Connection timed out)",
             ),
             ConnectError::Failed(e) => {
-                let errno = crate::conf::tree::errno_text(&e);
+                let errno = crate::log::errno_text(&e);
                 Failure::upstream(
                     Kind::Error,
                     match addr {
@@ -279,13 +279,7 @@ impl Attempts {
         };
         // Only `random` draws numbers; the others need no seed.
         let seed = match &ups.cfg.balancer {
-            Balancer::Random { .. } => {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(0)
-                    ^ who.number().rotate_left(32)
-            }
+            Balancer::Random { .. } => super::random::next_u64(),
             _ => 0,
         };
         Attempts {

@@ -482,20 +482,13 @@ where
 }
 
 fn request(name: &Name, family: RecordType) -> (u16, Vec<u8>) {
-    let id: u16 = rand_id();
+    let id = super::random::next_u64() as u16;
     let mut m = Message::new();
     m.set_id(id)
         .set_message_type(MessageType::Query)
         .set_recursion_desired(true)
         .add_query(Query::query(name.clone(), family));
     (id, m.to_vec().unwrap_or_default())
-}
-
-fn rand_id() -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(Instant::now().elapsed().as_nanos());
-    h.finish() as u16
 }
 
 /// One A or AAAA question.

@@ -93,7 +93,7 @@ pub fn save(zone: &Zone, i: usize, u: &Upstream) {
             Level::Error,
             "state file \"{}\" could not be written ({})",
             path.display(),
-            crate::conf::tree::errno_text(&e)
+            crate::log::errno_text(&e)
         );
     }
 }
@@ -218,7 +218,7 @@ pub fn read(path: &Path) -> Vec<Entry> {
                 Level::Error,
                 "open() \"{}\" failed ({})",
                 path.display(),
-                crate::conf::tree::errno_text(&e)
+                crate::log::errno_text(&e)
             );
             return Vec::new();
         }
@@ -229,7 +229,7 @@ pub fn read(path: &Path) -> Vec<Entry> {
             Level::Error,
             "read() \"{}\" failed ({})",
             path.display(),
-            crate::conf::tree::errno_text(&e)
+            crate::log::errno_text(&e)
         );
         return Vec::new();
     }

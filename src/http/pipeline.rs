@@ -1,0 +1,462 @@
+//! One request through the pipeline: server and location picked, the handler
+//! run (`dispatch`), the reply turned into the response (`finish`: special
+//! statuses, `error_page`, internal redirects, `add_header`), the access log
+//! attached. The connection it arrived on is `conn.rs`'s.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::HOST;
+use hyper::{Request, Response};
+
+use crate::conf::model::{ListenAddr, Location, Return, Server};
+use crate::log::Level;
+
+use super::access::LoggedBody;
+use super::conn::InFlight;
+use super::response::Body;
+use super::vars::{ConnInfo, Req};
+use super::{
+    ClientBody, CloseConnection, Reply, Shared, access, case, dynamic, framing, proxy, realip,
+    response, router, script, static_files, status, uri,
+};
+
+/// `Host` (or the absolute URI's authority) lowercased, without port or final dot.
+/// Err for a host nginx refuses with 400.
+fn request_host(req: &Request<Incoming>) -> Result<Option<String>, ()> {
+    let raw: &str = match req.uri().authority() {
+        Some(a) => a.host(),
+        None => match req.headers().get(HOST) {
+            Some(h) => h.to_str().map_err(|_| ())?,
+            None => return Ok(None),
+        },
+    };
+    let host = if raw.starts_with('[') {
+        match raw.find(']') {
+            Some(end) => &raw[..=end],
+            None => return Err(()),
+        }
+    } else {
+        raw.split(':').next().unwrap_or("")
+    };
+    if host.contains('/') || host.contains("..") || host.starts_with('.') || host.contains('\\') {
+        return Err(());
+    }
+    let host = host.strip_suffix('.').unwrap_or(host);
+    Ok(if host.is_empty() {
+        None
+    } else {
+        Some(host.to_ascii_lowercase())
+    })
+}
+
+/// Serves one request: picks server and location, runs the handler, and
+/// wraps the response so that the access log is written when it is sent.
+pub(super) async fn handle(
+    shared: &Arc<Shared>,
+    info: Arc<ConnInfo>,
+    listen: &ListenAddr,
+    req: Request<Incoming>,
+    nth: u64,
+    flight: InFlight,
+) -> Result<Response<LoggedBody>, CloseConnection> {
+    let Some(http) = shared.cfg.http.as_ref() else {
+        return Err(CloseConnection);
+    };
+    let host = request_host(&req);
+    let Some(server) = shared.router.server(
+        http,
+        listen,
+        info.local,
+        host.as_ref().ok().and_then(|h| h.as_deref()),
+    ) else {
+        return Err(CloseConnection);
+    };
+    let (parts, body) = req.into_parts();
+    let normalized = uri::normalize(parts.uri.path());
+    let location = normalized
+        .as_deref()
+        .and_then(|u| router::find_location(&server.locations, u));
+    let conf = location
+        .map(|l| l.conf.clone())
+        .unwrap_or_else(|| server.conf.clone());
+    let mut r = Req {
+        conn: info,
+        start: std::time::Instant::now(),
+        method: parts.method,
+        version: parts.version,
+        request_uri: parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/".into()),
+        uri: normalized
+            .clone()
+            .unwrap_or_else(|| parts.uri.path().to_string()),
+        args: parts.uri.query().map(str::to_string),
+        headers: parts.headers,
+        host: match &host {
+            Ok(Some(h)) => h.clone(),
+            _ => server.primary_name.clone(),
+        },
+        server_name: server.primary_name.clone(),
+        conf,
+        status: 0,
+        body_bytes_sent: 0,
+        bytes_sent: 0,
+        request_length: 0,
+        proxy_host: String::new(),
+        proxy_port: 0,
+        upstream: Arc::default(),
+        vars: Vec::new(),
+        captures: Vec::new(),
+        uri_changed: false,
+        realip: None,
+    };
+    flight.keepalive(r.conf.keepalive_timeout);
+    let mut closing = false;
+    let bad = framing::request_problem(&r, host.is_ok());
+    let reply = if let Some(framing::Problem { code, why, in_line }) = bad {
+        crate::log_conn!(
+            Level::Info,
+            r.conn.number,
+            "{} while reading client request {}{}",
+            why,
+            if in_line { "line" } else { "headers" },
+            r.log_context(None)
+        );
+        // A request nginx refuses this way also ends its connection.
+        if code == 400 || code == 494 || code == 501 {
+            closing = true;
+        }
+        Ok(Reply::Status(code))
+    } else if host.is_err() {
+        crate::log_conn!(
+            Level::Info,
+            r.conn.number,
+            "client sent invalid host header while reading client request headers"
+        );
+        Ok(Reply::Status(400))
+    } else if normalized.is_none() {
+        Ok(Reply::Status(400))
+    } else {
+        dispatch(
+            shared,
+            &mut r,
+            server,
+            None,
+            ClientBody::Incoming(body),
+            parts.extensions,
+        )
+        .await
+    };
+    let resp = match reply {
+        Ok(reply) => finish(shared, &mut r, server, reply).await,
+        Err(e) => Err(e),
+    };
+    let mut resp = match resp {
+        Ok(resp) => resp,
+        Err(close) => {
+            // 444: logged, then the connection closes without a response.
+            r.status = 444;
+            access::write(&r);
+            return Err(close);
+        }
+    };
+    // Client keep-alive limits: `keepalive_timeout 0` and `keepalive_requests`.
+    if closing
+        || shared.draining.get().is_some()
+        || r.conf.keepalive_timeout.is_zero()
+        || nth >= r.conf.keepalive_requests
+    {
+        resp.headers_mut().insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("close"),
+        );
+    } else if let Some(secs) = r.conf.keepalive_header {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("timeout={secs}")) {
+            resp.headers_mut().insert("keep-alive", v);
+        }
+    }
+    r.status = resp.status().as_u16();
+    // Only an access log reads $bytes_sent.
+    if !r.conf.access_log.is_empty() {
+        r.bytes_sent = header_bytes(&resp);
+    }
+    let (parts, body) = resp.into_parts();
+    Ok(Response::from_parts(
+        parts,
+        LoggedBody::new(body, r, flight),
+    ))
+}
+
+/// About what the status line and headers take on the wire, for `$bytes_sent`.
+fn header_bytes(resp: &Response<Body>) -> u64 {
+    let headers: usize = resp
+        .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    (17 + headers + 2) as u64
+}
+
+async fn dispatch(
+    shared: &Arc<Shared>,
+    r: &mut Req,
+    server: &Server,
+    named: Option<&Location>,
+    body: ClientBody,
+    extensions: hyper::http::Extensions,
+) -> Result<Reply, CloseConnection> {
+    // realip runs first, with the server's settings (nginx's post-read phase).
+    let location_conf = std::mem::replace(&mut r.conf, server.conf.clone());
+    realip::apply(r);
+    r.conf = location_conf;
+    // The server's rewrite directives run before a location is chosen.
+    if named.is_none() {
+        if let script::Flow::Done(reply) = script::run(&server.script, r) {
+            return reply;
+        }
+    }
+    let mut location = named.or_else(|| router::find_location(&server.locations, &r.uri));
+    let mut searches = 0;
+    loop {
+        r.conf = location
+            .map(|l| l.conf.clone())
+            .unwrap_or_else(|| server.conf.clone());
+        let Some(l) = location else { break };
+        match script::run(&l.script, r) {
+            script::Flow::Done(reply) => return reply,
+            script::Flow::Last => {
+                searches += 1;
+                if searches > 10 {
+                    crate::log_conn!(
+                        Level::Error,
+                        r.conn.number,
+                        "rewrite or internal redirection cycle while processing \"{}\"{}",
+                        r.uri,
+                        r.log_context(None)
+                    );
+                    return Ok(Reply::Status(500));
+                }
+                location = router::find_location(&server.locations, &r.uri);
+            }
+            script::Flow::Next | script::Flow::Break => break,
+        }
+    }
+    // Else with the location's (nginx's preaccess phase).
+    realip::apply(r);
+    if let Some(l) = location {
+        match l.handler {
+            Some(crate::conf::model::Handler::Api { .. }) => {
+                drop(body);
+                return Ok(status::api(
+                    r,
+                    &l.uri,
+                    &shared.upstreams,
+                    &shared.stream_upstreams,
+                    shared.generation,
+                ));
+            }
+            Some(crate::conf::model::Handler::StubStatus) => {
+                drop(body);
+                return Ok(status::stub_status(r, shared.stats.as_deref()));
+            }
+            None => {}
+        }
+        if let Some(t) = &l.proxy_pass_var {
+            let id = l as *const Location as usize;
+            return Ok(dynamic::run(r, t, id, body, extensions, shared).await);
+        }
+        if let Some(pp) = &l.proxy_pass {
+            let Some(ups) = shared.upstreams.get(pp.upstream) else {
+                return Ok(Reply::Status(500));
+            };
+            let id = l as *const Location as usize;
+            return Ok(proxy::run(r, ups.clone(), pp, id, body, extensions, shared).await);
+        }
+    }
+    drop(body);
+    Ok(static_files::serve(r).await)
+}
+
+/// Statuses `add_header` applies to without `always`, as nginx's.
+const ADD_HEADER_STATUSES: [u16; 10] = [200, 201, 204, 206, 301, 302, 303, 304, 307, 308];
+
+/// Turns a reply into the response: a special status goes through
+/// `error_page` (an internal redirect, a named location or a redirect) or
+/// gets its built-in page; then `add_header` applies.
+async fn finish(
+    shared: &Arc<Shared>,
+    r: &mut Req,
+    server: &Server,
+    reply: Reply,
+) -> Result<Response<Body>, CloseConnection> {
+    let tokens = r.conf.server_tokens;
+    let mut reply = reply;
+    let mut redirects = 0;
+    let mut resp = loop {
+        match reply {
+            Reply::Full(resp) => break resp,
+            Reply::Status(code) => {
+                let page = r
+                    .conf
+                    .error_page
+                    .iter()
+                    .find(|p| p.codes.contains(&code))
+                    .cloned();
+                break match page {
+                    None => response::status_page(code, tokens),
+                    Some(page) => error_page(shared, r, server, code, &page).await?,
+                };
+            }
+            Reply::Internal(target) => {
+                redirects += 1;
+                if redirects > 10 {
+                    crate::log_conn!(
+                        Level::Error,
+                        r.conn.number,
+                        "rewrite or internal redirection cycle while internally redirecting to \"{}\"{}",
+                        target,
+                        r.log_context(None)
+                    );
+                    break response::status_page(500, tokens);
+                }
+                reply = internal_redirect(shared, r, server, &target).await?;
+            }
+        }
+    };
+    // Our own responses get nginx's spelling of the names we write.
+    if resp.extensions().get::<case::Proxied>().is_none() {
+        if let Some(t) = &shared.header_case {
+            resp.extensions_mut().extend(t.clone());
+        }
+    }
+    let status = resp.status().as_u16();
+    for h in &r.conf.add_header {
+        if !h.always && !ADD_HEADER_STATUSES.contains(&status) {
+            continue;
+        }
+        let v = r.eval(&h.value);
+        if v.is_empty() {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(h.name.as_bytes()),
+            hyper::header::HeaderValue::from_str(&v),
+        ) {
+            resp.headers_mut().append(n, v);
+        }
+    }
+    Ok(resp)
+}
+
+/// Sets a response's status with nginx's reason phrase.
+fn set_status(resp: &mut Response<Body>, code: u16) {
+    if let Ok(s) = hyper::StatusCode::from_u16(code) {
+        *resp.status_mut() = s;
+    }
+    resp.extensions_mut().remove::<hyper::ext::ReasonPhrase>();
+    if let Some(reason) = response::reason(code) {
+        resp.extensions_mut()
+            .insert(hyper::ext::ReasonPhrase::from_static(reason.as_bytes()));
+    }
+}
+
+async fn error_page(
+    shared: &Arc<Shared>,
+    r: &mut Req,
+    server: &Server,
+    code: u16,
+    page: &crate::conf::loc::ErrorPage,
+) -> Result<Response<Body>, CloseConnection> {
+    use crate::conf::loc::ErrorPageStatus;
+    let tokens = r.conf.server_tokens;
+    let target = r.eval(&page.target);
+    if !target.starts_with('/') && !target.starts_with('@') {
+        let code = match page.status {
+            ErrorPageStatus::Code(c @ (301 | 302 | 303 | 307 | 308)) => c,
+            _ => 302,
+        };
+        return Ok(response::redirect(code, &target, tokens));
+    }
+    let inner = internal_redirect(shared, r, server, &target).await?;
+    // error_page does not apply again (nginx's recursive_error_pages off).
+    let mut resp = match inner {
+        Reply::Full(resp) => resp,
+        Reply::Status(c) => response::status_page(c, tokens),
+        Reply::Internal(_) => response::status_page(500, tokens),
+    };
+    match page.status {
+        ErrorPageStatus::Keep => set_status(&mut resp, code),
+        ErrorPageStatus::Code(c) => set_status(&mut resp, c),
+        ErrorPageStatus::Target => {}
+    }
+    Ok(resp)
+}
+
+/// An internal redirect: GET (HEAD stays HEAD), the new URI (or a named
+/// location), the location chosen again, its handler run without a body.
+async fn internal_redirect(
+    shared: &Arc<Shared>,
+    r: &mut Req,
+    server: &Server,
+    target: &str,
+) -> Result<Reply, CloseConnection> {
+    if r.method != hyper::Method::HEAD {
+        r.method = hyper::Method::GET;
+    }
+    let named = if target.starts_with('@') {
+        router::named_location(server, target)
+    } else {
+        let (path, args) = match target.split_once('?') {
+            Some((p, a)) => (p.to_string(), Some(a.to_string())),
+            None => (target.to_string(), None),
+        };
+        r.uri = uri::normalize(&path).unwrap_or(path);
+        r.args = args;
+        r.uri_changed = true;
+        None
+    };
+    Box::pin(dispatch(
+        shared,
+        r,
+        server,
+        named,
+        ClientBody::Empty,
+        Default::default(),
+    ))
+    .await
+}
+
+pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection> {
+    if ret.code == 444 {
+        return Err(CloseConnection);
+    }
+    let tokens = r.conf.server_tokens;
+    let text = ret.text.as_ref().map(|t| r.eval(t));
+    match (ret.code, text) {
+        (301 | 302 | 303 | 307 | 308, Some(loc)) => {
+            let loc = if loc.starts_with('/') {
+                // absolute_redirect on, port_in_redirect on: as nginx builds it.
+                let port = r.conn.local.map(|a| a.port()).unwrap_or(80);
+                if port == 80 {
+                    format!("http://{}{loc}", r.host)
+                } else {
+                    format!("http://{}:{port}{loc}", r.host)
+                }
+            } else {
+                loc
+            };
+            Ok(Reply::Full(response::redirect(ret.code, &loc, tokens)))
+        }
+        (code, Some(body)) => Ok(Reply::Full(response::build(
+            code,
+            Some(&r.conf.default_type),
+            Bytes::from(body),
+            tokens,
+        ))),
+        (code, None) => Ok(Reply::Status(code)),
+    }
+}
