@@ -3,6 +3,7 @@
 //! graceful drain shared with the stream proxy. What a request does once read
 //! is the pipeline's (`pipeline.rs`). Called by `serve`, from `process::worker`.
 
+use crate::net::accept::{Sock, drain};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -300,117 +301,6 @@ pub async fn serve(
         cfg.main.worker_shutdown_timeout,
     )
     .await;
-}
-
-/// A graceful stop: waits until no connection is `active` (each end
-/// notifies `drained`), a fast stop, or `limit` (worker_shutdown_timeout),
-/// which is logged. Shared by the HTTP server and the stream proxy.
-pub(crate) async fn drain(
-    active: &AtomicUsize,
-    drained: &Notify,
-    phase: &mut watch::Receiver<Phase>,
-    limit: Option<Duration>,
-) {
-    let wait = async {
-        loop {
-            let notified = drained.notified();
-            if active.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            tokio::select! {
-                _ = notified => {}
-                _ = phase.changed() => {
-                    if *phase.borrow() == Phase::Fast {
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    match limit {
-        Some(t) => {
-            if tokio::time::timeout(t, wait).await.is_err() {
-                crate::log!(
-                    Level::Notice,
-                    "worker_shutdown_timeout: closing {} connection(s)",
-                    active.load(Ordering::Acquire)
-                );
-            }
-        }
-        None => wait.await,
-    }
-}
-
-/// An accepted connection: the stream, the peer (TCP) and the local address.
-pub(crate) type Accepted = (
-    client_io::Stream,
-    Option<std::net::SocketAddr>,
-    Option<std::net::SocketAddr>,
-);
-
-/// A listening socket in the worker's runtime.
-pub(crate) enum Sock {
-    Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
-}
-
-impl Sock {
-    /// The runtime's socket for an inherited listener (`[alert]` if unusable).
-    pub(crate) fn adopt(l: Listener) -> Option<Sock> {
-        let sock = match &l.addr {
-            ListenAddr::Inet(_) => {
-                tokio::net::TcpListener::from_std(std::net::TcpListener::from(l.fd)).map(Sock::Tcp)
-            }
-            ListenAddr::Unix(_) => {
-                tokio::net::UnixListener::from_std(std::os::unix::net::UnixListener::from(l.fd))
-                    .map(Sock::Unix)
-            }
-        };
-        match sock {
-            Ok(s) => Some(s),
-            Err(e) => {
-                crate::log!(
-                    Level::Alert,
-                    "cannot use listening socket {}: {}",
-                    l.addr,
-                    e
-                );
-                None
-            }
-        }
-    }
-
-    /// The next connection. A failed accept (EMFILE and friends: the host is
-    /// short of something) is logged and tried again after a back-off.
-    pub(crate) async fn accept(&self) -> Accepted {
-        loop {
-            match self.accept_once().await {
-                Ok(a) => return a,
-                Err(e) => {
-                    crate::log!(
-                        Level::Crit,
-                        "accept() failed ({})",
-                        crate::log::errno_text(&e)
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        }
-    }
-
-    async fn accept_once(&self) -> std::io::Result<Accepted> {
-        match self {
-            Sock::Tcp(t) => t.accept().await.map(|(s, peer)| {
-                let local = s.local_addr().ok();
-                let _ = s.set_nodelay(true);
-                (client_io::Stream::Tcp(s), Some(peer), local)
-            }),
-            Sock::Unix(u) => u
-                .accept()
-                .await
-                .map(|(s, _)| (client_io::Stream::Unix(s), None, None)),
-        }
-    }
 }
 
 async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Phase>) {

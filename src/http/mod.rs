@@ -28,7 +28,6 @@ mod tunnel;
 pub mod uri;
 pub mod vars;
 
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
@@ -38,28 +37,14 @@ use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 use crate::conf::Config;
-use crate::conf::model::ListenAddr;
 use crate::upstream::Upstreams;
 use response::Body;
 
 pub use conn::serve;
-pub(crate) use conn::{Idle, InFlight, Io, Sock, Tracked, drain};
+pub(crate) use conn::{Idle, InFlight, Io, Tracked};
 pub(crate) use pipeline::do_return;
 
-/// A listening socket given to this worker, with the address it was bound for.
-pub struct Listener {
-    pub addr: ListenAddr,
-    pub fd: OwnedFd,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    Running,
-    /// QUIT: finish what is in flight, then stop.
-    Graceful,
-    /// TERM/INT: stop now.
-    Fast,
-}
+pub use crate::net::accept::{Listener, Phase};
 
 /// What a handler answers: a response, or a status for nginx's special
 /// response (its page, or an `error_page`).

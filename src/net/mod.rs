@@ -4,6 +4,7 @@
 //! specific ones, only the wildcard is bound and servers are told apart by
 //! the connection's local address, as nginx does.
 
+pub mod accept;
 pub mod copy;
 pub mod slots;
 pub mod stream;

@@ -19,7 +19,7 @@ use tokio::sync::{Notify, watch};
 use crate::conf::Config;
 use crate::conf::model::{ListenAddr, NextUpstream, StreamServer, StreamTarget};
 use crate::conf::vars::{Segment, Template, Var};
-use crate::http::{Listener, Phase};
+use crate::net::accept::{Listener, Phase, Sock, drain};
 use crate::net::slots::Slots;
 use crate::net::stream::Stream;
 use crate::upstream::attempt::{Attempts, Connected, Failure, Plain, Policy, Requester};
@@ -78,7 +78,7 @@ pub async fn serve(
     if *phase.borrow() == Phase::Fast {
         return;
     }
-    crate::http::drain(
+    drain(
         &shared.active,
         &shared.drained,
         &mut phase,
@@ -115,7 +115,7 @@ pub fn is_stream_listener(cfg: &Config, addr: &ListenAddr) -> bool {
 
 async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
     let listen = l.addr.to_string();
-    let Some(sock) = crate::http::Sock::adopt(l) else {
+    let Some(sock) = Sock::adopt(l) else {
         return;
     };
     loop {
