@@ -100,7 +100,10 @@ async fn follow(
         let ms = |d: Duration| d.as_millis() as u64;
         match result {
             Ok(Found::Peers(peers, valid)) => {
-                publish(&u, k, &peers);
+                if !publish(&u, k, &peers) {
+                    due = Some(now + BUSY_RETRY_MS);
+                    continue;
+                }
                 zone.set_resolved(i, k, now + ms(valid), now, 0);
                 save_state(&u, saved.as_deref());
                 due = Some(now + ms(valid) + 1000);
@@ -112,7 +115,10 @@ async fn follow(
                     query_name(line),
                     strerror(3)
                 );
-                publish(&u, k, &[]);
+                if !publish(&u, k, &[]) {
+                    due = Some(now + BUSY_RETRY_MS);
+                    continue;
+                }
                 let valid = ms(resolver.valid.unwrap_or(Duration::from_secs(10)));
                 zone.set_resolved(i, k, now + valid, now, 3);
                 save_state(&u, saved.as_deref());
@@ -208,18 +214,26 @@ fn save_state(u: &UpstreamRt, saved: Option<&tokio::sync::Notify>) {
     }
 }
 
+/// How soon a lookup whose answer met a busy zone is applied again (the
+/// answer is asked for again then: it is as fresh as the retry).
+const BUSY_RETRY_MS: u64 = 100;
+
 /// Publishes server line `k`'s new peers with every other line's current
-/// ones.
-fn publish(u: &UpstreamRt, k: usize, found: &[Resolved]) {
-    let Some((zone, i)) = &u.shared else { return };
+/// ones. False when the zone was busy (another writer, or a publication
+/// under way): nothing changed, the caller tries again on a later tick
+/// instead of waiting for the lock on the worker's runtime.
+fn publish(u: &UpstreamRt, k: usize, found: &[Resolved]) -> bool {
+    let Some((zone, i)) = &u.shared else {
+        return true;
+    };
     let Some(current) = zone.snapshot(*i, &u.cfg) else {
         crate::log!(
-            Level::Error,
-            "zone \"{}\" is busy, answer for upstream \"{}\" not applied",
+            Level::Info,
+            "zone \"{}\" is busy, answer for upstream \"{}\" applied later",
             zone.name,
             u.cfg.name
         );
-        return;
+        return false;
     };
     let list = peer_list(&u.cfg, |j, _| {
         if j == k {
@@ -228,7 +242,7 @@ fn publish(u: &UpstreamRt, k: usize, found: &[Resolved]) {
             Resolved::of_line(&current, j)
         }
     });
-    match zone.publish(*i, std::process::id(), &list) {
+    match zone.try_publish(*i, std::process::id(), &list) {
         Ok(r) if r.refused > 0 => crate::log!(
             Level::Error,
             "zone \"{}\" is too small for the peers of upstream \"{}\": {} of them not added, {} bytes needed",
@@ -238,6 +252,16 @@ fn publish(u: &UpstreamRt, k: usize, found: &[Resolved]) {
             r.needed
         ),
         Ok(_) => {}
+        Err(e @ super::zone::ZoneError::Busy { .. }) => {
+            crate::log!(
+                Level::Info,
+                "{}, answer for upstream \"{}\" applied later",
+                e,
+                u.cfg.name
+            );
+            return false;
+        }
         Err(e) => crate::log!(Level::Error, "{}", e),
     }
+    true
 }

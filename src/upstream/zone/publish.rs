@@ -22,15 +22,37 @@ impl Zone {
     /// the others are retired, new ones take free slots. Peers that find no
     /// slot are refused (reported with the size that would hold them all).
     pub fn publish(&self, u: usize, pid: u32, peers: &[NewPeer]) -> Result<Published, ZoneError> {
+        self.publish_within(u, pid, peers, Some(Duration::from_secs(1)))
+    }
+
+    /// `publish` for a worker: the writer lock is tried once, never waited
+    /// for on the worker's runtime; `Busy` means "try again next tick".
+    pub fn try_publish(
+        &self,
+        u: usize,
+        pid: u32,
+        peers: &[NewPeer],
+    ) -> Result<Published, ZoneError> {
+        self.publish_within(u, pid, peers, None)
+    }
+
+    fn publish_within(
+        &self,
+        u: usize,
+        pid: u32,
+        peers: &[NewPeer],
+        wait: Option<Duration>,
+    ) -> Result<Published, ZoneError> {
         let h = self.header()?;
         let rec = self.rec(u)?;
-        let guard = h
-            .writer
-            .lock(pid, Duration::from_secs(1))
-            .ok_or_else(|| ZoneError::Busy {
-                zone: self.name.clone(),
-                pid: h.writer.owner(),
-            })?;
+        let locked = match wait {
+            Some(limit) => h.writer.lock(pid, limit),
+            None => h.writer.try_lock(pid),
+        };
+        let guard = locked.ok_or_else(|| ZoneError::Busy {
+            zone: self.name.clone(),
+            pid: h.writer.owner(),
+        })?;
         self.reclaim(h);
         let active = rec.active.load(Relaxed) as usize & 1;
         let old_n = (rec.count[active].load(Relaxed) as usize).min(self.slots);
@@ -273,6 +295,28 @@ mod tests {
     use super::super::layout::{fixed, per_peer};
     use super::super::test_util::{names, up};
     use super::*;
+
+    #[test]
+    fn a_worker_does_not_wait_for_a_busy_writer_lock() {
+        let cfg = up(&["127.0.0.1:1"]);
+        let z = Zone::heap("z", 64 * 1024, &[&cfg], 1).expect("zone");
+        let h = z.header().expect("header");
+        // Another live process holds the lock (this test's own pid, as a
+        // stand-in that the lock will not take for dead).
+        let held = h.writer.try_lock(std::process::id()).expect("free");
+        let t = std::time::Instant::now();
+        let r = z.try_publish(0, 1, &NewPeer::from_config(&cfg));
+        assert!(matches!(r, Err(ZoneError::Busy { .. })));
+        // The lock waited for 1 s before; now it is tried once.
+        assert!(t.elapsed() < Duration::from_millis(500), "no waiting");
+        drop(held);
+        assert_eq!(
+            z.try_publish(0, 1, &NewPeer::from_config(&cfg))
+                .expect("free now")
+                .added,
+            1
+        );
+    }
 
     #[test]
     fn duplicate_answers_become_duplicate_peers() {
