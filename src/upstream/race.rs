@@ -123,107 +123,101 @@ impl<T: Send + 'static, E: Send + 'static> Race<T, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::time::Instant;
 
-    fn rt() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime")
+    // Paused time: sleeps end when the runtime has nothing else to do, so
+    // these tests check the schedule to the millisecond and take no time.
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_first_attempt_loses_to_a_second_at_the_delay() {
+        let mut race: Race<&str, &str> = Race::default();
+        race.start(async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok("slow")
+        });
+        let began = Instant::now();
+        let mut asked = Vec::new();
+        let end = race
+            .run(
+                Some(Duration::from_millis(20)),
+                |r| {
+                    asked.push(began.elapsed());
+                    r.start(async { Ok("fast") });
+                    true
+                },
+                |_, _| {},
+            )
+            .await;
+        assert!(matches!(end, Some(Ended::Won(1, "fast"))));
+        assert_eq!(asked, vec![Duration::from_millis(20)]);
+        assert_eq!(began.elapsed(), Duration::from_millis(20));
     }
 
-    #[test]
-    fn a_slow_first_attempt_loses_to_a_second() {
-        rt().block_on(async {
-            let mut race: Race<&str, &str> = Race::default();
-            race.start(async {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                Ok("slow")
-            });
-            let began = std::time::Instant::now();
-            let mut asked = 0;
-            let end = race
-                .run(
-                    Some(Duration::from_millis(20)),
-                    |r| {
-                        asked += 1;
-                        r.start(async { Ok("fast") });
+    #[tokio::test(start_paused = true)]
+    async fn failures_are_reported_until_the_last() {
+        let mut race: Race<(), u32> = Race::default();
+        race.start(async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Err(1)
+        });
+        let began = Instant::now();
+        let mut seen = Vec::new();
+        let end = race
+            .run(
+                Some(Duration::from_millis(10)),
+                |r| {
+                    if r.started < 2 {
+                        r.start(async {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            Err(2)
+                        });
                         true
-                    },
-                    |_, _| {},
-                )
-                .await;
-            assert!(matches!(end, Some(Ended::Won(1, "fast"))));
-            assert_eq!(asked, 1);
-            assert!(began.elapsed() < Duration::from_secs(1));
-        });
+                    } else {
+                        false
+                    }
+                },
+                |k, e| seen.push((k, e, began.elapsed())),
+            )
+            .await;
+        // The first fails at 50 ms while the second runs; the second,
+        // started at 10 ms, fails last at 110 ms.
+        assert_eq!(seen, vec![(0, 1, Duration::from_millis(50))]);
+        assert!(matches!(end, Some(Ended::Lost(1, 2))));
+        assert_eq!(began.elapsed(), Duration::from_millis(110));
     }
 
-    #[test]
-    fn failures_are_reported_until_the_last() {
-        rt().block_on(async {
-            let mut race: Race<(), u32> = Race::default();
-            race.start(async {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Err(1)
-            });
-            let mut seen = Vec::new();
-            let end = race
-                .run(
-                    Some(Duration::from_millis(10)),
-                    |r| {
-                        if r.started < 2 {
-                            r.start(async {
-                                tokio::time::sleep(Duration::from_millis(100)).await;
-                                Err(2)
-                            });
-                            true
-                        } else {
-                            false
-                        }
-                    },
-                    |k, e| seen.push((k, e)),
-                )
-                .await;
-            assert_eq!(seen, vec![(0, 1)]);
-            assert!(matches!(end, Some(Ended::Lost(1, 2))));
+    #[tokio::test(start_paused = true)]
+    async fn losers_finish_in_the_background() {
+        let mut race: Race<&str, &str> = Race::default();
+        race.start(async {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            Err("timed out")
         });
+        let end = race
+            .run(
+                Some(Duration::from_millis(10)),
+                |r| {
+                    r.start(async { Ok("fast") });
+                    true
+                },
+                |_, _| {},
+            )
+            .await;
+        assert!(matches!(end, Some(Ended::Won(1, "fast"))));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        race.finish(move |k, r| {
+            let _ = tx.send((k, r));
+        });
+        // The loser's outcome arrives when its own time is up.
+        assert_eq!(rx.recv().await, Some((0, Err("timed out"))));
+        assert_eq!(rx.recv().await, None, "nothing else, and the task ended");
     }
 
-    #[test]
-    fn losers_finish_in_the_background() {
-        rt().block_on(async {
-            let mut race: Race<&str, &str> = Race::default();
-            race.start(async {
-                tokio::time::sleep(Duration::from_millis(60)).await;
-                Err("timed out")
-            });
-            let end = race
-                .run(
-                    Some(Duration::from_millis(10)),
-                    |r| {
-                        r.start(async { Ok("fast") });
-                        true
-                    },
-                    |_, _| {},
-                )
-                .await;
-            assert!(matches!(end, Some(Ended::Won(1, "fast"))));
-            let (tx, rx) = std::sync::mpsc::channel();
-            race.finish(move |k, r| {
-                let _ = tx.send((k, r));
-            });
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            assert_eq!(rx.try_recv().ok(), Some((0, Err("timed out"))));
-        });
-    }
-
-    #[test]
-    fn without_a_delay_the_first_attempt_runs_alone() {
-        rt().block_on(async {
-            let mut race: Race<(), &str> = Race::default();
-            race.start(async { Err("refused") });
-            let end = race.run(None, |_| panic!("not asked"), |_, _| {}).await;
-            assert!(matches!(end, Some(Ended::Lost(0, "refused"))));
-        });
+    #[tokio::test(start_paused = true)]
+    async fn without_a_delay_the_first_attempt_runs_alone() {
+        let mut race: Race<(), &str> = Race::default();
+        race.start(async { Err("refused") });
+        let end = race.run(None, |_| panic!("not asked"), |_, _| {}).await;
+        assert!(matches!(end, Some(Ended::Lost(0, "refused"))));
     }
 }
