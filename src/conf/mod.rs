@@ -19,7 +19,7 @@ mod rewrite;
 mod status;
 mod stream;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 pub mod tree;
 pub mod values;
 pub mod vars;

@@ -11,11 +11,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::clock::Clock;
 use super::dns::{Answer, Client, DnsError, SrvAnswer, clamp_expiry, strerror};
 use super::peer_list::{Resolved, peer_list};
-use super::peers::now_ms;
 use super::{UpstreamRt, Upstreams};
-use crate::conf::model::UpstreamServer;
+use crate::conf::model::{Resolver, UpstreamServer};
 use crate::log::Level;
 
 /// How often a worker looks at the lease (and renews it when it holds it).
@@ -61,6 +61,25 @@ async fn follow(
     client: Arc<Client>,
     saved: Option<Arc<tokio::sync::Notify>>,
 ) {
+    let ask = move |line: UpstreamServer, resolver: Arc<Resolver>| {
+        let client = client.clone();
+        async move { lookup(&client, &line, &resolver).await }
+    };
+    follow_with(u, k, Clock::new(), ask, saved).await;
+}
+
+/// `follow` on a given clock and with a given way to ask DNS, so that a
+/// test runs the schedule on paused time with answers it chooses.
+async fn follow_with<A, F>(
+    u: Arc<UpstreamRt>,
+    k: usize,
+    clock: Clock,
+    ask: A,
+    saved: Option<Arc<tokio::sync::Notify>>,
+) where
+    A: Fn(UpstreamServer, Arc<Resolver>) -> F,
+    F: std::future::Future<Output = Result<Found, DnsError>>,
+{
     let (Some((zone, i)), Some(resolver)) = (u.shared.clone(), u.cfg.resolver.clone()) else {
         return;
     };
@@ -74,7 +93,7 @@ async fn follow(
             tokio::time::sleep(LEASE_TICK).await;
             continue;
         }
-        let now = now_ms();
+        let now = clock.now_ms();
         // A new holder continues the schedule the zone records, no later
         // than an answer could be valid (the expiry may come from a zone an
         // older binary wrote).
@@ -91,12 +110,12 @@ async fn follow(
             tokio::time::sleep(wait).await;
             continue;
         }
-        let result = lookup(&client, line, &resolver).await;
+        let result = ask(line.clone(), resolver.clone()).await;
         if zone.lease().is_none_or(|l| l.holder() != me) {
             due = None;
             continue;
         }
-        let now = now_ms();
+        let now = clock.now_ms();
         let ms = |d: Duration| d.as_millis() as u64;
         match result {
             Ok(Found::Peers(peers, valid)) => {
@@ -158,7 +177,7 @@ fn query_name(line: &UpstreamServer) -> String {
 async fn lookup(
     client: &Client,
     line: &UpstreamServer,
-    resolver: &crate::conf::model::Resolver,
+    resolver: &Resolver,
 ) -> Result<Found, DnsError> {
     if line.service.is_none() {
         return Ok(match client.resolve(&line.host, resolver).await? {
@@ -264,4 +283,100 @@ fn publish(u: &UpstreamRt, k: usize, found: &[Resolved]) -> bool {
         Err(e) => crate::log!(Level::Error, "{}", e),
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::Zone;
+    use std::sync::Mutex;
+
+    /// A zone upstream with one `resolve` line, its zone, and this process
+    /// holding the zone's resolver lease.
+    fn resolving(clock: &Clock) -> Arc<UpstreamRt> {
+        let (cfg, _) = crate::conf::testutil::try_build(
+            "events {} http { resolver 127.0.0.1:53; resolver_timeout 2s; \
+             upstream u { zone z 64k; server app.test:80 resolve; } \
+             server { listen 127.0.0.1:8080; location / { proxy_pass http://u; } } }",
+        )
+        .expect("config");
+        let ups = cfg.http.expect("http").upstreams;
+        let up = ups.get(0).expect("upstream").clone();
+        let zone = Zone::heap("z", 64 * 1024, &[&*up], 1).expect("zone");
+        let lease = zone.lease().expect("lease");
+        assert!(lease.hold(std::process::id(), clock.now_ms(), LEASE_STALE));
+        Arc::new(UpstreamRt::new(up, Some(Arc::new(zone))))
+    }
+
+    fn peer(last: u8) -> Resolved {
+        Resolved {
+            addr: SocketAddr::from(([127, 0, 0, last], 80)),
+            weight: 1,
+            backup: false,
+        }
+    }
+
+    /// nginx's schedule, on paused time: asked at once; after an answer,
+    /// again when it is no longer valid plus a second; after an error,
+    /// again after max(resolver_timeout, 1 s), the peers kept.
+    #[tokio::test(start_paused = true)]
+    async fn asks_on_nginx_schedule() {
+        let clock = Clock::new();
+        let u = resolving(&clock);
+        let t0 = clock.now();
+        let asked: Arc<Mutex<Vec<u128>>> = Arc::default();
+        let ask = {
+            let asked = asked.clone();
+            move |_: UpstreamServer, _: Arc<Resolver>| {
+                let n = {
+                    let mut a = asked.lock().expect("lock");
+                    a.push(t0.elapsed().as_millis());
+                    a.len()
+                };
+                async move {
+                    match n {
+                        2 => Err(DnsError::Timeout),
+                        _ => Ok(Found::Peers(vec![peer(n as u8)], Duration::from_secs(5))),
+                    }
+                }
+            }
+        };
+        let task = tokio::spawn(follow_with(u.clone(), 0, clock, ask, None));
+        let holds = |last: u8| {
+            let p = u.peers();
+            p.count() == 1 && p.primary[0].addr.to_string() == peer(last).addr.to_string()
+        };
+        // At 7 s the error at 6001 ms has left the first answer's peer.
+        tokio::time::sleep(Duration::from_millis(7_000)).await;
+        assert!(holds(1), "an error keeps the last good peers");
+        tokio::time::sleep(Duration::from_millis(8_000)).await;
+        task.abort();
+        // 1 ms: the first query; 6001: 5 s valid + 1 s; 8001: after the
+        // error, the 2 s resolver_timeout; 14001: 5 s + 1 s again.
+        assert_eq!(*asked.lock().expect("lock"), vec![1, 6001, 8001, 14001]);
+        assert!(holds(4), "the zone holds the last answer's peers");
+    }
+
+    /// A worker that does not hold the lease never asks.
+    #[tokio::test(start_paused = true)]
+    async fn only_the_lease_holder_asks() {
+        let clock = Clock::new();
+        let u = resolving(&clock);
+        if let Some((z, _)) = &u.shared {
+            let l = z.lease().expect("lease");
+            assert!(l.release(std::process::id()));
+        }
+        let asked = Arc::new(Mutex::new(0));
+        let ask = {
+            let asked = asked.clone();
+            move |_: UpstreamServer, _: Arc<Resolver>| {
+                *asked.lock().expect("lock") += 1;
+                async { Err(DnsError::Timeout) }
+            }
+        };
+        let task = tokio::spawn(follow_with(u, 0, clock, ask, None));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        task.abort();
+        assert_eq!(*asked.lock().expect("lock"), 0);
+    }
 }
