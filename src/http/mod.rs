@@ -17,6 +17,7 @@ mod open_file;
 mod pipeline;
 pub mod proxy;
 mod proxy_body;
+mod proxy_plan;
 pub mod range;
 pub mod realip;
 pub mod response;
