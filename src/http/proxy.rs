@@ -1,8 +1,10 @@
-//! The proxy handler (`proxy_pass`): reads the client's body, picks a peer,
-//! connects (or reuses a cached connection), forwards the request with nginx's
-//! header rules, and on a `proxy_next_upstream` condition tries the next peer
-//! within `proxy_next_upstream_tries` and `_timeout`. The response streams back;
-//! its body returns the connection to the keep-alive cache when it ends.
+//! The proxy handler (`proxy_pass`): with the request's plan
+//! (`proxy_plan`), asks the attempt engine (`upstream::attempt`) for a
+//! connected peer (a cached connection or a new one), sends the request,
+//! reads the response head under nginx's framing rules, and on a
+//! `proxy_next_upstream` condition goes back to the engine for the next
+//! peer. The response streams back; its body returns the connection to the
+//! keep-alive cache when it ends.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
