@@ -29,7 +29,7 @@ $t->write_file_expand('sluice.conf', <<'EOF');
 worker_processes 1;
 
 events {
-    worker_connections 7;
+    worker_connections 4;
 }
 
 stream {
@@ -83,10 +83,8 @@ sub open_to {
 	return $s;
 }
 
-# Each listening socket's accept loop holds a slot while it waits, as each
-# of nginx's listening sockets takes a connection (the slot goes to the
-# connection it accepts): with four of them, two HTTP connections and two
-# stream sessions fill worker_connections 7.
+# Two HTTP connections and two stream sessions fill worker_connections 4
+# (listening sockets hold none).
 my @http = map { open_to(port(8080)) } 1 .. 2;
 like(keepalive_get($_, '/h'), qr/ 200 /, 'an HTTP connection holds a slot') for @http;
 my @sessions = map { open_to(port(8070)) } 1 .. 2;
@@ -96,7 +94,7 @@ like(through($sessions[1], '/s1'), qr/ 200 /, 'a second stream session holds a s
 # A fifth client, a stream session, waits for a slot.
 my $fifth = open_to(port(8070));
 is(through($fifth, '/fifth'), '', 'a session past worker_connections waits');
-ok($t->waitforlog(qr/\[warn\] .*7 worker_connections are not enough, waiting for a free one/),
+ok($t->waitforlog(qr/\[warn\] .*4 worker_connections are not enough, waiting for a free one/),
 	'the wait is warned about');
 
 # An HTTP connection closes: the waiting session gets its slot.

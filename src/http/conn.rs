@@ -309,10 +309,12 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
         return;
     };
     loop {
+        let (io, remote, local) = sock.accept().await;
+        // A slot per connection, taken once it is accepted: a listener
+        // waiting for connections holds none.
         let Some(permit) = shared.slots.acquire().await else {
             return;
         };
-        let (io, remote, local) = sock.accept().await;
         let info = ConnInfo {
             number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
             remote,

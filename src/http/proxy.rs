@@ -213,7 +213,10 @@ pub(crate) async fn run(
         let connect_time = c.began.elapsed();
         let sent = plan.body.len();
         let url = format!("http://{}{}", c.name, plan.uri);
-        let Some(req) = request(r, &mut plan, attempts.last()) else {
+        // The last try takes the plan's headers instead of copying them,
+        // unless its connection came from the cache: a stale one gives its
+        // try back, and the next request needs the headers again.
+        let Some(req) = request(r, &mut plan, attempts.last() && !c.cached) else {
             c.held.finish(Outcome::Ok);
             return Reply::Status(400);
         };

@@ -30,6 +30,21 @@ impl PidLock {
             .map(|_| Guard { lock: self, pid })
     }
 
+    /// One try that never waits: the lock, or None while a live process
+    /// holds it. A holder that no longer exists is pushed out first, as
+    /// `lock` does (the caller repairs what the lock protects).
+    pub fn try_take(&self, pid: u32) -> Option<Guard<'_>> {
+        if let Some(g) = self.try_lock(pid) {
+            return Some(g);
+        }
+        let holder = self.owner();
+        if holder != 0 && !alive(holder) {
+            self.force_unlock(holder);
+            return self.try_lock(pid);
+        }
+        None
+    }
+
     /// Spins, then yields, for at most `limit`. A holder that no longer
     /// exists is pushed out (its work was half done: the caller repairs what
     /// the lock protects, as the master does on reaping it).
@@ -127,6 +142,22 @@ mod tests {
         let g = l.lock(std::process::id(), Duration::from_secs(1));
         assert!(g.is_some());
         assert_eq!(l.owner(), std::process::id());
+    }
+
+    #[test]
+    fn one_try_pushes_out_a_dead_owner_but_not_a_live_one() {
+        let l = PidLock::default();
+        let ghost = 4_194_305 + 9;
+        std::mem::forget(l.try_lock(ghost));
+        let g = l
+            .try_take(std::process::id())
+            .expect("the dead owner pushed out");
+        assert!(
+            l.try_take(4242).is_none(),
+            "a live owner (this process) keeps it"
+        );
+        drop(g);
+        assert!(l.try_take(4242).is_some());
     }
 
     #[test]

@@ -119,10 +119,12 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
         return;
     };
     loop {
+        let (io, remote, local) = sock.accept().await;
+        // A slot per connection, taken once it is accepted: a listener
+        // waiting for connections holds none.
         let Some(permit) = shared.slots.acquire().await else {
             return;
         };
-        let (io, remote, local) = sock.accept().await;
         shared.active.fetch_add(1, Ordering::AcqRel);
         let session = Session {
             number: shared.next_conn.fetch_add(1, Ordering::Relaxed),

@@ -119,8 +119,8 @@ async fn follow_with<A, F>(
         let ms = |d: Duration| d.as_millis() as u64;
         match result {
             Ok(Found::Peers(peers, valid)) => {
-                if !publish(&u, k, &peers) {
-                    due = Some(now + BUSY_RETRY_MS);
+                if !publish_when_free(&u, k, &peers, valid).await {
+                    due = None;
                     continue;
                 }
                 zone.set_resolved(i, k, now + ms(valid), now, 0);
@@ -134,11 +134,12 @@ async fn follow_with<A, F>(
                     query_name(line),
                     strerror(3)
                 );
-                if !publish(&u, k, &[]) {
-                    due = Some(now + BUSY_RETRY_MS);
+                let keep = resolver.valid.unwrap_or(Duration::from_secs(10));
+                if !publish_when_free(&u, k, &[], keep).await {
+                    due = None;
                     continue;
                 }
-                let valid = ms(resolver.valid.unwrap_or(Duration::from_secs(10)));
+                let valid = ms(keep);
                 zone.set_resolved(i, k, now + valid, now, 3);
                 save_state(&u, saved.as_deref());
                 due = Some(now + valid + 1000);
@@ -233,26 +234,47 @@ fn save_state(u: &UpstreamRt, saved: Option<&tokio::sync::Notify>) {
     }
 }
 
-/// How soon a lookup whose answer met a busy zone is applied again (the
-/// answer is asked for again then: it is as fresh as the retry).
-const BUSY_RETRY_MS: u64 = 100;
+/// How soon a publication that met a busy zone is tried again.
+const BUSY_RETRY: Duration = Duration::from_millis(100);
+
+/// Publishes an answer, trying again every `BUSY_RETRY` while the zone is
+/// busy (another writer, or a publication under way), for as long as the
+/// answer is `valid`: the worker's runtime never waits for the lock, and
+/// DNS is not asked again meanwhile. Logged once. False if the zone stayed
+/// busy (the caller looks the name up afresh).
+async fn publish_when_free(u: &UpstreamRt, k: usize, found: &[Resolved], valid: Duration) -> bool {
+    let began = tokio::time::Instant::now();
+    let mut told = false;
+    loop {
+        match publish(u, k, found) {
+            Ok(()) => return true,
+            Err(why) => {
+                if !told {
+                    crate::log!(
+                        Level::Info,
+                        "{}, answer for upstream \"{}\" applied when it is free",
+                        why,
+                        u.cfg.name
+                    );
+                    told = true;
+                }
+            }
+        }
+        if began.elapsed() >= valid.max(BUSY_RETRY) {
+            return false;
+        }
+        tokio::time::sleep(BUSY_RETRY).await;
+    }
+}
 
 /// Publishes server line `k`'s new peers with every other line's current
-/// ones. False when the zone was busy (another writer, or a publication
-/// under way): nothing changed, the caller tries again on a later tick
-/// instead of waiting for the lock on the worker's runtime.
-fn publish(u: &UpstreamRt, k: usize, found: &[Resolved]) -> bool {
+/// ones. Err (why) when the zone was busy: nothing changed.
+fn publish(u: &UpstreamRt, k: usize, found: &[Resolved]) -> Result<(), String> {
     let Some((zone, i)) = &u.shared else {
-        return true;
+        return Ok(());
     };
     let Some(current) = zone.snapshot(*i, &u.cfg) else {
-        crate::log!(
-            Level::Info,
-            "zone \"{}\" is busy, answer for upstream \"{}\" applied later",
-            zone.name,
-            u.cfg.name
-        );
-        return false;
+        return Err(format!("zone \"{}\" is busy", zone.name));
     };
     let list = peer_list(&u.cfg, |j, _| {
         if j == k {
@@ -271,18 +293,10 @@ fn publish(u: &UpstreamRt, k: usize, found: &[Resolved]) -> bool {
             r.needed
         ),
         Ok(_) => {}
-        Err(e @ super::zone::ZoneError::Busy { .. }) => {
-            crate::log!(
-                Level::Info,
-                "{}, answer for upstream \"{}\" applied later",
-                e,
-                u.cfg.name
-            );
-            return false;
-        }
+        Err(e @ super::zone::ZoneError::Busy { .. }) => return Err(e.to_string()),
         Err(e) => crate::log!(Level::Error, "{}", e),
     }
-    true
+    Ok(())
 }
 
 #[cfg(test)]

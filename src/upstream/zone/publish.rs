@@ -47,7 +47,7 @@ impl Zone {
         let rec = self.rec(u)?;
         let locked = match wait {
             Some(limit) => h.writer.lock(pid, limit),
-            None => h.writer.try_lock(pid),
+            None => h.writer.try_take(pid),
         };
         let guard = locked.ok_or_else(|| ZoneError::Busy {
             zone: self.name.clone(),
