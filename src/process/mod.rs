@@ -4,6 +4,7 @@
 
 mod daemon;
 mod master;
+mod setup;
 mod sys;
 mod upgrade;
 mod worker;
@@ -135,7 +136,7 @@ fn test_config(cli: &Cli, dump: bool) -> i32 {
     let ok = match load_config(cli) {
         Ok(cfg) => {
             // As root, the workers' user must exist, as it must at start-up.
-            let user_ok = match master::resolve_creds(&cfg) {
+            let user_ok = match setup::resolve_creds(&cfg) {
                 Ok(_) => true,
                 Err(e) => {
                     crate::log!(Level::Emerg, "{}", e);
@@ -153,7 +154,7 @@ fn test_config(cli: &Cli, dump: bool) -> i32 {
                     Target::Stderr => None,
                 })
                 .chain(access_paths.iter());
-            let mut logs_ok = user_ok && master::check_shm(&cfg);
+            let mut logs_ok = user_ok && setup::check_shm(&cfg);
             for p in files {
                 if let Err(e) = log::open_append(p) {
                     crate::log!(

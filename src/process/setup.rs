@@ -1,0 +1,165 @@
+//! What a generation needs before its workers fork, made by the master:
+//! its shared-memory zones (new, or adopted from a binary upgrade), its
+//! listening sockets, the workers' credentials and log ownership, and each
+//! worker's copy of the listeners. Called by `master`.
+
+use std::ffi::CString;
+use std::sync::Arc;
+
+use super::worker::Creds;
+use crate::conf::Config;
+use crate::http::Listener;
+use crate::http::status::{Shm, Stats};
+use crate::log::{self, Level};
+use crate::net::{self, Bound};
+
+/// Maps the zones a binary upgrade handed over and copies their resolved
+/// peers into ours, as a reload does. Returns the (zone, upstream) names
+/// served that way; a zone of another layout is a `[warn]` (the state file
+/// is used instead).
+pub(super) fn adopt_zones(
+    shm: &Shm,
+    cfg: &Config,
+    inherited: &super::upgrade::Inherited,
+) -> Vec<(String, String)> {
+    let mut old = crate::upstream::Zones::new();
+    // The old binary's upstreams as its zones record them (their context
+    // does not matter: a zone upstream is known by its zone and its name).
+    let mut old_blocks = crate::conf::model::UpstreamBlocks::default();
+    for (name, fd) in &inherited.zones {
+        let Ok(fd) = fd.try_clone() else { continue };
+        match crate::upstream::Zone::attach(name, fd) {
+            Ok(z) => {
+                for i in 0..z.upstream_names().len() {
+                    if let Some(u) = z.upstream_config(i) {
+                        old_blocks.list.push(Arc::new(u));
+                    }
+                }
+                old.insert(name.clone(), Arc::new(z));
+            }
+            Err(e) => crate::log!(
+                Level::Warn,
+                "{}; using the state file instead of the old binary's zone",
+                e
+            ),
+        }
+    }
+    crate::upstream::carry::preresolve(&shm.zones, &cfg.upstream_blocks(), &old, &[&old_blocks])
+}
+
+/// `-t`: builds the configuration's zones once and drops them, as nginx
+/// creates its shared memory while testing; false (after `[emerg]`) when one
+/// cannot be made.
+pub(super) fn check_shm(cfg: &Config) -> bool {
+    make_shm(cfg, 1).is_ok()
+}
+
+/// The generation's shared memory, or `[emerg]` and Err.
+pub(super) fn make_shm(cfg: &Config, generation: u64) -> Result<Shm, ()> {
+    let workers = if cfg.main.master_process {
+        cfg.main.worker_processes
+    } else {
+        1
+    };
+    let zones = crate::upstream::zone::create_all(&cfg.upstream_blocks(), generation, workers)
+        .map_err(|e| {
+            crate::log!(Level::Emerg, "{}", e);
+        })?;
+    let stats = if cfg.http.as_ref().is_some_and(has_stub_status) {
+        let s = Stats::create().map_err(|e| {
+            crate::log!(Level::Emerg, "stub_status: {}", e);
+        })?;
+        Some(Arc::new(s))
+    } else {
+        None
+    };
+    Ok(Shm {
+        zones,
+        stats,
+        generation,
+        saved: None,
+    })
+}
+
+pub(super) fn has_stub_status(http: &crate::conf::model::Http) -> bool {
+    fn any(ls: &[crate::conf::model::Location]) -> bool {
+        ls.iter().any(|l| {
+            l.handler == Some(crate::conf::model::Handler::StubStatus) || any(&l.locations)
+        })
+    }
+    http.servers.iter().any(|s| any(&s.locations))
+}
+
+pub(super) fn bind(cfg: &Config, existing: &[Bound]) -> Result<Vec<Bound>, net::NetError> {
+    let listens: Vec<_> = cfg
+        .http
+        .iter()
+        .flat_map(|h| h.servers.iter())
+        .flat_map(|s| s.listen.iter())
+        .chain(
+            cfg.stream
+                .iter()
+                .flat_map(|st| st.servers.iter())
+                .flat_map(|s| s.listen.iter()),
+        )
+        .collect();
+    let planned = net::plan(&listens);
+    net::bind_all(&planned, cfg.main.worker_processes, existing)
+}
+
+/// The user workers switch to, when the master runs as root.
+pub(super) fn resolve_creds(cfg: &Config) -> Result<Option<Creds>, String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let u = &cfg.main.user;
+    let user = nix::unistd::User::from_name(&u.user)
+        .ok()
+        .flatten()
+        .ok_or_else(|| format!("getpwnam(\"{}\") failed", u.user))?;
+    let gid = match &u.group {
+        Some(g) => {
+            nix::unistd::Group::from_name(g)
+                .ok()
+                .flatten()
+                .ok_or_else(|| format!("getgrnam(\"{g}\") failed"))?
+                .gid
+        }
+        // nginx: the group named like the user; else that user's own group.
+        None => nix::unistd::Group::from_name(&u.user)
+            .ok()
+            .flatten()
+            .map(|g| g.gid)
+            .unwrap_or(user.gid),
+    };
+    let name =
+        CString::new(u.user.clone()).map_err(|_| format!("invalid user name \"{}\"", u.user))?;
+    Ok(Some(Creds {
+        name,
+        uid: user.uid,
+        gid,
+    }))
+}
+
+/// Lets the workers' user re-open the log files the master (root) created.
+pub(super) fn chown_logs(creds: &Option<Creds>) {
+    if let Some(c) = creds {
+        for p in log::file_paths().into_iter().chain(log::files::paths()) {
+            let _ = nix::unistd::chown(&p, Some(c.uid), None);
+        }
+    }
+}
+
+/// Duplicates the sockets worker `slot` accepts on.
+pub(super) fn listeners_for(bound: &[Bound], slot: usize) -> Vec<Listener> {
+    bound
+        .iter()
+        .filter_map(|b| {
+            let s = b.socket_for(slot).try_clone().ok()?;
+            Some(Listener {
+                addr: b.addr.clone(),
+                fd: net::into_owned(s),
+            })
+        })
+        .collect()
+}
