@@ -4,7 +4,8 @@
 # connection slots as HTTP: its sessions count in worker_connections
 # together with HTTP connections (a session past the limit waits for a free
 # slot, warned once as for HTTP), and a failed unix connect is logged with
-# the same words as HTTP's, and a session whose connect failed after the
+# the same words as HTTP's, a client that leaves while its upstream
+# connects releases the peer at once, and a session whose connect failed after the
 # upstream's peer list changed is not retried on the new list (nginx's rule,
 # which HTTP had and stream lacked).
 
@@ -20,7 +21,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(13);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(16);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -41,6 +42,13 @@ stream {
         listen 127.0.0.1:%%PORT_8072%%;
         proxy_pass moving;
         proxy_connect_timeout 3s;
+    }
+
+    upstream hole { server 127.0.0.3:%%PORT_8082%% max_conns=1; }
+    server {
+        listen 127.0.0.1:%%PORT_8073%%;
+        proxy_pass hole;
+        proxy_connect_timeout 20s;
     }
     server { listen 127.0.0.1:%%PORT_8071%%; proxy_pass unix:%%TESTDIR%%/nowhere.sock; }
 }
@@ -137,3 +145,20 @@ is($rest, '', 'after the connect timed out and the list moved: closed, not retri
 ok($t->waitforlog(qr/no live upstreams while connecting to upstream, client: 127.0.0.1, server: 127.0.0.1:\d+, upstream: "moving"/),
 	'logged as no live upstreams');
 close $_ for @two;
+
+# A client leaves while its upstream connects (SYNs dropped, 20 s connect
+# timeout): the attempt ends and the peer (max_conns=1) is free again at
+# once, so the next session gets to connect instead of "no live upstreams".
+{
+	my $first = open_to(port(8073));
+	select(undef, undef, undef, 0.3);
+	close $first;
+	ok($t->waitforlog(qr/client closed connection while connecting to upstream, client: 127.0.0.1, server: 127.0.0.1:\d+, upstream: "hole"/),
+		'the client leaving mid-connect is logged');
+	my $before = () = $t->read_file('error.log') =~ /no live upstreams.*upstream: "hole"/g;
+	my $second = open_to(port(8073));
+	ok(!closed_within($second, 1), 'the next session connects (the peer was released)');
+	my $after = () = $t->read_file('error.log') =~ /no live upstreams.*upstream: "hole"/g;
+	is($after, $before, 'no "no live upstreams" for it');
+	close $second;
+}

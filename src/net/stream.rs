@@ -53,12 +53,43 @@ impl Stream {
 
 /// One byte peeked (or end of stream): the client has sent something.
 fn peek(s: &impl std::os::fd::AsFd) -> std::io::Result<()> {
+    peek_len(s).map(|_| ())
+}
+
+/// How many bytes one peek sees (0: the peer closed).
+fn peek_len(s: &impl std::os::fd::AsFd) -> std::io::Result<usize> {
     use nix::sys::socket::{MsgFlags, recv};
     use std::os::fd::AsRawFd;
     let mut b = [0u8; 1];
-    match recv(s.as_fd().as_raw_fd(), &mut b, MsgFlags::MSG_PEEK) {
-        Ok(_) => Ok(()),
-        Err(e) => Err(std::io::Error::from(e)),
+    recv(s.as_fd().as_raw_fd(), &mut b, MsgFlags::MSG_PEEK).map_err(std::io::Error::from)
+}
+
+impl Stream {
+    /// Ends when the peer closes (or the socket fails) before sending
+    /// anything; once it has sent data it is there, and this never ends.
+    /// Reads nothing: what it sent stays for whoever reads next.
+    pub async fn hung_up(&self) {
+        loop {
+            let seen = match self {
+                Stream::Tcp(s) => {
+                    if s.readable().await.is_err() {
+                        return;
+                    }
+                    s.try_io(tokio::io::Interest::READABLE, || peek_len(s))
+                }
+                Stream::Unix(s) => {
+                    if s.readable().await.is_err() {
+                        return;
+                    }
+                    s.try_io(tokio::io::Interest::READABLE, || peek_len(s))
+                }
+            };
+            match seen {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Ok(n) if n > 0 => return std::future::pending().await,
+                _ => return,
+            }
+        }
     }
 }
 

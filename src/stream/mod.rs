@@ -287,8 +287,24 @@ async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared)
         }
         StreamTarget::Upstream(i) => {
             if let Some(ups) = shared.upstreams.get(*i).cloned() {
-                match connect(&mut s, conf, &ups).await {
-                    Some(c) => {
+                // A client that leaves while its upstream connects ends the
+                // attempt: the engine's guards release the peer.
+                let connected = tokio::select! {
+                    c = connect(&mut s, conf, &ups) => Some(c),
+                    () = client.hung_up() => None,
+                };
+                match connected {
+                    None => {
+                        crate::log_conn!(
+                            crate::log::Level::Info,
+                            s.number,
+                            "client closed connection while connecting to upstream{}",
+                            Session::context(&s, &ups.cfg.name, (0, 0))
+                        );
+                        s.status = 499;
+                    }
+                    Some(None) => s.status = 502,
+                    Some(Some(c)) => {
                         s.connected_at = Some(Instant::now());
                         s.copied = crate::net::copy::both(
                             client,
@@ -299,7 +315,6 @@ async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared)
                         .await;
                         c.held.finish(Outcome::Ok);
                     }
-                    None => s.status = 502,
                 }
             }
         }
