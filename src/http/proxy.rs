@@ -67,7 +67,7 @@ async fn connect(addr: &PeerAddr, timeout: Duration) -> Result<SendRequest<UpBod
         .title_case_headers(true)
         .handshake(TokioIo::new(io))
         .await
-        .map_err(|e| Failure::upstream(Kind::Error, format!("handshake failed ({e})")))?;
+        .map_err(|e| Failure::upstream(Kind::Handshake, format!("handshake failed ({e})")))?;
     tokio::spawn(async move {
         // with_upgrades: a 101 hands the connection over to a tunnel.
         let _ = conn.with_upgrades().await;
@@ -227,7 +227,7 @@ pub(crate) async fn run(
                 // without using up a try, as nginx does, and (unlike nginx)
                 // without counting a failure: the peer did nothing wrong, and
                 // pick_first must not move away from it.
-                let stale = c.cached && f.kind == Kind::Error;
+                let stale = c.cached && f.kind == Kind::Closed;
                 let level = if stale { Level::Info } else { Level::Error };
                 let ctx = r.log_context(Some(&url));
                 crate::log_conn!(
@@ -326,7 +326,7 @@ async fn exchange(
         } else {
             conf.proxy_send_timeout
         };
-    let closed = || Failure::upstream(Kind::Error, "upstream prematurely closed connection");
+    let closed = || Failure::upstream(Kind::Closed, "upstream prematurely closed connection");
     let answer = async {
         conn.sender.ready().await?;
         conn.sender.send_request(req).await

@@ -153,7 +153,7 @@ impl ProxyBody {
                     return Err(UpstreamBodyError {
                         message: body_failure(&e),
                         url: self.url(),
-                        kind: Kind::Error,
+                        kind: Kind::Closed,
                     });
                 }
                 Ok(Some(Ok(f))) => {
@@ -201,7 +201,7 @@ impl HttpBody for ProxyBody {
                 Poll::Ready(Some(Err(Box::new(UpstreamBodyError {
                     message: body_failure(&e),
                     url,
-                    kind: Kind::Error,
+                    kind: Kind::Closed,
                 }))))
             }
             Poll::Pending => {

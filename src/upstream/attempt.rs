@@ -34,14 +34,23 @@ pub enum Side {
     Client,
 }
 
-/// What went wrong, in `proxy_next_upstream`'s terms.
+/// What went wrong. `proxy_next_upstream` sees `Timeout` as `timeout`,
+/// `InvalidHeader` as `invalid_header` and the rest as `error`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// Refused, reset, unreachable, closed early: `error`.
+    /// connect() refused (ECONNREFUSED).
+    Refused,
+    /// The connection was reset.
+    Reset,
+    /// The connection was set up but the protocol's start failed.
+    Handshake,
+    /// The peer closed before it answered (or the request could not go).
+    Closed,
+    /// Any other failure (unreachable, no live upstreams, ...).
     Error,
-    /// Nothing within the time allowed: `timeout`.
+    /// Nothing within the time allowed.
     Timeout,
-    /// An answer that cannot be used: `invalid_header`.
+    /// An answer that cannot be used.
     InvalidHeader,
 }
 
@@ -72,8 +81,13 @@ impl Failure {
             ),
             ConnectError::Failed(e) => {
                 let errno = crate::log::errno_text(&e);
+                let kind = match e.kind() {
+                    std::io::ErrorKind::ConnectionRefused => Kind::Refused,
+                    std::io::ErrorKind::ConnectionReset => Kind::Reset,
+                    _ => Kind::Error,
+                };
                 Failure::upstream(
-                    Kind::Error,
+                    kind,
                     match addr {
                         PeerAddr::Unix(p) => {
                             format!("connect() to unix:{} failed ({errno})", p.display())
@@ -88,9 +102,11 @@ impl Failure {
     /// The `proxy_next_upstream` condition it meets.
     pub fn condition(&self) -> u32 {
         match self.kind {
-            Kind::Error => NextUpstream::ERROR,
             Kind::Timeout => NextUpstream::TIMEOUT,
             Kind::InvalidHeader => NextUpstream::INVALID_HEADER,
+            Kind::Refused | Kind::Reset | Kind::Handshake | Kind::Closed | Kind::Error => {
+                NextUpstream::ERROR
+            }
         }
     }
 
@@ -644,9 +660,11 @@ mod tests {
         let refused = || ConnectError::Failed(std::io::Error::from_raw_os_error(111));
         let inet = PeerAddr::Inet("127.0.0.1:1".parse().unwrap());
         let unix = PeerAddr::Unix("/tmp/x.sock".into());
+        let f = Failure::connect(&inet, refused());
+        assert_eq!(f.text, "connect() failed (111: Connection refused)");
         assert_eq!(
-            Failure::connect(&inet, refused()).text,
-            "connect() failed (111: Connection refused)"
+            (f.kind, f.condition(), f.status()),
+            (Kind::Refused, NextUpstream::ERROR, 502)
         );
         assert_eq!(
             Failure::connect(&unix, refused()).text,
