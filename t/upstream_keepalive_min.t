@@ -151,7 +151,8 @@ ok(poll_until(sub { peer()->{open} == 8 }, 5), 'new generation: eight open again
 # keeps its connections.
 my $conf = $t->read_file('sluice.conf');
 (my $bad = $conf) =~ s/keepalive_min 8;/keepalive_min eight;/ or die;
-my ($line) = grep { (split /\n/, $bad)[$_ - 1] =~ /keepalive_min eight/ } 1 .. 200;
+my @lines = split /\n/, $bad;
+my ($line) = grep { $lines[$_ - 1] =~ /keepalive_min eight/ } 1 .. @lines;
 $t->expect_errors(qr/\[emerg\] .*invalid value "eight" in "keepalive_min" directive/);
 $t->write_file('sluice.conf', $bad);
 ok(!$t->reload(), 'bad keepalive_min: reload refused');

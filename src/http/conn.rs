@@ -3,7 +3,7 @@
 //! graceful drain shared with the stream proxy. What a request does once read
 //! is the pipeline's (`pipeline.rs`). Called by `serve`, from `process::worker`.
 
-use crate::net::accept::{Sock, drain};
+use crate::net::accept::{Sock, running, wind_down};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -282,19 +282,11 @@ pub async fn serve(
         let phase = phase.clone();
         accepts.spawn(accept_loop(l, shared, phase));
     }
-    while *phase.borrow_and_update() == Phase::Running {
-        if phase.changed().await.is_err() {
-            break;
-        }
-    }
+    running(&mut phase).await;
     keepers.shutdown().await;
     shared.start_draining();
-    // Stop accepting: the listeners close with their tasks.
-    accepts.shutdown().await;
-    if *phase.borrow() == Phase::Fast {
-        return;
-    }
-    drain(
+    wind_down(
+        &mut accepts,
         &shared.active,
         &shared.drained,
         &mut phase,

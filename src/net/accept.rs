@@ -28,10 +28,35 @@ pub enum Phase {
     Fast,
 }
 
+/// Waits while the worker runs (the phase is `Running`).
+pub async fn running(phase: &mut watch::Receiver<Phase>) {
+    while *phase.borrow_and_update() == Phase::Running {
+        if phase.changed().await.is_err() {
+            break;
+        }
+    }
+}
+
+/// Once the worker stops: stops accepting (the listeners close with their
+/// tasks) and, on a graceful stop, waits for the connections (`drain`).
+pub async fn wind_down(
+    accepts: &mut tokio::task::JoinSet<()>,
+    active: &AtomicUsize,
+    drained: &Notify,
+    phase: &mut watch::Receiver<Phase>,
+    limit: Option<Duration>,
+) {
+    accepts.shutdown().await;
+    if *phase.borrow() == Phase::Fast {
+        return;
+    }
+    drain(active, drained, phase, limit).await;
+}
+
 /// A graceful stop: waits until no connection is `active` (each end
 /// notifies `drained`), a fast stop, or `limit` (worker_shutdown_timeout),
 /// which is logged. Shared by the HTTP server and the stream proxy.
-pub async fn drain(
+async fn drain(
     active: &AtomicUsize,
     drained: &Notify,
     phase: &mut watch::Receiver<Phase>,

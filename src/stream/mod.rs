@@ -19,7 +19,7 @@ use tokio::sync::{Notify, watch};
 use crate::conf::Config;
 use crate::conf::model::{ListenAddr, NextUpstream, StreamServer, StreamTarget};
 use crate::conf::vars::{Segment, Template, Var};
-use crate::net::accept::{Listener, Phase, Sock, drain};
+use crate::net::accept::{Listener, Phase, Sock, running, wind_down};
 use crate::net::slots::Slots;
 use crate::net::stream::Stream;
 use crate::upstream::attempt::{Attempts, Connected, Failure, Plain, Policy, Requester};
@@ -69,16 +69,9 @@ pub async fn serve(
         };
         accepts.spawn(accept_loop(l, server, shared.clone()));
     }
-    while *phase.borrow_and_update() == Phase::Running {
-        if phase.changed().await.is_err() {
-            break;
-        }
-    }
-    accepts.shutdown().await;
-    if *phase.borrow() == Phase::Fast {
-        return;
-    }
-    drain(
+    running(&mut phase).await;
+    wind_down(
+        &mut accepts,
         &shared.active,
         &shared.drained,
         &mut phase,
