@@ -212,7 +212,8 @@ pub(crate) async fn run(
         c.conn.track(&ups.reg, &snap, c.id);
         let connect_time = c.began.elapsed();
         let sent = plan.body.len();
-        let url = format!("http://{}{}", c.name, plan.uri);
+        // Only a log line needs the upstream URL.
+        let url = |c: &Connected<Pooled>, uri: &str| format!("http://{}{uri}", c.name);
         // The last try takes the plan's headers instead of copying them,
         // unless its connection came from the cache: a stale one gives its
         // try back, and the next request needs the headers again.
@@ -229,7 +230,7 @@ pub(crate) async fn run(
                 // pick_first must not move away from it.
                 let stale = c.cached && f.kind == Kind::Closed;
                 let level = if stale { Level::Info } else { Level::Error };
-                let ctx = r.log_context(Some(&url));
+                let ctx = r.log_context(Some(&url(&c, &plan.uri)));
                 crate::log_conn!(
                     level,
                     r.conn.number,
@@ -289,7 +290,7 @@ pub(crate) async fn run(
                     Outcome::Failed
                 };
                 c.held.done();
-                attempts.release(c.id, outcome, || r.log_context(Some(&url)));
+                attempts.release(c.id, outcome, || r.log_context(Some(&url(&c, &plan.uri))));
                 record(r, answered);
                 continue;
             }
