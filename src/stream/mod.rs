@@ -22,7 +22,9 @@ use crate::conf::vars::{Segment, Template, Var};
 use crate::net::accept::{Listener, Phase, Sock, running, wind_down};
 use crate::net::slots::Slots;
 use crate::net::stream::Stream;
-use crate::upstream::attempt::{Attempts, Connected, Failure, Plain, Policy, Requester};
+use crate::upstream::attempt::{
+    Attempts, Connected, Failure, Kind, Plain, Policy, Requester, Side,
+};
 use crate::upstream::{Outcome, UpstreamRt, Upstreams, Zones};
 
 struct Shared {
@@ -288,13 +290,19 @@ async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared)
                 };
                 match connected {
                     None => {
+                        let gone = Failure {
+                            side: Side::Client,
+                            kind: Kind::Closed,
+                            text: "client closed connection".into(),
+                        };
                         crate::log_conn!(
                             crate::log::Level::Info,
                             s.number,
-                            "client closed connection while connecting to upstream{}",
+                            "{} while connecting to upstream{}",
+                            gone.text,
                             Session::context(&s, &ups.cfg.name, (0, 0))
                         );
-                        s.status = 499;
+                        s.status = gone.status();
                     }
                     Some(None) => s.status = 502,
                     Some(Some(c)) => {

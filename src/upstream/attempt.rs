@@ -539,11 +539,6 @@ impl Attempts {
     pub fn last(&self) -> bool {
         self.tries_left == 0
     }
-
-    /// When the first try began.
-    pub fn started(&self) -> Instant {
-        self.started
-    }
 }
 
 /// The next-upstream rule as a function of its inputs (see
