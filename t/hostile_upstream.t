@@ -20,7 +20,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(115);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(118);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -81,6 +81,8 @@ my %script = (
 	'/huge-head' => "HTTP/1.1 200 OK\r\n" . ("X-Big: " . ('x' x 1000) . "\r\n") x 600
 		. "Content-Length: 2\r\n\r\nok",
 	'/good' => "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood",
+	# Reads the request, then closes without a word.
+	'/drop' => { close => 1 },
 );
 $t->raw_backend(port(8081), %script);
 $t->run();
@@ -220,6 +222,21 @@ for my $path ('/http10-te', '/bad-status', '/not-http', '/space-colon') {
 	my ($first, $extra, $second) = pair('/huge-head');
 	like($first, qr/^HTTP\/1.1 502 /, 'huge upstream head: 502');
 	like($second, qr/good$/, 'huge upstream head: the next request answered');
+}
+
+# A POST on a kept-alive upstream connection that the upstream closes after
+# reading it: the request went, so it is not sent again (nginx's rule for
+# non-idempotent requests); 502.
+{
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080), Timeout => 5)
+		or die "connect: $!\n";
+	$s->syswrite("GET /good HTTP/1.1\r\nHost: localhost\r\n\r\n");
+	like(read_response($s), qr/good$/, 'a first request leaves a kept-alive upstream connection');
+	$s->syswrite("POST /drop HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\n\r\nbody");
+	like(read_response($s), qr/^HTTP\/1.1 502 /, 'POST closed on after it was read: 502');
+	close $s;
+	my @drops = grep { $_->[2] eq '/drop' } $t->raw_log(port(8081));
+	is(scalar @drops, 1, 'the POST reached the upstream once, not again');
 }
 
 is(join(' ', sort $t->worker_pids()), join(' ', @workers), 'no worker restarted');

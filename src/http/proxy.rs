@@ -223,7 +223,17 @@ pub(crate) async fn run(
         };
         let resp = match exchange(&mut c.conn, req, r, &plan, &conf).await {
             Ok(resp) => resp,
-            Err(f) => {
+            Err(Unanswered { f, unsent }) => {
+                let went = unsent.is_none();
+                // A request that never left gives the plan back what the
+                // last try took.
+                if let Some(req) = unsent {
+                    let (parts, _) = req.into_parts();
+                    if plan.headers.is_empty() {
+                        plan.headers = parts.headers;
+                        plan.extensions = parts.extensions;
+                    }
+                }
                 // A cached connection the upstream had closed: try again
                 // without using up a try, as nginx does, and (unlike nginx)
                 // without counting a failure: the peer did nothing wrong, and
@@ -258,7 +268,7 @@ pub(crate) async fn run(
                         ..Attempt::default()
                     },
                 );
-                if attempts.retry(f.condition(), !stale) {
+                if attempts.retry(f.condition(), went) {
                     continue;
                 }
                 return Reply::Status(f.status());
@@ -319,7 +329,7 @@ async fn exchange(
     r: &Req,
     plan: &Plan,
     conf: &crate::conf::loc::LocConf,
-) -> Result<Response<Incoming>, Failure> {
+) -> Result<Response<Incoming>, Unanswered> {
     conn.requests += 1;
     let wait = conf.proxy_read_timeout
         + if plan.body.is_empty() {
@@ -327,35 +337,53 @@ async fn exchange(
         } else {
             conf.proxy_send_timeout
         };
-    let closed = || Failure::upstream(Kind::Closed, "upstream prematurely closed connection");
+    let fail = |kind, text: &str| Unanswered {
+        f: Failure::upstream(kind, text),
+        unsent: None,
+    };
     let answer = async {
-        conn.sender.ready().await?;
-        conn.sender.send_request(req).await
+        if let Err(e) = conn.sender.ready().await {
+            return Err((e, Some(req)));
+        }
+        conn.sender.try_send_request(req).await.map_err(|mut e| {
+            let unsent = e.take_message();
+            (e.into_error(), unsent)
+        })
     };
     let resp = match tokio::time::timeout(wait, answer).await {
         Err(_) => {
-            return Err(Failure::upstream(
+            return Err(fail(
                 Kind::Timeout,
                 "upstream timed out (110: Connection timed out)",
             ));
         }
-        Ok(Err(e)) if e.is_parse() => {
-            return Err(Failure::upstream(
-                Kind::InvalidHeader,
-                "upstream sent invalid header",
-            ));
+        // Something came back, so the request went.
+        Ok(Err((e, _))) if e.is_parse() => {
+            return Err(fail(Kind::InvalidHeader, "upstream sent invalid header"));
         }
-        Ok(Err(_)) => return Err(closed()),
+        Ok(Err((_, unsent))) => {
+            return Err(Unanswered {
+                f: Failure::upstream(Kind::Closed, "upstream prematurely closed connection"),
+                unsent,
+            });
+        }
         Ok(Ok(resp)) => resp,
     };
     if resp.status() == 101 && !r.headers.contains_key(header::UPGRADE) {
-        return Err(Failure::upstream(
+        return Err(fail(
             Kind::InvalidHeader,
             "upstream sent \"101 Switching Protocols\" to a request without \"Upgrade\"",
         ));
     }
-    upstream_framing(resp.headers()).map_err(|m| Failure::upstream(Kind::InvalidHeader, m))?;
+    upstream_framing(resp.headers()).map_err(|m| fail(Kind::InvalidHeader, &m))?;
     Ok(resp)
+}
+
+/// A failed exchange: what failed, and the request back when it never left
+/// this process (nginx retries a POST only if it was not sent).
+struct Unanswered {
+    f: Failure,
+    unsent: Option<Request<UpBody>>,
 }
 
 /// An attempt the upstream answered, on its way to the client.
