@@ -158,19 +158,29 @@ impl Idle {
 
 /// Counts a tunnel (an upgraded connection) as active until dropped, so that a
 /// graceful stop waits for it (bounded by `worker_shutdown_timeout`).
-pub(crate) struct Tracked(Arc<Shared>);
+/// A tunnel also keeps its client connection's `worker_connections` slot,
+/// which would otherwise go back when the HTTP connection hands over.
+pub(crate) struct Tracked {
+    shared: Arc<Shared>,
+    /// Held for as long as the tunnel lives.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
 
 impl Tracked {
-    pub(crate) fn new(shared: &Arc<Shared>) -> Tracked {
+    pub(crate) fn new(shared: &Arc<Shared>, conn: &ConnInfo) -> Tracked {
         shared.active.fetch_add(1, Ordering::AcqRel);
-        Tracked(shared.clone())
+        let slot = conn.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Tracked {
+            shared: shared.clone(),
+            _slot: slot,
+        }
     }
 }
 
 impl Drop for Tracked {
     fn drop(&mut self) {
-        if self.0.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.drained.notify_waiters();
+        if self.shared.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.drained.notify_waiters();
         }
     }
 }
@@ -312,6 +322,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             remote,
             local,
             listen_text: addr.to_string(),
+            slot: std::sync::Mutex::new(Some(permit)),
         };
         shared.active.fetch_add(1, Ordering::AcqRel);
         if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
@@ -325,7 +336,6 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             addr.clone(),
             shared.clone(),
             phase.clone(),
-            permit,
         ));
         // One connection per turn, as nginx's `multi_accept off`: the new
         // connection's request runs before the next accept, so a burst of
@@ -343,7 +353,6 @@ async fn serve_conn(
     listen: ListenAddr,
     shared: Arc<Shared>,
     mut phase: watch::Receiver<Phase>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let info = Arc::new(info);
     let served = Arc::new(AtomicU64::new(0));

@@ -415,7 +415,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     let conf = r.conf.clone();
     let status = resp.status().as_u16();
     if status == 101 {
-        let tracked = super::Tracked::new(shared);
+        let tracked = super::Tracked::new(shared, &r.conn);
         // The tunnel releases the peer.
         c.held.done();
         return super::tunnel::switch_protocols(

@@ -11,7 +11,7 @@ use crate::conf::model::LocConf;
 use crate::conf::vars::{Segment, Template, Var};
 
 /// What one connection knows about itself.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ConnInfo {
     /// nginx's connection number (`$connection`, `*N` in the error log).
     pub number: u64,
@@ -20,6 +20,9 @@ pub struct ConnInfo {
     pub local: Option<SocketAddr>,
     /// The listening address text for a unix socket (`unix:/path`).
     pub listen_text: String,
+    /// Its `worker_connections` slot, given back when the connection (or a
+    /// tunnel it became) ends.
+    pub slot: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
 }
 
 /// One upstream attempt, for the `$upstream_*` variables.
@@ -338,6 +341,7 @@ pub(crate) mod tests {
             remote: Some("127.0.0.2:5555".parse().unwrap()),
             local: Some("127.0.0.1:8080".parse().unwrap()),
             listen_text: String::new(),
+            slot: Default::default(),
         });
         let mut headers = HeaderMap::new();
         headers.insert("x-forwarded-for", "1.2.3.4".parse().unwrap());
