@@ -20,7 +20,7 @@ use hyper_util::rt::TokioIo;
 use super::Io;
 use super::framing::upstream_framing;
 use super::proxy_body::ProxyBody;
-use super::proxy_plan::{Plan, plan, request};
+use super::proxy_plan::{Plan, plan, request, upstream_headers};
 use super::response;
 use super::vars::{Attempt, Req};
 use super::{ClientBody, Reply};
@@ -214,10 +214,10 @@ pub(crate) async fn run(
         let sent = plan.body.len();
         // Only a log line needs the upstream URL.
         let url = |c: &Connected<Pooled>, uri: &str| format!("http://{}{uri}", c.name);
-        // The last try takes the plan's headers instead of copying them,
-        // unless its connection came from the cache: a stale one gives its
-        // try back, and the next request needs the headers again.
-        let Some(req) = request(r, &mut plan, attempts.last() && !c.cached) else {
+        // The last try takes the plan's headers instead of copying them (a
+        // copy per request is measurable); a try given back after all gets
+        // them again below.
+        let Some(req) = request(r, &mut plan, attempts.last()) else {
             c.held.finish(Outcome::Ok);
             return Reply::Status(400);
         };
@@ -226,13 +226,17 @@ pub(crate) async fn run(
             Err(Unanswered { f, unsent }) => {
                 let went = unsent.is_none();
                 // A request that never left gives the plan back what the
-                // last try took.
+                // last try took; one that went (a stale connection gives its
+                // try back) has them made again, without the client's name
+                // case.
                 if let Some(req) = unsent {
                     let (parts, _) = req.into_parts();
                     if plan.headers.is_empty() {
                         plan.headers = parts.headers;
                         plan.extensions = parts.extensions;
                     }
+                } else if plan.headers.is_empty() {
+                    plan.headers = upstream_headers(r, plan.body.len());
                 }
                 // A cached connection the upstream had closed: try again
                 // without using up a try, as nginx does, and (unlike nginx)

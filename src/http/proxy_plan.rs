@@ -195,7 +195,7 @@ fn spool_file(r: &Req) -> Result<Spool, u16> {
 
 /// The request headers sent upstream, in nginx's order: `proxy_set_header`
 /// (with the default `Host: $proxy_host`) first, then the client's.
-fn upstream_headers(r: &Req, body_len: u64) -> HeaderMap {
+pub(super) fn upstream_headers(r: &Req, body_len: u64) -> HeaderMap {
     let conf = &r.conf;
     let mut out = HeaderMap::with_capacity(r.headers.len() + conf.proxy_set_header.len() + 2);
     let user_sets = |n: &str| {
