@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(55);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(59);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -231,6 +231,28 @@ refused('NUL in a header value',
 	is(scalar @slow, 50, '50 slow clients connected');
 	like(http_get('/normal'), qr/ok \/normal/, 'a normal request is served beside them');
 	close $_ for @slow;
+}
+
+# TRACE gets nginx's 405 at once, whatever the location does, and the
+# connection stays usable.
+{
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080), Timeout => 5)
+		or die "connect: $!\n";
+	$s->syswrite("TRACE /trace HTTP/1.1\r\nHost: localhost\r\n\r\n");
+	my $buf = '';
+	my $sel = IO::Select->new($s);
+	while ($sel->can_read(3)) {
+		$s->sysread($buf, 4096, length $buf) or last;
+		last if $buf =~ /\r\n\r\n/ && $buf =~ /Content-Length: (\d+)/i
+			&& length($buf) >= index($buf, "\r\n\r\n") + 4 + $1;
+	}
+	like($buf, qr/^HTTP\/1.1 405 /, 'TRACE: 405');
+	like(keepalive_get($s, '/after-trace'), qr/ok \/after-trace/,
+		'TRACE: the next request on the connection is served');
+	close $s;
+	is(reached('/trace'), 0, 'TRACE: nothing reached the backend');
+	ok($t->waitforlog(qr/client sent TRACE method while reading client request headers/),
+		'TRACE: logged as nginx');
 }
 
 # A bad request does not hurt the next connection.

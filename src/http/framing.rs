@@ -61,6 +61,10 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     if total > u64::from(count).saturating_mul(size) {
         return Some(Problem::new(494, "client sent too large request"));
     }
+    // nginx answers TRACE itself, whatever the location does.
+    if r.method.as_str() == "TRACE" {
+        return Some(Problem::new(405, "client sent TRACE method"));
+    }
     None
 }
 
