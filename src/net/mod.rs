@@ -22,7 +22,14 @@ pub enum NetError {
     #[error("socket() {addr} failed ({errno})")]
     Socket { addr: String, errno: String },
     #[error("bind() to {addr} failed ({errno})")]
-    Bind { addr: String, errno: String },
+    Bind {
+        addr: String,
+        errno: String,
+        /// The address is in use (worth trying again shortly, as nginx does).
+        busy: bool,
+    },
+    #[error("still could not bind()")]
+    StillBusy,
     #[error("listen() to {addr}, backlog {backlog} failed ({errno})")]
     Listen {
         addr: String,
@@ -154,6 +161,7 @@ fn bind_one(addr: &ListenAddr, reuseport: bool, backlog: i32) -> Result<Socket, 
             let sa = SockAddr::unix(p).map_err(|e| NetError::Bind {
                 addr: name.clone(),
                 errno: errno(&e),
+                busy: false,
             })?;
             (s, sa)
         }
@@ -161,6 +169,7 @@ fn bind_one(addr: &ListenAddr, reuseport: bool, backlog: i32) -> Result<Socket, 
     sock.bind(&sa).map_err(|e| NetError::Bind {
         addr: name.clone(),
         errno: errno(&e),
+        busy: e.kind() == std::io::ErrorKind::AddrInUse,
     })?;
     if let ListenAddr::Unix(p) = addr {
         // As nginx: anyone may connect; access is the directory's business.
@@ -264,7 +273,12 @@ mod tests {
         assert_ne!(local.port(), 0);
         // Binding the same port again fails with nginx's message.
         let again = vec![(ListenAddr::Inet(local), false, 16)];
-        let e = bind_all(&again, 1, &[]).unwrap_err().to_string();
+        let err = bind_all(&again, 1, &[]).unwrap_err();
+        assert!(
+            matches!(err, NetError::Bind { busy: true, .. }),
+            "worth another try"
+        );
+        let e = err.to_string();
         assert!(
             e.starts_with(&format!("bind() to {local} failed (98: ")),
             "{e}"

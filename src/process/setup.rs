@@ -104,8 +104,25 @@ pub(super) fn bind(cfg: &Config, existing: &[Bound]) -> Result<Vec<Bound>, net::
         )
         .collect();
     let planned = net::plan(&listens);
-    net::bind_all(&planned, cfg.main.worker_processes, existing)
+    // As nginx: an address in use is tried five times, 500 ms apart (a
+    // process that is just letting it go frees it), each failure logged.
+    for round in 1..=BIND_TRIES {
+        match net::bind_all(&planned, cfg.main.worker_processes, existing) {
+            Err(e @ net::NetError::Bind { busy: true, .. }) => {
+                crate::log!(Level::Emerg, "{}", e);
+                if round < BIND_TRIES {
+                    crate::log!(Level::Notice, "try again to bind() after 500ms");
+                    std::thread::sleep(std::time::Duration::from_millis(500));
+                }
+            }
+            other => return other,
+        }
+    }
+    Err(net::NetError::StillBusy)
 }
+
+/// nginx's number of rounds of binding an address in use.
+const BIND_TRIES: u32 = 5;
 
 /// The user workers switch to, when the master runs as root.
 pub(super) fn resolve_creds(cfg: &Config) -> Result<Option<Creds>, String> {
