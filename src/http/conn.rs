@@ -311,10 +311,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
         return;
     };
     loop {
-        let (io, remote, local) = sock.accept().await;
-        // A slot per connection, taken once it is accepted: a listener
-        // waiting for connections holds none.
-        let Some(permit) = shared.slots.acquire().await else {
+        let Some(((io, remote, local), permit)) = sock.accept(&shared.slots).await else {
             return;
         };
         let info = ConnInfo {

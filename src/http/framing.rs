@@ -18,10 +18,21 @@ pub(super) struct Problem {
 }
 
 impl Problem {
+    /// A header (or the head as a whole) at fault.
     fn new(code: u16, why: impl Into<String>) -> Problem {
-        let why = why.into();
-        let in_line = code == 414 || why == "client sent invalid method";
-        Problem { code, why, in_line }
+        Problem {
+            code,
+            why: why.into(),
+            in_line: false,
+        }
+    }
+
+    /// The request line at fault.
+    fn line(code: u16, why: impl Into<String>) -> Problem {
+        Problem {
+            in_line: true,
+            ..Problem::new(code, why)
+        }
     }
 }
 
@@ -45,7 +56,7 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     let (count, size) = r.conf.large_client_header_buffers;
     let line = r.method.as_str().len() + r.request_uri.len() + 11;
     if line as u64 > size {
-        return Some(Problem::new(414, "client sent too long URI"));
+        return Some(Problem::line(414, "client sent too long URI"));
     }
     let mut total: u64 = 0;
     for (n, v) in h {
@@ -83,7 +94,7 @@ fn framing_problem(r: &Req) -> Option<Problem> {
         .bytes()
         .all(|b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
     {
-        return Some(Problem::new(400, "client sent invalid method"));
+        return Some(Problem::line(400, "client sent invalid method"));
     }
     let text = |v: &hyper::header::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
     let twice = |name: &hyper::header::HeaderName| {

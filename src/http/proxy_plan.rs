@@ -98,7 +98,7 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
         }
     }
     let room = r.conf.client_body_buffer_size;
-    // A body declared larger than the buffer goes to a file from its start.
+    // Memory for what the body declares, up to the buffer; past it, a file.
     let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(room) as usize);
     let mut spool: Option<Spool> = None;
     let mut total: u64 = 0;

@@ -7,8 +7,9 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, watch};
 
+use super::slots::Slots;
 use super::stream::Stream;
 use crate::conf::model::ListenAddr;
 use crate::log::Level;
@@ -131,12 +132,15 @@ impl Sock {
         }
     }
 
-    /// The next connection. A failed accept (EMFILE and friends: the host is
-    /// short of something) is logged and tried again after a back-off.
-    pub async fn accept(&self) -> Accepted {
+    /// The next connection and its `worker_connections` slot, taken once it
+    /// is accepted (a listener waiting for connections holds none). A
+    /// failed accept (EMFILE and friends: the host is short of something)
+    /// is logged and tried again after a back-off. None once no slot will
+    /// be given.
+    pub async fn accept(&self, slots: &Slots) -> Option<(Accepted, OwnedSemaphorePermit)> {
         loop {
             match self.accept_once().await {
-                Ok(a) => return a,
+                Ok(a) => return slots.acquire().await.map(|permit| (a, permit)),
                 Err(e) => {
                     crate::log!(
                         Level::Crit,

@@ -108,14 +108,6 @@ impl Spool {
         self.len += data.len() as u64;
         Ok(())
     }
-
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 /// One attempt's request body as hyper sends it.
