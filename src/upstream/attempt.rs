@@ -476,23 +476,7 @@ impl Attempts {
                 Ok(_unused) => {
                     snap.release(*id, Outcome::Next, now_ms());
                 }
-                Err(f) => {
-                    crate::log_conn!(
-                        Level::Error,
-                        number,
-                        "{} while connecting to upstream{}",
-                        f.text,
-                        ctx
-                    );
-                    release(
-                        number,
-                        || ctx.clone(),
-                        &snap,
-                        pick_first,
-                        *id,
-                        Outcome::Failed,
-                    );
-                }
+                Err(f) => failed(number, ctx.clone(), &f, &snap, pick_first, *id),
             }
         });
     }
@@ -500,16 +484,16 @@ impl Attempts {
     /// A connect that failed: logged, recorded, the peer released as failed.
     fn connect_failed(&self, id: PeerId, f: &Failure, who: &mut impl Requester) {
         let name = self.snap.get(id).name.clone();
-        let ctx = who.context(&name);
-        crate::log_conn!(
-            Level::Error,
-            self.number,
-            "{} while connecting to upstream{}",
-            f.text,
-            ctx
-        );
         who.record_failed(&name, f);
-        self.release(id, Outcome::Failed, || ctx);
+        let pick_first = self.ups.cfg.balancer.is_pick_first();
+        failed(
+            self.number,
+            who.context(&name),
+            f,
+            &self.snap,
+            pick_first,
+            id,
+        );
     }
 
     /// Releases a peer after an attempt with its outcome, logging (with
@@ -555,6 +539,19 @@ fn may_retry(
         && mask.has(condition)
         && !(request_sent && policy.non_idempotent && !mask.has(NextUpstream::NON_IDEMPOTENT))
         && in_time(elapsed, policy.timeout)
+}
+
+/// A failed connect as a request and a race's background loser both account
+/// it: logged with its context, the peer released as failed.
+fn failed(number: u64, ctx: String, f: &Failure, snap: &Peers, pick_first: bool, id: PeerId) {
+    crate::log_conn!(
+        Level::Error,
+        number,
+        "{} while connecting to upstream{}",
+        f.text,
+        ctx
+    );
+    release(number, || ctx, snap, pick_first, id, Outcome::Failed);
 }
 
 /// The release rule both proxies share (see [`Attempts::release`]).
