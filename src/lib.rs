@@ -15,6 +15,7 @@
 
 pub mod cli;
 pub mod conf;
+pub mod h1;
 pub mod http;
 pub mod log;
 pub mod net;

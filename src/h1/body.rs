@@ -1,0 +1,351 @@
+//! Message bodies as framed on the wire: a length, chunked (sizes read by
+//! `httparse::parse_chunk_size`, trailers by `httparse::parse_headers`), or
+//! until the peer closes. The decoder takes what it can from the
+//! connection's buffer and says when it needs more; data comes out as slices
+//! of that buffer (no copy). The encoder half writes chunk framing.
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+/// How a body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body at all.
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the peer closes (a response only).
+    Close,
+}
+
+/// What the decoder took from the buffer.
+#[derive(Debug)]
+pub enum Piece {
+    Data(Bytes),
+    Trailers(HeaderMap),
+    End,
+}
+
+/// Why a body could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// Bad chunk framing (or a chunk size that overflows).
+    Invalid,
+    /// The peer closed before the body ended.
+    Truncated,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Length(u64),
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+    Close,
+    /// The end was returned.
+    Done,
+    /// Trailers were returned; the end comes next.
+    Ending,
+}
+
+/// A chunk-size line or a trailer section longer than this is refused.
+const MAX_SIZE_LINE: usize = 4096;
+const MAX_TRAILERS: usize = 16 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    state: State,
+}
+
+impl Decoder {
+    pub fn new(f: Framing) -> Decoder {
+        Decoder {
+            state: match f {
+                Framing::Empty | Framing::Length(0) => State::Ending,
+                Framing::Length(n) => State::Length(n),
+                Framing::Chunked => State::Size,
+                Framing::Close => State::Close,
+            },
+        }
+    }
+
+    /// The end has been returned.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// The next piece from `buf`; `eof`: the peer has closed and `buf` holds
+    /// all there will be. Ok(None): more bytes are needed.
+    pub fn decode(&mut self, buf: &mut BytesMut, eof: bool) -> Result<Option<Piece>, BodyError> {
+        loop {
+            match self.state {
+                State::Done => return Ok(Some(Piece::End)),
+                State::Ending => {
+                    self.state = State::Done;
+                    return Ok(Some(Piece::End));
+                }
+                State::Length(left) => {
+                    if buf.is_empty() {
+                        return if eof {
+                            Err(BodyError::Truncated)
+                        } else {
+                            Ok(None)
+                        };
+                    }
+                    let n = (buf.len() as u64).min(left) as usize;
+                    let left = left - n as u64;
+                    self.state = if left == 0 {
+                        State::Ending
+                    } else {
+                        State::Length(left)
+                    };
+                    return Ok(Some(Piece::Data(buf.split_to(n).freeze())));
+                }
+                State::Close => {
+                    if buf.is_empty() {
+                        if eof {
+                            self.state = State::Done;
+                            return Ok(Some(Piece::End));
+                        }
+                        return Ok(None);
+                    }
+                    return Ok(Some(Piece::Data(buf.split().freeze())));
+                }
+                State::Size => match httparse::parse_chunk_size(buf) {
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        buf.advance(used);
+                        self.state = if size == 0 {
+                            State::Trailers
+                        } else {
+                            State::Data(size)
+                        };
+                    }
+                    Ok(httparse::Status::Partial) => {
+                        if buf.len() > MAX_SIZE_LINE {
+                            return Err(BodyError::Invalid);
+                        }
+                        return if eof {
+                            Err(BodyError::Truncated)
+                        } else {
+                            Ok(None)
+                        };
+                    }
+                    Err(_) => return Err(BodyError::Invalid),
+                },
+                State::Data(left) => {
+                    if buf.is_empty() {
+                        return if eof {
+                            Err(BodyError::Truncated)
+                        } else {
+                            Ok(None)
+                        };
+                    }
+                    let n = (buf.len() as u64).min(left) as usize;
+                    let left = left - n as u64;
+                    self.state = if left == 0 {
+                        State::DataEnd
+                    } else {
+                        State::Data(left)
+                    };
+                    return Ok(Some(Piece::Data(buf.split_to(n).freeze())));
+                }
+                State::DataEnd => {
+                    if buf.len() < 2 {
+                        if eof || (buf.len() == 1 && buf[0] != b'\r') {
+                            return Err(if eof {
+                                BodyError::Truncated
+                            } else {
+                                BodyError::Invalid
+                            });
+                        }
+                        return Ok(None);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(BodyError::Invalid);
+                    }
+                    buf.advance(2);
+                    self.state = State::Size;
+                }
+                State::Trailers => {
+                    if buf.starts_with(b"\r\n") {
+                        buf.advance(2);
+                        self.state = State::Done;
+                        return Ok(Some(Piece::End));
+                    }
+                    if buf.is_empty() || &buf[..] == b"\r" {
+                        return if eof {
+                            Err(BodyError::Truncated)
+                        } else {
+                            Ok(None)
+                        };
+                    }
+                    let mut slots = [httparse::EMPTY_HEADER; 32];
+                    match httparse::parse_headers(buf, &mut slots) {
+                        Ok(httparse::Status::Complete((used, parsed))) => {
+                            let mut map = HeaderMap::with_capacity(parsed.len());
+                            for h in parsed.iter() {
+                                if let (Ok(n), Ok(v)) = (
+                                    HeaderName::from_bytes(h.name.as_bytes()),
+                                    HeaderValue::from_bytes(h.value),
+                                ) {
+                                    map.append(n, v);
+                                }
+                            }
+                            buf.advance(used);
+                            self.state = State::Ending;
+                            return Ok(Some(Piece::Trailers(map)));
+                        }
+                        Ok(httparse::Status::Partial) => {
+                            if buf.len() > MAX_TRAILERS {
+                                return Err(BodyError::Invalid);
+                            }
+                            return if eof {
+                                Err(BodyError::Truncated)
+                            } else {
+                                Ok(None)
+                            };
+                        }
+                        Err(_) => return Err(BodyError::Invalid),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The size line of a chunk of `len` bytes.
+pub fn chunk_head(len: usize, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let _ = write!(out, "{len:x}\r\n");
+}
+
+/// The last chunk, with trailers if any.
+pub fn last_chunk(trailers: Option<&HeaderMap>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"0\r\n");
+    if let Some(t) = trailers {
+        for (n, v) in t {
+            super::write::name(n, None, out);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Decodes `input` fed in the given pieces; the data, the trailers, and
+    /// how it ended.
+    fn run(
+        f: Framing,
+        pieces: &[&[u8]],
+        eof: bool,
+    ) -> (Vec<u8>, usize, Result<bool, BodyError>, usize) {
+        let mut d = Decoder::new(f);
+        let mut buf = BytesMut::new();
+        let mut data = Vec::new();
+        let mut trailers = 0;
+        let mut fed = 0;
+        loop {
+            let last = fed == pieces.len();
+            match d.decode(&mut buf, last && eof) {
+                Ok(Some(Piece::Data(b))) => {
+                    assert!(!b.is_empty());
+                    data.extend_from_slice(&b);
+                }
+                Ok(Some(Piece::Trailers(t))) => trailers += t.len(),
+                Ok(Some(Piece::End)) => return (data, trailers, Ok(true), buf.len()),
+                Ok(None) if last => return (data, trailers, Ok(false), buf.len()),
+                Ok(None) => {
+                    buf.extend_from_slice(pieces[fed]);
+                    fed += 1;
+                }
+                Err(e) => return (data, trailers, Err(e), buf.len()),
+            }
+        }
+    }
+
+    #[test]
+    fn chunked() {
+        let body: &[u8] = b"4\r\nWiki\r\n5;ext=1\r\npedia\r\n0\r\nX-Sum: 9\r\n\r\nNEXT";
+        let (data, t, end, left) = run(Framing::Chunked, &[body], false);
+        assert_eq!(
+            (data.as_slice(), t, end, left),
+            (&b"Wikipedia"[..], 1, Ok(true), 4)
+        );
+        let (_, _, end, _) = run(Framing::Chunked, &[b"ffffffffffffffffffff\r\n"], false);
+        assert_eq!(end, Err(BodyError::Invalid));
+        let (_, _, end, _) = run(Framing::Chunked, &[b"zz\r\n"], false);
+        assert_eq!(end, Err(BodyError::Invalid));
+        let (_, _, end, _) = run(Framing::Chunked, &[b"3\r\nabcX\r\n"], false);
+        assert_eq!(end, Err(BodyError::Invalid));
+        let (_, _, end, _) = run(Framing::Chunked, &[b"3\r\nab"], true);
+        assert_eq!(end, Err(BodyError::Truncated));
+        let (_, _, end, _) = run(Framing::Chunked, &[b"0\r\n\r\n"], false);
+        assert_eq!(end, Ok(true));
+    }
+
+    #[test]
+    fn length_and_close() {
+        let (data, _, end, left) = run(Framing::Length(3), &[b"ab", b"cde"], false);
+        assert_eq!((data.as_slice(), end, left), (&b"abc"[..], Ok(true), 2));
+        let (_, _, end, _) = run(Framing::Length(3), &[b"ab"], true);
+        assert_eq!(end, Err(BodyError::Truncated));
+        let (data, _, end, _) = run(Framing::Close, &[b"ab", b"c"], true);
+        assert_eq!((data.as_slice(), end), (&b"abc"[..], Ok(true)));
+        let (data, _, end, _) = run(Framing::Empty, &[b"x"], false);
+        assert_eq!((data.len(), end), (0, Ok(true)));
+    }
+
+    fn encode(data: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for d in data.iter().filter(|d| !d.is_empty()) {
+            chunk_head(d.len(), &mut out);
+            out.extend_from_slice(d);
+            out.extend_from_slice(b"\r\n");
+        }
+        let mut t = HeaderMap::new();
+        t.insert("x-t", HeaderValue::from_static("v"));
+        last_chunk(Some(&t), &mut out);
+        out
+    }
+
+    proptest! {
+        /// Whatever the splits, a chunked body decodes to what was encoded,
+        /// and arbitrary bytes never panic the decoder.
+        #[test]
+        fn chunked_round_trip_in_any_pieces(
+            data in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..6),
+            cuts in proptest::collection::vec(0usize..400, 0..8),
+        ) {
+            let wire = encode(&data);
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (wire.len() + 1)).collect();
+            cuts.sort_unstable();
+            cuts.dedup();
+            let mut pieces = Vec::new();
+            let mut at = 0;
+            for c in cuts {
+                pieces.push(&wire[at..c]);
+                at = c;
+            }
+            pieces.push(&wire[at..]);
+            let (got, trailers, end, left) = run(Framing::Chunked, &pieces, false);
+            prop_assert_eq!(got, data.concat());
+            prop_assert_eq!(trailers, 1);
+            prop_assert_eq!(end, Ok(true));
+            prop_assert_eq!(left, 0);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300), eof in any::<bool>()) {
+            for f in [Framing::Chunked, Framing::Length(100), Framing::Close] {
+                let _ = run(f, &[&bytes], eof);
+            }
+        }
+    }
+}

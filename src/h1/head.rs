@@ -1,0 +1,523 @@
+//! Request and response heads, parsed with `httparse` in place: names and
+//! values are slices of the connection's buffer (no copy per header), the
+//! header names' case as received is kept beside the map (`Names`) for
+//! forwarding. The framing rules (one reading of a body's length) are the
+//! callers': `http::framing` for requests, for responses `body_of`.
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Uri, Version};
+
+/// Headers read on the stack before falling back to the heap.
+const STACK_HEADERS: usize = 64;
+
+/// Why a head could not be read: the status to answer and nginx's log text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadError {
+    pub code: u16,
+    pub why: String,
+    /// The request line (not a header) was at fault.
+    pub in_line: bool,
+}
+
+impl HeadError {
+    fn line(code: u16, why: impl Into<String>) -> HeadError {
+        HeadError {
+            code,
+            why: why.into(),
+            in_line: true,
+        }
+    }
+
+    fn header(code: u16, why: impl Into<String>) -> HeadError {
+        HeadError {
+            code,
+            why: why.into(),
+            in_line: false,
+        }
+    }
+}
+
+/// The header names as they arrived, in order (`Content-type`, `X-ID`), for
+/// writing them on in the same case. Empty for heads sluice makes.
+#[derive(Debug, Clone, Default)]
+pub struct Names(pub Vec<Bytes>);
+
+impl Names {
+    /// The name as received, or None if it did not arrive.
+    pub fn find(&self, name: &HeaderName) -> Option<&[u8]> {
+        let want = name.as_str().as_bytes();
+        self.0
+            .iter()
+            .find(|n| n.eq_ignore_ascii_case(want))
+            .map(|n| n.as_ref())
+    }
+}
+
+/// A parsed request head.
+#[derive(Debug)]
+pub struct RequestHead {
+    pub method: Method,
+    pub uri: Uri,
+    pub version: Version,
+    /// The minor version as sent (`HTTP/1.2` is read as 1.1, as nginx).
+    pub headers: HeaderMap,
+    pub names: Names,
+    /// Bytes the head took, with its final empty line.
+    pub len: usize,
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub status: StatusCode,
+    pub reason: Bytes,
+    pub version: Version,
+    pub headers: HeaderMap,
+    pub names: Names,
+    pub len: usize,
+}
+
+/// Limits a request head must keep, as nginx's buffers set them:
+/// the head starts in `first` bytes (`client_header_buffer_size`); a line
+/// that does not fit moves to one of `count` buffers of `size` bytes
+/// (`large_client_header_buffers`), and a line must fit in one.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub first: usize,
+    pub count: usize,
+    pub size: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            first: 1024,
+            count: 4,
+            size: 8192,
+        }
+    }
+}
+
+impl Limits {
+    /// The most bytes a head may take.
+    pub fn max(&self) -> usize {
+        self.first
+            .max(self.size)
+            .saturating_add(self.count.saturating_mul(self.size))
+    }
+
+    /// Checks the head read so far (complete or not) against the buffers,
+    /// as nginx fills them: 414 for a request line that does not fit, 494 for
+    /// a header line or a head that does not.
+    pub fn check(&self, head: &[u8]) -> Result<(), HeadError> {
+        if head.len() <= self.first.min(self.size) {
+            return Ok(());
+        }
+        let mut cap = self.first;
+        let mut used = 0usize;
+        let mut large = 0usize;
+        for (i, line) in head.split_inclusive(|&b| b == b'\n').enumerate() {
+            let first = i == 0;
+            let too_long = || {
+                if first {
+                    HeadError::line(414, "client sent too long URI")
+                } else {
+                    let name_end = line.iter().position(|&b| b == b':').unwrap_or(line.len());
+                    let shown = &line[..name_end.min(32)];
+                    HeadError::header(
+                        494,
+                        format!(
+                            "client sent too long header line: \"{}...\"",
+                            String::from_utf8_lossy(shown)
+                        ),
+                    )
+                }
+            };
+            if line.len() > self.size {
+                return Err(too_long());
+            }
+            if used + line.len() > cap {
+                large += 1;
+                if large > self.count {
+                    return Err(if first {
+                        too_long()
+                    } else {
+                        HeadError::header(494, "client sent too large request")
+                    });
+                }
+                cap = self.size;
+                used = 0;
+            }
+            used += line.len();
+        }
+        Ok(())
+    }
+}
+
+/// nginx's rule for a version it reads as HTTP/1: `HTTP/1.N` for any N.
+/// Err for a version beyond 1 (505) or none at all (400).
+fn version_of(line: &[u8]) -> Result<Option<Version>, HeadError> {
+    let Some(v) = line.rsplit(|&b| b == b' ').next() else {
+        return Ok(None);
+    };
+    let v = v.strip_suffix(b"\r").unwrap_or(v);
+    let bad = || HeadError::line(400, "client sent invalid request");
+    let rest = v.strip_prefix(b"HTTP/").ok_or_else(bad)?;
+    let (major, minor) = match rest.iter().position(|&b| b == b'.') {
+        Some(dot) => (&rest[..dot], &rest[dot + 1..]),
+        None => return Err(bad()),
+    };
+    let digits = |d: &[u8]| !d.is_empty() && d.len() <= 3 && d.iter().all(u8::is_ascii_digit);
+    if !digits(major) || !digits(minor) {
+        return Err(bad());
+    }
+    match major {
+        b"1" => Ok(Some(if minor == b"0" {
+            Version::HTTP_10
+        } else {
+            Version::HTTP_11
+        })),
+        b"0" => Err(bad()),
+        _ => Err(HeadError::line(505, "client sent unsupported HTTP version")),
+    }
+}
+
+/// Turns parsed headers into the map and the names, slicing `buf`.
+fn collect(buf: &Bytes, parsed: &[httparse::Header<'_>]) -> Result<(HeaderMap, Names), HeadError> {
+    let mut map = HeaderMap::with_capacity(parsed.len());
+    let mut names = Vec::with_capacity(parsed.len());
+    for h in parsed {
+        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| {
+            HeadError::header(
+                400,
+                format!("client sent invalid header line: \"{}\"", h.name),
+            )
+        })?;
+        let value = HeaderValue::from_maybe_shared(buf.slice_ref(h.value)).map_err(|_| {
+            HeadError::header(
+                400,
+                format!("client sent invalid header line: \"{}\"", h.name),
+            )
+        })?;
+        names.push(buf.slice_ref(h.name.as_bytes()));
+        map.append(name, value);
+    }
+    Ok((map, Names(names)))
+}
+
+fn invalid_header(buf: &[u8]) -> HeadError {
+    // The line at fault is the last one httparse reached; name it as nginx.
+    let line = buf
+        .split(|&b| b == b'\n')
+        .skip(1)
+        .find(|l| {
+            let l = l.strip_suffix(b"\r").unwrap_or(l);
+            !l.is_empty()
+                && (l[0] == b' '
+                    || l[0] == b'\t'
+                    || l.iter().any(|&b| b == 0 || b == b'\r')
+                    || httparse::parse_headers(
+                        &[l, b"\r\n\r\n"].concat(),
+                        &mut [httparse::EMPTY_HEADER; 1],
+                    )
+                    .is_err())
+        })
+        .unwrap_or(b"");
+    let shown = &line[..line.len().min(32)];
+    HeadError::header(
+        400,
+        format!(
+            "client sent invalid header line: \"{}\"",
+            String::from_utf8_lossy(shown).trim_end()
+        ),
+    )
+}
+
+/// Parses a request head at the start of `buf`. Ok(None): incomplete (the
+/// caller checks `Limits` and reads more).
+pub fn parse_request(buf: &Bytes) -> Result<Option<RequestHead>, HeadError> {
+    let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
+    let mut heap;
+    let mut slots: &mut [httparse::Header<'_>] = &mut stack;
+    loop {
+        let mut req = httparse::Request::new(slots);
+        match req.parse(buf) {
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Ok(httparse::Status::Complete(len)) => {
+                let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
+                    .map_err(|_| HeadError::line(400, "client sent invalid method"))?;
+                let path = req.path.unwrap_or("");
+                let uri = Uri::from_maybe_shared(buf.slice_ref(path.as_bytes()))
+                    .map_err(|_| HeadError::line(400, "client sent invalid request"))?;
+                let version = if req.version == Some(0) {
+                    Version::HTTP_10
+                } else {
+                    Version::HTTP_11
+                };
+                let (headers, names) = collect(buf, req.headers)?;
+                return Ok(Some(RequestHead {
+                    method,
+                    uri,
+                    version,
+                    headers,
+                    names,
+                    len,
+                }));
+            }
+            Err(httparse::Error::TooManyHeaders) => {
+                // No count limit of its own (nginx has none): as many as the
+                // head could hold.
+                let most = buf.len() / 4 + 1;
+                if slots.len() >= most {
+                    return Err(HeadError::header(494, "client sent too large request"));
+                }
+                heap = vec![httparse::EMPTY_HEADER; most];
+                slots = &mut heap;
+            }
+            Err(httparse::Error::Version) => {
+                let line_end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
+                let line = &buf[..line_end];
+                if line_end == buf.len() {
+                    // The line is not complete: a version is still arriving.
+                    return Ok(None);
+                }
+                return match version_of(line)? {
+                    // HTTP/1.N: read it as HTTP/1.1, as nginx does.
+                    Some(_) => {
+                        let v = line.strip_suffix(b"\r").unwrap_or(line);
+                        let at = v.len() - v.rsplit(|&b| b == b' ').next().map_or(0, <[u8]>::len);
+                        let mut fixed = Vec::with_capacity(buf.len());
+                        fixed.extend_from_slice(&buf[..at]);
+                        fixed.extend_from_slice(b"HTTP/1.1");
+                        fixed.extend_from_slice(&buf[v.len()..]);
+                        let fixed = Bytes::from(fixed);
+                        match parse_request(&fixed)? {
+                            Some(mut head) => {
+                                head.len = head.len + buf.len() - fixed.len();
+                                Ok(Some(head))
+                            }
+                            None => Ok(None),
+                        }
+                    }
+                    None => Err(HeadError::line(400, "client sent invalid request")),
+                };
+            }
+            Err(
+                httparse::Error::HeaderName
+                | httparse::Error::HeaderValue
+                | httparse::Error::NewLine,
+            ) if in_headers(buf) => return Err(invalid_header(buf)),
+            Err(httparse::Error::Token) if !in_headers(buf) => {
+                return Err(HeadError::line(400, "client sent invalid method"));
+            }
+            Err(_) => return Err(HeadError::line(400, "client sent invalid request")),
+        }
+    }
+}
+
+/// Whether the request line is complete (an error is then a header's).
+fn in_headers(buf: &[u8]) -> bool {
+    buf.iter().any(|&b| b == b'\n')
+}
+
+/// Parses a response head at the start of `buf`; Ok(None): incomplete. The
+/// error is nginx's "upstream sent invalid header" family text.
+pub fn parse_response(buf: &Bytes) -> Result<Option<ResponseHead>, String> {
+    let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
+    let mut heap;
+    let mut slots: &mut [httparse::Header<'_>] = &mut stack;
+    loop {
+        let mut resp = httparse::Response::new(slots);
+        match resp.parse(buf) {
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Ok(httparse::Status::Complete(len)) => {
+                let status = StatusCode::from_u16(resp.code.unwrap_or(0))
+                    .map_err(|_| "upstream sent no valid HTTP/1.0 header".to_string())?;
+                let reason = buf.slice_ref(resp.reason.unwrap_or("").as_bytes());
+                let version = if resp.version == Some(0) {
+                    Version::HTTP_10
+                } else {
+                    Version::HTTP_11
+                };
+                let (headers, names) = collect(buf, resp.headers)
+                    .map_err(|_| "upstream sent invalid header".to_string())?;
+                return Ok(Some(ResponseHead {
+                    status,
+                    reason,
+                    version,
+                    headers,
+                    names,
+                    len,
+                }));
+            }
+            Err(httparse::Error::TooManyHeaders) => {
+                let most = buf.len() / 4 + 1;
+                if slots.len() >= most {
+                    return Err("upstream sent too big header".into());
+                }
+                heap = vec![httparse::EMPTY_HEADER; most];
+                slots = &mut heap;
+            }
+            Err(httparse::Error::Status | httparse::Error::Version) => {
+                return Err("upstream sent no valid HTTP/1.0 header".into());
+            }
+            Err(_) => return Err("upstream sent invalid header".into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(s: &str) -> Result<Option<RequestHead>, HeadError> {
+        parse_request(&Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    #[test]
+    fn requests() {
+        let h = req("GET /a?b HTTP/1.1\r\nHost: x\r\nX-Case: 1\r\nx-case: 2\r\n\r\nrest")
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.method, Method::GET);
+        assert_eq!(h.uri, "/a?b");
+        assert_eq!(h.version, Version::HTTP_11);
+        assert_eq!(h.headers.get_all("x-case").iter().count(), 2);
+        assert_eq!(h.names.0.len(), 3);
+        assert_eq!(
+            h.names.find(&HeaderName::from_static("x-case")),
+            Some(&b"X-Case"[..])
+        );
+        assert_eq!(h.len, 52);
+        assert!(req("GET / HTTP/1.1\r\nHost: x\r\n").unwrap().is_none());
+        assert!(req("GET / HTT").unwrap().is_none());
+        // HTTP/1.N is HTTP/1.1; 2.0 is 505; garbage is 400.
+        let h = req("GET / HTTP/1.2\r\nHost: x\r\n\r\n").unwrap().unwrap();
+        assert_eq!((h.version, h.len), (Version::HTTP_11, 27));
+        assert_eq!(req("GET / HTTP/2.0\r\n\r\n").unwrap_err().code, 505);
+        assert_eq!(req("GET / FTP/1.0\r\n\r\n").unwrap_err().code, 400);
+        assert_eq!(req("\x16\x03\x01\r\n\r\n").unwrap_err().code, 400);
+        let h = req("GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert_eq!(h.version, Version::HTTP_10);
+    }
+
+    #[test]
+    fn hostile_heads() {
+        for bad in [
+            "GET / HTTP/1.1\r\nHost : x\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\0b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n",
+            "GET / HTTP/1.1\r\nBad Name: x\r\n\r\n",
+        ] {
+            let e = req(bad).unwrap_err();
+            assert_eq!((e.code, e.in_line), (400, false), "{bad:?}: {e:?}");
+        }
+        // Many headers: no fixed count limit.
+        let mut many = String::from("GET / HTTP/1.1\r\n");
+        for i in 0..300 {
+            many.push_str(&format!("X-{i}: v\r\n"));
+        }
+        many.push_str("\r\n");
+        assert_eq!(req(&many).unwrap().unwrap().headers.len(), 300);
+    }
+
+    #[test]
+    fn limits_as_nginx_buffers() {
+        let l = Limits {
+            first: 1024,
+            count: 2,
+            size: 1024,
+        };
+        let long_line = format!("GET /{} HTTP/1.1\r\n", "a".repeat(1100));
+        assert_eq!(l.check(long_line.as_bytes()).unwrap_err().code, 414);
+        // Even incomplete: the line is already too long.
+        assert_eq!(
+            l.check(&long_line.as_bytes()[..1050]).unwrap_err().code,
+            414
+        );
+        let long_header = format!("GET / HTTP/1.1\r\nCookie: {}\r\n\r\n", "c".repeat(1100));
+        let e = l.check(long_header.as_bytes()).unwrap_err();
+        assert_eq!(e.code, 494);
+        assert!(e.why.contains("\"Cookie..."), "{}", e.why);
+        // Lines that each fit but fill more than the buffers.
+        let mut big = String::from("GET / HTTP/1.1\r\n");
+        for _ in 0..5 {
+            big.push_str(&format!("X: {}\r\n", "v".repeat(600)));
+        }
+        assert_eq!(l.check(big.as_bytes()).unwrap_err().code, 494);
+        let mut fits = String::from("GET / HTTP/1.1\r\n");
+        for _ in 0..3 {
+            fits.push_str(&format!("X: {}\r\n", "v".repeat(600)));
+        }
+        l.check(fits.as_bytes()).unwrap();
+        assert!(l.max() >= 3072);
+    }
+
+    #[test]
+    fn responses() {
+        let b = Bytes::from_static(b"HTTP/1.1 404 Gone Away\r\nContent-Length: 3\r\n\r\nabc");
+        let h = parse_response(&b).unwrap().unwrap();
+        assert_eq!(h.status, 404);
+        assert_eq!(&h.reason[..], b"Gone Away");
+        assert_eq!(h.len, b.len() - 3);
+        assert!(
+            parse_response(&Bytes::from_static(b"HTTP/1.1 200 OK\r\n"))
+                .unwrap()
+                .is_none()
+        );
+        assert!(parse_response(&Bytes::from_static(b"SSH-2.0\r\n\r\n")).is_err());
+        assert!(parse_response(&Bytes::from_static(b"HTTP/1.1 200 OK\r\nA : b\r\n\r\n")).is_err());
+    }
+
+    use proptest::prelude::*;
+
+    /// The outcome of a parse, comparable.
+    fn outcome(b: &[u8]) -> Option<Result<(String, String, usize, Vec<(String, Vec<u8>)>), u16>> {
+        match parse_request(&Bytes::copy_from_slice(b)) {
+            Ok(None) => None,
+            Ok(Some(h)) => Some(Ok((
+                h.method.to_string(),
+                h.uri.to_string(),
+                h.len,
+                h.headers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                    .collect(),
+            ))),
+            Err(e) => Some(Err(e.code)),
+        }
+    }
+
+    proptest! {
+        /// A head read in pieces (each prefix as it grows) is either not yet
+        /// complete or parses as the whole does; arbitrary bytes never panic.
+        #[test]
+        fn pieces_parse_as_the_whole(
+            path in "/[a-z0-9%?=&./-]{0,20}",
+            headers in proptest::collection::vec(("[A-Za-z][A-Za-z0-9-]{0,8}", "[ -~]{0,12}"), 0..6),
+            tail in proptest::collection::vec(any::<u8>(), 0..8),
+        ) {
+            let mut wire = format!("GET {path} HTTP/1.1\r\n").into_bytes();
+            for (n, v) in &headers {
+                wire.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+            }
+            wire.extend_from_slice(b"\r\n");
+            wire.extend_from_slice(&tail);
+            let whole = outcome(&wire);
+            prop_assert!(whole.is_some());
+            for cut in 0..wire.len() {
+                let part = outcome(&wire[..cut]);
+                prop_assert!(part.is_none() || part == whole, "cut {cut}: {part:?} vs {whole:?}");
+            }
+        }
+
+        #[test]
+        fn arbitrary_heads_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = outcome(&bytes);
+            let _ = parse_response(&Bytes::from(bytes.clone()));
+            let _ = Limits { first: 16, count: 2, size: 32 }.check(&bytes);
+        }
+    }
+}

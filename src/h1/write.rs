@@ -1,0 +1,130 @@
+//! Heads as written on the wire: the status or request line, then each
+//! header with its name in the case it arrived in (`Names`), else in
+//! nginx's spelling (`Content-Type`, `ETag`). Writes into the caller's
+//! buffer: no allocation per header.
+
+use http::header::{HeaderMap, HeaderName};
+use http::{Method, StatusCode, Version};
+
+use super::head::Names;
+
+/// Names whose usual spelling is not plain title case.
+const SPECIAL: [(&str, &str); 8] = [
+    ("etag", "ETag"),
+    ("www-authenticate", "WWW-Authenticate"),
+    ("content-md5", "Content-MD5"),
+    ("x-xss-protection", "X-XSS-Protection"),
+    ("dnt", "DNT"),
+    ("te", "TE"),
+    ("x-ua-compatible", "X-UA-Compatible"),
+    ("sec-websocket-key", "Sec-WebSocket-Key"),
+];
+
+/// Writes a header name: as it arrived when `names` has it, else title case.
+pub fn name(n: &HeaderName, names: Option<&Names>, out: &mut Vec<u8>) {
+    if let Some(raw) = names.and_then(|m| m.find(n)) {
+        out.extend_from_slice(raw);
+        return;
+    }
+    let s = n.as_str();
+    if let Some((_, spelled)) = SPECIAL.iter().find(|(l, _)| *l == s) {
+        out.extend_from_slice(spelled.as_bytes());
+        return;
+    }
+    let mut up = true;
+    for &b in s.as_bytes() {
+        out.push(if up { b.to_ascii_uppercase() } else { b });
+        up = b == b'-';
+    }
+}
+
+/// Writes the headers, `Name: value\r\n` each.
+pub fn headers(h: &HeaderMap, names: Option<&Names>, out: &mut Vec<u8>) {
+    for (n, v) in h {
+        name(n, names, out);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// `HTTP/1.1 CODE REASON\r\n` (sluice answers in HTTP/1.1 always, as nginx).
+pub fn status_line(status: StatusCode, reason: Option<&[u8]>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    match reason {
+        Some(r) => out.extend_from_slice(r),
+        None => out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes()),
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `METHOD TARGET HTTP/1.x\r\n`.
+pub fn request_line(method: &Method, target: &[u8], version: Version, out: &mut Vec<u8>) {
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target);
+    out.extend_from_slice(if version == Version::HTTP_10 {
+        b" HTTP/1.0\r\n"
+    } else {
+        b" HTTP/1.1\r\n"
+    });
+}
+
+/// Today's `Date:` value, formatted once a second per thread.
+pub fn date(out: &mut Vec<u8>) {
+    use std::cell::RefCell;
+    thread_local! {
+        static CACHE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    }
+    let now = std::time::SystemTime::now();
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.0 != secs {
+            let t: chrono::DateTime<chrono::Utc> = now.into();
+            c.1 = t.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+            c.0 = secs;
+        }
+        out.extend_from_slice(c.1.as_bytes());
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http::header::HeaderValue;
+
+    #[test]
+    fn names_keep_their_case() {
+        let mut h = HeaderMap::new();
+        h.insert("x-request-id", HeaderValue::from_static("1"));
+        h.insert("etag", HeaderValue::from_static("\"a\""));
+        h.insert("content-type", HeaderValue::from_static("text/plain"));
+        let names = Names(vec![Bytes::from_static(b"X-REQUEST-id")]);
+        let mut out = Vec::new();
+        headers(&h, Some(&names), &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "X-REQUEST-id: 1\r\nETag: \"a\"\r\nContent-Type: text/plain\r\n"
+        );
+        let mut out = Vec::new();
+        status_line(
+            StatusCode::from_u16(302).unwrap(),
+            Some(b"Moved Temporarily"),
+            &mut out,
+        );
+        request_line(&Method::GET, b"/x", Version::HTTP_10, &mut out);
+        date(&mut out);
+        let s = String::from_utf8(out).unwrap();
+        assert!(
+            s.starts_with("HTTP/1.1 302 Moved Temporarily\r\nGET /x HTTP/1.0\r\n"),
+            "{s}"
+        );
+        assert!(s.ends_with(" GMT"), "{s}");
+    }
+}
