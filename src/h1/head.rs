@@ -318,7 +318,7 @@ pub fn parse_request(buf: &Bytes) -> Result<Option<RequestHead>, HeadError> {
 
 /// Whether the request line is complete (an error is then a header's).
 fn in_headers(buf: &[u8]) -> bool {
-    buf.iter().any(|&b| b == b'\n')
+    buf.contains(&b'\n')
 }
 
 /// Parses a response head at the start of `buf`; Ok(None): incomplete. The
@@ -473,8 +473,10 @@ mod tests {
 
     use proptest::prelude::*;
 
+    type Parsed = (String, String, usize, Vec<(String, Vec<u8>)>);
+
     /// The outcome of a parse, comparable.
-    fn outcome(b: &[u8]) -> Option<Result<(String, String, usize, Vec<(String, Vec<u8>)>), u16>> {
+    fn outcome(b: &[u8]) -> Option<Result<Parsed, u16>> {
         match parse_request(&Bytes::copy_from_slice(b)) {
             Ok(None) => None,
             Ok(Some(h)) => Some(Ok((
