@@ -4,7 +4,7 @@
 //! forwarding. The framing rules (one reading of a body's length) are the
 //! callers': `http::framing` for requests, for responses `body_of`.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
@@ -183,24 +183,39 @@ fn version_of(line: &[u8]) -> Result<Option<Version>, HeadError> {
     }
 }
 
-/// Turns parsed headers into the map and the names, slicing `buf`.
-fn collect(buf: &Bytes, parsed: &[httparse::Header<'_>]) -> Result<(HeaderMap, Names), HeadError> {
-    let mut map = HeaderMap::with_capacity(parsed.len());
-    let mut names = Vec::with_capacity(parsed.len());
-    for h in parsed {
-        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| {
+/// Where a parsed header's name and value lie in the buffer.
+type Span = (std::ops::Range<usize>, std::ops::Range<usize>);
+
+fn span_of(base: &[u8], part: &[u8]) -> std::ops::Range<usize> {
+    let start = part.as_ptr() as usize - base.as_ptr() as usize;
+    start..start + part.len()
+}
+
+fn spans(base: &[u8], parsed: &[httparse::Header<'_>]) -> Vec<Span> {
+    parsed
+        .iter()
+        .map(|h| (span_of(base, h.name.as_bytes()), span_of(base, h.value)))
+        .collect()
+}
+
+/// Turns the headers' spans into the map and the names, slicing `head`.
+fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names), HeadError> {
+    let mut map = HeaderMap::with_capacity(spans.len());
+    let mut names = Vec::with_capacity(spans.len());
+    for (n, v) in spans {
+        let raw = head.slice(n.clone());
+        let bad = || {
             HeadError::header(
                 400,
-                format!("client sent invalid header line: \"{}\"", h.name),
+                format!(
+                    "client sent invalid header line: \"{}\"",
+                    String::from_utf8_lossy(&raw)
+                ),
             )
-        })?;
-        let value = HeaderValue::from_maybe_shared(buf.slice_ref(h.value)).map_err(|_| {
-            HeadError::header(
-                400,
-                format!("client sent invalid header line: \"{}\"", h.name),
-            )
-        })?;
-        names.push(buf.slice_ref(h.name.as_bytes()));
+        };
+        let name = HeaderName::from_bytes(&raw).map_err(|_| bad())?;
+        let value = HeaderValue::from_maybe_shared(head.slice(v.clone())).map_err(|_| bad())?;
+        names.push(raw);
         map.append(name, value);
     }
     Ok((map, Names(names)))
@@ -234,9 +249,10 @@ fn invalid_header(buf: &[u8]) -> HeadError {
     )
 }
 
-/// Parses a request head at the start of `buf`. Ok(None): incomplete (the
-/// caller checks `Limits` and reads more).
-pub fn parse_request(buf: &Bytes) -> Result<Option<RequestHead>, HeadError> {
+/// Parses a request head at the start of `buf` and takes it from there
+/// (the names and values stay slices of it). Ok(None): incomplete, nothing
+/// taken (the caller checks `Limits` and reads more).
+pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadError> {
     let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
     let mut heap;
     let mut slots: &mut [httparse::Header<'_>] = &mut stack;
@@ -247,15 +263,17 @@ pub fn parse_request(buf: &Bytes) -> Result<Option<RequestHead>, HeadError> {
             Ok(httparse::Status::Complete(len)) => {
                 let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
                     .map_err(|_| HeadError::line(400, "client sent invalid method"))?;
-                let path = req.path.unwrap_or("");
-                let uri = Uri::from_maybe_shared(buf.slice_ref(path.as_bytes()))
-                    .map_err(|_| HeadError::line(400, "client sent invalid request"))?;
+                let path = span_of(buf, req.path.unwrap_or("").as_bytes());
                 let version = if req.version == Some(0) {
                     Version::HTTP_10
                 } else {
                     Version::HTTP_11
                 };
-                let (headers, names) = collect(buf, req.headers)?;
+                let spans = spans(buf, req.headers);
+                let head = buf.split_to(len).freeze();
+                let uri = Uri::from_maybe_shared(head.slice(path))
+                    .map_err(|_| HeadError::line(400, "client sent invalid request"))?;
+                let (headers, names) = collect(&head, &spans)?;
                 return Ok(Some(RequestHead {
                     method,
                     uri,
@@ -276,25 +294,25 @@ pub fn parse_request(buf: &Bytes) -> Result<Option<RequestHead>, HeadError> {
                 slots = &mut heap;
             }
             Err(httparse::Error::Version) => {
-                let line_end = buf.iter().position(|&b| b == b'\n').unwrap_or(buf.len());
-                let line = &buf[..line_end];
-                if line_end == buf.len() {
+                let Some(line_end) = buf.iter().position(|&b| b == b'\n') else {
                     // The line is not complete: a version is still arriving.
                     return Ok(None);
-                }
+                };
+                let line = &buf[..line_end];
                 return match version_of(line)? {
                     // HTTP/1.N: read it as HTTP/1.1, as nginx does.
                     Some(_) => {
                         let v = line.strip_suffix(b"\r").unwrap_or(line);
                         let at = v.len() - v.rsplit(|&b| b == b' ').next().map_or(0, <[u8]>::len);
-                        let mut fixed = Vec::with_capacity(buf.len());
+                        let mut fixed = BytesMut::with_capacity(buf.len());
                         fixed.extend_from_slice(&buf[..at]);
                         fixed.extend_from_slice(b"HTTP/1.1");
                         fixed.extend_from_slice(&buf[v.len()..]);
-                        let fixed = Bytes::from(fixed);
-                        match parse_request(&fixed)? {
+                        let shift = v.len() - at - 8;
+                        match parse_request(&mut fixed)? {
                             Some(mut head) => {
-                                head.len = head.len + buf.len() - fixed.len();
+                                head.len += shift;
+                                let _ = buf.split_to(head.len);
                                 Ok(Some(head))
                             }
                             None => Ok(None),
@@ -321,9 +339,9 @@ fn in_headers(buf: &[u8]) -> bool {
     buf.contains(&b'\n')
 }
 
-/// Parses a response head at the start of `buf`; Ok(None): incomplete. The
-/// error is nginx's "upstream sent invalid header" family text.
-pub fn parse_response(buf: &Bytes) -> Result<Option<ResponseHead>, String> {
+/// Parses a response head at the start of `buf` and takes it from there;
+/// Ok(None): incomplete. The error is nginx's "upstream sent ..." text.
+pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String> {
     let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
     let mut heap;
     let mut slots: &mut [httparse::Header<'_>] = &mut stack;
@@ -334,17 +352,19 @@ pub fn parse_response(buf: &Bytes) -> Result<Option<ResponseHead>, String> {
             Ok(httparse::Status::Complete(len)) => {
                 let status = StatusCode::from_u16(resp.code.unwrap_or(0))
                     .map_err(|_| "upstream sent no valid HTTP/1.0 header".to_string())?;
-                let reason = buf.slice_ref(resp.reason.unwrap_or("").as_bytes());
+                let reason = span_of(buf, resp.reason.unwrap_or("").as_bytes());
                 let version = if resp.version == Some(0) {
                     Version::HTTP_10
                 } else {
                     Version::HTTP_11
                 };
-                let (headers, names) = collect(buf, resp.headers)
+                let spans = spans(buf, resp.headers);
+                let head = buf.split_to(len).freeze();
+                let (headers, names) = collect(&head, &spans)
                     .map_err(|_| "upstream sent invalid header".to_string())?;
                 return Ok(Some(ResponseHead {
                     status,
-                    reason,
+                    reason: head.slice(reason),
                     version,
                     headers,
                     names,
@@ -372,7 +392,11 @@ mod tests {
     use super::*;
 
     fn req(s: &str) -> Result<Option<RequestHead>, HeadError> {
-        parse_request(&Bytes::copy_from_slice(s.as_bytes()))
+        parse_request(&mut BytesMut::from(s.as_bytes()))
+    }
+
+    fn resp(s: &[u8]) -> Result<Option<ResponseHead>, String> {
+        parse_response(&mut BytesMut::from(s))
     }
 
     #[test]
@@ -457,18 +481,16 @@ mod tests {
 
     #[test]
     fn responses() {
-        let b = Bytes::from_static(b"HTTP/1.1 404 Gone Away\r\nContent-Length: 3\r\n\r\nabc");
-        let h = parse_response(&b).unwrap().unwrap();
+        let b = b"HTTP/1.1 404 Gone Away\r\nContent-Length: 3\r\n\r\nabc";
+        let mut buf = BytesMut::from(&b[..]);
+        let h = parse_response(&mut buf).unwrap().unwrap();
+        assert_eq!(&buf[..], b"abc");
         assert_eq!(h.status, 404);
         assert_eq!(&h.reason[..], b"Gone Away");
         assert_eq!(h.len, b.len() - 3);
-        assert!(
-            parse_response(&Bytes::from_static(b"HTTP/1.1 200 OK\r\n"))
-                .unwrap()
-                .is_none()
-        );
-        assert!(parse_response(&Bytes::from_static(b"SSH-2.0\r\n\r\n")).is_err());
-        assert!(parse_response(&Bytes::from_static(b"HTTP/1.1 200 OK\r\nA : b\r\n\r\n")).is_err());
+        assert!(resp(b"HTTP/1.1 200 OK\r\n").unwrap().is_none());
+        assert!(resp(b"SSH-2.0\r\n\r\n").is_err());
+        assert!(resp(b"HTTP/1.1 200 OK\r\nA : b\r\n\r\n").is_err());
     }
 
     use proptest::prelude::*;
@@ -477,7 +499,7 @@ mod tests {
 
     /// The outcome of a parse, comparable.
     fn outcome(b: &[u8]) -> Option<Result<Parsed, u16>> {
-        match parse_request(&Bytes::copy_from_slice(b)) {
+        match parse_request(&mut BytesMut::from(b)) {
             Ok(None) => None,
             Ok(Some(h)) => Some(Ok((
                 h.method.to_string(),
@@ -518,7 +540,7 @@ mod tests {
         #[test]
         fn arbitrary_heads_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
             let _ = outcome(&bytes);
-            let _ = parse_response(&Bytes::from(bytes.clone()));
+            let _ = resp(&bytes);
             let _ = Limits { first: 16, count: 2, size: 32 }.check(&bytes);
         }
     }
