@@ -1,9 +1,8 @@
 #!/usr/bin/perl
 
-# Parked keep-alive connections: once a worker holds more than a quarter of
-# its worker_connections (at most 256), an idle keep-alive connection gives
-# back hyper's buffers and waits with none, as nginx frees an idle
-# connection's buffers. Requests on a parked connection are served as on any
+# Parked keep-alive connections: an idle keep-alive connection gives back
+# its read buffer and waits with none, as nginx frees an idle connection's
+# buffers. Requests on a parked connection are served as on any
 # other: sequential, pipelined, split heads, HTTP/1.0 keep-alive, bodies,
 # unix sockets; keepalive_timeout and a graceful stop still close it.
 
@@ -67,8 +66,7 @@ sub responses {
 }
 
 
-# Two idle connections first: with worker_connections 8, parking starts
-# above two connections.
+# Two idle connections beside it (they once decided whether it parked).
 my @idle = map { http('', start => 1) } 1 .. 2;
 
 my $s = http('', start => 1);

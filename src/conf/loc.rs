@@ -60,6 +60,9 @@ loc_settings! {
     keepalive_header: Option<u64> = |_| None,
     keepalive_requests: u64 = |_| 1000,
     client_header_timeout: Duration = |_| Duration::from_secs(60),
+    /// `client_header_buffer_size`: where a request head starts; a line that
+    /// does not fit moves to a large buffer.
+    client_header_buffer_size: u64 = |_| 1024,
     /// `large_client_header_buffers NUMBER SIZE`: a request line or header
     /// longer than SIZE, or heads beyond NUMBER x SIZE, are refused.
     large_client_header_buffers: (u32, u64) = |_| (4, 8192),

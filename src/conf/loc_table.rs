@@ -75,6 +75,13 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_flag,
     },
     Spec {
+        name: "client_header_buffer_size",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_size,
+    },
+    Spec {
         name: "large_client_header_buffers",
         ctx: HS,
         args: Args::Exactly(2),
@@ -402,6 +409,13 @@ fn set_size(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     match d.name.as_str() {
         "client_max_body_size" => once(&mut l.client_max_body_size, offset_arg(d, 0)?, d),
         "client_body_buffer_size" => once(&mut l.client_body_buffer_size, size_arg(d, 0)?, d),
+        "client_header_buffer_size" => {
+            let size = size_arg(d, 0)?;
+            if size == 0 {
+                return Err(super::build::invalid_value(d));
+            }
+            once(&mut l.client_header_buffer_size, size, d)
+        }
         _ => once(&mut l.proxy_buffer_size, size_arg(d, 0)?, d),
     }
 }

@@ -75,6 +75,20 @@ impl Decoder {
         self.state == State::Done
     }
 
+    /// All of the body was taken; only its end is still to be returned.
+    pub fn is_ending(&self) -> bool {
+        self.state == State::Ending
+    }
+
+    /// The bytes left, when the framing says.
+    pub fn left(&self) -> Option<u64> {
+        match self.state {
+            State::Length(n) => Some(n),
+            State::Ending | State::Done => Some(0),
+            _ => None,
+        }
+    }
+
     /// The next piece from `buf`; `eof`: the peer has closed and `buf` holds
     /// all there will be. Ok(None): more bytes are needed.
     pub fn decode(&mut self, buf: &mut BytesMut, eof: bool) -> Result<Option<Piece>, BodyError> {

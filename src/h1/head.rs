@@ -54,6 +54,10 @@ impl Names {
     }
 }
 
+/// A response's reason phrase as the upstream sent it, written on as is.
+#[derive(Debug, Clone)]
+pub struct Reason(pub Bytes);
+
 /// A parsed request head.
 #[derive(Debug)]
 pub struct RequestHead {

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use super::response::{Body, BoxError};
 use super::vars::Req;
@@ -48,6 +48,13 @@ impl LoggedBody {
         }
     }
 
+    /// The request's `send_timeout`.
+    pub(crate) fn send_timeout(&self) -> std::time::Duration {
+        self.req
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(60), |r| r.conf.send_timeout)
+    }
+
     fn finish(&mut self) {
         if let Some(req) = self.req.take() {
             // The inner body goes first: a proxied body records the upstream's
@@ -55,9 +62,7 @@ impl LoggedBody {
             self.inner = None;
             write(&req);
         }
-        if let Some(f) = self.flight.take() {
-            f.idle().waiting();
-        }
+        self.flight = None;
     }
 }
 
@@ -73,13 +78,6 @@ impl HttpBody for LoggedBody {
             return Poll::Ready(None);
         };
         let r = Pin::new(inner).poll_frame(cx);
-        // send_timeout counts only while the client, not the source, holds us up.
-        if let (Some(f), Some(req)) = (self.flight.as_ref(), self.req.as_ref()) {
-            match &r {
-                Poll::Pending => f.idle().waiting(),
-                _ => f.idle().sending(req.conf.send_timeout),
-            }
-        }
         match &r {
             Poll::Ready(Some(Ok(f))) => {
                 if let (Some(d), Some(req)) = (f.data_ref(), self.req.as_mut()) {

@@ -1,19 +1,33 @@
-//! A client connection's life: the accept loop, hyper's connection driven
-//! until it ends or parks, the keep-alive clock (`Idle`, `InFlight`), and the
-//! graceful drain shared with the stream proxy. What a request does once read
-//! is the pipeline's (`pipeline.rs`). Called by `serve`, from `process::worker`.
+//! A client connection's life: the accept loop, then request after request
+//! on the connection's own task: the head read (`crate::h1`) into a buffer
+//! held only while there is something to read, the pipeline run, the
+//! response written with its framing, the rest of an unread body discarded,
+//! the keep-alive wait with no buffer, and the graceful drain shared with
+//! the stream proxy. What a request does once read is the pipeline's
+//! (`pipeline.rs`). Called by `serve`, from `process::worker`.
 
 use crate::net::accept::{Sock, running, wind_down};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hyper::Request;
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use std::pin::Pin;
+use std::task::Poll;
+
+use bytes::BytesMut;
+use http::header::{
+    CONNECTION, CONTENT_LENGTH, DATE, EXPECT, HeaderValue, SERVER, TRANSFER_ENCODING,
+    UPGRADE,
+};
+use http::{Method, Request, Response, Version};
+use http_body::Body as _;
+use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, watch};
+
+use crate::h1::body::{self, Framing};
+use crate::h1::head::{HeadError, Limits, Names, Reason, RequestHead, parse_request};
+use crate::h1::write;
 
 use crate::conf::Config;
 use crate::conf::model::ListenAddr;
@@ -24,135 +38,21 @@ use crate::upstream::clock::Clock;
 use super::access::LoggedBody;
 use super::pipeline::handle;
 use super::vars::ConnInfo;
-use super::{Listener, Phase, Shared, case, client_io, keeper, router, status};
+use super::inbound::{Inbound, ReqBody, Upgraded};
+use super::{Listener, Phase, Shared, case, keeper, response, router, status};
 
-/// A client connection's keep-alive clock: requests in flight, and when the
-/// last one finished. The connection closes after `keepalive_timeout` idle.
+/// A client connection's keep-alive limit: the last request's
+/// `keepalive_timeout`, which its handler sets once it knows the location.
 pub(crate) struct Idle {
-    born: std::time::Instant,
-    inflight: AtomicUsize,
-    /// Milliseconds after `born` when the last request finished.
-    since: AtomicU64,
-    /// The idle limit in milliseconds (the last request's `keepalive_timeout`).
+    /// In milliseconds.
     limit: AtomicU64,
-    /// Wakes the connection's watcher when the idle limit changes.
-    changed: Notify,
-    /// While a response body is being sent: when the client last took data
-    /// (ms after `born`), and the `send_timeout` in ms (0: not sending).
-    sent_at: AtomicU64,
-    send_limit: AtomicU64,
-    /// Requests ended on this connection.
-    ended: AtomicU64,
-    /// `client_header_timeout` in ms: from the first byte of a request head
-    /// this bounds the head instead of `keepalive_timeout`, so a head sent
-    /// slowly (slowloris) is cut as nginx cuts it.
-    head_limit: u64,
-    /// A head has started arriving and its clock runs...
-    head_clock: std::sync::atomic::AtomicBool,
-    /// ...since then (ms after `born`).
-    head_since: AtomicU64,
-    pub(crate) flags: client_io::Flags,
 }
 
 impl Idle {
-    /// The client took a piece of the response (or the response started).
-    pub(crate) fn sending(&self, limit: Duration) {
-        self.sent_at.store(self.now_ms(), Ordering::Relaxed);
-        self.send_limit
-            .store(limit.as_millis().max(1) as u64, Ordering::Relaxed);
-    }
-
-    /// The body waits for its source (the upstream), not for the client.
-    pub(crate) fn waiting(&self) {
-        self.send_limit.store(0, Ordering::Relaxed);
-    }
-
-    /// `send_timeout`: the client has not taken data for that long.
-    fn send_stalled(&self) -> bool {
-        let limit = self.send_limit.load(Ordering::Relaxed);
-        limit > 0
-            && self
-                .now_ms()
-                .saturating_sub(self.sent_at.load(Ordering::Relaxed))
-                >= limit
-    }
-
     pub(crate) fn new(limit: Duration) -> Idle {
         Idle {
-            born: std::time::Instant::now(),
-            inflight: AtomicUsize::new(0),
-            since: AtomicU64::new(0),
             limit: AtomicU64::new(limit.as_millis() as u64),
-            changed: Notify::new(),
-            sent_at: AtomicU64::new(0),
-            send_limit: AtomicU64::new(0),
-            ended: AtomicU64::new(0),
-            head_limit: limit.as_millis() as u64,
-            head_clock: std::sync::atomic::AtomicBool::new(false),
-            head_since: AtomicU64::new(0),
-            flags: client_io::Flags::default(),
         }
-    }
-
-    /// Bytes of a request arrived: between requests, the first of them
-    /// starts the head's clock (`client_header_timeout`). Only a store: the
-    /// watcher is not woken, it looks at least every `head_limit` while
-    /// idle (see `remaining`), so a request costs no extra wake-up.
-    pub(crate) fn bytes_arrived(&self) {
-        if self.inflight.load(Ordering::Acquire) == 0 && !self.head_clock.load(Ordering::Relaxed) {
-            self.head_since.store(self.now_ms(), Ordering::Relaxed);
-            self.head_clock.store(true, Ordering::Release);
-        }
-    }
-
-    /// A head began and was not complete within `client_header_timeout`.
-    fn head_overdue(&self) -> bool {
-        self.inflight.load(Ordering::Acquire) == 0
-            && self.head_clock.load(Ordering::Acquire)
-            && self
-                .now_ms()
-                .saturating_sub(self.head_since.load(Ordering::Relaxed))
-                >= self.head_limit
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.born.elapsed().as_millis() as u64
-    }
-
-    /// How long no request has been in flight (zero while one is).
-    fn idle_for(&self) -> Duration {
-        if self.inflight.load(Ordering::Acquire) > 0 {
-            return Duration::ZERO;
-        }
-        Duration::from_millis(
-            self.now_ms()
-                .saturating_sub(self.since.load(Ordering::Acquire)),
-        )
-    }
-
-    /// How long to wait before checking again; zero when the limit has passed.
-    fn remaining(&self) -> Duration {
-        let limit = self.limit.load(Ordering::Relaxed);
-        // While a request is in flight, look again each second (send_timeout).
-        if self.inflight.load(Ordering::Acquire) > 0 {
-            return Duration::from_secs(1);
-        }
-        let now = self.now_ms();
-        if self.head_clock.load(Ordering::Acquire) {
-            // A head has begun: its own limit replaces the keep-alive one.
-            let began = self.head_since.load(Ordering::Relaxed);
-            return Duration::from_millis(
-                self.head_limit.saturating_sub(now.saturating_sub(began)),
-            );
-        }
-        let idle = now.saturating_sub(self.since.load(Ordering::Acquire));
-        // Look again within head_limit: a head may begin meanwhile.
-        let left = limit.saturating_sub(idle);
-        Duration::from_millis(if self.head_limit > 0 {
-            left.min(self.head_limit)
-        } else {
-            left
-        })
     }
 }
 
@@ -185,13 +85,11 @@ impl Drop for Tracked {
     }
 }
 
-/// Held while a request is in flight; its end starts the idle clock.
+/// Held while a request is in flight (nginx's `Writing`).
 pub(crate) struct InFlight(Arc<Idle>, Option<Arc<status::Stats>>);
 
 impl InFlight {
     fn start(idle: &Arc<Idle>, stats: Option<&Arc<status::Stats>>) -> InFlight {
-        idle.inflight.fetch_add(1, Ordering::AcqRel);
-        idle.head_clock.store(false, Ordering::Release);
         if let Some(c) = stats.and_then(|s| s.counters()) {
             c.requests.fetch_add(1, Ordering::Relaxed);
             c.writing.fetch_add(1, Ordering::Relaxed);
@@ -199,25 +97,16 @@ impl InFlight {
         InFlight(idle.clone(), stats.cloned())
     }
 
-    /// Sets the idle limit; the watcher re-arms only when it changes, so a
-    /// busy connection costs no timer work per request.
-    pub(crate) fn idle(&self) -> &Arc<Idle> {
-        &self.0
-    }
-
+    /// Sets the connection's keep-alive limit (the location's).
     pub(super) fn keepalive(&self, limit: Duration) {
-        let ms = limit.as_millis() as u64;
-        if self.0.limit.swap(ms, Ordering::Relaxed) != ms {
-            self.0.changed.notify_one();
-        }
+        self.0
+            .limit
+            .store(limit.as_millis() as u64, Ordering::Relaxed);
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.since.store(self.0.now_ms(), Ordering::Release);
-        self.0.ended.fetch_add(1, Ordering::AcqRel);
-        self.0.inflight.fetch_sub(1, Ordering::AcqRel);
         if let Some(c) = self.1.as_ref().and_then(|s| s.counters()) {
             c.writing.fetch_sub(1, Ordering::Relaxed);
         }
@@ -251,19 +140,10 @@ pub async fn serve(
             .main
             .worker_shutdown_timeout
             .map_or(DRAIN, |t| t.min(DRAIN)),
-        header_wait: cfg
-            .http
-            .iter()
-            .flat_map(case::all_confs)
-            .map(|c| c.client_header_timeout.max(c.keepalive_timeout))
-            .max()
-            .unwrap_or(Duration::from_secs(75)),
-        header_case: case::template(cfg.http.as_ref()).await,
         cfg: cfg.clone(),
         router,
         next_conn,
         active: AtomicUsize::new(0),
-        park_above: (cfg.events.worker_connections / 4).min(256),
         drained: Notify::new(),
     });
     // Zone upstreams: keep snapshots current and tell each zone which
@@ -344,17 +224,25 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
 pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
+/// What a connection's requests share: its limits and who it is.
+struct ConnCtx {
+    shared: Arc<Shared>,
+    info: Arc<ConnInfo>,
+    listen: ListenAddr,
+    /// `client_header_timeout` of the default server: the first request's
+    /// wait, and each head's from its first byte.
+    head_limit: Duration,
+    limits: Limits,
+}
+
 async fn serve_conn(
-    stream: client_io::Stream,
+    stream: crate::net::stream::Stream,
     info: ConnInfo,
     listen: ListenAddr,
     shared: Arc<Shared>,
     mut phase: watch::Receiver<Phase>,
 ) {
     let info = Arc::new(info);
-    let served = Arc::new(AtomicU64::new(0));
-    // Until the first request, and from the first byte of each later head:
-    // the default server's client_header_timeout, as nginx.
     let default_server = shared
         .cfg
         .http
@@ -362,96 +250,500 @@ async fn serve_conn(
         .and_then(|h| shared.router.server(h, &listen, info.local, None));
     let head_limit =
         default_server.map_or(Duration::from_secs(60), |s| s.conf.client_header_timeout);
-    let idle = Arc::new(Idle::new(head_limit));
-    // hyper's read buffer grows to what it is allowed (about 400 kB) while a
-    // head or body arrives slowly or faster than it is taken: bound it by
-    // what a head may use (large_client_header_buffers) and a little more,
-    // so that a head past the limit still reaches `request_problem` for
-    // nginx's answer. A head far beyond it gets hyper's 431.
-    let read_buf = default_server
-        .map_or(32 * 1024, |s| {
-            let (count, size) = s.conf.large_client_header_buffers;
-            u64::from(count).saturating_mul(size)
-        })
-        .saturating_add(1024)
-        .clamp(8 * 1024, 4 * 1024 * 1024) as usize;
-    let svc = {
-        let shared = shared.clone();
-        let info = info.clone();
-        let idle = idle.clone();
-        service_fn(move |req: Request<Incoming>| {
-            let shared = shared.clone();
-            let info = info.clone();
-            let listen = listen.clone();
-            let served = served.clone();
-            let flight = InFlight::start(&idle, shared.stats.as_ref());
-            let flags = &idle.flags;
-            flags.body.store(
-                !hyper::body::Body::is_end_stream(req.body()),
-                Ordering::Relaxed,
-            );
-            let idle = idle.clone();
-            async move {
-                let n = served.fetch_add(1, Ordering::Relaxed) + 1;
-                let v10 = req.version() == hyper::Version::HTTP_10;
-                let resp = handle(&shared, info, &listen, req, n, flight).await;
-                if let Ok(resp) = &resp {
-                    // An HTTP/1.0 request still gets an HTTP/1.1 status line,
-                    // as from nginx.
-                    if v10 {
-                        idle.flags.head_next.store(true, Ordering::Release);
-                    }
-                    if resp.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {
-                        idle.flags.no_park.store(true, Ordering::Release);
-                    }
-                }
-                resp
-            }
-        })
+    let limits = default_server.map_or_else(Limits::default, |s| {
+        let (count, size) = s.conf.large_client_header_buffers;
+        Limits {
+            first: s.conf.client_header_buffer_size as usize,
+            count: count as usize,
+            size: size as usize,
+        }
+    });
+    let ctx = ConnCtx {
+        shared: shared.clone(),
+        info,
+        listen,
+        head_limit,
+        limits,
     };
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .preserve_header_case(true)
-        .title_case_headers(true)
-        .timer(TokioTimer::new())
-        .header_read_timeout(shared.header_wait)
-        .max_buf_size(read_buf);
-    let mut io = client_io::ClientIo::new(stream, idle.clone());
-    let mut fresh = true;
-    loop {
-        if !io.has_unread() && !wait_for_request(&io, &shared, &idle, &mut phase, fresh).await {
-            break;
-        }
-        fresh = false;
-        idle.flags.parking.store(false, Ordering::Release);
-        let mut conn = Box::new(
-            builder
-                .serve_connection(TokioIo::new(io), svc.clone())
-                .with_upgrades(),
-        );
-        if !drive(&mut conn, &shared, &idle, &info, &mut phase).await {
-            break;
-        }
-        // Parked: keep the socket and what hyper read ahead; drop the rest.
-        match conn.into_parts() {
-            Some(parts) => {
-                io = parts.io.into_inner();
-                io.unread(parts.read_buf);
-                crate::log_conn!(
-                    Level::Debug,
-                    info.number,
-                    "http keepalive: connection parked, buffers freed"
-                );
-            }
-            None => break,
-        }
-    }
+    let idle = Arc::new(Idle::new(head_limit));
+    let inb = Arc::new(Inbound::new(stream));
+    serve_requests(&ctx, &inb, &idle, &mut phase).await;
     if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
         c.active.fetch_sub(1, Ordering::Relaxed);
     }
     if shared.active.fetch_sub(1, Ordering::AcqRel) == 1 {
         shared.drained.notify_waiters();
     }
+}
+
+/// Whether the client asked to keep the connection: HTTP/1.1 unless it said
+/// `close`, HTTP/1.0 only if it said `keep-alive`.
+fn client_keeps_alive(head: &RequestHead) -> bool {
+    let has = |token: &str| {
+        head.headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    if head.version == Version::HTTP_10 {
+        has("keep-alive")
+    } else {
+        !has("close")
+    }
+}
+
+/// The request's requests, one after another, until one closes it.
+async fn serve_requests(
+    ctx: &ConnCtx,
+    inb: &Arc<Inbound>,
+    idle: &Arc<Idle>,
+    phase: &mut watch::Receiver<Phase>,
+) {
+    let shared = &ctx.shared;
+    let mut served = 0u64;
+    let mut idle_since = std::time::Instant::now();
+    loop {
+        if !inb.has_unread() {
+            // Idle: no buffer is held while waiting.
+            if inb.release() && served > 0 {
+                crate::log_conn!(
+                    Level::Debug,
+                    ctx.info.number,
+                    "http keepalive: connection parked, buffers freed"
+                );
+            }
+            let wait = if served == 0 {
+                ctx.head_limit
+            } else {
+                Duration::from_millis(idle.limit.load(Ordering::Relaxed))
+            };
+            if !wait_for_bytes(inb, shared, phase, wait, idle_since).await {
+                return;
+            }
+        }
+        let head = match read_head(ctx, inb).await {
+            Ok(head) => head,
+            Err(HeadFail::Closed) => return,
+            Err(HeadFail::Refused(e)) => {
+                refuse(ctx, inb, &e).await;
+                return;
+            }
+        };
+        served += 1;
+        let keep = client_keeps_alive(&head);
+        let is_head = head.method == Method::HEAD;
+        let framing = request_framing(&head);
+        let expect = head.version == Version::HTTP_11
+            && head
+                .headers
+                .get(EXPECT)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        // A request whose body could be framed two ways is refused by the
+        // pipeline; its body is not read and the connection closes.
+        inb.start_body(framing.unwrap_or(Framing::Empty), expect);
+        let upgrade = head.headers.contains_key(UPGRADE);
+        let mut req = Request::new(ReqBody::new(inb.clone()));
+        *req.method_mut() = head.method;
+        *req.uri_mut() = head.uri;
+        *req.version_mut() = head.version;
+        *req.headers_mut() = head.headers;
+        req.extensions_mut().insert(head.names);
+        let upgraded = upgrade.then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            req.extensions_mut()
+                .insert(OnUpgrade(Arc::new(std::sync::Mutex::new(Some(rx)))));
+            tx
+        });
+        let flight = InFlight::start(idle, shared.stats.as_ref());
+        let resp = match handle(shared, ctx.info.clone(), &ctx.listen, req, served, flight).await {
+            Ok(resp) => resp,
+            Err(_) => return,
+        };
+        let sent = send_response(
+            inb,
+            resp,
+            is_head,
+            keep && framing.is_some(),
+            ctx.info.number,
+        )
+        .await;
+        idle_since = std::time::Instant::now();
+        match sent {
+            Sent::Closed => return,
+            Sent::Switched => {
+                if let Some(tx) = upgraded {
+                    let _ = tx.send(Upgraded::new(inb.clone()));
+                }
+                return;
+            }
+            Sent::Kept => {}
+        }
+        if !inb.body_done() {
+            // The rest of a body nobody read is read and dropped, as nginx
+            // discards it; a client still waiting for "100 Continue" is not
+            // asked for it: the connection closes instead.
+            if inb.body_unasked() {
+                return;
+            }
+            let discard = std::future::poll_fn(|cx| inb.poll_discard(cx));
+            if !matches!(tokio::time::timeout(ctx.head_limit, discard).await, Ok(true)) {
+                return;
+            }
+        }
+    }
+}
+
+/// The client's side of a protocol switch, for the handler that asked: it
+/// comes once the 101 went out.
+#[derive(Clone)]
+pub(crate) struct OnUpgrade(
+    Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<Upgraded>>>>,
+);
+
+impl OnUpgrade {
+    pub(crate) async fn get(&self) -> Option<Upgraded> {
+        let rx = self.0.lock().unwrap_or_else(|e| e.into_inner()).take()?;
+        rx.await.ok()
+    }
+}
+
+/// How a request's body is framed; None for framing headers nginx refuses
+/// (two lengths, a coding other than `chunked`, both): `request_problem`
+/// answers those.
+fn request_framing(head: &RequestHead) -> Option<Framing> {
+    let h = &head.headers;
+    let mut te = h.get_all(TRANSFER_ENCODING).iter();
+    let mut cl = h.get_all(CONTENT_LENGTH).iter();
+    match (te.next(), cl.next()) {
+        (None, None) => Some(Framing::Empty),
+        (Some(t), None) => (te.next().is_none()
+            && head.version == Version::HTTP_11
+            && t.as_bytes().eq_ignore_ascii_case(b"chunked"))
+        .then_some(Framing::Chunked),
+        (None, Some(l)) => {
+            let v = l.as_bytes();
+            if cl.next().is_some() || v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            std::str::from_utf8(v).ok()?.parse().ok().map(Framing::Length)
+        }
+        (Some(_), Some(_)) => None,
+    }
+}
+
+enum HeadFail {
+    /// The client closed, failed or timed out (logged).
+    Closed,
+    /// A head nginx refuses: answered, then the connection closes.
+    Refused(HeadError),
+}
+
+/// Reads a request head within `client_header_timeout` from its first byte
+/// (nginx's `Reading` in `stub_status` meanwhile).
+async fn read_head(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, HeadFail> {
+    let counters = ctx.shared.stats.as_ref().and_then(|s| s.counters());
+    if let Some(c) = counters {
+        c.reading.fetch_add(1, Ordering::Relaxed);
+    }
+    let r = read_head_inner(ctx, inb).await;
+    if let Some(c) = counters {
+        c.reading.fetch_sub(1, Ordering::Relaxed);
+    }
+    r
+}
+
+async fn read_head_inner(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, HeadFail> {
+    let deadline = tokio::time::Instant::now() + ctx.head_limit;
+    let number = ctx.info.number;
+    loop {
+        let parsed = inb.with_buf(|buf| {
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            match parse_request(buf) {
+                Ok(Some(h)) => Ok(Some(h)),
+                Ok(None) => ctx.limits.check(buf).map(|()| None),
+                Err(e) => Err(e),
+            }
+        });
+        match parsed {
+            Ok(Some(h)) => return Ok(h),
+            Err(e) => return Err(HeadFail::Refused(e)),
+            Ok(None) => {}
+        }
+        let fill = std::future::poll_fn(|cx| inb.poll_fill(cx, 1024));
+        match tokio::time::timeout_at(deadline, fill).await {
+            Err(_) => {
+                crate::log_conn!(
+                    Level::Info,
+                    number,
+                    "client timed out (110: Connection timed out) while reading client request headers"
+                );
+                return Err(HeadFail::Closed);
+            }
+            Ok(Ok(0)) => {
+                if inb.has_unread() {
+                    crate::log_conn!(
+                        Level::Info,
+                        number,
+                        "client prematurely closed connection while reading client request headers"
+                    );
+                }
+                return Err(HeadFail::Closed);
+            }
+            Ok(Err(e)) => {
+                crate::log_conn!(
+                    Level::Info,
+                    number,
+                    "recv() failed ({}) while reading client request headers",
+                    crate::log::errno_text(&e)
+                );
+                return Err(HeadFail::Closed);
+            }
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Answers a head nginx refuses (its page, `Connection: close`) and logs why.
+async fn refuse(ctx: &ConnCtx, inb: &Inbound, e: &HeadError) {
+    crate::log_conn!(
+        Level::Info,
+        ctx.info.number,
+        "{} while reading client request {}",
+        e.why,
+        if e.in_line { "line" } else { "headers" }
+    );
+    let tokens = ctx
+        .shared
+        .cfg
+        .http
+        .as_ref()
+        .and_then(|h| ctx.shared.router.server(h, &ctx.listen, ctx.info.local, None))
+        .is_none_or(|s| s.conf.server_tokens);
+    let mut resp = response::status_page(e.code, tokens);
+    resp.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    let mut out = Vec::with_capacity(512);
+    let (parts, body) = resp.into_parts();
+    write_head(&parts, &mut out);
+    if let Ok(b) = body.collect().await {
+        out.extend_from_slice(&b.to_bytes());
+    }
+    let _ = inb.io.write_all_ref(&out, Duration::from_secs(5)).await;
+    linger(inb).await;
+}
+
+/// Before closing on a client that may still be sending: stop writing, and
+/// read what comes for a moment, so that the response is not lost to a
+/// reset (nginx's lingering close).
+async fn linger(inb: &Inbound) {
+    inb.io.shutdown_write();
+    let drain = async {
+        loop {
+            inb.with_buf(BytesMut::clear);
+            match std::future::poll_fn(|cx| inb.poll_fill(cx, 4096)).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+    inb.release();
+}
+
+/// A response that could not be sent, logged as nginx logs it.
+fn send_failed(e: &std::io::Error, number: u64) -> Sent {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        crate::log_conn!(
+            Level::Info,
+            number,
+            "client timed out (110: Connection timed out) while sending response to client"
+        );
+    } else {
+        crate::log_conn!(
+            Level::Info,
+            number,
+            "writev() failed ({}) while sending response to client",
+            crate::log::errno_text(e)
+        );
+    }
+    Sent::Closed
+}
+
+/// How a response went out.
+enum Sent {
+    /// The connection may carry another request.
+    Kept,
+    /// It must close (or failed).
+    Closed,
+    /// A 101 went out: the connection is the handler's now.
+    Switched,
+}
+
+/// The status line and headers as written: `Server` and `Date` first, as
+/// nginx's, names in the case they arrived in.
+fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
+    let reason = parts.extensions.get::<Reason>().map(|r| r.0.as_ref());
+    let code = parts.status.as_u16();
+    let nginx = response::reason(code).map(str::as_bytes);
+    write::status_line(parts.status, reason.or(nginx), out);
+    let names = parts.extensions.get::<Names>();
+    let h = &parts.headers;
+    if let Some(v) = h.get(SERVER) {
+        write::name(&SERVER, names, out);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !h.contains_key(DATE) {
+        out.extend_from_slice(b"Date: ");
+        write::date(out);
+        out.extend_from_slice(b"\r\n");
+    }
+    for (n, v) in h {
+        if n == SERVER {
+            continue;
+        }
+        write::name(n, names, out);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes a response: its head with the framing headers it needs, then its
+/// body (length, chunked to a client that reads chunks, else until close),
+/// each write within `send_timeout`. `keep`: the client would keep the
+/// connection.
+async fn send_response(
+    inb: &Inbound,
+    resp: Response<LoggedBody>,
+    is_head: bool,
+    keep: bool,
+    number: u64,
+) -> Sent {
+    let (mut parts, mut body) = resp.into_parts();
+    let send_timeout = body.send_timeout();
+    let code = parts.status.as_u16();
+    let switched = code == 101;
+    let bodiless = is_head || code < 200 || code == 204 || code == 304;
+    let h = &mut parts.headers;
+    let mut keep = keep
+        && !h
+            .get(CONNECTION)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+    let mut chunked = false;
+    if !switched {
+        h.remove(CONNECTION);
+        h.remove(TRANSFER_ENCODING);
+        if !h.contains_key(CONTENT_LENGTH) && code != 204 && code != 304 && code >= 200 {
+            match body.size_hint().exact() {
+                Some(n) => {
+                    h.insert(CONTENT_LENGTH, HeaderValue::from(n));
+                }
+                None if is_head => {}
+                None if keep || parts.version == Version::HTTP_11 => {
+                    h.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+                    chunked = true;
+                }
+                None => keep = false,
+            }
+        }
+        if !keep {
+            h.remove("keep-alive");
+        }
+        h.insert(
+            CONNECTION,
+            HeaderValue::from_static(if keep { "keep-alive" } else { "close" }),
+        );
+    }
+    let mut out = Vec::with_capacity(1024);
+    write_head(&parts, &mut out);
+    // The body's first piece goes with the head when it is there already.
+    let mut ended = false;
+    loop {
+        let next = std::future::poll_fn(|cx| match Pin::new(&mut body).poll_frame(cx) {
+            Poll::Pending if !out.is_empty() => Poll::Ready(None),
+            p => p.map(Some),
+        });
+        let frame = match next.await {
+            // Nothing yet: send what is ready, then wait for the source.
+            None => {
+                if let Err(e) = inb.io.write_all_ref(&out, send_timeout).await {
+                    return send_failed(&e, number);
+                }
+                out.clear();
+                continue;
+            }
+            Some(f) => f,
+        };
+        match frame {
+            None => {
+                ended = true;
+                if chunked && !bodiless {
+                    body::last_chunk(None, &mut out);
+                }
+                break;
+            }
+            Some(Err(_)) => break,
+            Some(Ok(f)) => {
+                let f = match f.into_data() {
+                    Ok(d) => {
+                        if bodiless || d.is_empty() {
+                            continue;
+                        }
+                        if chunked {
+                            body::chunk_head(d.len(), &mut out);
+                        }
+                        if out.len() + d.len() <= 16 * 1024 {
+                            out.extend_from_slice(&d);
+                        } else {
+                            let sent = match inb.io.write_all_ref(&out, send_timeout).await {
+                                Ok(()) => inb.io.write_all_ref(&d, send_timeout).await,
+                                e => e,
+                            };
+                            if let Err(e) = sent {
+                                return send_failed(&e, number);
+                            }
+                            out.clear();
+                        }
+                        if chunked {
+                            out.extend_from_slice(b"\r\n");
+                        }
+                        continue;
+                    }
+                    Err(f) => f,
+                };
+                if let Ok(t) = f.into_trailers() {
+                    if chunked && !bodiless {
+                        body::last_chunk(Some(&t), &mut out);
+                        chunked = false;
+                    }
+                }
+            }
+        }
+    }
+    drop(body);
+    if !out.is_empty() {
+        if let Err(e) = inb.io.write_all_ref(&out, send_timeout).await {
+            return send_failed(&e, number);
+        }
+    }
+    if switched {
+        return Sent::Switched;
+    }
+    if !ended || !keep {
+        if !ended {
+            return Sent::Closed;
+        }
+        linger(inb).await;
+        return Sent::Closed;
+    }
+    Sent::Kept
 }
 
 /// How long a keep-alive connection may stay idle once a graceful stop began
@@ -471,22 +763,24 @@ impl Shared {
     }
 }
 
-/// A parked connection waits here, holding no buffer, until the client sends
-/// (true) or `keepalive_timeout` passes or the worker stops (false).
-async fn wait_for_request(
-    io: &client_io::ClientIo<client_io::Stream>,
+/// Waits, holding no buffer, until the client sends (true), or the wait
+/// passes or the worker stops (false). A graceful stop shortens the wait to
+/// the drain time.
+async fn wait_for_bytes(
+    inb: &Inbound,
     shared: &Shared,
-    idle: &Idle,
     phase: &mut watch::Receiver<Phase>,
-    fresh: bool,
+    limit: Duration,
+    idle_since: std::time::Instant,
 ) -> bool {
+    let deadline = idle_since + limit;
     loop {
-        let mut wait = idle.remaining();
+        let mut wait = deadline.saturating_duration_since(std::time::Instant::now());
         match *phase.borrow_and_update() {
             Phase::Fast => return false,
             Phase::Graceful => {
                 shared.start_draining();
-                wait = wait.min(shared.drain_left(idle.idle_for()).unwrap_or_default());
+                wait = wait.min(shared.drain_left(idle_since.elapsed()).unwrap_or_default());
             }
             Phase::Running => {}
         }
@@ -494,157 +788,13 @@ async fn wait_for_request(
             return false;
         }
         tokio::select! {
-            r = std::future::poll_fn(|cx| io.get_ref().poll_readable(cx, fresh)) => return r.is_ok(),
+            r = std::future::poll_fn(|cx| inb.poll_arrive(cx)) => return matches!(r, Ok(n) if n > 0),
             ch = phase.changed() => {
                 if ch.is_err() {
                     return false;
                 }
             }
             _ = tokio::time::sleep(wait) => {}
-        }
-    }
-}
-
-type ClientConn<S> = hyper::server::conn::http1::UpgradeableConnection<
-    TokioIo<client_io::ClientIo<client_io::Stream>>,
-    S,
->;
-
-/// What woke `drive`.
-enum Step {
-    /// hyper's connection ended; true when it was parked.
-    Done(bool),
-    /// The phase changed; true when its sender is gone.
-    Phase(bool),
-    Timer,
-    /// The idle limit changed.
-    Limit,
-}
-
-/// Runs hyper's connection until it ends. True when it ended because it was
-/// parked (the socket stays open for the next request): that is decided
-/// right after hyper's own poll, when a request has ended and none is in
-/// flight, so parking costs no extra wake-up. Parking costs a new hyper
-/// connection per request (about 15% more instructions per request), so it
-/// starts only when the worker holds many connections (`Shared::park_above`),
-/// where buffers, not instructions, are what runs out.
-async fn drive<S>(
-    conn: &mut ClientConn<S>,
-    shared: &Shared,
-    idle: &Idle,
-    info: &ConnInfo,
-    phase: &mut watch::Receiver<Phase>,
-) -> bool
-where
-    S: hyper::service::HttpService<Incoming, ResBody = LoggedBody> + Unpin,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    ClientConn<S>: Future<Output = hyper::Result<()>> + Unpin,
-{
-    use std::pin::Pin;
-    use std::task::Poll;
-    let flags = &idle.flags;
-    let ended_before = idle.ended.load(Ordering::Acquire);
-    let mut shutting = false;
-    loop {
-        let mut wait = idle.remaining();
-        match *phase.borrow_and_update() {
-            Phase::Fast if !shutting => {
-                Pin::new(&mut *conn).graceful_shutdown();
-                shutting = true;
-            }
-            // A graceful stop: requests still come (answered with
-            // `Connection: close`); a connection idle for the drain time
-            // closes.
-            Phase::Graceful if !shutting => {
-                shared.start_draining();
-                let left = shared.drain_left(idle.idle_for()).unwrap_or_default();
-                if idle.inflight.load(Ordering::Acquire) == 0 && left.is_zero() {
-                    flags.parking.store(false, Ordering::Release);
-                    Pin::new(&mut *conn).graceful_shutdown();
-                    shutting = true;
-                } else if !left.is_zero() {
-                    wait = wait.min(left);
-                }
-            }
-            _ => {}
-        }
-        if shutting {
-            let _ = (&mut *conn).await;
-            return false;
-        }
-        let step = {
-            let changed = phase.changed();
-            let limit = idle.changed.notified();
-            let sleep = tokio::time::sleep(wait);
-            tokio::pin!(changed, limit, sleep);
-            std::future::poll_fn(|cx| {
-                if let Poll::Ready(r) = Pin::new(&mut *conn).poll(cx) {
-                    return Poll::Ready(Step::Done(
-                        r.is_ok() && flags.parking.load(Ordering::Acquire),
-                    ));
-                }
-                if idle.inflight.load(Ordering::Acquire) == 0
-                    && idle.ended.load(Ordering::Acquire) != ended_before
-                    && shared.draining.get().is_none()
-                    && shared.active.load(Ordering::Relaxed) > shared.park_above
-                    && !flags.parking.load(Ordering::Acquire)
-                    && !flags.body.load(Ordering::Relaxed)
-                    && !flags.no_park.load(Ordering::Acquire)
-                {
-                    flags.parking.store(true, Ordering::Release);
-                    Pin::new(&mut *conn).graceful_shutdown();
-                    if let Poll::Ready(r) = Pin::new(&mut *conn).poll(cx) {
-                        return Poll::Ready(Step::Done(r.is_ok()));
-                    }
-                }
-                if let Poll::Ready(ch) = changed.as_mut().poll(cx) {
-                    return Poll::Ready(Step::Phase(ch.is_err()));
-                }
-                if limit.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Step::Limit);
-                }
-                if sleep.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Step::Timer);
-                }
-                Poll::Pending
-            })
-            .await
-        };
-        match step {
-            Step::Done(parked) => return parked,
-            Step::Phase(gone) => {
-                if gone {
-                    Pin::new(&mut *conn).graceful_shutdown();
-                    shutting = true;
-                }
-            }
-            Step::Limit => {}
-            // keepalive_timeout: an idle connection closes (one mid-request
-            // finishes its request first).
-            Step::Timer => {
-                if idle.send_stalled() {
-                    crate::log_conn!(
-                        Level::Info,
-                        info.number,
-                        "client timed out (110: Connection timed out) while sending response to client"
-                    );
-                    return false;
-                }
-                if idle.head_overdue() {
-                    // hyper would wait for the rest of a head it began.
-                    crate::log_conn!(
-                        Level::Info,
-                        info.number,
-                        "client timed out (110: Connection timed out) while reading client request headers"
-                    );
-                    return false;
-                }
-                if idle.remaining().is_zero() {
-                    flags.parking.store(false, Ordering::Release);
-                    Pin::new(&mut *conn).graceful_shutdown();
-                    shutting = true;
-                }
-            }
         }
     }
 }

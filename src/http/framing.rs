@@ -5,7 +5,7 @@
 //! desync and requests are smuggled. Pure functions of a parsed head; the
 //! proxy and the connection code call them.
 
-use hyper::header::{self, HOST, HeaderMap, HeaderValue};
+use http::header::{self, HOST, HeaderMap, HeaderValue};
 
 use super::vars::Req;
 
@@ -47,7 +47,7 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     if let Some(bad) = framing_problem(r) {
         return Some(bad);
     }
-    if host_ok && r.version == hyper::Version::HTTP_11 && !h.contains_key(HOST) {
+    if host_ok && r.version == http::Version::HTTP_11 && !h.contains_key(HOST) {
         return Some(Problem::new(
             400,
             "client sent HTTP/1.1 request without \"Host\" header",
@@ -96,8 +96,8 @@ fn framing_problem(r: &Req) -> Option<Problem> {
     {
         return Some(Problem::line(400, "client sent invalid method"));
     }
-    let text = |v: &hyper::header::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
-    let twice = |name: &hyper::header::HeaderName| {
+    let text = |v: &http::header::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    let twice = |name: &http::header::HeaderName| {
         let mut all = h.get_all(name).iter();
         let first = all.next()?;
         all.next().map(|second| (text(first), text(second)))
@@ -111,8 +111,8 @@ fn framing_problem(r: &Req) -> Option<Problem> {
         ));
     }
     for (name, shown) in [
-        (hyper::header::CONTENT_LENGTH, "Content-Length"),
-        (hyper::header::TRANSFER_ENCODING, "Transfer-Encoding"),
+        (http::header::CONTENT_LENGTH, "Content-Length"),
+        (http::header::TRANSFER_ENCODING, "Transfer-Encoding"),
     ] {
         if let Some((first, second)) = twice(&name) {
             return Some(Problem::new(
@@ -123,8 +123,26 @@ fn framing_problem(r: &Req) -> Option<Problem> {
             ));
         }
     }
-    if let Some(te) = h.get(hyper::header::TRANSFER_ENCODING) {
-        if h.contains_key(hyper::header::CONTENT_LENGTH) {
+    if let Some(cl) = h.get(http::header::CONTENT_LENGTH) {
+        let v = cl.as_bytes();
+        if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+            return Some(Problem::new(
+                400,
+                format!(
+                    "client sent invalid \"Content-Length\" header: \"Content-Length: {}\"",
+                    text(cl)
+                ),
+            ));
+        }
+    }
+    if let Some(te) = h.get(http::header::TRANSFER_ENCODING) {
+        if r.version == http::Version::HTTP_10 {
+            return Some(Problem::new(
+                400,
+                "client sent HTTP/1.0 request with \"Transfer-Encoding\" header",
+            ));
+        }
+        if h.contains_key(http::header::CONTENT_LENGTH) {
             return Some(Problem::new(
                 400,
                 "client sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time",
@@ -195,7 +213,7 @@ pub(super) fn upstream_framing(h: &HeaderMap) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyper::header::HeaderName;
+    use http::header::HeaderName;
 
     #[test]
     fn framing() {

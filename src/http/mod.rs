@@ -1,5 +1,5 @@
 //! The HTTP server of a worker: accepts on the inherited listeners, serves
-//! HTTP/1.0 and 1.1 with hyper, routes each request to a server and location
+//! HTTP/1.0 and 1.1 on its own codec (`crate::h1`), routes each request to a server and location
 //! and runs its handler. Shutdown is driven by a `Phase` watch the worker
 //! sets from signals: graceful (stop accepting, close idle connections, let
 //! requests finish) or fast. Called by `process::worker` only. Here: the
@@ -8,10 +8,10 @@
 
 pub mod access;
 pub mod case;
-pub(crate) mod client_io;
 mod conn;
 mod dynamic;
 mod framing;
+pub(crate) mod inbound;
 pub mod keeper;
 mod open_file;
 mod pipeline;
@@ -33,8 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::time::Duration;
 
-use hyper::Response;
-use hyper::body::Incoming;
+use http::Response;
 use tokio::sync::Notify;
 
 use crate::conf::Config;
@@ -42,7 +41,7 @@ use crate::upstream::Upstreams;
 use response::Body;
 
 pub use conn::serve;
-pub(crate) use conn::{Idle, InFlight, Io, Tracked};
+pub(crate) use conn::{InFlight, Io, OnUpgrade, Tracked};
 pub(crate) use pipeline::do_return;
 
 pub use crate::net::accept::{Listener, Phase};
@@ -59,7 +58,7 @@ pub enum Reply {
 
 /// The client's request body, or none (an internal redirect has none).
 pub enum ClientBody {
-    Incoming(Incoming),
+    Incoming(inbound::ReqBody),
     Empty,
 }
 
@@ -76,11 +75,6 @@ impl std::fmt::Display for CloseConnection {
 impl std::error::Error for CloseConnection {}
 
 pub(crate) struct Shared {
-    /// hyper's header-case map for the names sluice writes (see `case`).
-    header_case: Option<hyper::http::Extensions>,
-    /// How long hyper may wait for a request head: covers both the keep-alive
-    /// wait and `client_header_timeout`; `Idle` enforces `keepalive_timeout`.
-    header_wait: Duration,
     cfg: Arc<Config>,
     router: router::Router,
     upstreams: Upstreams,
@@ -88,9 +82,6 @@ pub(crate) struct Shared {
     /// worker's stream proxy so that no two connections share one.
     next_conn: Arc<AtomicU64>,
     active: AtomicUsize,
-    /// Idle keep-alive connections are parked (see `client_io`) while the
-    /// worker holds more connections than this.
-    park_above: usize,
     /// `stub_status` counters, when a location has it.
     stats: Option<Arc<status::Stats>>,
     /// The master's generation number for this configuration.

@@ -6,9 +6,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use hyper::body::Incoming;
-use hyper::header::HOST;
-use hyper::{Request, Response};
+use http::header::HOST;
+use http::{Request, Response};
 
 use crate::conf::model::{ListenAddr, Location, Return, Server};
 use crate::log::Level;
@@ -18,13 +17,13 @@ use super::conn::InFlight;
 use super::response::Body;
 use super::vars::{ConnInfo, Req};
 use super::{
-    ClientBody, CloseConnection, Reply, Shared, access, case, dynamic, framing, proxy, realip,
+    ClientBody, CloseConnection, Reply, Shared, access, dynamic, framing, proxy, realip,
     response, router, script, static_files, status, uri,
 };
 
 /// `Host` (or the absolute URI's authority) lowercased, without port or final dot.
 /// Err for a host nginx refuses with 400.
-fn request_host(req: &Request<Incoming>) -> Result<Option<String>, ()> {
+fn request_host(req: &Request<super::inbound::ReqBody>) -> Result<Option<String>, ()> {
     let raw: &str = match req.uri().authority() {
         Some(a) => a.host(),
         None => match req.headers().get(HOST) {
@@ -57,7 +56,7 @@ pub(super) async fn handle(
     shared: &Arc<Shared>,
     info: Arc<ConnInfo>,
     listen: &ListenAddr,
-    req: Request<Incoming>,
+    req: Request<super::inbound::ReqBody>,
     nth: u64,
     flight: InFlight,
 ) -> Result<Response<LoggedBody>, CloseConnection> {
@@ -171,11 +170,11 @@ pub(super) async fn handle(
         || nth >= r.conf.keepalive_requests
     {
         resp.headers_mut().insert(
-            hyper::header::CONNECTION,
-            hyper::header::HeaderValue::from_static("close"),
+            http::header::CONNECTION,
+            http::header::HeaderValue::from_static("close"),
         );
     } else if let Some(secs) = r.conf.keepalive_header {
-        if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("timeout={secs}")) {
+        if let Ok(v) = http::header::HeaderValue::from_str(&format!("timeout={secs}")) {
             resp.headers_mut().insert("keep-alive", v);
         }
     }
@@ -207,7 +206,7 @@ async fn dispatch(
     server: &Server,
     named: Option<&Location>,
     body: ClientBody,
-    extensions: hyper::http::Extensions,
+    extensions: http::Extensions,
 ) -> Result<Reply, CloseConnection> {
     // realip runs first, with the server's settings (nginx's post-read phase).
     let location_conf = std::mem::replace(&mut r.conf, server.conf.clone());
@@ -327,12 +326,6 @@ async fn finish(
             }
         }
     };
-    // Our own responses get nginx's spelling of the names we write.
-    if resp.extensions().get::<case::Proxied>().is_none() {
-        if let Some(t) = &shared.header_case {
-            resp.extensions_mut().extend(t.clone());
-        }
-    }
     let status = resp.status().as_u16();
     for h in &r.conf.add_header {
         if !h.always && !ADD_HEADER_STATUSES.contains(&status) {
@@ -343,10 +336,18 @@ async fn finish(
             continue;
         }
         if let (Ok(n), Ok(v)) = (
-            hyper::header::HeaderName::from_bytes(h.name.as_bytes()),
-            hyper::header::HeaderValue::from_str(&v),
+            http::header::HeaderName::from_bytes(h.name.as_bytes()),
+            http::header::HeaderValue::from_str(&v),
         ) {
             resp.headers_mut().append(n, v);
+            // Written as configured, as nginx writes it.
+            let names = resp.extensions_mut();
+            match names.get_mut::<crate::h1::head::Names>() {
+                Some(m) => m.0.insert(0, Bytes::from(h.name.clone())),
+                None => {
+                    names.insert(crate::h1::head::Names(vec![Bytes::from(h.name.clone())]));
+                }
+            }
         }
     }
     Ok(resp)
@@ -354,14 +355,10 @@ async fn finish(
 
 /// Sets a response's status with nginx's reason phrase.
 fn set_status(resp: &mut Response<Body>, code: u16) {
-    if let Ok(s) = hyper::StatusCode::from_u16(code) {
+    if let Ok(s) = http::StatusCode::from_u16(code) {
         *resp.status_mut() = s;
     }
-    resp.extensions_mut().remove::<hyper::ext::ReasonPhrase>();
-    if let Some(reason) = response::reason(code) {
-        resp.extensions_mut()
-            .insert(hyper::ext::ReasonPhrase::from_static(reason.as_bytes()));
-    }
+    resp.extensions_mut().remove::<crate::h1::head::Reason>();
 }
 
 async fn error_page(
@@ -404,8 +401,8 @@ async fn internal_redirect(
     server: &Server,
     target: &str,
 ) -> Result<Reply, CloseConnection> {
-    if r.method != hyper::Method::HEAD {
-        r.method = hyper::Method::GET;
+    if r.method != http::Method::HEAD {
+        r.method = http::Method::GET;
     }
     let named = if target.starts_with('@') {
         router::named_location(server, target)

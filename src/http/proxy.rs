@@ -179,7 +179,7 @@ pub(crate) async fn run(
 ) -> Reply {
     // The client side of a possible protocol switch stays here; the upstream
     // request carries only the header-case map.
-    let client_upgrade = extensions.remove::<hyper::upgrade::OnUpgrade>();
+    let client_upgrade = extensions.remove::<super::OnUpgrade>();
     let mut plan = match plan(r, pp, body, extensions).await {
         Ok(p) => p,
         Err(status) => return Reply::Status(status),
@@ -399,7 +399,7 @@ struct Answer<'a> {
     ups: &'a Arc<UpstreamRt>,
     snap: &'a Arc<crate::upstream::Peers>,
     uri: String,
-    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    client_upgrade: Option<super::OnUpgrade>,
 }
 
 /// Turns the upstream's answer into the reply: a tunnel for a 101, an

@@ -1,12 +1,11 @@
-//! Responses sluice makes itself: nginx's status lines (its reason phrases,
-//! not hyper's), its built-in error pages with `sluice` where nginx signs them,
+//! Responses sluice makes itself: nginx's status lines (its reason phrases), its built-in error pages with `sluice` where nginx signs them,
 //! and the `Server`/`Date` headers. Pure builders; handlers choose what to send.
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, LOCATION, SERVER};
-use hyper::{Response, StatusCode};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, LOCATION, SERVER};
+use http::{Response, StatusCode};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -115,10 +114,6 @@ pub fn build(code: u16, content_type: Option<&str>, body: Bytes, tokens: bool) -
     let len = body.len();
     let mut resp = Response::new(full(body));
     *resp.status_mut() = status;
-    if let Some(r) = reason(wire) {
-        resp.extensions_mut()
-            .insert(hyper::ext::ReasonPhrase::from_static(r.as_bytes()));
-    }
     let h = resp.headers_mut();
     h.insert(SERVER, server_header(tokens));
     if let Some(ct) = content_type.and_then(|c| HeaderValue::from_str(c).ok()) {

@@ -47,8 +47,7 @@ impl Stats {
     }
 }
 
-/// nginx's `stub_status` page. Reading is always 0: hyper reads request
-/// heads itself and does not say when it starts one.
+/// nginx's `stub_status` page.
 pub fn stub_status(r: &Req, stats: Option<&Stats>) -> Reply {
     if r.method != Method::GET && r.method != Method::HEAD {
         return Reply::Status(405);
@@ -58,14 +57,16 @@ pub fn stub_status(r: &Req, stats: Option<&Stats>) -> Reply {
     };
     let active = c.active.load(Relaxed);
     let writing = c.writing.load(Relaxed);
+    let reading = c.reading.load(Relaxed);
     let text = format!(
-        "Active connections: {} \nserver accepts handled requests\n {} {} {} \nReading: 0 Writing: {} Waiting: {} \n",
+        "Active connections: {} \nserver accepts handled requests\n {} {} {} \nReading: {} Writing: {} Waiting: {} \n",
         active,
         c.accepted.load(Relaxed),
         c.handled.load(Relaxed),
         c.requests.load(Relaxed),
+        reading,
         writing,
-        active.saturating_sub(writing),
+        active.saturating_sub(writing + reading),
     );
     let mut resp = response::build(
         200,

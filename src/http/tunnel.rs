@@ -25,7 +25,7 @@ use crate::upstream::{Outcome, PeerId, Peers};
 pub(crate) fn switch_protocols(
     r: &mut Req,
     resp: Response<Incoming>,
-    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    client_upgrade: Option<super::OnUpgrade>,
     peers: Arc<Peers>,
     id: PeerId,
     idle: Duration,
@@ -54,6 +54,13 @@ pub(crate) fn switch_protocols(
     let number = r.conn.number;
     tokio::spawn(async move {
         let _tracked = tracked;
+        let client_up = async {
+            client_up
+                .get()
+                .await
+                .ok_or_else(|| std::io::Error::other("the client connection closed"))
+        };
+        let upstream_up = async { upstream_up.await.map_err(std::io::Error::other) };
         let (client, upstream) = match tokio::try_join!(client_up, upstream_up) {
             Ok(pair) => pair,
             Err(e) => {
@@ -62,7 +69,7 @@ pub(crate) fn switch_protocols(
                 return;
             }
         };
-        crate::net::copy::both(TokioIo::new(client), TokioIo::new(upstream), idle, true).await;
+        crate::net::copy::both(client, TokioIo::new(upstream), idle, true).await;
         peers.release(id, Outcome::Ok, now_ms());
     });
     Reply::Full(Response::from_parts(parts, response::full(Bytes::new())))

@@ -93,6 +93,114 @@ impl Stream {
     }
 }
 
+/// Reads and writes through a shared reference, so that one connection's
+/// request body and its response can use the socket at once (tokio's
+/// readiness, then a non-blocking call).
+macro_rules! by_ref {
+    ($self:expr, $cx:expr, $ready:ident, $try:ident($($arg:expr),*)) => {
+        loop {
+            let r = match $self {
+                Stream::Tcp(s) => {
+                    std::task::ready!(s.$ready($cx))?;
+                    s.$try($($arg),*)
+                }
+                Stream::Unix(s) => {
+                    std::task::ready!(s.$ready($cx))?;
+                    s.$try($($arg),*)
+                }
+            };
+            match r {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    };
+}
+
+impl Stream {
+    /// Ready when the socket may be read (or has closed).
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self {
+            Stream::Tcp(s) => s.poll_read_ready(cx),
+            Stream::Unix(s) => s.poll_read_ready(cx),
+        }
+    }
+
+    /// Reads without waiting (WouldBlock when nothing is there).
+    pub fn try_read_buf(&self, buf: &mut bytes::BytesMut) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.try_read_buf(buf),
+            Stream::Unix(s) => s.try_read_buf(buf),
+        }
+    }
+
+    /// Reads what is there into the spare room of `buf` (0: the peer closed).
+    pub fn poll_read_into(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut bytes::BytesMut,
+    ) -> Poll<std::io::Result<usize>> {
+        by_ref!(self, cx, poll_read_ready, try_read_buf(buf))
+    }
+
+    /// Reads what is there into `out` (nothing added: the peer closed).
+    pub fn poll_read_slice(
+        &self,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let n = {
+            let room = out.initialize_unfilled();
+            let r: Poll<std::io::Result<usize>> = (|| by_ref!(self, cx, poll_read_ready, try_read(room)))();
+            std::task::ready!(r)?
+        };
+        out.advance(n);
+        Poll::Ready(Ok(()))
+    }
+
+    /// Writes what the socket takes of `data`.
+    pub fn poll_write_ref(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        by_ref!(self, cx, poll_write_ready, try_write(data))
+    }
+
+    /// Writes what the socket takes of `bufs`, in order.
+    pub fn poll_write_vectored_ref(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        by_ref!(self, cx, poll_write_ready, try_write_vectored(bufs))
+    }
+
+    /// Writes all of `data`, each step within `timeout` (nginx's
+    /// `send_timeout` is between two writes, not over the whole).
+    pub async fn write_all_ref(&self, data: &[u8], timeout: Duration) -> std::io::Result<()> {
+        let mut at = 0;
+        while at < data.len() {
+            let step = std::future::poll_fn(|cx| self.poll_write_ref(cx, &data[at..]));
+            match tokio::time::timeout(timeout, step).await {
+                Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+                Ok(Err(e)) => return Err(e),
+                Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(Ok(n)) => at += n,
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the write side (FIN), leaving reads open.
+    pub fn shutdown_write(&self) {
+        let fd = match self {
+            Stream::Tcp(s) => std::os::fd::AsFd::as_fd(s),
+            Stream::Unix(s) => std::os::fd::AsFd::as_fd(s),
+        };
+        let _ = nix::sys::socket::shutdown(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            nix::sys::socket::Shutdown::Write,
+        );
+    }
+}
+
 macro_rules! both {
     ($self:expr, $s:ident => $e:expr) => {
         match $self.get_mut() {

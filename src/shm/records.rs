@@ -201,10 +201,12 @@ pub struct StatusCounters {
     pub requests: AtomicU64,
     /// Requests being processed (nginx's "Writing").
     pub writing: AtomicU64,
+    /// Connections reading a request head (nginx's "Reading").
+    pub reading: AtomicU64,
 }
 
 // SAFETY: repr(C), atomics only.
 #[allow(unsafe_code)]
 unsafe impl Shared for StatusCounters {}
 
-const _: () = assert!(size_of::<StatusCounters>() == 40);
+const _: () = assert!(size_of::<StatusCounters>() == 48);

@@ -1,0 +1,297 @@
+//! A client connection's read side: the socket, the bytes read and not yet
+//! used (a buffer from `h1::pool`, held only while there is something to
+//! read), and the request body's decoder. The connection reads heads from it,
+//! a handler reads the body through `ReqBody`, and a protocol switch hands
+//! the socket over as `Upgraded`; they take turns, so the lock is never
+//! contended and never held across an await.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http_body::{Frame, SizeHint};
+
+use crate::h1::body::{BodyError, Decoder, Framing, Piece};
+use crate::h1::pool;
+use crate::net::stream::Stream;
+
+use super::response::BoxError;
+
+/// Room asked for before a read of body bytes.
+const BODY_READ: usize = 16 * 1024;
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+pub(crate) struct Inbound {
+    pub(crate) io: Stream,
+    st: Mutex<State>,
+}
+
+struct State {
+    /// None while there is nothing unread (the buffer is back in the pool).
+    buf: Option<BytesMut>,
+    body: Decoder,
+    /// The peer closed its side.
+    eof: bool,
+    /// Bytes of "100 Continue" still to send before the body is read (None:
+    /// none asked for, or sent).
+    expect: Option<usize>,
+    /// The body could not be read: the connection is not reused.
+    broken: bool,
+}
+
+impl Inbound {
+    pub(crate) fn new(io: Stream) -> Inbound {
+        Inbound {
+            io,
+            st: Mutex::new(State {
+                buf: None,
+                body: Decoder::new(Framing::Empty),
+                eof: false,
+                expect: None,
+                broken: false,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes read and not used yet (a pipelined request).
+    pub(crate) fn has_unread(&self) -> bool {
+        self.lock().buf.as_ref().is_some_and(|b| !b.is_empty())
+    }
+
+    /// Gives the buffer back to the pool if nothing in it is unread; true
+    /// if one was given back.
+    pub(crate) fn release(&self) -> bool {
+        match self.lock().buf.take_if(|b| b.is_empty()) {
+            Some(b) => {
+                pool::give(b);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Runs `f` on the unread bytes.
+    pub(crate) fn with_buf<R>(&self, f: impl FnOnce(&mut BytesMut) -> R) -> R {
+        let mut st = self.lock();
+        f(st.buf.get_or_insert_with(pool::take))
+    }
+
+    /// Reads more bytes (0: the peer closed), with at least `room` free.
+    pub(crate) fn poll_fill(&self, cx: &mut Context<'_>, room: usize) -> Poll<std::io::Result<usize>> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let buf = st.buf.get_or_insert_with(pool::take);
+        if buf.capacity() - buf.len() < room {
+            buf.reserve(room);
+        }
+        let n = std::task::ready!(self.io.poll_read_into(cx, buf))?;
+        if n == 0 {
+            st.eof = true;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// Waits for bytes holding no buffer, then reads them into one from the
+    /// pool (0: the peer closed).
+    pub(crate) fn poll_arrive(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        loop {
+            std::task::ready!(self.io.poll_read_ready(cx))?;
+            let mut st = self.lock();
+            let st = &mut *st;
+            let buf = st.buf.get_or_insert_with(pool::take);
+            match self.io.try_read_buf(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if let Some(b) = st.buf.take_if(|b| b.is_empty()) {
+                        pool::give(b);
+                    }
+                }
+                Ok(n) => {
+                    st.eof |= n == 0;
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    /// A request's body starts: how it is framed, and whether the client
+    /// waits for "100 Continue" before sending it.
+    pub(crate) fn start_body(&self, framing: Framing, expect: bool) {
+        let mut st = self.lock();
+        st.body = Decoder::new(framing);
+        st.expect = (expect && framing != Framing::Empty && framing != Framing::Length(0))
+            .then_some(0);
+    }
+
+    /// The body was read to its end (or had none).
+    pub(crate) fn body_done(&self) -> bool {
+        let st = self.lock();
+        !st.broken && (st.body.is_done() || st.body.is_ending())
+    }
+
+    /// The client was never told to send the body it announced.
+    pub(crate) fn body_unasked(&self) -> bool {
+        self.lock().expect == Some(0)
+    }
+
+    /// Reads and drops what is left of the body; false if it cannot be
+    /// (bad framing, the peer closed).
+    pub(crate) fn poll_discard(&self, cx: &mut Context<'_>) -> Poll<bool> {
+        loop {
+            match std::task::ready!(poll_body(self, cx)) {
+                None => return Poll::Ready(true),
+                Some(Ok(_)) => {}
+                Some(Err(_)) => return Poll::Ready(false),
+            }
+        }
+    }
+}
+
+/// Why the request body could not be read, as nginx logs it.
+#[derive(Debug)]
+pub struct BodyReadError(pub BodyError);
+
+impl std::fmt::Display for BodyReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            BodyError::Invalid => "client sent invalid chunked body",
+            BodyError::Truncated => "client prematurely closed connection",
+        })
+    }
+}
+
+impl std::error::Error for BodyReadError {}
+
+/// The request body as a handler reads it.
+pub struct ReqBody {
+    inb: Arc<Inbound>,
+}
+
+impl ReqBody {
+    pub(crate) fn new(inb: Arc<Inbound>) -> ReqBody {
+        ReqBody { inb }
+    }
+}
+
+/// The next piece of the body on `inb`: "100 Continue" first when the
+/// client waits for it, then frames until the end.
+fn poll_body(inb: &Inbound, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    let mut st = inb.lock();
+    let st = &mut *st;
+    if st.broken {
+        return Poll::Ready(Some(Err(Box::new(BodyReadError(BodyError::Invalid)))));
+    }
+    while let Some(at) = st.expect {
+        match std::task::ready!(inb.io.poll_write_ref(cx, &CONTINUE[at..])) {
+            Ok(n) if at + n < CONTINUE.len() => st.expect = Some(at + n),
+            Ok(_) => st.expect = None,
+            Err(e) => {
+                st.broken = true;
+                return Poll::Ready(Some(Err(Box::new(e))));
+            }
+        }
+    }
+    loop {
+        let buf = st.buf.get_or_insert_with(pool::take);
+        match st.body.decode(buf, st.eof) {
+            Ok(Some(Piece::Data(d))) => return Poll::Ready(Some(Ok(Frame::data(d)))),
+            Ok(Some(Piece::Trailers(t))) => return Poll::Ready(Some(Ok(Frame::trailers(t)))),
+            Ok(Some(Piece::End)) => return Poll::Ready(None),
+            Ok(None) => {
+                if buf.capacity() - buf.len() < BODY_READ / 4 {
+                    buf.reserve(BODY_READ);
+                }
+                match std::task::ready!(inb.io.poll_read_into(cx, buf)) {
+                    Ok(0) => st.eof = true,
+                    Ok(_) => {}
+                    Err(e) => {
+                        st.broken = true;
+                        return Poll::Ready(Some(Err(Box::new(e))));
+                    }
+                }
+            }
+            Err(e) => {
+                st.broken = true;
+                return Poll::Ready(Some(Err(Box::new(BodyReadError(e)))));
+            }
+        }
+    }
+}
+
+impl http_body::Body for ReqBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        poll_body(&self.inb, cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let st = self.inb.lock();
+        st.body.is_done() || st.body.is_ending()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.inb.lock().body.left() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+/// The client's side of a protocol switch: the socket, with the bytes read
+/// past the request head first.
+pub struct Upgraded {
+    inb: Arc<Inbound>,
+}
+
+impl Upgraded {
+    pub(crate) fn new(inb: Arc<Inbound>) -> Upgraded {
+        Upgraded { inb }
+    }
+}
+
+impl tokio::io::AsyncRead for Upgraded {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let mut st = self.inb.lock();
+        if let Some(b) = st.buf.as_mut().filter(|b| !b.is_empty()) {
+            let n = b.len().min(out.remaining());
+            out.put_slice(&b[..n]);
+            b.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        drop(st);
+        self.inb.io.poll_read_slice(cx, out)
+    }
+}
+
+impl tokio::io::AsyncWrite for Upgraded {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.inb.io.poll_write_ref(cx, data)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.inb.io.shutdown_write();
+        Poll::Ready(Ok(()))
+    }
+}
