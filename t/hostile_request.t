@@ -98,14 +98,11 @@ refused('two Host headers',
 ok($t->waitforlog(qr/client sent duplicate host header: "Host: evil.example", previous value: "Host: localhost" while reading client request headers/),
 	'two Host headers: logged as nginx');
 
-TODO: {
-	local $TODO = 'hyper folds equal Content-Length lines into one (the HTTP/1 engine issue)';
-	refused('two equal Content-Length',
-		"POST /dup-cl HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\nContent-Length: 4\r\n\r\nbody",
-		400, '/dup-cl');
-	ok($t->waitforlog(qr/client sent duplicate header line: "Content-Length: 4", previous value: "Content-Length: 4"/, 1),
-		'two Content-Length: logged');
-}
+refused('two equal Content-Length',
+	"POST /dup-cl HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\nContent-Length: 4\r\n\r\nbody",
+	400, '/dup-cl');
+ok($t->waitforlog(qr/client sent duplicate header line: "Content-Length: 4", previous value: "Content-Length: 4"/, 1),
+	'two Content-Length: logged');
 
 refused('Transfer-Encoding: identity, chunked',
 	"POST /te-identity HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: identity, chunked\r\n\r\n"
@@ -130,15 +127,11 @@ ok($t->waitforlog(qr/client sent invalid method while reading client request lin
 	my ($r, $closed) = send_raw($smuggle);
 	is($closed, 1, 'Content-Length with Transfer-Encoding: connection closed');
 	is(reached('/smuggled'), 0, 'Content-Length with Transfer-Encoding: nothing smuggled');
-	TODO: {
-		local $TODO = 'hyper drops the Content-Length, serves the request chunked and '
-			. 'closes (the HTTP/1 engine issue)';
-		like($r, qr/^HTTP\/1.1 400 /, 'Content-Length with Transfer-Encoding: 400');
-		is(reached('/clte'), 0, 'Content-Length with Transfer-Encoding: nothing reached the backend');
-	}
+	like($r, qr/^HTTP\/1.1 400 /, 'Content-Length with Transfer-Encoding: 400');
+	is(reached('/clte'), 0, 'Content-Length with Transfer-Encoding: nothing reached the backend');
 }
 
-# Framing hyper and nginx both refuse.
+# More framing nginx refuses.
 refused('invalid Content-Length',
 	"POST /bad-cl HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4x\r\n\r\nbody", 400, '/bad-cl');
 refused('differing Content-Length',

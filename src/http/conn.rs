@@ -357,9 +357,23 @@ async fn serve_requests(
             tx
         });
         let flight = InFlight::start(idle, shared.stats.as_ref());
-        let resp = match handle(shared, ctx.info.clone(), &ctx.listen, req, served, flight).await {
-            Ok(resp) => resp,
-            Err(_) => return,
+        // A client that goes away while its request is handled ends it (the
+        // upstream attempt with it), as nginx does without
+        // `proxy_ignore_client_abort`.
+        let handled = tokio::select! {
+            biased;
+            r = handle(shared, ctx.info.clone(), &ctx.listen, req, served, flight) => r,
+            () = inb.io.hung_up() => {
+                crate::log_conn!(
+                    Level::Info,
+                    ctx.info.number,
+                    "client prematurely closed connection while processing request"
+                );
+                return;
+            }
+        };
+        let Ok(resp) = handled else {
+            return;
         };
         let sent = send_response(
             inb,
