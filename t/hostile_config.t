@@ -64,6 +64,8 @@ my @cases = (
 		qr/"proxy_buffer_size" directive invalid value/],
 	['overflowing offset', "events {}\nhttp {\n client_max_body_size 8589934592g;\n}\n",
 		qr/"client_max_body_size" directive invalid value/],
+	['zero header buffer', "events {}\nhttp {\n client_header_buffer_size 0;\n}\n",
+		qr/"client_header_buffer_size" directive invalid value/],
 	['zero buffer', "events {}\nhttp {\n proxy_buffers 4 0;\n}\n",
 		qr/"proxy_buffers" directive invalid value/],
 	['time in years', "events {}\nhttp {\n keepalive_timeout 68y;\n}\n",

@@ -476,11 +476,14 @@ async fn read_head_inner(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, He
             if buf.is_empty() {
                 return Ok(None);
             }
-            match parse_request(buf) {
-                Ok(Some(h)) => Ok(Some(h)),
-                Ok(None) => ctx.limits.check(buf).map(|()| None),
-                Err(e) => Err(e),
-            }
+            // The head (to its empty line, or what came of it) against the
+            // buffers nginx would have given it.
+            let end = buf
+                .windows(3)
+                .position(|w| w == b"\n\r\n")
+                .map_or(buf.len(), |i| i + 3);
+            ctx.limits.check(&buf[..end])?;
+            parse_request(buf)
         });
         match parsed {
             Ok(Some(h)) => return Ok(h),

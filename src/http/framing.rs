@@ -36,12 +36,9 @@ impl Problem {
     }
 }
 
-/// What nginx refuses in a request head, with its status and log reason:
-/// HTTP/1.1 without `Host`, and heads beyond `large_client_header_buffers`
-/// (414 for the request line, 494, sent as 400, for a header). hyper itself
-/// refuses bad or conflicting `Content-Length` (400) and closes the
-/// connection after a request with both `Content-Length` and
-/// `Transfer-Encoding`.
+/// What nginx refuses in a parsed request head, with its status and log
+/// reason: the framing rules below, HTTP/1.1 without `Host`, TRACE. (Heads
+/// beyond the header buffers are refused while they are read: `h1::head`.)
 pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     let h = &r.headers;
     if let Some(bad) = framing_problem(r) {
@@ -53,25 +50,6 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
             "client sent HTTP/1.1 request without \"Host\" header",
         ));
     }
-    let (count, size) = r.conf.large_client_header_buffers;
-    let line = r.method.as_str().len() + r.request_uri.len() + 11;
-    if line as u64 > size {
-        return Some(Problem::line(414, "client sent too long URI"));
-    }
-    let mut total: u64 = 0;
-    for (n, v) in h {
-        let len = (n.as_str().len() + v.len() + 4) as u64;
-        if len > size {
-            return Some(Problem::new(
-                494,
-                format!("client sent too long header line: \"{}...\"", n.as_str()),
-            ));
-        }
-        total += len;
-    }
-    if total > u64::from(count).saturating_mul(size) {
-        return Some(Problem::new(494, "client sent too large request"));
-    }
     // nginx answers TRACE itself, whatever the location does.
     if r.method.as_str() == "TRACE" {
         return Some(Problem::new(405, "client sent TRACE method"));
@@ -79,8 +57,7 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     None
 }
 
-/// nginx's rules for what frames a request and picks its server, which
-/// hyper is laxer about: a method in upper case, one `Host`, one
+/// nginx's rules for what frames a request and picks its server: a method in upper case, one `Host`, one
 /// `Content-Length`, one `Transfer-Encoding` that is exactly `chunked` and
 /// never beside a `Content-Length`. A request that breaks them is answered
 /// (400, or 501 for an unknown coding) and its connection closed: a front
