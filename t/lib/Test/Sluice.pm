@@ -399,6 +399,25 @@ sub raw_log {
 	return map { chomp; [split / /] } <$fh>;
 }
 
+# Every byte the raw backend on port has read so far, from all connections,
+# complete requests or not.
+sub raw_bytes {
+	my ($self, $port) = @_;
+	return $self->read_file("raw_$port.log.bytes");
+}
+
+# The requests the raw backend on port answered so far, each as the bytes it
+# received (head and Content-Length body).
+sub raw_requests {
+	my ($self, $port) = @_;
+	my $all = $self->read_file("raw_$port.log.requests");
+	my @r;
+	while ($all =~ s/^(\d+)\n//) {
+		push @r, substr($all, 0, $1, '');
+	}
+	return @r;
+}
+
 # A listener on 127.0.0.1:port (or addr => IP) that never accepts, its queue filled by
 # connections the harness holds: Linux drops further SYNs to it, as a dead
 # host would (connecting hangs until the connect timeout). Kept until the

@@ -14,7 +14,10 @@ package Test::Sluice::Raw;
 # Every request received is appended to $opts{log} as one line:
 #   CONN METHOD URI BODY_LENGTH
 # where CONN numbers the connections accepted, so a test sees what the
-# backend received and whether a connection was reused.
+# backend received and whether a connection was reused. Every byte read is
+# also appended to "$opts{log}.bytes" as it arrives (whole or not), and each
+# request it answers, head and body as received, to "$opts{log}.requests" as
+# "LENGTH\n" followed by the bytes.
 
 use warnings;
 use strict;
@@ -51,6 +54,12 @@ sub run {
 				close $s;
 				next;
 			}
+			if (my $log = $opts{log}) {
+				open my $fh, '>>', "$log.bytes" or die "raw backend log: $!\n";
+				binmode $fh;
+				print $fh $chunk;
+				close $fh;
+			}
 			next if $held{$s};
 			$buf{$s} .= $chunk;
 			while ($buf{$s} =~ /\r?\n\r?\n/) {
@@ -59,12 +68,16 @@ sub run {
 				my ($len) = $head =~ /^content-length:\s*(\d+)/mi;
 				$len //= 0;
 				last if length($buf{$s}) < $end + $len;
-				substr($buf{$s}, 0, $end + $len) = '';
+				my $request = substr($buf{$s}, 0, $end + $len, '');
 				my ($method, $uri) = $head =~ /^(\S+)\s+(\S+)/;
 				(my $path = $uri) =~ s/\?.*//;
 				if (my $log = $opts{log}) {
 					open my $fh, '>>', $log or die "raw backend log: $!\n";
 					print $fh "$id{$s} $method $uri $len\n";
+					close $fh;
+					open $fh, '>>', "$log.requests" or die "raw backend log: $!\n";
+					binmode $fh;
+					print $fh length($request) . "\n" . $request;
 					close $fh;
 				}
 				my $a = $script->{$path}
