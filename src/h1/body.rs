@@ -89,6 +89,15 @@ impl Decoder {
         }
     }
 
+    /// At least this many bytes are still to come (the rest of the chunk
+    /// being read).
+    pub fn at_least(&self) -> u64 {
+        match self.state {
+            State::Length(n) | State::Data(n) => n,
+            _ => 0,
+        }
+    }
+
     /// The next piece from `buf`; `eof`: the peer has closed and `buf` holds
     /// all there will be. Ok(None): more bytes are needed.
     pub fn decode(&mut self, buf: &mut BytesMut, eof: bool) -> Result<Option<Piece>, BodyError> {
@@ -127,6 +136,11 @@ impl Decoder {
                     return Ok(Some(Piece::Data(buf.split().freeze())));
                 }
                 State::Size => match httparse::parse_chunk_size(buf) {
+                    // nginx's bound: the size and the framing after it
+                    // must fit in an off_t.
+                    Ok(httparse::Status::Complete((_, size))) if size > i64::MAX as u64 - 4 => {
+                        return Err(BodyError::Invalid);
+                    }
                     Ok(httparse::Status::Complete((used, size))) => {
                         buf.advance(used);
                         self.state = if size == 0 {

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-
 use crate::conf::model::{Http, LocConf, Location};
 
 /// Marks a response whose header names come from the upstream.

@@ -16,8 +16,7 @@ use std::task::Poll;
 
 use bytes::BytesMut;
 use http::header::{
-    CONNECTION, CONTENT_LENGTH, DATE, EXPECT, HeaderValue, SERVER, TRANSFER_ENCODING,
-    UPGRADE,
+    CONNECTION, CONTENT_LENGTH, DATE, EXPECT, HeaderValue, SERVER, TRANSFER_ENCODING, UPGRADE,
 };
 use http::{Method, Request, Response, Version};
 use http_body::Body as _;
@@ -36,9 +35,9 @@ use crate::upstream::Upstreams;
 use crate::upstream::clock::Clock;
 
 use super::access::LoggedBody;
+use super::inbound::{Inbound, ReqBody, Upgraded};
 use super::pipeline::handle;
 use super::vars::ConnInfo;
-use super::inbound::{Inbound, ReqBody, Upgraded};
 use super::{Listener, Phase, Shared, case, keeper, response, router, status};
 
 /// A client connection's keep-alive limit: the last request's
@@ -332,6 +331,24 @@ async fn serve_requests(
             }
         };
         served += 1;
+        // nginx's defaults (`underscores_in_headers off`,
+        // `ignore_invalid_headers on`): a name with an underscore is dropped.
+        let mut head = head;
+        if head.names.0.iter().any(|n| n.contains(&b'_')) {
+            let number = ctx.info.number;
+            head.drop_names(|n| {
+                let bad = n.contains(&b'_');
+                if bad {
+                    crate::log_conn!(
+                        Level::Info,
+                        number,
+                        "client sent invalid header line: \"{}\" while reading client request headers",
+                        String::from_utf8_lossy(n)
+                    );
+                }
+                bad
+            });
+        }
         let keep = client_keeps_alive(&head);
         let is_head = head.method == Method::HEAD;
         let framing = request_framing(&head);
@@ -379,7 +396,7 @@ async fn serve_requests(
             inb,
             resp,
             is_head,
-            keep && framing.is_some(),
+            keep && framing.is_some() && !inb.body_broken(),
             ctx.info.number,
         )
         .await;
@@ -402,7 +419,10 @@ async fn serve_requests(
                 return;
             }
             let discard = std::future::poll_fn(|cx| inb.poll_discard(cx));
-            if !matches!(tokio::time::timeout(ctx.head_limit, discard).await, Ok(true)) {
+            if !matches!(
+                tokio::time::timeout(ctx.head_limit, discard).await,
+                Ok(true)
+            ) {
                 return;
             }
         }
@@ -438,10 +458,18 @@ fn request_framing(head: &RequestHead) -> Option<Framing> {
         .then_some(Framing::Chunked),
         (None, Some(l)) => {
             let v = l.as_bytes();
-            if cl.next().is_some() || v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+            if cl.next().is_some()
+                || v.is_empty()
+                || v.len() > 18
+                || !v.iter().all(u8::is_ascii_digit)
+            {
                 return None;
             }
-            std::str::from_utf8(v).ok()?.parse().ok().map(Framing::Length)
+            std::str::from_utf8(v)
+                .ok()?
+                .parse()
+                .ok()
+                .map(Framing::Length)
         }
         (Some(_), Some(_)) => None,
     }
@@ -538,7 +566,11 @@ async fn refuse(ctx: &ConnCtx, inb: &Inbound, e: &HeadError) {
         .cfg
         .http
         .as_ref()
-        .and_then(|h| ctx.shared.router.server(h, &ctx.listen, ctx.info.local, None))
+        .and_then(|h| {
+            ctx.shared
+                .router
+                .server(h, &ctx.listen, ctx.info.local, None)
+        })
         .is_none_or(|s| s.conf.server_tokens);
     let mut resp = response::status_page(e.code, tokens);
     resp.headers_mut()

@@ -105,10 +105,7 @@ fn framing_problem(r: &Req) -> Option<Problem> {
         if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
             return Some(Problem::new(
                 400,
-                format!(
-                    "client sent invalid \"Content-Length\" header: \"Content-Length: {}\"",
-                    text(cl)
-                ),
+                "client sent invalid \"Content-Length\" header",
             ));
         }
     }

@@ -38,6 +38,9 @@ struct State {
     expect: Option<usize>,
     /// The body could not be read: the connection is not reused.
     broken: bool,
+    /// `client_max_body_size` (0: none), and the body's bytes so far.
+    limit: u64,
+    taken: u64,
 }
 
 impl Inbound {
@@ -50,6 +53,8 @@ impl Inbound {
                 eof: false,
                 expect: None,
                 broken: false,
+                limit: 0,
+                taken: 0,
             }),
         }
     }
@@ -82,7 +87,11 @@ impl Inbound {
     }
 
     /// Reads more bytes (0: the peer closed), with at least `room` free.
-    pub(crate) fn poll_fill(&self, cx: &mut Context<'_>, room: usize) -> Poll<std::io::Result<usize>> {
+    pub(crate) fn poll_fill(
+        &self,
+        cx: &mut Context<'_>,
+        room: usize,
+    ) -> Poll<std::io::Result<usize>> {
         let mut st = self.lock();
         let st = &mut *st;
         let buf = st.buf.get_or_insert_with(pool::take);
@@ -124,14 +133,21 @@ impl Inbound {
     pub(crate) fn start_body(&self, framing: Framing, expect: bool) {
         let mut st = self.lock();
         st.body = Decoder::new(framing);
-        st.expect = (expect && framing != Framing::Empty && framing != Framing::Length(0))
-            .then_some(0);
+        st.limit = 0;
+        st.taken = 0;
+        st.expect =
+            (expect && framing != Framing::Empty && framing != Framing::Length(0)).then_some(0);
     }
 
     /// The body was read to its end (or had none).
     pub(crate) fn body_done(&self) -> bool {
         let st = self.lock();
         !st.broken && (st.body.is_done() || st.body.is_ending())
+    }
+
+    /// The body could not be read (bad framing, a failed read).
+    pub(crate) fn body_broken(&self) -> bool {
+        self.lock().broken
     }
 
     /// The client was never told to send the body it announced.
@@ -176,7 +192,29 @@ impl ReqBody {
     pub(crate) fn new(inb: Arc<Inbound>) -> ReqBody {
         ReqBody { inb }
     }
+
+    /// `client_max_body_size`: a chunk that would take the body past it
+    /// fails the read as soon as its size is known (`TooLarge`).
+    pub fn limit(&self, max: u64) {
+        self.inb.lock().limit = max;
+    }
 }
+
+/// The body would pass `client_max_body_size`: the bytes it would make.
+#[derive(Debug)]
+pub struct TooLarge(pub u64);
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "client intended to send too large chunked body: {} bytes",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}
 
 /// The next piece of the body on `inb`: "100 Continue" first when the
 /// client waits for it, then frames until the end.
@@ -198,8 +236,17 @@ fn poll_body(inb: &Inbound, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<By
     }
     loop {
         let buf = st.buf.get_or_insert_with(pool::take);
-        match st.body.decode(buf, st.eof) {
-            Ok(Some(Piece::Data(d))) => return Poll::Ready(Some(Ok(Frame::data(d)))),
+        let decoded = st.body.decode(buf, st.eof);
+        let would = st.taken.saturating_add(st.body.at_least());
+        if st.limit > 0 && would > st.limit {
+            st.broken = true;
+            return Poll::Ready(Some(Err(Box::new(TooLarge(would)))));
+        }
+        match decoded {
+            Ok(Some(Piece::Data(d))) => {
+                st.taken += d.len() as u64;
+                return Poll::Ready(Some(Ok(Frame::data(d))));
+            }
             Ok(Some(Piece::Trailers(t))) => return Poll::Ready(Some(Ok(Frame::trailers(t)))),
             Ok(Some(Piece::End)) => return Poll::Ready(None),
             Ok(None) => {
@@ -240,9 +287,14 @@ impl http_body::Body for ReqBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.inb.lock().body.left() {
+        let st = self.inb.lock();
+        match st.body.left() {
             Some(n) => SizeHint::with_exact(n),
-            None => SizeHint::default(),
+            None => {
+                let mut h = SizeHint::default();
+                h.set_lower(st.body.at_least());
+                h
+            }
         }
     }
 }

@@ -17,8 +17,8 @@ use super::conn::InFlight;
 use super::response::Body;
 use super::vars::{ConnInfo, Req};
 use super::{
-    ClientBody, CloseConnection, Reply, Shared, access, dynamic, framing, proxy, realip,
-    response, router, script, static_files, status, uri,
+    ClientBody, CloseConnection, Reply, Shared, access, dynamic, framing, proxy, realip, response,
+    router, script, static_files, status, uri,
 };
 
 /// `Host` (or the absolute URI's authority) lowercased, without port or final dot.

@@ -79,6 +79,7 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
         ClientBody::Incoming(b) => b,
         ClientBody::Empty => return Ok(Payload::default()),
     };
+    body.limit(r.conf.client_max_body_size);
     let max = r.conf.client_max_body_size;
     let declared = r
         .headers
@@ -114,7 +115,33 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
                 return Err(408);
             }
             Ok(None) => break,
-            Ok(Some(Err(_))) => return Err(400),
+            Ok(Some(Err(e))) => {
+                if let Some(big) = e.downcast_ref::<super::inbound::TooLarge>() {
+                    crate::log_conn!(
+                        Level::Error,
+                        r.conn.number,
+                        "{}{}",
+                        big,
+                        r.log_context(None)
+                    );
+                    return Err(413);
+                }
+                let level = if e.is::<super::inbound::BodyReadError>()
+                    && e.to_string().contains("invalid")
+                {
+                    Level::Error
+                } else {
+                    Level::Info
+                };
+                crate::log_conn!(
+                    level,
+                    r.conn.number,
+                    "{} while reading client request body{}",
+                    e,
+                    r.log_context(None)
+                );
+                return Err(400);
+            }
             Ok(Some(Ok(f))) => f,
         };
         let Ok(d) = frame.into_data() else {

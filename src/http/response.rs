@@ -2,10 +2,10 @@
 //! and the `Server`/`Date` headers. Pure builders; handlers choose what to send.
 
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, LOCATION, SERVER};
 use http::{Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -86,7 +86,7 @@ pub fn error_page(code: u16, tokens: bool) -> Option<String> {
     let title = page_title(code)?;
     let h1 = if (494..=497).contains(&code) {
         format!(
-            "<center><h1>400 Bad Request</h1></center>\n<center>{}</center>",
+            "<center><h1>400 Bad Request</h1></center>\r\n<center>{}</center>",
             &title[4..]
         )
     } else {

@@ -151,7 +151,8 @@ impl Stream {
     ) -> Poll<std::io::Result<()>> {
         let n = {
             let room = out.initialize_unfilled();
-            let r: Poll<std::io::Result<usize>> = (|| by_ref!(self, cx, poll_read_ready, try_read(room)))();
+            let r: Poll<std::io::Result<usize>> =
+                (|| by_ref!(self, cx, poll_read_ready, try_read(room)))();
             std::task::ready!(r)?
         };
         out.advance(n);
@@ -159,7 +160,11 @@ impl Stream {
     }
 
     /// Writes what the socket takes of `data`.
-    pub fn poll_write_ref(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+    pub fn poll_write_ref(
+        &self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         by_ref!(self, cx, poll_write_ready, try_write(data))
     }
 
