@@ -186,6 +186,7 @@ pub async fn serve(
 
 async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Phase>) {
     let addr = l.addr.clone();
+    let listen_text: Arc<str> = addr.to_string().into();
     let Some(sock) = Sock::adopt(l) else {
         return;
     };
@@ -197,7 +198,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
             remote,
             local,
-            listen_text: addr.to_string(),
+            listen_text: listen_text.clone(),
             slot: std::sync::Mutex::new(Some(permit)),
         };
         shared.active.fetch_add(1, Ordering::AcqRel);
@@ -322,7 +323,7 @@ async fn serve_requests(
                 return;
             }
         }
-        let head = match read_head(ctx, inb).await {
+        let head = match Box::pin(read_head(ctx, inb)).await {
             Ok(head) => head,
             Err(HeadFail::Closed) => return,
             Err(HeadFail::Refused(e)) => {
@@ -379,7 +380,9 @@ async fn serve_requests(
         // `proxy_ignore_client_abort`.
         let handled = tokio::select! {
             biased;
-            r = handle(shared, ctx.info.clone(), &ctx.listen, req, served, flight) => r,
+            // Boxed: the request's state lives only while it is handled; an
+            // idle connection's task stays small.
+            r = Box::pin(handle(shared, ctx.info.clone(), &ctx.listen, req, served, flight)) => r,
             () = inb.io.hung_up() => {
                 crate::log_conn!(
                     Level::Info,
@@ -392,13 +395,13 @@ async fn serve_requests(
         let Ok(resp) = handled else {
             return;
         };
-        let sent = send_response(
+        let sent = Box::pin(send_response(
             inb,
             resp,
             is_head,
             keep && framing.is_some() && !inb.body_broken(),
             ctx.info.number,
-        )
+        ))
         .await;
         idle_since = std::time::Instant::now();
         match sent {

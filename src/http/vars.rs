@@ -19,7 +19,7 @@ pub struct ConnInfo {
     pub remote: Option<SocketAddr>,
     pub local: Option<SocketAddr>,
     /// The listening address text for a unix socket (`unix:/path`).
-    pub listen_text: String,
+    pub listen_text: Arc<str>,
     /// Its `worker_connections` slot, given back when the connection (or a
     /// tunnel it became) ends.
     pub slot: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
@@ -233,7 +233,7 @@ impl Req {
             Var::ServerAddr => c
                 .local
                 .map(|a| a.ip().to_string())
-                .unwrap_or_else(|| c.listen_text.clone()),
+                .unwrap_or_else(|| c.listen_text.to_string()),
             Var::ServerName => self.server_name.clone(),
             Var::ServerPort => c.local.map(|a| a.port().to_string()).unwrap_or_default(),
             Var::ServerProtocol => self.protocol().to_string(),
@@ -340,7 +340,7 @@ pub(crate) mod tests {
             number: 7,
             remote: Some("127.0.0.2:5555".parse().unwrap()),
             local: Some("127.0.0.1:8080".parse().unwrap()),
-            listen_text: String::new(),
+            listen_text: Arc::from(""),
             slot: Default::default(),
         });
         let mut headers = HeaderMap::new();
