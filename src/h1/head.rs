@@ -54,6 +54,11 @@ impl Names {
     }
 }
 
+/// A proxied response's reason phrase as the upstream sent it, for writing
+/// its status line on as received (a response extension).
+#[derive(Debug, Clone, Default)]
+pub struct Reason(pub Bytes);
+
 /// A parsed request head.
 #[derive(Debug)]
 pub struct RequestHead {

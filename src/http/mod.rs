@@ -12,6 +12,7 @@ pub(crate) mod client_io;
 mod conn;
 mod dynamic;
 mod framing;
+mod hyper_bridge;
 pub mod keeper;
 mod open_file;
 mod pipeline;
