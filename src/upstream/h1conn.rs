@@ -380,3 +380,295 @@ async fn write_all(
     })
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use proptest::prelude::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::UnixStream;
+
+    const T: Duration = Duration::from_secs(5);
+
+    fn pair() -> (H1, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        (H1::new(Stream::Unix(a)), b)
+    }
+
+    /// Reads a response: its head, its body, and whether the connection
+    /// may then serve again.
+    async fn read(h: &mut H1, method: &Method) -> Result<(ResponseHead, Vec<u8>, bool), String> {
+        let head = h
+            .read_head(T, 64 * 1024)
+            .await
+            .map_err(|e| format!("{e:?}"))?;
+        let mut d = Decoder::new(framing(method, &head));
+        let mut body = Vec::new();
+        loop {
+            match poll_fn(|cx| h.poll_body(&mut d, cx)).await {
+                Ok(Some(b)) => body.extend_from_slice(&b),
+                Ok(None) => break,
+                Err(e) => return Err(format!("{e:?}")),
+            }
+        }
+        let idle = h.idle();
+        Ok((head, body, idle))
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_request_goes_out_as_written() {
+        let (mut h, mut peer) = pair();
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("b"));
+        headers.insert("x-lower", HeaderValue::from_static("1"));
+        headers.insert("x-title", HeaderValue::from_static("2"));
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        // The client's case for its names; sluice's own in nginx's spelling.
+        let names = Names(vec![
+            Bytes::from_static(b"host"),
+            Bytes::from_static(b"x-lower"),
+            Bytes::from_static(b"content-length"),
+        ]);
+        let mut head = Vec::new();
+        request_head(
+            &Method::POST,
+            "/a?b",
+            Version::HTTP_11,
+            &headers,
+            Some(&names),
+            &mut head,
+        );
+        let body = Payload::Mem(Bytes::from_static(b"abc"));
+        h.send(head, &body, T).await.unwrap();
+        let mut got = vec![0u8; 200];
+        let n = peer.read(&mut got).await.unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&got[..n]),
+            "POST /a?b HTTP/1.1\r\nHost: b\r\nx-lower: 1\r\nX-Title: 2\r\nContent-Length: 3\r\n\r\nabc"
+        );
+        // A body past one write follows the head whole.
+        let big = Bytes::from(vec![b'z'; 100_000]);
+        let mut head = Vec::new();
+        request_head(
+            &Method::PUT,
+            "/",
+            Version::HTTP_10,
+            &HeaderMap::new(),
+            None,
+            &mut head,
+        );
+        let reader = tokio::spawn(async move {
+            let mut all = Vec::new();
+            let mut b = [0u8; 8192];
+            while all.len() < 100_000 + 18 {
+                let n = peer.read(&mut b).await.unwrap();
+                all.extend_from_slice(&b[..n]);
+            }
+            all
+        });
+        h.send(head, &Payload::Mem(big), T).await.unwrap();
+        let all = reader.await.unwrap();
+        assert!(all.starts_with(b"PUT / HTTP/1.0\r\n\r\nzzz"));
+        assert_eq!(all.len(), 18 + 100_000);
+    }
+
+    #[tokio::test]
+    async fn bodies_by_length_chunks_and_close_and_interim_answers_skipped() {
+        let (mut h, mut peer) = pair();
+        peer.write_all(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n\
+              HTTP/1.1 200 Fine\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello",
+        )
+        .await
+        .unwrap();
+        let (head, body, idle) = read(&mut h, &Method::GET).await.unwrap();
+        assert_eq!(
+            (head.status.as_u16(), &head.reason[..]),
+            (200, &b"Fine"[..])
+        );
+        assert_eq!(
+            head.names.0,
+            [
+                Bytes::from_static(b"X-A"),
+                Bytes::from_static(b"Content-Length")
+            ]
+        );
+        assert_eq!((body.as_slice(), idle), (&b"hello"[..], true));
+
+        peer.write_all(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        let (_, body, idle) = read(&mut h, &Method::GET).await.unwrap();
+        assert_eq!((body.as_slice(), idle), (&b"abc"[..], true));
+
+        // HEAD and 304: no body, whatever the length says.
+        peer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n")
+            .await
+            .unwrap();
+        let (_, body, idle) = read(&mut h, &Method::HEAD).await.unwrap();
+        assert_eq!((body.len(), idle), (0, true));
+
+        // Bytes past the end: not reused.
+        peer.write_all(b"HTTP/1.1 204 No Content\r\n\r\nextra")
+            .await
+            .unwrap();
+        let (_, body, idle) = read(&mut h, &Method::GET).await.unwrap();
+        assert_eq!((body.len(), idle), (0, false));
+
+        // Until close: the body is all, the connection is done.
+        let (mut h, mut peer) = pair();
+        peer.write_all(b"HTTP/1.0 200 OK\r\n\r\nuntil close")
+            .await
+            .unwrap();
+        drop(peer);
+        let (head, body, idle) = read(&mut h, &Method::GET).await.unwrap();
+        assert_eq!(head.version, Version::HTTP_10);
+        assert_eq!((body.as_slice(), idle), (&b"until close"[..], false));
+
+        // Cut short: an error, not an end.
+        let (mut h, mut peer) = pair();
+        peer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort")
+            .await
+            .unwrap();
+        drop(peer);
+        assert_eq!(read(&mut h, &Method::GET).await.unwrap_err(), "Truncated");
+        // Closed before any head.
+        let (mut h, peer) = pair();
+        drop(peer);
+        assert!(matches!(h.read_head(T, 4096).await, Err(Error::Closed)));
+        // A head past the limit.
+        let (mut h, mut peer) = pair();
+        peer.write_all(&[b'x'; 5000]).await.unwrap();
+        assert!(matches!(
+            h.read_head(T, 4096).await,
+            Err(Error::Invalid(_) | Error::TooBig)
+        ));
+        let (mut h, mut peer) = pair();
+        peer.write_all(b"HTTP/1.1 200 OK\r\nX: ").await.unwrap();
+        peer.write_all(&[b'x'; 5000]).await.unwrap();
+        assert!(matches!(h.read_head(T, 4096).await, Err(Error::TooBig)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_upstream_times_out() {
+        let (mut h, _peer) = pair();
+        assert!(matches!(
+            h.read_head(Duration::from_secs(60), 4096).await,
+            Err(Error::ReadTimeout)
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_the_upstream_closed_is_seen_without_a_read() {
+        let (h, peer) = pair();
+        assert!(h.is_open());
+        assert!(h.is_open(), "asking twice changes nothing");
+        drop(peer);
+        // The close arrives through the poller.
+        tokio::task::yield_now().await;
+        let mut tries = 0;
+        while h.is_open() && tries < 100 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            tries += 1;
+        }
+        assert!(!h.is_open());
+        // Bytes nobody asked for: not usable either.
+        let (h, mut peer) = pair();
+        peer.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        let mut tries = 0;
+        while h.is_open() && tries < 100 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            tries += 1;
+        }
+        assert!(!h.is_open());
+    }
+
+    #[tokio::test]
+    async fn a_write_to_a_closed_connection_is_unsent_only_if_nothing_went() {
+        let (mut h, peer) = pair();
+        drop(peer);
+        let r = h
+            .send(b"GET / HTTP/1.1\r\n\r\n".to_vec(), &Payload::default(), T)
+            .await;
+        assert!(matches!(r, Err(Error::Write { sent: false, .. })), "{r:?}");
+    }
+
+    /// Feeds `wire` to a connection in the pieces `cuts` makes, then closes.
+    fn feed(wire: &[u8], cuts: &[usize], method: Method) -> Result<(u16, Vec<u8>, bool), String> {
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (wire.len() + 1)).collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        for c in cuts {
+            pieces.push(wire[at..c].to_vec());
+            at = c;
+        }
+        pieces.push(wire[at..].to_vec());
+        rt().block_on(async move {
+            let (mut h, mut peer) = pair();
+            let writer = tokio::spawn(async move {
+                for p in pieces {
+                    if peer.write_all(&p).await.is_err() {
+                        return;
+                    }
+                    tokio::task::yield_now().await;
+                }
+            });
+            let got = read(&mut h, &method).await;
+            let _ = writer.await;
+            got.map(|(head, body, idle)| (head.status.as_u16(), body, idle))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Any bytes in any pieces: an answer or an error, never a panic.
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..400),
+            cuts in proptest::collection::vec(0usize..400, 0..6),
+            prefix in any::<bool>(),
+        ) {
+            let mut wire = if prefix { b"HTTP/1.1 200 OK\r\n".to_vec() } else { Vec::new() };
+            wire.extend_from_slice(&bytes);
+            let _ = feed(&wire, &cuts, Method::GET);
+        }
+
+        /// A valid response reads the same however it is split.
+        #[test]
+        fn a_response_in_any_pieces_reads_the_same(
+            body in proptest::collection::vec(any::<u8>(), 0..300),
+            chunk in 1usize..64,
+            chunked in any::<bool>(),
+            cuts in proptest::collection::vec(0usize..600, 0..8),
+        ) {
+            let mut wire = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nX-A: b\r\n".to_vec();
+            if chunked {
+                wire.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n");
+                for c in body.chunks(chunk) {
+                    crate::h1::body::chunk_head(c.len(), &mut wire);
+                    wire.extend_from_slice(c);
+                    wire.extend_from_slice(b"\r\n");
+                }
+                crate::h1::body::last_chunk(None, &mut wire);
+            } else {
+                wire.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+                wire.extend_from_slice(&body);
+            }
+            let got = feed(&wire, &cuts, Method::GET);
+            prop_assert_eq!(got, Ok((200, body, true)));
+        }
+    }
+}
