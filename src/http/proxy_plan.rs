@@ -5,9 +5,9 @@
 //! writes. Called by `proxy::run`.
 
 use bytes::{Bytes, BytesMut};
+use http::Version;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http_body_util::BodyExt;
-use hyper::Version;
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use std::sync::Arc;
 
 use super::ClientBody;
@@ -250,7 +250,7 @@ pub(super) fn upstream_headers(r: &Req, body_len: u64) -> HeaderMap {
 pub(super) struct Plan {
     pub(super) uri: String,
     pub(super) headers: HeaderMap,
-    pub(super) extensions: hyper::http::Extensions,
+    pub(super) extensions: http::Extensions,
     pub(super) body: Payload,
     pub(super) version: Version,
 }
@@ -261,7 +261,7 @@ pub(super) async fn plan(
     r: &mut Req,
     pp: &ProxyPass,
     body: ClientBody,
-    extensions: hyper::http::Extensions,
+    extensions: http::Extensions,
 ) -> Result<Plan, u16> {
     r.proxy_host = pp.proxy_host.clone();
     r.proxy_port = pp.proxy_port;
