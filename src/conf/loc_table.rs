@@ -459,7 +459,7 @@ fn set_http_version(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<
 }
 
 fn valid_header_name(s: &str) -> bool {
-    !s.is_empty() && hyper::header::HeaderName::from_bytes(s.as_bytes()).is_ok()
+    !s.is_empty() && http::header::HeaderName::from_bytes(s.as_bytes()).is_ok()
 }
 
 fn set_header(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {

@@ -20,7 +20,7 @@ pub(crate) async fn run(
     url_tpl: &Template,
     location_id: usize,
     body: ClientBody,
-    extensions: hyper::http::Extensions,
+    extensions: http::Extensions,
     shared: &Arc<super::Shared>,
 ) -> Reply {
     let url = r.eval(url_tpl);

@@ -10,26 +10,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Extensions, Response};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::{Request, Response, Version};
-use hyper_util::rt::TokioIo;
 
-use super::Io;
 use super::framing::upstream_framing;
 use super::proxy_body::ProxyBody;
-use super::proxy_plan::{Plan, plan, request, upstream_headers};
+use super::proxy_plan::{Plan, plan};
 use super::response;
 use super::vars::{Attempt, Req};
 use super::{ClientBody, Reply};
 use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
 use crate::conf::vars::Template;
+use crate::h1::body::{Decoder, Framing};
+use crate::h1::head::{Names, Reason, ResponseHead};
 use crate::log::Level;
-use crate::net::stream::Stream;
 use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Policy, Requester};
-use crate::upstream::body::UpBody;
+use crate::upstream::h1conn::{self, H1};
 use crate::upstream::{Outcome, Pooled, UpstreamRt};
 
 /// Response headers nginx does not pass from the upstream unless
@@ -54,25 +51,12 @@ fn record(r: &Req, a: Attempt) {
         .push(a);
 }
 
-/// Opens a connection to a peer within `proxy_connect_timeout` and starts
-/// HTTP/1 on it.
-async fn connect(addr: &PeerAddr, timeout: Duration) -> Result<SendRequest<UpBody>, Failure> {
-    let io: Box<dyn Io> = match crate::net::stream::connect(addr, timeout).await {
-        Ok(Stream::Tcp(s)) => Box::new(s),
-        Ok(Stream::Unix(s)) => Box::new(s),
-        Err(e) => return Err(Failure::connect(addr, e)),
-    };
-    let (sender, conn) = hyper::client::conn::http1::Builder::new()
-        .preserve_header_case(true)
-        .title_case_headers(true)
-        .handshake(TokioIo::new(io))
-        .await
-        .map_err(|e| Failure::upstream(Kind::Handshake, format!("handshake failed ({e})")))?;
-    tokio::spawn(async move {
-        // with_upgrades: a 101 hands the connection over to a tunnel.
-        let _ = conn.with_upgrades().await;
-    });
-    Ok(sender)
+/// Opens a connection to a peer within `proxy_connect_timeout`.
+async fn connect(addr: &PeerAddr, timeout: Duration) -> Result<H1, Failure> {
+    match crate::net::stream::connect(addr, timeout).await {
+        Ok(s) => Ok(H1::new(s)),
+        Err(e) => Err(Failure::connect(addr, e)),
+    }
 }
 
 /// Opens a connection for the keep-alive cache: `connect` with its record.
@@ -82,8 +66,8 @@ pub(crate) async fn open(
     max_age: Duration,
     location: usize,
 ) -> Result<Pooled, Failure> {
-    let sender = connect(&addr, timeout).await?;
-    Ok(Pooled::new(sender, addr, Instant::now(), max_age, location))
+    let h1 = connect(&addr, timeout).await?;
+    Ok(Pooled::new(h1, addr, Instant::now(), max_age, location))
 }
 
 /// The HTTP proxy's connector: the upstream's keep-alive cache first, new
@@ -151,39 +135,26 @@ impl Requester for Asking<'_> {
     }
 }
 
-/// Whether the upstream lets the connection be reused after this response.
-fn upstream_keeps_alive(resp: &Response<Incoming>) -> bool {
-    let has = |token: &str| {
-        resp.headers()
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    };
-    match resp.version() {
-        Version::HTTP_11 => !has("close"),
-        Version::HTTP_10 => has("keep-alive"),
-        _ => false,
-    }
-}
-
 pub(crate) async fn run(
     r: &mut Req,
     ups: Arc<UpstreamRt>,
     pp: &ProxyPass,
     location_id: usize,
     body: ClientBody,
-    mut extensions: hyper::http::Extensions,
+    mut extensions: Extensions,
     shared: &Arc<super::Shared>,
 ) -> Reply {
     // The client side of a possible protocol switch stays here; the upstream
-    // request carries only the header-case map.
-    let client_upgrade = extensions.remove::<super::OnUpgrade>();
+    // request carries only the header names' case.
+    let client_upgrade = super::tunnel::client_half(&mut extensions);
     let mut plan = match plan(r, pp, body, extensions).await {
         Ok(p) => p,
         Err(status) => return Reply::Status(status),
     };
+    // The URI goes on the request line as it is: nothing that would end it.
+    if plan.uri.is_empty() || plan.uri.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Reply::Status(400);
+    }
     let conf = r.conf.clone();
     let policy = Policy {
         mask: conf.proxy_next_upstream,
@@ -214,30 +185,10 @@ pub(crate) async fn run(
         let sent = plan.body.len();
         // Only a log line needs the upstream URL.
         let url = |c: &Connected<Pooled>, uri: &str| format!("http://{}{uri}", c.name);
-        // The last try takes the plan's headers instead of copying them (a
-        // copy per request is measurable); a try given back after all gets
-        // them again below.
-        let Some(req) = request(r, &mut plan, attempts.last()) else {
-            c.held.finish(Outcome::Ok);
-            return Reply::Status(400);
-        };
-        let resp = match exchange(&mut c.conn, req, r, &plan, &conf).await {
-            Ok(resp) => resp,
-            Err(Unanswered { f, unsent }) => {
-                let went = unsent.is_none();
-                // A request that never left gives the plan back what the
-                // last try took; one that went (a stale connection gives its
-                // try back) has them made again, without the client's name
-                // case.
-                if let Some(req) = unsent {
-                    let (parts, _) = req.into_parts();
-                    if plan.headers.is_empty() {
-                        plan.headers = parts.headers;
-                        plan.extensions = parts.extensions;
-                    }
-                } else if plan.headers.is_empty() {
-                    plan.headers = upstream_headers(r, plan.body.len());
-                }
+        let head = match exchange(&mut c.conn, r, &plan, &conf).await {
+            Ok(head) => head,
+            Err(Unanswered { f, unsent, stage }) => {
+                let went = !unsent;
                 // A cached connection the upstream had closed: try again
                 // without using up a try, as nginx does, and (unlike nginx)
                 // without counting a failure: the peer did nothing wrong, and
@@ -245,13 +196,7 @@ pub(crate) async fn run(
                 let stale = c.cached && f.kind == Kind::Closed;
                 let level = if stale { Level::Info } else { Level::Error };
                 let ctx = r.log_context(Some(&url(&c, &plan.uri)));
-                crate::log_conn!(
-                    level,
-                    r.conn.number,
-                    "{} while reading response header from upstream{}",
-                    f.text,
-                    ctx
-                );
+                crate::log_conn!(level, r.conn.number, "{} while {}{}", f.text, stage, ctx);
                 c.held.done();
                 let outcome = if stale {
                     Outcome::Next
@@ -278,7 +223,7 @@ pub(crate) async fn run(
                 return Reply::Status(f.status());
             }
         };
-        let status = resp.status().as_u16();
+        let status = head.status.as_u16();
         snap.responded(c.id, status);
         if sent > 0 {
             snap.get(c.id)
@@ -311,7 +256,9 @@ pub(crate) async fn run(
         }
         let answer = Answer {
             c,
-            resp,
+            head,
+            // A request sent with `Connection: close` leaves nothing to reuse.
+            asked_close: !h1conn::keeps_alive(http::Version::HTTP_11, &plan.headers),
             record: answered,
             ups: &ups,
             snap: &snap,
@@ -322,84 +269,116 @@ pub(crate) async fn run(
     }
 }
 
-/// Sends the request and reads the response head, within
-/// `proxy_read_timeout` (and `proxy_send_timeout` when there is a body: a
-/// request without one is sent at once). A head whose framing could be read
-/// two ways, or a switch the client did not ask for, is an invalid header,
-/// as nginx has it: passing it on would desync the client connection.
+/// Sends the request (`proxy_send_timeout` between writes) and reads the
+/// response head (`proxy_read_timeout` between reads). A head whose framing
+/// could be read two ways, or a switch the client did not ask for, is an
+/// invalid header, as nginx has it: passing it on would desync the client
+/// connection.
 async fn exchange(
     conn: &mut Pooled,
-    req: Request<UpBody>,
     r: &Req,
     plan: &Plan,
     conf: &crate::conf::loc::LocConf,
-) -> Result<Response<Incoming>, Unanswered> {
+) -> Result<ResponseHead, Unanswered> {
+    use h1conn::Error;
     conn.requests += 1;
-    let wait = conf.proxy_read_timeout
-        + if plan.body.is_empty() {
-            Duration::ZERO
-        } else {
-            conf.proxy_send_timeout
-        };
-    let fail = |kind, text: &str| Unanswered {
+    let mut head = Vec::with_capacity(512);
+    h1conn::request_head(
+        &r.method,
+        &plan.uri,
+        plan.version,
+        &plan.headers,
+        plan.extensions.get::<Names>(),
+        &mut head,
+    );
+    const SENDING: &str = "sending request to upstream";
+    const READING: &str = "reading response header from upstream";
+    let fail = |kind, text: String, stage| Unanswered {
         f: Failure::upstream(kind, text),
-        unsent: None,
+        unsent: false,
+        stage,
     };
-    let answer = async {
-        if let Err(e) = conn.sender.ready().await {
-            return Err((e, Some(req)));
-        }
-        conn.sender.try_send_request(req).await.map_err(|mut e| {
-            let unsent = e.take_message();
-            (e.into_error(), unsent)
-        })
-    };
-    let resp = match tokio::time::timeout(wait, answer).await {
-        Err(_) => {
-            return Err(fail(
-                Kind::Timeout,
-                "upstream timed out (110: Connection timed out)",
-            ));
-        }
-        // Something came back, so the request went.
-        Ok(Err((e, _))) if e.is_parse() => {
-            return Err(fail(Kind::InvalidHeader, "upstream sent invalid header"));
-        }
-        Ok(Err((_, unsent))) => {
+    let timed_out = || "upstream timed out (110: Connection timed out)".to_string();
+    match conn
+        .h1
+        .send(head, &plan.body, conf.proxy_send_timeout)
+        .await
+    {
+        Ok(()) => {}
+        // Nothing went: a stale cached connection, as nginx's request_sent.
+        Err(Error::Write { sent: false, .. }) => {
             return Err(Unanswered {
                 f: Failure::upstream(Kind::Closed, "upstream prematurely closed connection"),
-                unsent,
+                unsent: true,
+                stage: READING,
             });
         }
-        Ok(Ok(resp)) => resp,
+        Err(Error::Write { e, .. }) => {
+            let text = format!("writev() failed ({})", crate::log::errno_text(&e));
+            return Err(fail(Kind::Closed, text, SENDING));
+        }
+        Err(_) => return Err(fail(Kind::Timeout, timed_out(), SENDING)),
+    }
+    let limit = usize::try_from(conf.proxy_buffer_size).unwrap_or(usize::MAX);
+    let head = match conn.h1.read_head(conf.proxy_read_timeout, limit).await {
+        Ok(h) => h,
+        Err(Error::ReadTimeout) => return Err(fail(Kind::Timeout, timed_out(), READING)),
+        Err(Error::Invalid(text)) => return Err(fail(Kind::InvalidHeader, text, READING)),
+        Err(Error::TooBig) => {
+            return Err(fail(
+                Kind::InvalidHeader,
+                "upstream sent too big header".into(),
+                READING,
+            ));
+        }
+        Err(_) => {
+            return Err(fail(
+                Kind::Closed,
+                "upstream prematurely closed connection".into(),
+                READING,
+            ));
+        }
     };
-    if resp.status() == 101 && !r.headers.contains_key(header::UPGRADE) {
+    if head.status == 101 && !r.headers.contains_key(header::UPGRADE) {
         return Err(fail(
             Kind::InvalidHeader,
-            "upstream sent \"101 Switching Protocols\" to a request without \"Upgrade\"",
+            "upstream sent \"101 Switching Protocols\" to a request without \"Upgrade\"".into(),
+            READING,
         ));
     }
-    upstream_framing(resp.headers()).map_err(|m| fail(Kind::InvalidHeader, &m))?;
-    Ok(resp)
+    upstream_framing(&head.headers).map_err(|m| fail(Kind::InvalidHeader, m, READING))?;
+    // An HTTP/1.0 response cannot be chunked.
+    if head.version == http::Version::HTTP_10
+        && head.headers.contains_key(header::TRANSFER_ENCODING)
+    {
+        return Err(fail(
+            Kind::InvalidHeader,
+            "upstream sent invalid header".into(),
+            READING,
+        ));
+    }
+    Ok(head)
 }
 
-/// A failed exchange: what failed, and the request back when it never left
-/// this process (nginx retries a POST only if it was not sent).
+/// A failed exchange: what failed, at which stage, and whether nothing of
+/// the request left (nginx retries a POST only if it was not sent).
 struct Unanswered {
     f: Failure,
-    unsent: Option<Request<UpBody>>,
+    unsent: bool,
+    stage: &'static str,
 }
 
 /// An attempt the upstream answered, on its way to the client.
 struct Answer<'a> {
     c: Connected<Pooled>,
-    resp: Response<Incoming>,
+    head: ResponseHead,
+    asked_close: bool,
     /// Its `$upstream_*` record so far.
     record: Attempt,
     ups: &'a Arc<UpstreamRt>,
     snap: &'a Arc<crate::upstream::Peers>,
     uri: String,
-    client_upgrade: Option<super::OnUpgrade>,
+    client_upgrade: Option<super::tunnel::ClientUpgrade>,
 }
 
 /// Turns the upstream's answer into the reply: a tunnel for a 101, an
@@ -408,8 +387,9 @@ struct Answer<'a> {
 /// body streamed (read ahead first with `proxy_buffering`).
 async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super::Shared>) -> Reply {
     let Answer {
-        mut c,
-        resp,
+        c,
+        head,
+        asked_close,
         record: answered,
         ups,
         snap,
@@ -417,25 +397,43 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         client_upgrade,
     } = a;
     let conf = r.conf.clone();
-    let status = resp.status().as_u16();
+    let status = head.status.as_u16();
+    let mut c = c;
+    // The head's parts for the client: the upstream's names' case and
+    // status line go with it.
+    let framing = h1conn::framing(&r.method, &head);
+    let keep = h1conn::keeps_alive(head.version, &head.headers) && !asked_close;
+    let ResponseHead {
+        status: code,
+        reason,
+        headers,
+        names,
+        ..
+    } = head;
+    let mut resp = Response::new(());
+    *resp.status_mut() = code;
+    *resp.headers_mut() = headers;
+    let (mut parts, ()) = resp.into_parts();
     if status == 101 {
         let tracked = super::Tracked::new(shared, &r.conn);
         // The tunnel releases the peer.
         c.held.done();
+        parts.extensions.insert(Reason(reason));
+        parts.extensions.insert(names);
         return super::tunnel::switch_protocols(
             r,
-            resp,
+            parts,
+            c.conn.h1.upgrade(),
             client_upgrade,
             snap.clone(),
             c.id,
-            conf.proxy_read_timeout,
             tracked,
         );
     }
     // X-Accel-Redirect: the upstream asks for an internal redirect; an
     // intercepted error is answered by sluice, not passed through.
-    let redirect = resp
-        .headers()
+    let redirect = parts
+        .headers
         .get("x-accel-redirect")
         .and_then(|v| v.to_str().ok())
         .filter(|t| t.starts_with('/') || t.starts_with('@'))
@@ -451,8 +449,6 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
             None => Reply::Status(status),
         };
     }
-    let keep = upstream_keeps_alive(&resp);
-    let (mut parts, incoming) = resp.into_parts();
     {
         let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
         // Kept only for a log format that reads $upstream_http_*.
@@ -478,9 +474,11 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     // The body releases the peer.
     c.held.done();
     let mut body = ProxyBody {
-        inner: incoming,
+        ended: matches!(framing, Framing::Empty | Framing::Length(0)),
+        decoder: Decoder::new(framing),
+        keep: keep && framing != Framing::Close,
+        conn: Some(c.conn),
         ahead: std::collections::VecDeque::new(),
-        conn: keep.then_some(c.conn),
         ups: ups.clone(),
         peer: Some((snap.clone(), c.id)),
         log: r.upstream.clone(),
@@ -490,7 +488,10 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         timer: None,
         peer_name: c.name.clone(),
         uri,
+        held_error: None,
     };
+    parts.extensions.insert(Reason(reason));
+    parts.extensions.insert(names);
     parts.extensions.insert(super::case::Proxied);
     if conf.proxy_buffering {
         let (count, size) = conf.proxy_buffers;

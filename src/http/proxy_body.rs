@@ -5,30 +5,37 @@
 //! URL for the access-log body to report with the request's context.
 
 use std::collections::VecDeque;
-use std::future::Future;
+use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
-use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use super::response::BoxError;
 use super::vars::UpstreamLog;
+use crate::h1::body::Decoder;
 use crate::upstream::attempt::Kind;
+use crate::upstream::h1conn::ReadError;
 use crate::upstream::peers::now_ms;
 use crate::upstream::{Outcome, PeerId, Peers, Pooled, UpstreamRt};
 
-/// The upstream's response body on its way to the client. When it ends, the
-/// connection goes back to the keep-alive cache and the peer is released;
+/// The upstream's response body on its way to the client, read from the
+/// connection by the task that sends it on. When it ends, the connection
+/// goes back to the keep-alive cache and the peer is released;
 /// `proxy_read_timeout` bounds the wait between two reads.
 pub(crate) struct ProxyBody {
-    pub(crate) inner: Incoming,
+    /// The connection the body is read from, until its end.
+    pub(crate) conn: Option<Pooled>,
+    pub(crate) decoder: Decoder,
+    /// The body ended cleanly.
+    pub(crate) ended: bool,
+    /// The upstream lets the connection serve again after this body.
+    pub(crate) keep: bool,
     /// What `proxy_buffering` read ahead, sent before the rest.
     pub(crate) ahead: VecDeque<Bytes>,
-    pub(crate) conn: Option<Pooled>,
     pub(crate) ups: Arc<UpstreamRt>,
     /// The request's snapshot of the peers and the one that answered.
     pub(crate) peer: Option<(Arc<Peers>, PeerId)>,
@@ -41,6 +48,9 @@ pub(crate) struct ProxyBody {
     /// For the upstream URL an error names: the peer and the URI sent.
     pub(crate) peer_name: Arc<str>,
     pub(crate) uri: String,
+    /// A failure held back one poll so that what came before it is written
+    /// out first.
+    pub(crate) held_error: Option<ReadError>,
 }
 
 /// An upstream failure while streaming the response body; the body that owns
@@ -84,12 +94,12 @@ impl ProxyBody {
             a.length = Some(self.received);
             a.received = self.received;
         }
-        if complete {
-            if let Some(c) = self.conn.take() {
+        if let Some(mut c) = self.conn.take() {
+            // Reused only after a clean end with nothing more unread.
+            if complete && self.keep && c.h1.idle() {
                 self.ups.pool().put(c, now);
             }
         }
-        self.conn = None;
         if self.received > 0 {
             peers
                 .get(id)
@@ -99,30 +109,62 @@ impl ProxyBody {
         }
         peers.release(id, Outcome::Ok, now_ms());
     }
-}
 
-/// nginx's words for a body that failed: a chunked body that does not
-/// parse (hyper's decoder reports it as invalid input or data) is the
-/// upstream's fault in a different way from one cut short.
-fn body_failure(e: &hyper::Error) -> &'static str {
-    let invalid = std::error::Error::source(e)
-        .and_then(|s| s.downcast_ref::<std::io::Error>())
-        .is_some_and(|io| {
-            matches!(
-                io.kind(),
-                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData
-            )
-        });
-    if invalid {
-        "upstream sent invalid chunked response while reading upstream"
-    } else {
-        "upstream prematurely closed connection while reading upstream"
-    }
-}
-
-impl ProxyBody {
     fn url(&self) -> String {
         format!("http://{}{}", self.peer_name, self.uri)
+    }
+
+    fn failed(&self, e: ReadError) -> UpstreamBodyError {
+        UpstreamBodyError {
+            // nginx's words: a chunked body that does not parse is the
+            // upstream's fault in a different way from one cut short.
+            message: match e {
+                ReadError::Invalid => {
+                    "upstream sent invalid chunked response while reading upstream"
+                }
+                ReadError::Truncated => {
+                    "upstream prematurely closed connection while reading upstream"
+                }
+            },
+            url: self.url(),
+            kind: Kind::Closed,
+        }
+    }
+
+    fn timed_out(&self) -> UpstreamBodyError {
+        UpstreamBodyError {
+            message: "upstream timed out (110: Connection timed out) while reading upstream",
+            url: self.url(),
+            kind: Kind::Timeout,
+        }
+    }
+
+    /// The next bytes from the upstream: Ok(None) at the end (the peer is
+    /// then released), Err when it failed (likewise).
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, ReadError>> {
+        if self.ended || self.peer.is_none() {
+            self.finish(true);
+            return Poll::Ready(Ok(None));
+        }
+        let Some(c) = self.conn.as_mut() else {
+            return Poll::Ready(Ok(None));
+        };
+        match c.h1.poll_body(&mut self.decoder, cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(Some(d))) => {
+                self.received += d.len() as u64;
+                Poll::Ready(Ok(Some(d)))
+            }
+            Poll::Ready(Ok(None)) => {
+                self.ended = true;
+                self.finish(true);
+                Poll::Ready(Ok(None))
+            }
+            Poll::Ready(Err(e)) => {
+                self.finish(false);
+                Poll::Ready(Err(e))
+            }
+        }
     }
 
     /// `proxy_buffering on`: reads the upstream's body into memory, up to
@@ -131,37 +173,18 @@ impl ProxyBody {
     pub(crate) async fn read_ahead(&mut self, room: u64) -> Result<(), UpstreamBodyError> {
         let mut held: u64 = 0;
         while held < room {
-            if self.inner.is_end_stream() {
-                self.finish(true);
-                return Ok(());
-            }
-            match tokio::time::timeout(self.read_timeout, self.inner.frame()).await {
+            let timeout = self.read_timeout;
+            let next = tokio::time::timeout(timeout, poll_fn(|cx| self.poll_next(cx))).await;
+            match next {
                 Err(_) => {
                     self.finish(false);
-                    return Err(UpstreamBodyError {
-                        message: "upstream timed out (110: Connection timed out) while reading upstream",
-                        url: self.url(),
-                        kind: Kind::Timeout,
-                    });
+                    return Err(self.timed_out());
                 }
-                Ok(None) => {
-                    self.finish(true);
-                    return Ok(());
-                }
-                Ok(Some(Err(e))) => {
-                    self.finish(false);
-                    return Err(UpstreamBodyError {
-                        message: body_failure(&e),
-                        url: self.url(),
-                        kind: Kind::Closed,
-                    });
-                }
-                Ok(Some(Ok(f))) => {
-                    if let Ok(d) = f.into_data() {
-                        held += d.len() as u64;
-                        self.received += d.len() as u64;
-                        self.ahead.push_back(d);
-                    }
+                Ok(Ok(None)) => return Ok(()),
+                Ok(Err(e)) => return Err(self.failed(e)),
+                Ok(Ok(Some(d))) => {
+                    held += d.len() as u64;
+                    self.ahead.push_back(d);
                 }
             }
         }
@@ -177,46 +200,35 @@ impl HttpBody for ProxyBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if let Some(b) = self.ahead.pop_front() {
+        let this = &mut *self;
+        if let Some(b) = this.ahead.pop_front() {
             return Poll::Ready(Some(Ok(Frame::data(b))));
         }
-        if self.peer.is_none() {
-            return Poll::Ready(None);
+        if let Some(e) = this.held_error.take() {
+            return Poll::Ready(Some(Err(Box::new(this.failed(e)))));
         }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(f))) => {
-                if let Some(d) = f.data_ref() {
-                    self.received += d.len() as u64;
-                }
-                self.timer = None;
-                Poll::Ready(Some(Ok(f)))
+        match this.poll_next(cx) {
+            Poll::Ready(Ok(Some(d))) => {
+                this.timer = None;
+                Poll::Ready(Some(Ok(Frame::data(d))))
             }
-            Poll::Ready(None) => {
-                self.finish(true);
-                Poll::Ready(None)
+            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            // The bytes before the failure go out first: the writer
+            // flushes when the body is pending.
+            Poll::Ready(Err(e)) if this.received > 0 => {
+                this.held_error = Some(e);
+                cx.waker().wake_by_ref();
+                Poll::Pending
             }
-            Poll::Ready(Some(Err(e))) => {
-                self.finish(false);
-                let url = self.url();
-                Poll::Ready(Some(Err(Box::new(UpstreamBodyError {
-                    message: body_failure(&e),
-                    url,
-                    kind: Kind::Closed,
-                }))))
-            }
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(Box::new(this.failed(e))))),
             Poll::Pending => {
-                let timeout = self.read_timeout;
-                let timer = self
+                let timeout = this.read_timeout;
+                let timer = this
                     .timer
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
                 if timer.as_mut().poll(cx).is_ready() {
-                    self.finish(false);
-                    let url = self.url();
-                    return Poll::Ready(Some(Err(Box::new(UpstreamBodyError {
-                        message: "upstream timed out (110: Connection timed out) while reading upstream",
-                        url,
-                        kind: Kind::Timeout,
-                    }))));
+                    this.finish(false);
+                    return Poll::Ready(Some(Err(Box::new(this.timed_out()))));
                 }
                 Poll::Pending
             }
@@ -224,21 +236,16 @@ impl HttpBody for ProxyBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ahead.is_empty() && (self.peer.is_none() || self.inner.is_end_stream())
+        self.ahead.is_empty() && (self.peer.is_none() || self.ended)
     }
 
     fn size_hint(&self) -> SizeHint {
         let ahead: u64 = self.ahead.iter().map(|b| b.len() as u64).sum();
-        let mut h = if self.peer.is_none() {
-            SizeHint::with_exact(0)
-        } else {
-            self.inner.size_hint()
-        };
-        // Upper first: set_lower insists on lower <= upper.
-        if let Some(u) = h.upper() {
-            h.set_upper(u + ahead);
+        if self.peer.is_none() || self.ended {
+            return SizeHint::with_exact(ahead);
         }
-        h.set_lower(h.lower() + ahead);
+        let mut h = SizeHint::default();
+        h.set_lower(ahead);
         h
     }
 }
@@ -246,8 +253,8 @@ impl HttpBody for ProxyBody {
 impl Drop for ProxyBody {
     fn drop(&mut self) {
         // The client went away (or the body was never read, as for HEAD):
-        // release the peer; the half-read connection is not reused.
-        let complete = self.inner.is_end_stream();
+        // release the peer; a half-read connection is not reused.
+        let complete = self.ended;
         self.finish(complete);
     }
 }

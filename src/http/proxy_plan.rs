@@ -1,20 +1,20 @@
 //! What every attempt of a proxied request sends, made once: the client's
 //! body (in memory or spooled to a temporary file past
 //! `client_body_buffer_size`, as nginx keeps it), the URI with nginx's
-//! `proxy_pass` rules, and the headers in nginx's order; and each attempt's
-//! request from it. Called by `proxy::run`.
+//! `proxy_pass` rules, and the headers in nginx's order, which each attempt
+//! writes. Called by `proxy::run`.
 
 use bytes::{Bytes, BytesMut};
+use http::Version;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http_body_util::BodyExt;
-use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
-use hyper::{Request, Version};
 use std::sync::Arc;
 
 use super::ClientBody;
 use super::vars::Req;
 use crate::conf::model::ProxyPass;
 use crate::log::Level;
-use crate::upstream::body::{Payload, Spool, UpBody};
+use crate::upstream::body::{Payload, Spool};
 
 const HOP_BY_HOP: [&str; 6] = [
     "connection",
@@ -277,7 +277,7 @@ pub(super) fn upstream_headers(r: &Req, body_len: u64) -> HeaderMap {
 pub(super) struct Plan {
     pub(super) uri: String,
     pub(super) headers: HeaderMap,
-    pub(super) extensions: hyper::http::Extensions,
+    pub(super) extensions: http::Extensions,
     pub(super) body: Payload,
     pub(super) version: Version,
 }
@@ -288,7 +288,7 @@ pub(super) async fn plan(
     r: &mut Req,
     pp: &ProxyPass,
     body: ClientBody,
-    extensions: hyper::http::Extensions,
+    extensions: http::Extensions,
 ) -> Result<Plan, u16> {
     r.proxy_host = pp.proxy_host.clone();
     r.proxy_port = pp.proxy_port;
@@ -312,23 +312,6 @@ pub(super) async fn plan(
             Version::HTTP_11
         },
     })
-}
-
-/// One attempt's request; the last possible attempt takes the plan's
-/// headers instead of copying them. None: the URI does not parse.
-pub(super) fn request(r: &Req, plan: &mut Plan, last: bool) -> Option<Request<UpBody>> {
-    let mut req = Request::new(plan.body.body());
-    *req.method_mut() = r.method.clone();
-    *req.uri_mut() = plan.uri.parse().ok()?;
-    *req.version_mut() = plan.version;
-    if last {
-        *req.headers_mut() = std::mem::take(&mut plan.headers);
-        *req.extensions_mut() = std::mem::take(&mut plan.extensions);
-    } else {
-        *req.headers_mut() = plan.headers.clone();
-        *req.extensions_mut() = plan.extensions.clone();
-    }
-    Some(req)
 }
 
 #[cfg(test)]

@@ -19,10 +19,10 @@ use std::task::{Context, Poll};
 use std::time::UNIX_EPOCH;
 
 use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Method, Response, StatusCode, Version};
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
-use hyper::body::{Body as HttpBody, Frame, SizeHint};
-use hyper::header::{self, HeaderValue};
-use hyper::{Method, Response, StatusCode, Version};
 use nix::errno::Errno;
 
 use super::Reply;

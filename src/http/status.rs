@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use bytes::Bytes;
-use hyper::Method;
+use http::Method;
 use serde_json::{Map, Value, json};
 
 use super::Reply;
@@ -78,10 +78,10 @@ pub fn stub_status(r: &Req, stats: Option<&Stats>) -> Reply {
     Reply::Full(resp)
 }
 
-fn no_cache(resp: &mut hyper::Response<response::Body>) {
+fn no_cache(resp: &mut http::Response<response::Body>) {
     resp.headers_mut().insert(
-        hyper::header::CACHE_CONTROL,
-        hyper::header::HeaderValue::from_static("no-cache"),
+        http::header::CACHE_CONTROL,
+        http::header::HeaderValue::from_static("no-cache"),
     );
 }
 

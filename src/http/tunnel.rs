@@ -1,36 +1,48 @@
 //! Protocol switches (WebSocket and other `Upgrade`s): after a 101 from the
-//! upstream both sides are handed over by hyper and bytes are copied both
-//! ways. Called by the proxy handler.
+//! upstream, the upstream connection's socket (and what it sent past the
+//! head) is one end, the client's connection, handed over once the 101
+//! went out, the other; bytes are copied both ways. Called by the proxy handler.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use hyper::Response;
-use hyper::body::Incoming;
-use hyper::header;
-use hyper_util::rt::TokioIo;
+use http::header;
+use http::response::Parts;
+use http::{Extensions, Response};
+use tokio::io::AsyncWriteExt;
 
 use super::response;
 use super::vars::Req;
-use super::{Reply, Tracked};
+use super::{Io, Reply, Tracked};
 use crate::log::Level;
+use crate::upstream::h1conn::Upgraded;
 use crate::upstream::peers::now_ms;
 use crate::upstream::{Outcome, PeerId, Peers};
 
-/// A 101 from the upstream: answer 101 to the client and, once both sides
-/// have switched, copy bytes both ways until either closes or stays silent
-/// for `proxy_read_timeout`. The tunnel counts as an active connection for a
+/// The client side of a switch: the connection, once the 101 went out.
+pub(crate) type ClientUpgrade = super::OnUpgrade;
+
+/// Takes the client side of a possible switch out of the request's
+/// extensions.
+pub(crate) fn client_half(ext: &mut Extensions) -> Option<ClientUpgrade> {
+    ext.remove::<ClientUpgrade>()
+}
+
+/// A 101 from the upstream: answer 101 to the client and, once it has
+/// switched, copy bytes both ways until either closes or stays silent for
+/// `proxy_read_timeout`. The tunnel counts as an active connection for a
 /// graceful stop.
 pub(crate) fn switch_protocols(
     r: &mut Req,
-    resp: Response<Incoming>,
-    client_upgrade: Option<super::OnUpgrade>,
+    mut parts: Parts,
+    upstream: Upgraded,
+    client_upgrade: Option<ClientUpgrade>,
     peers: Arc<Peers>,
     id: PeerId,
-    idle: Duration,
     tracked: Tracked,
 ) -> Reply {
+    let idle = r.conf.proxy_read_timeout;
     let Some(client_up) = client_upgrade else {
         crate::log_conn!(
             Level::Error,
@@ -41,9 +53,6 @@ pub(crate) fn switch_protocols(
         peers.release(id, Outcome::Ok, now_ms());
         return Reply::Status(502);
     };
-    let (mut parts, body) = resp.into_parts();
-    let upstream_up = hyper::upgrade::on(Response::from_parts(parts.clone(), body));
-    parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
     parts.extensions.insert(super::case::Proxied);
     parts.headers.remove(header::TRANSFER_ENCODING);
     parts.headers.remove(header::SERVER);
@@ -54,23 +63,24 @@ pub(crate) fn switch_protocols(
     let number = r.conn.number;
     tokio::spawn(async move {
         let _tracked = tracked;
-        let client_up = async {
-            client_up
-                .get()
-                .await
-                .ok_or_else(|| std::io::Error::other("the client connection closed"))
-        };
-        let upstream_up = async { upstream_up.await.map_err(std::io::Error::other) };
-        let (client, upstream) = match tokio::try_join!(client_up, upstream_up) {
-            Ok(pair) => pair,
+        let client = match client_up.get().await.ok_or("the client connection closed") {
+            Ok(c) => c,
             Err(e) => {
                 crate::log_conn!(Level::Info, number, "upgrade failed: {}", e);
                 peers.release(id, Outcome::Ok, now_ms());
                 return;
             }
         };
-        crate::net::copy::both(client, TokioIo::new(upstream), idle, true).await;
+        relay(client, upstream, idle).await;
         peers.release(id, Outcome::Ok, now_ms());
     });
     Reply::Full(Response::from_parts(parts, response::full(Bytes::new())))
+}
+
+/// Copies both ways; what the upstream sent right after its head goes to
+/// the client first.
+async fn relay(mut client: impl Io, upstream: Upgraded, idle: Duration) {
+    if upstream.read_ahead.is_empty() || client.write_all(&upstream.read_ahead).await.is_ok() {
+        crate::net::copy::both(client, upstream.io, idle, true).await;
+    }
 }

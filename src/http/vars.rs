@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hyper::{HeaderMap, Method, Version};
+use http::{HeaderMap, Method, Version};
 
 use crate::conf::model::LocConf;
 use crate::conf::vars::{Segment, Template, Var};
@@ -143,7 +143,7 @@ impl Req {
         }
         if let Some(h) = self
             .headers
-            .get(hyper::header::HOST)
+            .get(http::header::HOST)
             .and_then(|h| h.to_str().ok())
         {
             s.push_str(&format!(", host: \"{h}\""));

@@ -19,41 +19,26 @@ pub enum Stream {
 }
 
 impl Stream {
-    /// Ready when the client has sent something (or closed). On a `fresh`
-    /// stream readiness alone is not enough: tokio reports a newly accepted
-    /// stream as readable, so a one-byte peek confirms it (and clears the
-    /// assumed readiness). Later, readiness comes from the poller and hyper's
-    /// last read, which cleared it.
-    pub fn poll_readable(&self, cx: &mut Context<'_>, fresh: bool) -> Poll<std::io::Result<()>> {
-        loop {
-            if !fresh {
-                return match self {
-                    Stream::Tcp(s) => s.poll_read_ready(cx),
-                    Stream::Unix(s) => s.poll_read_ready(cx),
-                };
-            }
-            let peeked = match self {
-                Stream::Tcp(s) => {
-                    std::task::ready!(s.poll_read_ready(cx))?;
-                    s.try_io(tokio::io::Interest::READABLE, || peek(s))
-                }
-                Stream::Unix(s) => {
-                    std::task::ready!(s.poll_read_ready(cx))?;
-                    s.try_io(tokio::io::Interest::READABLE, || peek(s))
-                }
-            };
-            match peeked {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-                Ok(()) => return Poll::Ready(Ok(())),
-            }
-        }
+    /// An idle connection is still quiet: open, nothing sent. Costs nothing
+    /// while the socket is not readable; else one non-blocking peek (which
+    /// clears a stale readiness).
+    pub fn quiet(&self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let peeked = match self {
+            Stream::Tcp(s) => match s.poll_read_ready(&mut cx) {
+                Poll::Pending => return true,
+                Poll::Ready(Err(_)) => return false,
+                Poll::Ready(Ok(())) => s.try_io(tokio::io::Interest::READABLE, || peek_len(s)),
+            },
+            Stream::Unix(s) => match s.poll_read_ready(&mut cx) {
+                Poll::Pending => return true,
+                Poll::Ready(Err(_)) => return false,
+                Poll::Ready(Ok(())) => s.try_io(tokio::io::Interest::READABLE, || peek_len(s)),
+            },
+        };
+        // WouldBlock: nothing there after all (and the readiness cleared).
+        matches!(peeked, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
     }
-}
-
-/// One byte peeked (or end of stream): the client has sent something.
-fn peek(s: &impl std::os::fd::AsFd) -> std::io::Result<()> {
-    peek_len(s).map(|_| ())
 }
 
 /// How many bytes one peek sees (0: the peer closed).
@@ -61,7 +46,12 @@ fn peek_len(s: &impl std::os::fd::AsFd) -> std::io::Result<usize> {
     use nix::sys::socket::{MsgFlags, recv};
     use std::os::fd::AsRawFd;
     let mut b = [0u8; 1];
-    recv(s.as_fd().as_raw_fd(), &mut b, MsgFlags::MSG_PEEK).map_err(std::io::Error::from)
+    recv(
+        s.as_fd().as_raw_fd(),
+        &mut b,
+        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(std::io::Error::from)
 }
 
 impl Stream {

@@ -1,22 +1,19 @@
 //! A request body on its way to an upstream: bytes in memory, or a spooled
 //! temporary file for a body larger than `client_body_buffer_size`, as nginx
 //! keeps it. Every attempt sends the same body again from its start, so a
-//! retry needs no copy. The HTTP proxy fills it; the pool's connections send
-//! it. No parsing here.
+//! retry needs no copy. The HTTP proxy fills it; the upstream connection
+//! (`h1conn`) sends it. No parsing here.
 
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, SizeHint};
 
-/// How much of a spooled body one frame carries.
+/// How much of a spooled body one piece carries.
 const CHUNK: usize = 64 * 1024;
 
 /// A request body, cheap to clone for each attempt.
@@ -110,56 +107,37 @@ impl Spool {
     }
 }
 
-/// One attempt's request body as hyper sends it.
+/// One attempt's request body, read from its start in pieces.
 pub enum UpBody {
     Mem(Option<Bytes>),
     File { spool: Arc<Spool>, pos: u64 },
 }
 
-impl Body for UpBody {
-    type Data = Bytes;
-    type Error = std::io::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        match self.get_mut() {
-            UpBody::Mem(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+impl UpBody {
+    /// The next piece, or None at the end. A spooled body is read with
+    /// pread (a blocking read of a local file, as nginx's), each attempt at
+    /// its own offset.
+    pub fn next_chunk(&mut self) -> std::io::Result<Option<Bytes>> {
+        match self {
+            UpBody::Mem(b) => Ok(b.take()),
             UpBody::File { spool, pos } => {
                 let left = spool.len.saturating_sub(*pos);
                 if left == 0 {
-                    return Poll::Ready(None);
+                    return Ok(None);
                 }
                 let mut buf = vec![0u8; left.min(CHUNK as u64) as usize];
-                // pread: each attempt reads at its own offset.
-                match spool.file.read_at(&mut buf, *pos) {
-                    Ok(0) => Poll::Ready(Some(Err(std::io::Error::new(
+                match spool.file.read_at(&mut buf, *pos)? {
+                    0 => Err(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
                         "temporary file shorter than the body",
-                    )))),
-                    Ok(n) => {
+                    )),
+                    n => {
                         buf.truncate(n);
                         *pos += n as u64;
-                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))))
+                        Ok(Some(Bytes::from(buf)))
                     }
-                    Err(e) => Poll::Ready(Some(Err(e))),
                 }
             }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            UpBody::Mem(b) => b.is_none(),
-            UpBody::File { spool, pos } => *pos >= spool.len,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            UpBody::Mem(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            UpBody::File { spool, pos } => SizeHint::with_exact(spool.len.saturating_sub(*pos)),
         }
     }
 }
@@ -167,10 +145,18 @@ impl Body for UpBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http_body_util::BodyExt;
 
-    #[tokio::test]
-    async fn a_spooled_body_reads_back_whole_for_every_attempt() {
+    fn whole(mut b: UpBody) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(c) = b.next_chunk().unwrap() {
+            assert!(!c.is_empty());
+            out.extend_from_slice(&c);
+        }
+        out
+    }
+
+    #[test]
+    fn a_spooled_body_reads_back_whole_for_every_attempt() {
         let dir = std::env::temp_dir().join(format!("sluice-spool-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut s = Spool::create(&dir).unwrap();
@@ -183,19 +169,17 @@ mod tests {
         let p = Payload::File(Arc::new(s));
         assert_eq!(p.len(), 200_000);
         for _ in 0..2 {
-            let got = p.body().collect().await.unwrap().to_bytes();
-            assert_eq!(got.as_ref(), data.as_slice());
+            assert_eq!(whole(p.body()), data);
         }
         let _ = std::fs::remove_dir(&dir);
     }
 
-    #[tokio::test]
-    async fn a_memory_body_and_an_empty_one() {
+    #[test]
+    fn a_memory_body_and_an_empty_one() {
         let p = Payload::Mem(Bytes::from_static(b"abc"));
-        assert_eq!(p.body().size_hint().exact(), Some(3));
-        assert_eq!(p.body().collect().await.unwrap().to_bytes(), "abc");
+        assert_eq!(whole(p.body()), b"abc");
         let e = Payload::default();
-        assert!(e.body().is_end_stream());
+        assert!(whole(e.body()).is_empty());
         assert!(e.is_empty());
     }
 }

@@ -11,6 +11,7 @@ pub mod carry;
 pub mod clock;
 mod crc32;
 pub mod dns;
+pub mod h1conn;
 pub mod peer_list;
 pub mod peers;
 pub mod pool;

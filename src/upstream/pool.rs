@@ -15,8 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hyper::client::conn::http1::SendRequest;
-
+use super::h1conn::H1;
 use super::peers::{Ms, PeerId, PeerLive, Peers, now_ms};
 use crate::conf::model::{Keepalive, PeerAddr};
 
@@ -25,7 +24,7 @@ pub const ANY_LOCATION: usize = usize::MAX;
 
 /// An upstream connection ready for a request.
 pub struct Pooled {
-    pub sender: SendRequest<super::body::UpBody>,
+    pub h1: H1,
     pub peer: PeerAddr,
     pub created: Instant,
     /// `keepalive_time`, with its jitter drawn for this connection.
@@ -39,15 +38,9 @@ pub struct Pooled {
 }
 
 impl Pooled {
-    pub fn new(
-        sender: SendRequest<super::body::UpBody>,
-        peer: PeerAddr,
-        now: Instant,
-        max_age: Duration,
-        location: usize,
-    ) -> Pooled {
+    pub fn new(h1: H1, peer: PeerAddr, now: Instant, max_age: Duration, location: usize) -> Pooled {
         Pooled {
-            sender,
+            h1,
             peer,
             created: now,
             max_age,
@@ -249,7 +242,7 @@ impl Pool {
     }
 
     fn fresh(&self, c: &Pooled, now: Instant) -> bool {
-        !c.sender.is_closed()
+        c.h1.is_open()
             && now.duration_since(c.idle_since) < self.cfg.timeout
             && c.requests < self.cfg.requests
     }
@@ -372,16 +365,12 @@ mod tests {
     use super::*;
     use std::net::SocketAddr;
 
-    /// A real (idle) HTTP/1 client connection to `addr`'s listener.
+    /// A real (idle) connection to `addr`'s listener.
     async fn conn(l: &std::net::TcpListener, peer: &PeerAddr) -> Pooled {
         let addr = l.local_addr().expect("addr");
         let s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        let (sender, c) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
-            .await
-            .expect("handshake");
-        tokio::spawn(c);
         Pooled::new(
-            sender,
+            H1::new(crate::net::stream::Stream::Tcp(s)),
             peer.clone(),
             Instant::now(),
             Duration::from_secs(3600),
