@@ -13,8 +13,7 @@
 # is not repeated here.
 #
 # Checked against nginx 1.22.1 (SLUICE_BINARY=/usr/sbin/nginx); the comment
-# by each case says what it does. A TODO names what the current HTTP/1 front
-# (hyper) does instead.
+# by each case says what it does. 
 
 use warnings;
 use strict;

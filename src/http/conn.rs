@@ -207,13 +207,8 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             c.handled.fetch_add(1, Ordering::Relaxed);
             c.active.fetch_add(1, Ordering::Relaxed);
         }
-        tokio::spawn(serve_conn(
-            io,
-            info,
-            addr.clone(),
-            shared.clone(),
-            phase.clone(),
-        ));
+        let (ctx, inb, idle) = open_conn(io, info, addr.clone(), &shared);
+        tokio::spawn(serve_conn(ctx, inb, idle, phase.clone()));
         // One connection per turn, as nginx's `multi_accept off`: the new
         // connection's request runs before the next accept, so a burst of
         // connections does not hold a burst of buffers at once.
@@ -235,13 +230,14 @@ struct ConnCtx {
     limits: Limits,
 }
 
-async fn serve_conn(
+/// A new connection's settings (its default server's) and read side, made
+/// before its task starts so that the task holds only what it uses.
+fn open_conn(
     stream: crate::net::stream::Stream,
     info: ConnInfo,
     listen: ListenAddr,
-    shared: Arc<Shared>,
-    mut phase: watch::Receiver<Phase>,
-) {
+    shared: &Arc<Shared>,
+) -> (ConnCtx, Arc<Inbound>, Arc<Idle>) {
     let info = Arc::new(info);
     let default_server = shared
         .cfg
@@ -265,8 +261,20 @@ async fn serve_conn(
         head_limit,
         limits,
     };
-    let idle = Arc::new(Idle::new(head_limit));
-    let inb = Arc::new(Inbound::new(stream));
+    (
+        ctx,
+        Arc::new(Inbound::new(stream)),
+        Arc::new(Idle::new(head_limit)),
+    )
+}
+
+async fn serve_conn(
+    ctx: ConnCtx,
+    inb: Arc<Inbound>,
+    idle: Arc<Idle>,
+    mut phase: watch::Receiver<Phase>,
+) {
+    let shared = &ctx.shared;
     serve_requests(&ctx, &inb, &idle, &mut phase).await;
     if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
         c.active.fetch_sub(1, Ordering::Relaxed);
@@ -294,14 +302,15 @@ fn client_keeps_alive(head: &RequestHead) -> bool {
     }
 }
 
-/// The request's requests, one after another, until one closes it.
+/// The connection's requests, one after another, until one closes it. Only
+/// the wait between requests lives in this future; each request's state is
+/// boxed while it runs (`serve_one`), so an idle connection's task is small.
 async fn serve_requests(
     ctx: &ConnCtx,
     inb: &Arc<Inbound>,
     idle: &Arc<Idle>,
     phase: &mut watch::Receiver<Phase>,
 ) {
-    let shared = &ctx.shared;
     let mut served = 0u64;
     let mut idle_since = std::time::Instant::now();
     loop {
@@ -319,117 +328,124 @@ async fn serve_requests(
             } else {
                 Duration::from_millis(idle.limit.load(Ordering::Relaxed))
             };
-            if !wait_for_bytes(inb, shared, phase, wait, idle_since).await {
+            if !wait_for_bytes(inb, &ctx.shared, phase, wait, idle_since).await {
                 return;
             }
         }
-        let head = match Box::pin(read_head(ctx, inb)).await {
-            Ok(head) => head,
-            Err(HeadFail::Closed) => return,
-            Err(HeadFail::Refused(e)) => {
-                refuse(ctx, inb, &e).await;
-                return;
-            }
-        };
         served += 1;
-        // nginx's defaults (`underscores_in_headers off`,
-        // `ignore_invalid_headers on`): a name with an underscore is dropped.
-        let mut head = head;
-        if head.names.0.iter().any(|n| n.contains(&b'_')) {
-            let number = ctx.info.number;
-            head.drop_names(|n| {
-                let bad = n.contains(&b'_');
-                if bad {
-                    crate::log_conn!(
-                        Level::Info,
-                        number,
-                        "client sent invalid header line: \"{}\" while reading client request headers",
-                        String::from_utf8_lossy(n)
-                    );
-                }
-                bad
-            });
+        if !Box::pin(serve_one(ctx, inb, idle, served)).await {
+            return;
         }
-        let keep = client_keeps_alive(&head);
-        let is_head = head.method == Method::HEAD;
-        let framing = request_framing(&head);
-        let expect = head.version == Version::HTTP_11
-            && head
-                .headers
-                .get(EXPECT)
-                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        // A request whose body could be framed two ways is refused by the
-        // pipeline; its body is not read and the connection closes.
-        inb.start_body(framing.unwrap_or(Framing::Empty), expect);
-        let upgrade = head.headers.contains_key(UPGRADE);
-        let mut req = Request::new(ReqBody::new(inb.clone()));
-        *req.method_mut() = head.method;
-        *req.uri_mut() = head.uri;
-        *req.version_mut() = head.version;
-        *req.headers_mut() = head.headers;
-        req.extensions_mut().insert(head.names);
-        let upgraded = upgrade.then(|| {
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            req.extensions_mut()
-                .insert(OnUpgrade(Arc::new(std::sync::Mutex::new(Some(rx)))));
-            tx
-        });
-        let flight = InFlight::start(idle, shared.stats.as_ref());
-        // A client that goes away while its request is handled ends it (the
-        // upstream attempt with it), as nginx does without
-        // `proxy_ignore_client_abort`.
-        let handled = tokio::select! {
-            biased;
-            // Boxed: the request's state lives only while it is handled; an
-            // idle connection's task stays small.
-            r = Box::pin(handle(shared, ctx.info.clone(), &ctx.listen, req, served, flight)) => r,
-            () = inb.io.hung_up() => {
+        idle_since = std::time::Instant::now();
+    }
+}
+
+/// One request: its head read, handled, answered, and what is left of its
+/// body discarded. False when the connection is to close.
+async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, idle: &Arc<Idle>, served: u64) -> bool {
+    let shared = &ctx.shared;
+    let mut head = match read_head(ctx, inb).await {
+        Ok(head) => head,
+        Err(HeadFail::Closed) => return false,
+        Err(HeadFail::Refused(e)) => {
+            refuse(ctx, inb, &e).await;
+            return false;
+        }
+    };
+    // nginx's defaults (`underscores_in_headers off`,
+    // `ignore_invalid_headers on`): a name with an underscore is dropped.
+    if head.names.0.iter().any(|n| n.contains(&b'_')) {
+        let number = ctx.info.number;
+        head.drop_names(|n| {
+            let bad = n.contains(&b'_');
+            if bad {
                 crate::log_conn!(
                     Level::Info,
-                    ctx.info.number,
-                    "client prematurely closed connection while processing request"
+                    number,
+                    "client sent invalid header line: \"{}\" while reading client request headers",
+                    String::from_utf8_lossy(n)
                 );
-                return;
             }
-        };
-        let Ok(resp) = handled else {
-            return;
-        };
-        let sent = Box::pin(send_response(
-            inb,
-            resp,
-            is_head,
-            keep && framing.is_some() && !inb.body_broken(),
-            ctx.info.number,
-        ))
-        .await;
-        idle_since = std::time::Instant::now();
-        match sent {
-            Sent::Closed => return,
-            Sent::Switched => {
-                if let Some(tx) = upgraded {
-                    let _ = tx.send(Upgraded::new(inb.clone()));
-                }
-                return;
-            }
-            Sent::Kept => {}
+            bad
+        });
+    }
+    let keep = client_keeps_alive(&head);
+    let is_head = head.method == Method::HEAD;
+    let framing = request_framing(&head);
+    let expect = head.version == Version::HTTP_11
+        && head
+            .headers
+            .get(EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    // A request whose body could be framed two ways is refused by the
+    // pipeline; its body is not read and the connection closes.
+    inb.start_body(framing.unwrap_or(Framing::Empty), expect);
+    let upgrade = head.headers.contains_key(UPGRADE);
+    let mut req = Request::new(ReqBody::new(inb.clone()));
+    *req.method_mut() = head.method;
+    *req.uri_mut() = head.uri;
+    *req.version_mut() = head.version;
+    *req.headers_mut() = head.headers;
+    req.extensions_mut().insert(head.names);
+    let upgraded = upgrade.then(|| {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        req.extensions_mut()
+            .insert(OnUpgrade(Arc::new(std::sync::Mutex::new(Some(rx)))));
+        tx
+    });
+    let flight = InFlight::start(idle, shared.stats.as_ref());
+    // A client that goes away while its request is handled ends it (the
+    // upstream attempt with it), as nginx does without
+    // `proxy_ignore_client_abort`.
+    let handled = tokio::select! {
+        biased;
+        r = handle(shared, ctx.info.clone(), &ctx.listen, req, served, flight) => r,
+        () = inb.io.hung_up() => {
+            crate::log_conn!(
+                Level::Info,
+                ctx.info.number,
+                "client prematurely closed connection while processing request"
+            );
+            return false;
         }
-        if !inb.body_done() {
-            // The rest of a body nobody read is read and dropped, as nginx
-            // discards it; a client still waiting for "100 Continue" is not
-            // asked for it: the connection closes instead.
-            if inb.body_unasked() {
-                return;
+    };
+    let Ok(resp) = handled else {
+        return false;
+    };
+    let sent = send_response(
+        inb,
+        resp,
+        is_head,
+        keep && framing.is_some() && !inb.body_broken(),
+        ctx.info.number,
+    )
+    .await;
+    match sent {
+        Sent::Closed => return false,
+        Sent::Switched => {
+            if let Some(tx) = upgraded {
+                let _ = tx.send(Upgraded::new(inb.clone()));
             }
-            let discard = std::future::poll_fn(|cx| inb.poll_discard(cx));
-            if !matches!(
-                tokio::time::timeout(ctx.head_limit, discard).await,
-                Ok(true)
-            ) {
-                return;
-            }
+            return false;
+        }
+        Sent::Kept => {}
+    }
+    if !inb.body_done() {
+        // The rest of a body nobody read is read and dropped, as nginx
+        // discards it; a client still waiting for "100 Continue" is not
+        // asked for it: the connection closes instead.
+        if inb.body_unasked() {
+            return false;
+        }
+        let discard = std::future::poll_fn(|cx| inb.poll_discard(cx));
+        if !matches!(
+            tokio::time::timeout(ctx.head_limit, discard).await,
+            Ok(true)
+        ) {
+            return false;
         }
     }
+    true
 }
 
 /// The client's side of a protocol switch, for the handler that asked: it

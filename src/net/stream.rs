@@ -116,11 +116,34 @@ impl Stream {
         }
     }
 
-    /// Reads without waiting (WouldBlock when nothing is there).
+    /// Reads without waiting (WouldBlock when nothing is there). A read
+    /// that did not fill the room clears the socket's readiness, as tokio's
+    /// own reads do (and nginx's): the next wait goes to the poller instead
+    /// of a read that would only say EAGAIN.
     pub fn try_read_buf(&self, buf: &mut bytes::BytesMut) -> std::io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.try_read_buf(buf),
-            Stream::Unix(s) => s.try_read_buf(buf),
+        let room = buf.capacity() - buf.len();
+        let mut got = None;
+        // The read runs inside `try_io`, so that readiness is cleared as of
+        // before it: bytes that arrive after it are not missed.
+        macro_rules! read {
+            ($s:expr) => {
+                $s.try_io(tokio::io::Interest::READABLE, || {
+                    let n = $s.try_read_buf(buf)?;
+                    got = Some(n);
+                    if n > 0 && n < room {
+                        return Err(std::io::ErrorKind::WouldBlock.into());
+                    }
+                    Ok(n)
+                })
+            };
+        }
+        let r = match self {
+            Stream::Tcp(s) => read!(s),
+            Stream::Unix(s) => read!(s),
+        };
+        match (r, got) {
+            (Err(e), Some(n)) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(n),
+            (r, _) => r,
         }
     }
 
@@ -130,7 +153,13 @@ impl Stream {
         cx: &mut Context<'_>,
         buf: &mut bytes::BytesMut,
     ) -> Poll<std::io::Result<usize>> {
-        by_ref!(self, cx, poll_read_ready, try_read_buf(buf))
+        loop {
+            std::task::ready!(self.poll_read_ready(cx))?;
+            match self.try_read_buf(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
     }
 
     /// Reads what is there into `out` (nothing added: the peer closed).
