@@ -144,6 +144,7 @@ pub async fn serve(
         next_conn,
         active: AtomicUsize::new(0),
         drained: Notify::new(),
+        parker: crate::net::park::Parker::new().ok().map(Arc::new),
     });
     // Zone upstreams: keep snapshots current and tell each zone which
     // publications this worker still holds peers of.
@@ -164,6 +165,9 @@ pub async fn serve(
         if keeper::wants_keeper(&u.cfg) {
             keepers.spawn(keeper::keep(u.clone(), connect_timeout, Clock::new()));
         }
+    }
+    if let Some(p) = &shared.parker {
+        keepers.spawn(run_parker(shared.clone(), p.clone(), phase.clone()));
     }
     let mut accepts = tokio::task::JoinSet::new();
     for l in listeners {
@@ -208,7 +212,14 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             c.active.fetch_add(1, Ordering::Relaxed);
         }
         let (ctx, inb, idle) = open_conn(io, info, addr.clone(), &shared);
-        tokio::spawn(serve_conn(ctx, inb, idle, phase.clone()));
+        tokio::spawn(serve_conn(
+            ctx,
+            inb,
+            idle,
+            phase.clone(),
+            0,
+            std::time::Instant::now(),
+        ));
         // One connection per turn, as nginx's `multi_accept off`: the new
         // connection's request runs before the next accept, so a burst of
         // connections does not hold a burst of buffers at once.
@@ -273,14 +284,111 @@ async fn serve_conn(
     inb: Arc<Inbound>,
     idle: Arc<Idle>,
     mut phase: watch::Receiver<Phase>,
+    served: u64,
+    idle_since: std::time::Instant,
 ) {
-    let shared = &ctx.shared;
-    serve_requests(&ctx, &inb, &idle, &mut phase).await;
-    if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
-        c.active.fetch_sub(1, Ordering::Relaxed);
+    let (mut served, mut idle_since) = (served, idle_since);
+    let mut may_park = true;
+    loop {
+        let Some(idle_at) =
+            serve_requests(&ctx, &inb, &idle, &mut phase, served, idle_since, may_park).await
+        else {
+            break;
+        };
+        (served, idle_since) = idle_at;
+        // Idle for a while: park it, out of the runtime. A connection whose
+        // read side is still shared (a tunnel's) stays in its task.
+        let Some(parker) = ctx.shared.parker.clone() else {
+            may_park = false;
+            continue;
+        };
+        let inb = match Arc::try_unwrap(inb) {
+            Ok(i) => i,
+            Err(back) => {
+                return Box::pin(serve_conn(ctx, back, idle, phase, served, idle_since)).await;
+            }
+        };
+        let Ok(sock) = crate::net::park::Parked::from_stream(inb.io) else {
+            break;
+        };
+        let limit = Duration::from_millis(idle.limit.load(Ordering::Relaxed));
+        let resume = Resume {
+            ctx,
+            limit,
+            served,
+            idle_since,
+        };
+        if let Err((_sock, resume)) = parker.park(sock, resume, idle_since + limit) {
+            // Not watched (the worker stops): close it.
+            resume.ctx.shared.conn_ended();
+        }
+        return;
     }
-    if shared.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-        shared.drained.notify_waiters();
+    ctx.shared.conn_ended();
+}
+
+/// What a parked connection needs to go on.
+pub(crate) struct Resume {
+    ctx: ConnCtx,
+    limit: Duration,
+    served: u64,
+    idle_since: std::time::Instant,
+}
+
+/// How long a keep-alive connection waits in its task before it is parked.
+const PARK_AFTER: Duration = Duration::from_millis(100);
+
+/// Resumes parked connections that woke, closes those whose time passed,
+/// and all of them once the worker stops.
+async fn run_parker(
+    shared: Arc<Shared>,
+    parker: Arc<crate::net::park::Parker<Resume>>,
+    mut phase: watch::Receiver<Phase>,
+) {
+    use crate::net::park::Wake;
+    loop {
+        tokio::select! {
+            woke = parker.next() => {
+                for w in woke {
+                    match w {
+                        Wake::Ready(sock, r) => {
+                            let Ok(stream) = sock.into_stream() else {
+                                shared.conn_ended();
+                                continue;
+                            };
+                            let inb = Arc::new(Inbound::new(stream));
+                            let idle = Arc::new(Idle::new(r.limit));
+                            tokio::spawn(serve_conn(r.ctx, inb, idle, phase.clone(), r.served, r.idle_since));
+                        }
+                        Wake::Expired(sock, _r) => {
+                            drop(sock);
+                            shared.conn_ended();
+                        }
+                    }
+                }
+            }
+            ch = phase.changed() => {
+                if ch.is_err() || *phase.borrow() != Phase::Running {
+                    for (sock, _r) in parker.take_all() {
+                        drop(sock);
+                        shared.conn_ended();
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// A client connection ended: the counts go down.
+    fn conn_ended(&self) {
+        if let Some(c) = self.stats.as_ref().and_then(|s| s.counters()) {
+            c.active.fetch_sub(1, Ordering::Relaxed);
+        }
+        if self.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.drained.notify_waiters();
+        }
     }
 }
 
@@ -305,14 +413,17 @@ fn client_keeps_alive(head: &RequestHead) -> bool {
 /// The connection's requests, one after another, until one closes it. Only
 /// the wait between requests lives in this future; each request's state is
 /// boxed while it runs (`serve_one`), so an idle connection's task is small.
+/// Some((requests served, idle since)) when it has been idle long enough
+/// to be parked (`may_park`).
 async fn serve_requests(
     ctx: &ConnCtx,
     inb: &Arc<Inbound>,
     idle: &Arc<Idle>,
     phase: &mut watch::Receiver<Phase>,
-) {
-    let mut served = 0u64;
-    let mut idle_since = std::time::Instant::now();
+    mut served: u64,
+    mut idle_since: std::time::Instant,
+    may_park: bool,
+) -> Option<(u64, std::time::Instant)> {
     loop {
         if !inb.has_unread() {
             // Idle: no buffer is held while waiting.
@@ -328,13 +439,16 @@ async fn serve_requests(
             } else {
                 Duration::from_millis(idle.limit.load(Ordering::Relaxed))
             };
-            if !wait_for_bytes(inb, &ctx.shared, phase, wait, idle_since).await {
-                return;
+            let park_at = (may_park && served > 0).then(|| std::time::Instant::now() + PARK_AFTER);
+            match wait_for_bytes(inb, &ctx.shared, phase, wait, idle_since, park_at).await {
+                Waited::Bytes => {}
+                Waited::Close => return None,
+                Waited::Park => return Some((served, idle_since)),
             }
         }
         served += 1;
         if !Box::pin(serve_one(ctx, inb, idle, served)).await {
-            return;
+            return None;
         }
         idle_since = std::time::Instant::now();
     }
@@ -831,35 +945,56 @@ impl Shared {
     }
 }
 
-/// Waits, holding no buffer, until the client sends (true), or the wait
-/// passes or the worker stops (false). A graceful stop shortens the wait to
-/// the drain time.
+/// What ended a wait between requests.
+enum Waited {
+    Bytes,
+    /// The wait passed, the worker stops, or the client left.
+    Close,
+    /// Still nothing at `park_at`, with time left.
+    Park,
+}
+
+/// Waits, holding no buffer, until the client sends, or the wait passes or
+/// the worker stops, or `park_at` comes while running. A graceful stop
+/// shortens the wait to the drain time.
 async fn wait_for_bytes(
     inb: &Inbound,
     shared: &Shared,
     phase: &mut watch::Receiver<Phase>,
     limit: Duration,
     idle_since: std::time::Instant,
-) -> bool {
+    park_at: Option<std::time::Instant>,
+) -> Waited {
     let deadline = idle_since + limit;
     loop {
-        let mut wait = deadline.saturating_duration_since(std::time::Instant::now());
+        let now = std::time::Instant::now();
+        let mut wait = deadline.saturating_duration_since(now);
+        let mut park = park_at;
         match *phase.borrow_and_update() {
-            Phase::Fast => return false,
+            Phase::Fast => return Waited::Close,
             Phase::Graceful => {
                 shared.start_draining();
                 wait = wait.min(shared.drain_left(idle_since.elapsed()).unwrap_or_default());
+                park = None;
             }
             Phase::Running => {}
         }
         if wait.is_zero() {
-            return false;
+            return Waited::Close;
+        }
+        if let Some(at) = park {
+            if at <= now {
+                return Waited::Park;
+            }
+            wait = wait.min(at - now);
         }
         tokio::select! {
-            r = std::future::poll_fn(|cx| inb.poll_arrive(cx)) => return matches!(r, Ok(n) if n > 0),
+            r = std::future::poll_fn(|cx| inb.poll_arrive(cx)) => {
+                return if matches!(r, Ok(n) if n > 0) { Waited::Bytes } else { Waited::Close };
+            }
             ch = phase.changed() => {
                 if ch.is_err() {
-                    return false;
+                    return Waited::Close;
                 }
             }
             _ = tokio::time::sleep(wait) => {}

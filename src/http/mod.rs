@@ -96,4 +96,7 @@ pub(crate) struct Shared {
     drain: Duration,
     drained: Notify,
     slots: Arc<crate::net::slots::Slots>,
+    /// Where connections idle for `conn::PARK_AFTER` wait (None if its epoll
+    /// set could not be made: they then wait in their tasks).
+    parker: Option<Arc<crate::net::park::Parker<conn::Resume>>>,
 }

@@ -1,0 +1,294 @@
+//! Idle connections parked outside the runtime. A keep-alive connection
+//! that has waited a while for its next request gives up its task, its
+//! runtime registration and its buffers: its socket goes into a private
+//! epoll set (one-shot, read or hang-up), with what the connection needs to
+//! go on, until the client sends (the connection is resumed in a new task),
+//! its keep-alive time passes or the worker stops (it is closed). What an
+//! idle connection then costs is its socket and that record, as nginx's
+//! idle connections cost their `ngx_connection_t`. One parker per worker; its
+//! epoll set is itself registered with the runtime.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::Notify;
+
+use super::stream::Stream;
+
+/// A socket out of the runtime.
+pub enum Parked {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Parked {
+    /// Takes a stream out of the runtime (it stays non-blocking).
+    pub fn from_stream(s: Stream) -> std::io::Result<Parked> {
+        Ok(match s {
+            Stream::Tcp(t) => Parked::Tcp(t.into_std()?),
+            Stream::Unix(u) => Parked::Unix(u.into_std()?),
+        })
+    }
+
+    /// Puts it back (must be called within the runtime).
+    pub fn into_stream(self) -> std::io::Result<Stream> {
+        Ok(match self {
+            Parked::Tcp(t) => Stream::Tcp(tokio::net::TcpStream::from_std(t)?),
+            Parked::Unix(u) => Stream::Unix(tokio::net::UnixStream::from_std(u)?),
+        })
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Parked::Tcp(t) => t.as_fd(),
+            Parked::Unix(u) => u.as_fd(),
+        }
+    }
+}
+
+struct EpollFd(Epoll);
+
+impl AsRawFd for EpollFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.0.as_raw_fd()
+    }
+}
+
+struct Entry<T> {
+    sock: Parked,
+    what: T,
+    until: Instant,
+}
+
+struct State<T> {
+    next: u64,
+    parked: HashMap<u64, Entry<T>>,
+    /// Deadlines, earliest first (an entry resumed meanwhile is skipped).
+    deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// All were taken (the worker stops): nothing more is parked.
+    closed: bool,
+}
+
+/// What became of a parked connection.
+pub enum Wake<T> {
+    /// The client sent something (or closed): go on with it.
+    Ready(Parked, T),
+    /// Its time passed (or the worker stops): close it.
+    Expired(Parked, T),
+}
+
+pub struct Parker<T> {
+    epoll: AsyncFd<EpollFd>,
+    state: Mutex<State<T>>,
+    /// A new earliest deadline.
+    changed: Notify,
+}
+
+impl<T> Parker<T> {
+    /// A parker with its epoll set (within the runtime).
+    #[allow(unsafe_code)]
+    pub fn new() -> std::io::Result<Parker<T>> {
+        let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(std::io::Error::from)?;
+        // SAFETY: `EpollFd` owns the epoll descriptor (an `OwnedFd` inside
+        // nix's `Epoll`), so it stays open and the same for as long as the
+        // `AsyncFd` holds it, and `as_raw_fd` always returns it.
+        let epoll =
+            unsafe { AsyncFd::register_with_interest(EpollFd(ep), tokio::io::Interest::READABLE) }
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Parker {
+            epoll,
+            state: Mutex::new(State {
+                next: 0,
+                parked: HashMap::new(),
+                deadlines: BinaryHeap::new(),
+                closed: false,
+            }),
+            changed: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Connections parked now.
+    pub fn len(&self) -> usize {
+        self.lock().parked.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Parks a socket until it is readable or `until`; gives it back if it
+    /// cannot be watched.
+    pub fn park(&self, sock: Parked, what: T, until: Instant) -> Result<(), (Parked, T)> {
+        let mut st = self.lock();
+        if st.closed {
+            return Err((sock, what));
+        }
+        let key = st.next;
+        let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLONESHOT;
+        if self
+            .epoll
+            .get_ref()
+            .0
+            .add(sock.fd(), EpollEvent::new(flags, key))
+            .is_err()
+        {
+            return Err((sock, what));
+        }
+        st.next += 1;
+        let earliest = st.deadlines.peek().is_none_or(|Reverse((t, _))| until < *t);
+        st.parked.insert(key, Entry { sock, what, until });
+        st.deadlines.push(Reverse((until, key)));
+        drop(st);
+        if earliest {
+            self.changed.notify_one();
+        }
+        Ok(())
+    }
+
+    fn take(&self, st: &mut State<T>, key: u64) -> Option<Entry<T>> {
+        let e = st.parked.remove(&key)?;
+        let _ = self.epoll.get_ref().0.delete(e.sock.fd());
+        Some(e)
+    }
+
+    /// Every parked connection, taken out, and no more parked (the worker
+    /// stops).
+    pub fn take_all(&self) -> Vec<(Parked, T)> {
+        let mut st = self.lock();
+        st.closed = true;
+        let keys: Vec<u64> = st.parked.keys().copied().collect();
+        st.deadlines.clear();
+        keys.into_iter()
+            .filter_map(|k| self.take(&mut st, k))
+            .map(|e| (e.sock, e.what))
+            .collect()
+    }
+
+    /// The next connections that woke or expired, waiting until some do.
+    pub async fn next(&self) -> Vec<Wake<T>> {
+        loop {
+            let now = Instant::now();
+            let mut out = Vec::new();
+            let wait_until = {
+                let mut st = self.lock();
+                while let Some(Reverse((t, key))) = st.deadlines.peek().copied() {
+                    if st.parked.get(&key).is_none_or(|e| e.until != t) {
+                        st.deadlines.pop();
+                        continue;
+                    }
+                    if t > now {
+                        break;
+                    }
+                    st.deadlines.pop();
+                    if let Some(e) = self.take(&mut st, key) {
+                        out.push(Wake::Expired(e.sock, e.what));
+                    }
+                }
+                st.deadlines.peek().map(|Reverse((t, _))| *t)
+            };
+            if !out.is_empty() {
+                return out;
+            }
+            let sleep = async {
+                match wait_until {
+                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                guard = self.epoll.readable() => {
+                    let Ok(mut guard) = guard else {
+                        return out;
+                    };
+                    let mut events = [EpollEvent::empty(); 64];
+                    let n = self.epoll.get_ref().0.wait(&mut events, EpollTimeout::ZERO).unwrap_or(0);
+                    if n < events.len() {
+                        guard.clear_ready();
+                    }
+                    let mut st = self.lock();
+                    for ev in &events[..n] {
+                        if let Some(e) = self.take(&mut st, ev.data()) {
+                            out.push(Wake::Ready(e.sock, e.what));
+                        }
+                    }
+                    drop(st);
+                    if !out.is_empty() {
+                        return out;
+                    }
+                }
+                () = sleep => {}
+                () = self.changed.notified() => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_parked_socket_wakes_when_its_peer_sends_or_expires() {
+        let parker = Parker::new().unwrap();
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (_c, d) = std::os::unix::net::UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        d.set_nonblocking(true).unwrap();
+        let far = Instant::now() + Duration::from_secs(30);
+        assert!(parker.park(Parked::Unix(b), 1u32, far).is_ok());
+        assert!(
+            parker
+                .park(
+                    Parked::Unix(d),
+                    2u32,
+                    Instant::now() + Duration::from_millis(50)
+                )
+                .is_ok()
+        );
+        assert_eq!(parker.len(), 2);
+        // The second expires first.
+        let woke = parker.next().await;
+        assert!(matches!(woke.as_slice(), [Wake::Expired(_, 2)]));
+        a.write_all(b"x").unwrap();
+        let woke = parker.next().await;
+        let [Wake::Ready(sock, 1)] = woke.as_slice() else {
+            panic!("the first should be ready");
+        };
+        let _ = sock;
+        assert!(parker.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_hangs_up_wakes_and_all_are_taken_at_stop() {
+        let parker = Parker::new().unwrap();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (_c, d) = std::os::unix::net::UnixStream::pair().unwrap();
+        b.set_nonblocking(true).unwrap();
+        d.set_nonblocking(true).unwrap();
+        let far = Instant::now() + Duration::from_secs(30);
+        assert!(parker.park(Parked::Unix(b), 1u32, far).is_ok());
+        assert!(parker.park(Parked::Unix(d), 2u32, far).is_ok());
+        drop(a);
+        let woke = parker.next().await;
+        assert!(matches!(woke.as_slice(), [Wake::Ready(_, 1)]));
+        let rest = parker.take_all();
+        assert_eq!(rest.len(), 1);
+        assert!(parker.is_empty());
+        let (_e, f) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(
+            parker.park(Parked::Unix(f), 3u32, far).is_err(),
+            "closed: nothing more parked"
+        );
+    }
+}
