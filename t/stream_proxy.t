@@ -47,7 +47,7 @@ stream {
     server { listen 127.0.0.1:%%PORT_8071%%; proxy_pass dead; }
     server { listen 127.0.0.1:%%PORT_8072%%; proxy_pass dead; proxy_next_upstream off; }
     server { listen 127.0.0.1:%%PORT_8073%%; proxy_pass 127.0.0.1:%%PORT_8081%%; proxy_timeout 1s; }
-    server { listen 127.0.0.1:%%PORT_8074%%; return "hello $remote_addr\n"; }
+    server { listen 127.0.0.1:%%PORT_8074%%; return "hello $remote_addr $server_addr:$server_port\n"; }
     server {
         listen 127.0.0.1:%%PORT_8075%%;
         proxy_pass 127.0.0.1:%%PORT_8081%%;
@@ -143,7 +143,9 @@ ok(closed_within($s, 3) && time() - $start >= 0.9, 'proxy_timeout closes an idle
 		'proxy_timeout closes a session whose writes wait');
 }
 
-is(http('', PeerAddr => '127.0.0.1:' . port(8074)), "hello 127.0.0.1\n", 'return');
+# $server_addr of a listener on a specific address is that address.
+is(http('', PeerAddr => '127.0.0.1:' . port(8074)), "hello 127.0.0.1 127.0.0.1:${\ port(8074)}\n",
+	'return, with the client\'s and the server\'s addresses');
 
 # proxy_half_close: the client stops sending, the answer still comes.
 $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8075)) or die;
