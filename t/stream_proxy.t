@@ -19,7 +19,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(16);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(17);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -47,13 +47,14 @@ stream {
     server { listen 127.0.0.1:%%PORT_8071%%; proxy_pass dead; }
     server { listen 127.0.0.1:%%PORT_8072%%; proxy_pass dead; proxy_next_upstream off; }
     server { listen 127.0.0.1:%%PORT_8073%%; proxy_pass 127.0.0.1:%%PORT_8081%%; proxy_timeout 1s; }
-    server { listen 127.0.0.1:%%PORT_8074%%; return "hello $remote_addr\n"; }
+    server { listen 127.0.0.1:%%PORT_8074%%; return "hello $remote_addr $server_addr:$server_port\n"; }
     server {
         listen 127.0.0.1:%%PORT_8075%%;
         proxy_pass 127.0.0.1:%%PORT_8081%%;
         proxy_half_close on;
     }
     server { listen 127.0.0.1:%%PORT_8076%%; proxy_pass named; }
+    server { listen 127.0.0.1:%%PORT_8077%%; proxy_pass 127.0.0.1:%%PORT_8090%%; proxy_timeout 1s; }
 }
 
 http {
@@ -121,7 +122,30 @@ my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8073)) or die;
 my $start = time();
 ok(closed_within($s, 3) && time() - $start >= 0.9, 'proxy_timeout closes an idle session');
 
-is(http('', PeerAddr => '127.0.0.1:' . port(8074)), "hello 127.0.0.1\n", 'return');
+# proxy_timeout also ends a session whose upstream stops reading: once
+# every buffer on the way is full the writes wait, nothing moves, and it
+# closes.
+{
+	my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1:' . port(8090),
+		Listen => 1, ReuseAddr => 1) or die "listen: $!";
+	my $c = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8077)) or die;
+	$c->blocking(0);
+	my $wsel = IO::Select->new($c);
+	my $chunk = 'x' x 65536;
+	my $until = time() + 10;
+	# Until nothing more goes for 0.3 s.
+	while (time() < $until) {
+		next if defined $c->syswrite($chunk);
+		last unless $!{EAGAIN} && $wsel->can_write(0.3);
+	}
+	my $stalled = time();
+	ok(closed_within($c, 4) && time() - $stalled < 3,
+		'proxy_timeout closes a session whose writes wait');
+}
+
+# $server_addr of a listener on a specific address is that address.
+is(http('', PeerAddr => '127.0.0.1:' . port(8074)), "hello 127.0.0.1 127.0.0.1:${\ port(8074)}\n",
+	'return, with the client\'s and the server\'s addresses');
 
 # proxy_half_close: the client stops sending, the answer still comes.
 $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8075)) or die;

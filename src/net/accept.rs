@@ -100,9 +100,11 @@ pub type Accepted = (
     Option<std::net::SocketAddr>,
 );
 
-/// A listening socket in the worker's runtime.
+/// A listening socket in the worker's runtime. A TCP one bound to a
+/// specific address has it: its connections' local address, known without
+/// asking the system (nginx does the same).
 pub enum Sock {
-    Tcp(tokio::net::TcpListener),
+    Tcp(tokio::net::TcpListener, Option<std::net::SocketAddr>),
     Unix(tokio::net::UnixListener),
 }
 
@@ -110,8 +112,10 @@ impl Sock {
     /// The runtime's socket for an inherited listener (`[alert]` if unusable).
     pub fn adopt(l: Listener) -> Option<Sock> {
         let sock = match &l.addr {
-            ListenAddr::Inet(_) => {
-                tokio::net::TcpListener::from_std(std::net::TcpListener::from(l.fd)).map(Sock::Tcp)
+            ListenAddr::Inet(a) => {
+                let local = (!a.ip().is_unspecified() && a.port() != 0).then_some(*a);
+                tokio::net::TcpListener::from_std(std::net::TcpListener::from(l.fd))
+                    .map(|t| Sock::Tcp(t, local))
             }
             ListenAddr::Unix(_) => {
                 tokio::net::UnixListener::from_std(std::os::unix::net::UnixListener::from(l.fd))
@@ -155,8 +159,8 @@ impl Sock {
 
     async fn accept_once(&self) -> std::io::Result<Accepted> {
         match self {
-            Sock::Tcp(t) => t.accept().await.map(|(s, peer)| {
-                let local = s.local_addr().ok();
+            Sock::Tcp(t, bound) => t.accept().await.map(|(s, peer)| {
+                let local = bound.or_else(|| s.local_addr().ok());
                 let _ = s.set_nodelay(true);
                 (Stream::Tcp(s), Some(peer), local)
             }),

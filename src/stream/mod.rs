@@ -280,10 +280,12 @@ async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared)
         StreamTarget::Upstream(i) => {
             if let Some(ups) = shared.upstreams.get(*i).cloned() {
                 // A client that leaves while its upstream connects ends the
-                // attempt: the engine's guards release the peer.
+                // attempt: the engine's guards release the peer. What it
+                // sends meanwhile waits in the relay's buffer.
+                let mut relay = crate::net::copy::Relay::new();
                 let connected = tokio::select! {
                     c = connect(&mut s, conf, &ups) => Some(c),
-                    () = client.hung_up() => None,
+                    () = relay.early(&mut client) => None,
                 };
                 match connected {
                     None => {
@@ -304,13 +306,9 @@ async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared)
                     Some(None) => s.status = 502,
                     Some(Some(c)) => {
                         s.connected_at = Some(Instant::now());
-                        s.copied = crate::net::copy::both(
-                            client,
-                            c.conn,
-                            conf.proxy_timeout,
-                            conf.proxy_half_close,
-                        )
-                        .await;
+                        s.copied = relay
+                            .run(client, c.conn, conf.proxy_timeout, conf.proxy_half_close)
+                            .await;
                         c.held.finish(Outcome::Ok);
                     }
                 }
