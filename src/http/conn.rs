@@ -8,7 +8,7 @@
 
 use crate::net::accept::{Sock, running, wind_down};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use std::pin::Pin;
@@ -22,7 +22,7 @@ use http::{Method, Request, Response, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::h1::body::{self, Framing};
 use crate::h1::head::{HeadError, Limits, Names, Reason, RequestHead, parse_request};
@@ -60,26 +60,46 @@ impl Idle {
 /// A tunnel also keeps its client connection's `worker_connections` slot,
 /// which would otherwise go back when the HTTP connection hands over.
 pub(crate) struct Tracked {
-    shared: Arc<Shared>,
+    _guard: crate::net::track::Guard,
     /// Held for as long as the tunnel lives.
     _slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Tracked {
     pub(crate) fn new(shared: &Arc<Shared>, conn: &ConnInfo) -> Tracked {
-        shared.active.fetch_add(1, Ordering::AcqRel);
         let slot = conn.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
         Tracked {
-            shared: shared.clone(),
+            _guard: shared.conns.enter(),
             _slot: slot,
         }
     }
 }
 
-impl Drop for Tracked {
+/// A client connection counted while it is open, wherever it is (its task
+/// or the parker): for a graceful stop, and as `stub_status`'s Active.
+struct Open {
+    _guard: crate::net::track::Guard,
+    stats: Option<Arc<status::Stats>>,
+}
+
+impl Open {
+    fn new(shared: &Shared) -> Open {
+        if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
+            c.accepted.fetch_add(1, Ordering::Relaxed);
+            c.handled.fetch_add(1, Ordering::Relaxed);
+            c.active.fetch_add(1, Ordering::Relaxed);
+        }
+        Open {
+            _guard: shared.conns.enter(),
+            stats: shared.stats.clone(),
+        }
+    }
+}
+
+impl Drop for Open {
     fn drop(&mut self) {
-        if self.shared.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.shared.drained.notify_waiters();
+        if let Some(c) = self.stats.as_ref().and_then(|s| s.counters()) {
+            c.active.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -142,8 +162,7 @@ pub async fn serve(
         cfg: cfg.clone(),
         router,
         next_conn,
-        active: AtomicUsize::new(0),
-        drained: Notify::new(),
+        conns: crate::net::track::Tracker::new(),
         parker: crate::net::park::Parker::new().ok().map(Arc::new),
     });
     // Zone upstreams: keep snapshots current and tell each zone which
@@ -167,7 +186,7 @@ pub async fn serve(
         }
     }
     if let Some(p) = &shared.parker {
-        keepers.spawn(run_parker(shared.clone(), p.clone(), phase.clone()));
+        keepers.spawn(run_parker(p.clone(), phase.clone()));
     }
     let mut accepts = tokio::task::JoinSet::new();
     for l in listeners {
@@ -177,11 +196,15 @@ pub async fn serve(
     }
     running(&mut phase).await;
     keepers.shutdown().await;
+    // Parked connections are idle: they close now, as nginx closes idle
+    // keep-alive connections when it stops.
+    if let Some(p) = &shared.parker {
+        drop(p.take_all());
+    }
     shared.start_draining();
     wind_down(
         &mut accepts,
-        &shared.active,
-        &shared.drained,
+        &shared.conns,
         &mut phase,
         cfg.main.worker_shutdown_timeout,
     )
@@ -205,13 +228,8 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             listen_text: listen_text.clone(),
             slot: std::sync::Mutex::new(Some(permit)),
         };
-        shared.active.fetch_add(1, Ordering::AcqRel);
-        if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
-            c.accepted.fetch_add(1, Ordering::Relaxed);
-            c.handled.fetch_add(1, Ordering::Relaxed);
-            c.active.fetch_add(1, Ordering::Relaxed);
-        }
-        let (ctx, inb, idle) = open_conn(io, info, addr.clone(), &shared);
+        let open = Open::new(&shared);
+        let (ctx, inb, idle) = open_conn(io, info, addr.clone(), &shared, open);
         tokio::spawn(serve_conn(
             ctx,
             inb,
@@ -239,6 +257,8 @@ struct ConnCtx {
     /// wait, and each head's from its first byte.
     head_limit: Duration,
     limits: Limits,
+    /// Counted until the connection ends (the context is dropped).
+    _open: Open,
 }
 
 /// A new connection's settings (its default server's) and read side, made
@@ -248,6 +268,7 @@ fn open_conn(
     info: ConnInfo,
     listen: ListenAddr,
     shared: &Arc<Shared>,
+    open: Open,
 ) -> (ConnCtx, Arc<Inbound>, Arc<Idle>) {
     let info = Arc::new(info);
     let default_server = shared
@@ -271,6 +292,7 @@ fn open_conn(
         listen,
         head_limit,
         limits,
+        _open: open,
     };
     (
         ctx,
@@ -318,13 +340,10 @@ async fn serve_conn(
             served,
             idle_since,
         };
-        if let Err((_sock, resume)) = parker.park(sock, resume, idle_since + limit) {
-            // Not watched (the worker stops): close it.
-            resume.ctx.shared.conn_ended();
-        }
+        // Not watched (the worker stops): it closes (with its context).
+        let _ = parker.park(sock, resume, idle_since + limit);
         return;
     }
-    ctx.shared.conn_ended();
 }
 
 /// What a parked connection needs to go on.
@@ -341,7 +360,6 @@ const PARK_AFTER: Duration = Duration::from_millis(100);
 /// Resumes parked connections that woke, closes those whose time passed,
 /// and all of them once the worker stops.
 async fn run_parker(
-    shared: Arc<Shared>,
     parker: Arc<crate::net::park::Parker<Resume>>,
     mut phase: watch::Receiver<Phase>,
 ) {
@@ -353,41 +371,23 @@ async fn run_parker(
                     match w {
                         Wake::Ready(sock, r) => {
                             let Ok(stream) = sock.into_stream() else {
-                                shared.conn_ended();
                                 continue;
                             };
                             let inb = Arc::new(Inbound::new(stream));
                             let idle = Arc::new(Idle::new(r.limit));
                             tokio::spawn(serve_conn(r.ctx, inb, idle, phase.clone(), r.served, r.idle_since));
                         }
-                        Wake::Expired(sock, _r) => {
-                            drop(sock);
-                            shared.conn_ended();
-                        }
+                        // Closed, and no longer counted.
+                        Wake::Expired(sock, r) => drop((sock, r)),
                     }
                 }
             }
             ch = phase.changed() => {
                 if ch.is_err() || *phase.borrow() != Phase::Running {
-                    for (sock, _r) in parker.take_all() {
-                        drop(sock);
-                        shared.conn_ended();
-                    }
+                    drop(parker.take_all());
                     return;
                 }
             }
-        }
-    }
-}
-
-impl Shared {
-    /// A client connection ended: the counts go down.
-    fn conn_ended(&self) {
-        if let Some(c) = self.stats.as_ref().and_then(|s| s.counters()) {
-            c.active.fetch_sub(1, Ordering::Relaxed);
-        }
-        if self.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.drained.notify_waiters();
         }
     }
 }

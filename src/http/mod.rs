@@ -30,11 +30,10 @@ pub mod uri;
 pub mod vars;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use http::Response;
-use tokio::sync::Notify;
 
 use crate::conf::Config;
 use crate::upstream::Upstreams;
@@ -81,7 +80,8 @@ pub(crate) struct Shared {
     /// Connection numbers (`*N` in the error log), shared with the
     /// worker's stream proxy so that no two connections share one.
     next_conn: Arc<AtomicU64>,
-    active: AtomicUsize,
+    /// Open client connections and tunnels, for a graceful stop.
+    conns: Arc<crate::net::track::Tracker>,
     /// `stub_status` counters, when a location has it.
     stats: Option<Arc<status::Stats>>,
     /// The master's generation number for this configuration.
@@ -94,7 +94,6 @@ pub(crate) struct Shared {
     /// close`, and a connection closes once idle for `drain`.
     draining: std::sync::OnceLock<std::time::Instant>,
     drain: Duration,
-    drained: Notify,
     slots: Arc<crate::net::slots::Slots>,
     /// Where connections idle for `conn::PARK_AFTER` wait (None if its epoll
     /// set could not be made: they then wait in their tasks).

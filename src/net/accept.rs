@@ -4,13 +4,13 @@
 //! short of descriptors, and the graceful drain. No protocol.
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, watch};
+use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::slots::Slots;
 use super::stream::Stream;
+use super::track::Tracker;
 use crate::conf::model::ListenAddr;
 use crate::log::Level;
 
@@ -42,8 +42,7 @@ pub async fn running(phase: &mut watch::Receiver<Phase>) {
 /// tasks) and, on a graceful stop, waits for the connections (`drain`).
 pub async fn wind_down(
     accepts: &mut tokio::task::JoinSet<()>,
-    active: &AtomicUsize,
-    drained: &Notify,
+    conns: &Tracker,
     phase: &mut watch::Receiver<Phase>,
     limit: Option<Duration>,
 ) {
@@ -51,26 +50,17 @@ pub async fn wind_down(
     if *phase.borrow() == Phase::Fast {
         return;
     }
-    drain(active, drained, phase, limit).await;
+    drain(conns, phase, limit).await;
 }
 
 /// A graceful stop: waits until no connection is `active` (each end
 /// notifies `drained`), a fast stop, or `limit` (worker_shutdown_timeout),
 /// which is logged. Shared by the HTTP server and the stream proxy.
-async fn drain(
-    active: &AtomicUsize,
-    drained: &Notify,
-    phase: &mut watch::Receiver<Phase>,
-    limit: Option<Duration>,
-) {
+async fn drain(conns: &Tracker, phase: &mut watch::Receiver<Phase>, limit: Option<Duration>) {
     let wait = async {
         loop {
-            let notified = drained.notified();
-            if active.load(Ordering::Acquire) == 0 {
-                return;
-            }
             tokio::select! {
-                _ = notified => {}
+                () = conns.drained() => return,
                 _ = phase.changed() => {
                     if *phase.borrow() == Phase::Fast {
                         return;
@@ -85,7 +75,7 @@ async fn drain(
                 crate::log!(
                     Level::Notice,
                     "worker_shutdown_timeout: closing {} connection(s)",
-                    active.load(Ordering::Acquire)
+                    conns.active()
                 );
             }
         }

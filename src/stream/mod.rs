@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
@@ -33,8 +33,8 @@ struct Shared {
     /// Shared with the worker's HTTP server.
     next_conn: Arc<AtomicU64>,
     slots: Arc<Slots>,
-    active: AtomicUsize,
-    drained: Notify,
+    /// Open sessions, for a graceful stop.
+    conns: Arc<crate::net::track::Tracker>,
 }
 
 /// Serves the stream listeners until the phase leaves `Running`, then waits
@@ -58,8 +58,7 @@ pub async fn serve(
         cfg: cfg.clone(),
         next_conn,
         slots,
-        active: AtomicUsize::new(0),
-        drained: Notify::new(),
+        conns: crate::net::track::Tracker::new(),
     });
     if !zones.is_empty() {
         crate::upstream::resolve::start_upkeep(&shared.upstreams, slot, saved);
@@ -74,8 +73,7 @@ pub async fn serve(
     running(&mut phase).await;
     wind_down(
         &mut accepts,
-        &shared.active,
-        &shared.drained,
+        &shared.conns,
         &mut phase,
         cfg.main.worker_shutdown_timeout,
     )
@@ -117,7 +115,7 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
         let Some(((io, remote, local), permit)) = sock.accept(&shared.slots).await else {
             return;
         };
-        shared.active.fetch_add(1, Ordering::AcqRel);
+        let guard = shared.conns.enter();
         let session = Session {
             number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
             remote,
@@ -132,11 +130,8 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
         };
         let shared2 = shared.clone();
         tokio::spawn(async move {
-            let _permit = permit;
+            let (_permit, _guard) = (permit, guard);
             run(io, session, server, &shared2).await;
-            if shared2.active.fetch_sub(1, Ordering::AcqRel) == 1 {
-                shared2.drained.notify_waiters();
-            }
         });
     }
 }
