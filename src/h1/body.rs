@@ -109,21 +109,15 @@ impl Decoder {
                     return Ok(Some(Piece::End));
                 }
                 State::Length(left) => {
-                    if buf.is_empty() {
-                        return if eof {
-                            Err(BodyError::Truncated)
-                        } else {
-                            Ok(None)
-                        };
-                    }
-                    let n = (buf.len() as u64).min(left) as usize;
-                    let left = left - n as u64;
+                    let Some((data, left)) = take(buf, left, eof)? else {
+                        return Ok(None);
+                    };
                     self.state = if left == 0 {
                         State::Ending
                     } else {
                         State::Length(left)
                     };
-                    return Ok(Some(Piece::Data(buf.split_to(n).freeze())));
+                    return Ok(Some(Piece::Data(data)));
                 }
                 State::Close => {
                     if buf.is_empty() {
@@ -162,21 +156,15 @@ impl Decoder {
                     Err(_) => return Err(BodyError::Invalid),
                 },
                 State::Data(left) => {
-                    if buf.is_empty() {
-                        return if eof {
-                            Err(BodyError::Truncated)
-                        } else {
-                            Ok(None)
-                        };
-                    }
-                    let n = (buf.len() as u64).min(left) as usize;
-                    let left = left - n as u64;
+                    let Some((data, left)) = take(buf, left, eof)? else {
+                        return Ok(None);
+                    };
                     self.state = if left == 0 {
                         State::DataEnd
                     } else {
                         State::Data(left)
                     };
-                    return Ok(Some(Piece::Data(buf.split_to(n).freeze())));
+                    return Ok(Some(Piece::Data(data)));
                 }
                 State::DataEnd => {
                     if buf.len() < 2 {
@@ -240,6 +228,20 @@ impl Decoder {
             }
         }
     }
+}
+
+/// Up to `left` bytes of data from `buf`, and how many are left after
+/// them. Ok(None): none there yet; Truncated when none will come.
+fn take(buf: &mut BytesMut, left: u64, eof: bool) -> Result<Option<(Bytes, u64)>, BodyError> {
+    if buf.is_empty() {
+        return if eof {
+            Err(BodyError::Truncated)
+        } else {
+            Ok(None)
+        };
+    }
+    let n = (buf.len() as u64).min(left) as usize;
+    Ok(Some((buf.split_to(n).freeze(), left - n as u64)))
 }
 
 /// The size line of a chunk of `len` bytes.

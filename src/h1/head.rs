@@ -21,7 +21,8 @@ pub struct HeadError {
 }
 
 impl HeadError {
-    fn line(code: u16, why: impl Into<String>) -> HeadError {
+    /// The request line at fault.
+    pub fn line(code: u16, why: impl Into<String>) -> HeadError {
         HeadError {
             code,
             why: why.into(),
@@ -29,7 +30,8 @@ impl HeadError {
         }
     }
 
-    fn header(code: u16, why: impl Into<String>) -> HeadError {
+    /// A header (or the head as a whole) at fault.
+    pub fn header(code: u16, why: impl Into<String>) -> HeadError {
         HeadError {
             code,
             why: why.into(),

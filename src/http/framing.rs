@@ -10,31 +10,8 @@ use http::header::{self, HOST, HeaderMap, HeaderValue};
 use super::vars::Req;
 
 /// A request head nginx refuses: the status, the log reason, and whether the
-/// request line (not a header) was at fault.
-pub(super) struct Problem {
-    pub(super) code: u16,
-    pub(super) why: String,
-    pub(super) in_line: bool,
-}
-
-impl Problem {
-    /// A header (or the head as a whole) at fault.
-    fn new(code: u16, why: impl Into<String>) -> Problem {
-        Problem {
-            code,
-            why: why.into(),
-            in_line: false,
-        }
-    }
-
-    /// The request line at fault.
-    fn line(code: u16, why: impl Into<String>) -> Problem {
-        Problem {
-            in_line: true,
-            ..Problem::new(code, why)
-        }
-    }
-}
+/// request line (not a header) was at fault (the codec's type).
+pub(super) type Problem = crate::h1::head::HeadError;
 
 /// What nginx refuses in a parsed request head, with its status and log
 /// reason: the framing rules below, HTTP/1.1 without `Host`, TRACE. (Heads
@@ -45,14 +22,14 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
         return Some(bad);
     }
     if host_ok && r.version == http::Version::HTTP_11 && !h.contains_key(HOST) {
-        return Some(Problem::new(
+        return Some(Problem::header(
             400,
             "client sent HTTP/1.1 request without \"Host\" header",
         ));
     }
     // nginx answers TRACE itself, whatever the location does.
     if r.method.as_str() == "TRACE" {
-        return Some(Problem::new(405, "client sent TRACE method"));
+        return Some(Problem::header(405, "client sent TRACE method"));
     }
     None
 }
@@ -80,7 +57,7 @@ fn framing_problem(r: &Req) -> Option<Problem> {
         all.next().map(|second| (text(first), text(second)))
     };
     if let Some((first, second)) = twice(&HOST) {
-        return Some(Problem::new(
+        return Some(Problem::header(
             400,
             format!(
                 "client sent duplicate host header: \"Host: {second}\", previous value: \"Host: {first}\""
@@ -92,7 +69,7 @@ fn framing_problem(r: &Req) -> Option<Problem> {
         (http::header::TRANSFER_ENCODING, "Transfer-Encoding"),
     ] {
         if let Some((first, second)) = twice(&name) {
-            return Some(Problem::new(
+            return Some(Problem::header(
                 400,
                 format!(
                     "client sent duplicate header line: \"{shown}: {second}\", previous value: \"{shown}: {first}\""
@@ -103,7 +80,7 @@ fn framing_problem(r: &Req) -> Option<Problem> {
     if let Some(cl) = h.get(http::header::CONTENT_LENGTH) {
         let v = cl.as_bytes();
         if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
-            return Some(Problem::new(
+            return Some(Problem::header(
                 400,
                 "client sent invalid \"Content-Length\" header",
             ));
@@ -111,19 +88,19 @@ fn framing_problem(r: &Req) -> Option<Problem> {
     }
     if let Some(te) = h.get(http::header::TRANSFER_ENCODING) {
         if r.version == http::Version::HTTP_10 {
-            return Some(Problem::new(
+            return Some(Problem::header(
                 400,
                 "client sent HTTP/1.0 request with \"Transfer-Encoding\" header",
             ));
         }
         if h.contains_key(http::header::CONTENT_LENGTH) {
-            return Some(Problem::new(
+            return Some(Problem::header(
                 400,
                 "client sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time",
             ));
         }
         if !te.as_bytes().eq_ignore_ascii_case(b"chunked") {
-            return Some(Problem::new(
+            return Some(Problem::header(
                 501,
                 format!(
                     "client sent unknown \"Transfer-Encoding\": \"{}\"",
