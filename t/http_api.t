@@ -17,7 +17,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(26);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(27);
 $t->expect_errors(qr/\[alert\].*worker process \d+ exited on signal 9/);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -124,6 +124,14 @@ like($r, qr/\r\n\r\nActive connections: \d+ \nserver accepts handled requests\n 
 my ($acc, $hand, $req) = $r =~ /\n (\d+) (\d+) (\d+) \n/;
 # 13 proxied, 7 API calls, this one; one connection each.
 is("$acc $hand $req", '21 21 21', 'accepts, handled and requests of both workers');
+
+# Reading: a connection that has sent half a head (nginx counts it from its
+# first byte); Writing: the stub_status request itself.
+my $half = http("GET / HTTP/1.1\r\nHo", start => 1);
+select(undef, undef, undef, 0.3);
+like(http_get('/basic_status'), qr/\nReading: 1 Writing: 1 Waiting: \d+ \n\z/,
+	'stub_status: Reading and Writing');
+close $half;
 
 # SIGKILL a worker while requests are in flight.
 my @w = $t->worker_pids();
