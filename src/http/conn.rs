@@ -485,6 +485,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, idle: &Arc<Idle>, served: 
     }
     let keep = client_keeps_alive(&head);
     let is_head = head.method == Method::HEAD;
+    let version = head.version;
     let framing = request_framing(&head);
     let expect = head.version == Version::HTTP_11
         && head
@@ -530,6 +531,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, idle: &Arc<Idle>, served: 
         inb,
         resp,
         is_head,
+        version == Version::HTTP_11,
         keep && framing.is_some() && !inb.body_broken(),
         ctx.info.number,
     )
@@ -799,12 +801,14 @@ fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
 
 /// Writes a response: its head with the framing headers it needs, then its
 /// body (length, chunked to a client that reads chunks, else until close),
-/// each write within `send_timeout`. `keep`: the client would keep the
-/// connection.
+/// each write within `send_timeout`. `chunks`: the client reads chunks
+/// (HTTP/1.1; an HTTP/1.0 one gets a body of unknown length until close).
+/// `keep`: the client would keep the connection.
 async fn send_response(
     inb: &Inbound,
     resp: Response<LoggedBody>,
     is_head: bool,
+    chunks: bool,
     keep: bool,
     number: u64,
 ) -> Sent {
@@ -828,7 +832,7 @@ async fn send_response(
                     h.insert(CONTENT_LENGTH, HeaderValue::from(n));
                 }
                 None if is_head => {}
-                None if keep || parts.version == Version::HTTP_11 => {
+                None if chunks => {
                     h.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
                     chunked = true;
                 }
