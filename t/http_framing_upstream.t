@@ -26,7 +26,7 @@ use lib 'lib';
 use Test::Sluice qw/:all/;
 use Test::Sluice::Wire qw/exchange/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy upstream_keepalive/)->plan(152);
+my $t = Test::Sluice->new()->has(qw/http proxy upstream_keepalive/)->plan(154);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -162,6 +162,10 @@ for my $p ('', '/nobuf') {
 		my $first = $r->{responses}[0] // { line => '', body => '' };
 		like($first->{line}, qr/^HTTP\/1.1 200 /, "HTTP/1.0 without a length, to HTTP/1.0$k: 200");
 		is($first->{body}, $whole, "HTTP/1.0 without a length, to HTTP/1.0$k: the body");
+		# An HTTP/1.0 client does not read chunks (nginx's chunked filter
+		# is for HTTP/1.1 only).
+		like($first->{framing} // '', qr/^(?:length|close)\z/,
+			"HTTP/1.0 without a length, to HTTP/1.0$k: not chunked");
 		ok($r->{closed}, "HTTP/1.0 without a length, to HTTP/1.0$k: connection closed");
 	}
 

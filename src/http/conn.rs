@@ -485,6 +485,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, idle: &Arc<Idle>, served: 
     }
     let keep = client_keeps_alive(&head);
     let is_head = head.method == Method::HEAD;
+    let version = head.version;
     let framing = request_framing(&head);
     let expect = head.version == Version::HTTP_11
         && head
@@ -530,6 +531,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, idle: &Arc<Idle>, served: 
         inb,
         resp,
         is_head,
+        version == Version::HTTP_11,
         keep && framing.is_some() && !inb.body_broken(),
         ctx.info.number,
     )
@@ -639,11 +641,7 @@ async fn read_head_inner(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, He
             }
             // The head (to its empty line, or what came of it) against the
             // buffers nginx would have given it.
-            let end = buf
-                .windows(3)
-                .position(|w| w == b"\n\r\n")
-                .map_or(buf.len(), |i| i + 3);
-            ctx.limits.check(&buf[..end])?;
+            ctx.limits.check(&buf[..head_end(buf)])?;
             parse_request(buf)
         });
         match parsed {
@@ -683,6 +681,24 @@ async fn read_head_inner(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, He
             Ok(Ok(_)) => {}
         }
     }
+}
+
+/// Where the head in `buf` ends (after its empty line, CRLF or a bare LF
+/// as nginx takes both), or all of `buf` when it has not ended yet: what
+/// follows (a body, the next request) is not the head's.
+fn head_end(buf: &[u8]) -> usize {
+    let mut at = 0;
+    while let Some(i) = buf[at..].iter().position(|&b| b == b'\n') {
+        let rest = &buf[at + i + 1..];
+        if rest.starts_with(b"\n") {
+            return at + i + 2;
+        }
+        if rest.starts_with(b"\r\n") {
+            return at + i + 3;
+        }
+        at += i + 1;
+    }
+    buf.len()
 }
 
 /// Answers a head nginx refuses (its page, `Connection: close`) and logs why.
@@ -799,12 +815,14 @@ fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
 
 /// Writes a response: its head with the framing headers it needs, then its
 /// body (length, chunked to a client that reads chunks, else until close),
-/// each write within `send_timeout`. `keep`: the client would keep the
-/// connection.
+/// each write within `send_timeout`. `chunks`: the client reads chunks
+/// (HTTP/1.1; an HTTP/1.0 one gets a body of unknown length until close).
+/// `keep`: the client would keep the connection.
 async fn send_response(
     inb: &Inbound,
     resp: Response<LoggedBody>,
     is_head: bool,
+    chunks: bool,
     keep: bool,
     number: u64,
 ) -> Sent {
@@ -828,7 +846,7 @@ async fn send_response(
                     h.insert(CONTENT_LENGTH, HeaderValue::from(n));
                 }
                 None if is_head => {}
-                None if keep || parts.version == Version::HTTP_11 => {
+                None if chunks => {
                     h.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
                     chunked = true;
                 }
@@ -999,5 +1017,20 @@ async fn wait_for_bytes(
             }
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod head_end_tests {
+    use super::head_end;
+
+    #[test]
+    fn a_head_ends_at_its_empty_line_with_or_without_cr() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nbody"), 27);
+        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: a\n\nbody"), 24);
+        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: a\n\r\nbody"), 25);
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n"), 25);
+        assert_eq!(head_end(b""), 0);
+        assert_eq!(head_end(b"\n"), 1);
     }
 }
