@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(59);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(60);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -36,6 +36,7 @@ http {
         server_name localhost;
 
         location / { proxy_pass http://127.0.0.1:%%PORT_8081%%; }
+        location = /noread { return 200 "no"; }
     }
 }
 
@@ -224,6 +225,17 @@ refused('NUL in a header value',
 	is(scalar @slow, 50, '50 slow clients connected');
 	like(http_get('/normal'), qr/ok \/normal/, 'a normal request is served beside them');
 	close $_ for @slow;
+}
+
+# A client that waits for "100 Continue" before sending its body, to a
+# location that answers without reading it: it is not asked for the body,
+# and the answer says the connection closes (so the client does not send
+# its next request on a connection about to close).
+{
+	my ($r, $closed) = send_raw("POST /noread HTTP/1.1\r\nHost: localhost\r\n"
+		. "Expect: 100-continue\r\nContent-Length: 10\r\n\r\n");
+	ok($r =~ /^HTTP\/1.1 200 / && $r !~ /100 Continue/ && $r =~ /^Connection: close\r$/m
+		&& $closed, 'Expect: 100-continue unread: no 100, Connection: close, closed');
 }
 
 # TRACE gets nginx's 405 at once, whatever the location does, and the

@@ -324,11 +324,12 @@ async fn serve_conn(
             may_park = false;
             continue;
         };
-        let inb = match Arc::try_unwrap(inb) {
-            Ok(i) => i,
-            Err(back) => {
-                return Box::pin(serve_conn(ctx, back, idle, phase, served, idle_since)).await;
-            }
+        if Arc::strong_count(&inb) > 1 {
+            may_park = false;
+            continue;
+        }
+        let Ok(inb) = Arc::try_unwrap(inb) else {
+            break;
         };
         let Ok(sock) = crate::net::park::Parked::from_stream(inb.io) else {
             break;
@@ -532,7 +533,9 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, idle: &Arc<Idle>, served: 
         resp,
         is_head,
         version == Version::HTTP_11,
-        keep && framing.is_some() && !inb.body_broken(),
+        // A client still waiting for "100 Continue" is told the connection
+        // closes: its body is not asked for.
+        keep && framing.is_some() && !inb.body_broken() && !inb.body_unasked(),
         ctx.info.number,
     )
     .await;
@@ -842,10 +845,12 @@ async fn send_response(
         h.remove(TRANSFER_ENCODING);
         if !h.contains_key(CONTENT_LENGTH) && code != 204 && code != 304 && code >= 200 {
             match body.size_hint().exact() {
+                // A HEAD's body is empty whatever the GET's would be: no
+                // length is made up for it.
+                _ if is_head => {}
                 Some(n) => {
                     h.insert(CONTENT_LENGTH, HeaderValue::from(n));
                 }
-                None if is_head => {}
                 None if chunks => {
                     h.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
                     chunked = true;
