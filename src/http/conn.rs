@@ -187,6 +187,11 @@ pub async fn serve(
     }
     if let Some(p) = &shared.parker {
         keepers.spawn(run_parker(p.clone(), phase.clone()));
+        // Out of worker_connections, the oldest parked connections close
+        // first, as nginx reuses idle keep-alive connections.
+        let weak: std::sync::Weak<dyn crate::net::slots::Reclaim> =
+            Arc::downgrade(&(p.clone() as Arc<dyn crate::net::slots::Reclaim>));
+        shared.slots.reclaim_from(weak);
     }
     let mut accepts = tokio::task::JoinSet::new();
     for l in listeners {

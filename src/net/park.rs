@@ -173,6 +173,24 @@ impl<T> Parker<T> {
             .collect()
     }
 
+    /// Takes up to `n` parked connections, those closest to their deadline
+    /// first (the longest idle, with one keep-alive time).
+    pub fn take_oldest(&self, n: usize) -> Vec<(Parked, T)> {
+        let mut st = self.lock();
+        let mut out = Vec::new();
+        while out.len() < n {
+            let Some(Reverse((t, key))) = st.deadlines.pop() else {
+                break;
+            };
+            if st.parked.get(&key).is_some_and(|e| e.until == t) {
+                if let Some(e) = self.take(&mut st, key) {
+                    out.push((e.sock, e.what));
+                }
+            }
+        }
+        out
+    }
+
     /// The next connections that woke or expired, waiting until some do.
     pub async fn next(&self) -> Vec<Wake<T>> {
         loop {
@@ -229,6 +247,15 @@ impl<T> Parker<T> {
                 () = self.changed.notified() => {}
             }
         }
+    }
+}
+
+impl<T: Send> crate::net::slots::Reclaim for Parker<T> {
+    fn reclaim(&self, n: usize) -> usize {
+        let taken = self.take_oldest(n);
+        let closed = taken.len();
+        drop(taken);
+        closed
     }
 }
 

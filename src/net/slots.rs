@@ -1,10 +1,12 @@
 //! `worker_connections`: one slot per client connection or stream session in
 //! a worker, shared by the HTTP and stream servers, so that the limit counts
-//! both as nginx counts every connection. When none is free the accept loops
-//! wait for one (warned once, as nginx words it) instead of taking more.
+//! both as nginx counts every connection. When none is free, idle keep-alive
+//! connections are closed to make room, as nginx reuses them (up to 32 at a
+//! time, the oldest first); failing that the accept loops wait for one
+//! (warned once, as nginx words it) instead of taking more.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -14,7 +16,19 @@ pub struct Slots {
     sem: Arc<Semaphore>,
     limit: usize,
     warned: AtomicBool,
+    reusing_warned: AtomicBool,
+    /// Who can close idle connections to free slots (the HTTP parker).
+    idle: Mutex<Vec<Weak<dyn Reclaim>>>,
 }
+
+/// Holds idle connections it can close when slots run out.
+pub trait Reclaim: Send + Sync {
+    /// Closes up to `n` idle connections, the oldest first; how many.
+    fn reclaim(&self, n: usize) -> usize;
+}
+
+/// How many idle connections one shortage closes (nginx's 32).
+const REUSE: usize = 32;
 
 impl Slots {
     pub fn new(limit: usize) -> Arc<Slots> {
@@ -22,7 +36,33 @@ impl Slots {
             sem: Arc::new(Semaphore::new(limit)),
             limit,
             warned: AtomicBool::new(false),
+            reusing_warned: AtomicBool::new(false),
+            idle: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Registers a holder of idle connections.
+    pub fn reclaim_from(&self, r: Weak<dyn Reclaim>) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).push(r);
+    }
+
+    /// Closes idle connections to free slots; how many.
+    fn reuse(&self) -> usize {
+        let holders: Vec<Arc<dyn Reclaim>> = self
+            .idle
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let mut closed = 0;
+        for h in holders {
+            if closed >= REUSE {
+                break;
+            }
+            closed += h.reclaim(REUSE - closed);
+        }
+        closed
     }
 
     /// A slot for the next connection, waiting for one when all are taken.
@@ -30,6 +70,18 @@ impl Slots {
     pub async fn acquire(&self) -> Option<OwnedSemaphorePermit> {
         if let Ok(p) = self.sem.clone().try_acquire_owned() {
             return Some(p);
+        }
+        if self.reuse() > 0 {
+            if !self.reusing_warned.swap(true, Ordering::Relaxed) {
+                crate::log!(
+                    Level::Warn,
+                    "{} worker_connections are not enough, reusing connections",
+                    self.limit
+                );
+            }
+            if let Ok(p) = self.sem.clone().try_acquire_owned() {
+                return Some(p);
+            }
         }
         if !self.warned.swap(true, Ordering::Relaxed) {
             crate::log!(
@@ -59,5 +111,27 @@ mod tests {
         assert!(!waiting.is_finished());
         drop(first);
         assert!(waiting.await.unwrap());
+    }
+
+    /// Holds one slot as an idle connection would, until reclaimed.
+    struct Holder(Mutex<Option<OwnedSemaphorePermit>>);
+
+    impl Reclaim for Holder {
+        fn reclaim(&self, _n: usize) -> usize {
+            usize::from(self.0.lock().unwrap().take().is_some())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_holder_gives_its_slot_up_when_none_is_free() {
+        let s = Slots::new(1);
+        let idle = Arc::new(Holder(Mutex::new(s.acquire().await)));
+        let weak: Weak<dyn Reclaim> = Arc::downgrade(&(idle.clone() as Arc<dyn Reclaim>));
+        s.reclaim_from(weak);
+        assert!(
+            s.acquire().await.is_some(),
+            "the idle one was closed for it"
+        );
+        assert!(idle.0.lock().unwrap().is_none());
     }
 }
