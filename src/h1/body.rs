@@ -254,12 +254,7 @@ pub fn chunk_head(len: usize, out: &mut Vec<u8>) {
 pub fn last_chunk(trailers: Option<&HeaderMap>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"0\r\n");
     if let Some(t) = trailers {
-        for (n, v) in t {
-            super::write::name(n, None, out);
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(v.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
+        super::write::headers(t, None, out);
     }
     out.extend_from_slice(b"\r\n");
 }

@@ -3,7 +3,7 @@
 //! nginx's spelling (`Content-Type`, `ETag`). Writes into the caller's
 //! buffer: no allocation per header.
 
-use http::header::{HeaderMap, HeaderName};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 
 use super::head::Names;
@@ -38,13 +38,18 @@ pub fn name(n: &HeaderName, names: Option<&Names>, out: &mut Vec<u8>) {
     }
 }
 
-/// Writes the headers, `Name: value\r\n` each.
+/// Writes one header line, `Name: value\r\n`.
+pub fn header(n: &HeaderName, v: &HeaderValue, names: Option<&Names>, out: &mut Vec<u8>) {
+    name(n, names, out);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(v.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the headers, a line each.
 pub fn headers(h: &HeaderMap, names: Option<&Names>, out: &mut Vec<u8>) {
     for (n, v) in h {
-        name(n, names, out);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        header(n, v, names, out);
     }
 }
 

@@ -799,10 +799,7 @@ fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
     let names = parts.extensions.get::<Names>();
     let h = &parts.headers;
     if let Some(v) = h.get(SERVER) {
-        write::name(&SERVER, names, out);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        write::header(&SERVER, v, names, out);
     }
     if !h.contains_key(DATE) {
         out.extend_from_slice(b"Date: ");
@@ -810,13 +807,9 @@ fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
         out.extend_from_slice(b"\r\n");
     }
     for (n, v) in h {
-        if n == SERVER {
-            continue;
+        if n != SERVER {
+            write::header(n, v, names, out);
         }
-        write::name(n, names, out);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v.as_bytes());
-        out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
 }

@@ -125,10 +125,7 @@ pub fn request_head(
     crate::h1::write::request_line(method, target.as_bytes(), version, out);
     for (n, v) in headers {
         let names = if own_name(n) { None } else { names };
-        crate::h1::write::name(n, names, out);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(v.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        crate::h1::write::header(n, v, names, out);
     }
     out.extend_from_slice(b"\r\n");
 }
