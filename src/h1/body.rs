@@ -18,6 +18,15 @@ pub enum Framing {
     Close,
 }
 
+/// A `Content-Length` value as nginx reads one: 1 to 18 digits, nothing
+/// else (no sign, no spaces, no list). None: invalid.
+pub fn content_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(v.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
 /// What the decoder took from the buffer.
 #[derive(Debug)]
 pub enum Piece {
@@ -313,6 +322,27 @@ mod tests {
         assert_eq!(end, Err(BodyError::Truncated));
         let (_, _, end, _) = run(Framing::Chunked, &[b"0\r\n\r\n"], false);
         assert_eq!(end, Ok(true));
+    }
+
+    #[test]
+    fn content_lengths() {
+        assert_eq!(content_length(b"0"), Some(0));
+        assert_eq!(content_length(b"04"), Some(4));
+        assert_eq!(
+            content_length(b"999999999999999999"),
+            Some(999_999_999_999_999_999)
+        );
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"+4",
+            b"4 ",
+            b"4, 4",
+            b"0x4",
+            b"1000000000000000000",
+        ] {
+            assert_eq!(content_length(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -599,21 +599,12 @@ fn request_framing(head: &RequestHead) -> Option<Framing> {
             && head.version == Version::HTTP_11
             && t.as_bytes().eq_ignore_ascii_case(b"chunked"))
         .then_some(Framing::Chunked),
-        (None, Some(l)) => {
-            let v = l.as_bytes();
-            if cl.next().is_some()
-                || v.is_empty()
-                || v.len() > 18
-                || !v.iter().all(u8::is_ascii_digit)
-            {
-                return None;
-            }
-            std::str::from_utf8(v)
-                .ok()?
-                .parse()
-                .ok()
-                .map(Framing::Length)
-        }
+        (None, Some(l)) => cl
+            .next()
+            .is_none()
+            .then(|| body::content_length(l.as_bytes()))
+            .flatten()
+            .map(Framing::Length),
         (Some(_), Some(_)) => None,
     }
 }

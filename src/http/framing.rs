@@ -8,6 +8,7 @@
 use http::header::{self, HOST, HeaderMap, HeaderValue};
 
 use super::vars::Req;
+use crate::h1::body::content_length;
 
 /// A request head nginx refuses: the status, the log reason, and whether the
 /// request line (not a header) was at fault (the codec's type).
@@ -78,8 +79,7 @@ fn framing_problem(r: &Req) -> Option<Problem> {
         }
     }
     if let Some(cl) = h.get(http::header::CONTENT_LENGTH) {
-        let v = cl.as_bytes();
-        if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        if content_length(cl.as_bytes()).is_none() {
             return Some(Problem::header(
                 400,
                 "client sent invalid \"Content-Length\" header",
@@ -128,8 +128,7 @@ pub(super) fn upstream_framing(h: &HeaderMap) -> Result<(), String> {
                 text(first)
             ));
         }
-        let v = first.as_bytes();
-        if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        if content_length(first.as_bytes()).is_none() {
             return Err(format!(
                 "upstream sent invalid \"Content-Length\" header: \"Content-Length: {}\"",
                 text(first)

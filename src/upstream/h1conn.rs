@@ -81,8 +81,7 @@ pub fn framing(method: &Method, head: &ResponseHead) -> Framing {
     match head
         .headers
         .get(header::CONTENT_LENGTH)
-        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
-        .and_then(|v| v.parse::<u64>().ok())
+        .and_then(|v| crate::h1::body::content_length(v.as_bytes()))
     {
         Some(n) => Framing::Length(n),
         None => Framing::Close,
