@@ -126,13 +126,16 @@ impl Limits {
             .saturating_add(self.count.saturating_mul(self.size))
     }
 
-    /// Checks the head read so far (complete or not) against the buffers,
-    /// as nginx fills them: 414 for a request line that does not fit, 494 for
-    /// a header line or a head that does not.
-    pub fn check(&self, head: &[u8]) -> Result<(), HeadError> {
-        if head.len() <= self.first.min(self.size) {
+    /// Checks the head at the start of `buf` (complete or not; what follows
+    /// its empty line is not looked at) against the buffers, as nginx fills
+    /// them: 414 for a request line that does not fit, 494 for a header line
+    /// or a head that does not.
+    pub fn check(&self, buf: &[u8]) -> Result<(), HeadError> {
+        // What fits the smallest buffer fits, whatever it holds.
+        if buf.len() <= self.first.min(self.size) {
             return Ok(());
         }
+        let head = &buf[..head_end(buf)];
         let mut cap = self.first;
         let mut used = 0usize;
         let mut large = 0usize;
@@ -167,6 +170,24 @@ impl Limits {
         }
         Ok(())
     }
+}
+
+/// Where the head in `buf` ends (after its empty line, CRLF or a bare LF
+/// as nginx takes both), or all of `buf` when it has not ended yet: what
+/// follows (a body, the next request) is not the head's.
+fn head_end(buf: &[u8]) -> usize {
+    let mut at = 0;
+    while let Some(i) = buf[at..].iter().position(|&b| b == b'\n') {
+        let rest = &buf[at + i + 1..];
+        if rest.starts_with(b"\n") {
+            return at + i + 2;
+        }
+        if rest.starts_with(b"\r\n") {
+            return at + i + 3;
+        }
+        at += i + 1;
+    }
+    buf.len()
 }
 
 /// nginx's rule for a version it reads as HTTP/1: `HTTP/1.N` for any N.
@@ -478,6 +499,16 @@ mod tests {
     }
 
     #[test]
+    fn a_head_ends_at_its_empty_line_with_or_without_cr() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nbody"), 27);
+        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: a\n\nbody"), 24);
+        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: a\n\r\nbody"), 25);
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n"), 25);
+        assert_eq!(head_end(b""), 0);
+        assert_eq!(head_end(b"\n"), 1);
+    }
+
+    #[test]
     fn limits_as_nginx_buffers() {
         let l = Limits {
             first: 1024,
@@ -506,6 +537,11 @@ mod tests {
             fits.push_str(&format!("X: {}\r\n", "v".repeat(600)));
         }
         l.check(fits.as_bytes()).unwrap();
+        // What follows the head's empty line (a body) is not the head's.
+        for end in ["\r\n\r\n", "\n\n"] {
+            let with_body = format!("POST / HTTP/1.1{end}{}", "x".repeat(5000));
+            l.check(with_body.as_bytes()).unwrap();
+        }
         assert!(l.max() >= 3072);
     }
 

@@ -638,9 +638,8 @@ async fn read_head_inner(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, He
             if buf.is_empty() {
                 return Ok(None);
             }
-            // The head (to its empty line, or what came of it) against the
-            // buffers nginx would have given it.
-            ctx.limits.check(&buf[..head_end(buf)])?;
+            // The head against the buffers nginx would have given it.
+            ctx.limits.check(buf)?;
             parse_request(buf)
         });
         match parsed {
@@ -680,24 +679,6 @@ async fn read_head_inner(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, He
             Ok(Ok(_)) => {}
         }
     }
-}
-
-/// Where the head in `buf` ends (after its empty line, CRLF or a bare LF
-/// as nginx takes both), or all of `buf` when it has not ended yet: what
-/// follows (a body, the next request) is not the head's.
-fn head_end(buf: &[u8]) -> usize {
-    let mut at = 0;
-    while let Some(i) = buf[at..].iter().position(|&b| b == b'\n') {
-        let rest = &buf[at + i + 1..];
-        if rest.starts_with(b"\n") {
-            return at + i + 2;
-        }
-        if rest.starts_with(b"\r\n") {
-            return at + i + 3;
-        }
-        at += i + 1;
-    }
-    buf.len()
 }
 
 /// Answers a head nginx refuses (its page, `Connection: close`) and logs why.
@@ -1011,20 +992,5 @@ async fn wait_for_bytes(
             }
             _ = tokio::time::sleep(wait) => {}
         }
-    }
-}
-
-#[cfg(test)]
-mod head_end_tests {
-    use super::head_end;
-
-    #[test]
-    fn a_head_ends_at_its_empty_line_with_or_without_cr() {
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nbody"), 27);
-        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: a\n\nbody"), 24);
-        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: a\n\r\nbody"), 25);
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n"), 25);
-        assert_eq!(head_end(b""), 0);
-        assert_eq!(head_end(b"\n"), 1);
     }
 }
