@@ -40,21 +40,6 @@ use super::pipeline::handle;
 use super::vars::ConnInfo;
 use super::{Listener, Phase, Shared, case, keeper, response, router, status};
 
-/// A client connection's keep-alive limit: the last request's
-/// `keepalive_timeout`, which its handler sets once it knows the location.
-pub(crate) struct Idle {
-    /// In milliseconds.
-    limit: AtomicU64,
-}
-
-impl Idle {
-    pub(crate) fn new(limit: Duration) -> Idle {
-        Idle {
-            limit: AtomicU64::new(limit.as_millis() as u64),
-        }
-    }
-}
-
 /// Counts a tunnel (an upgraded connection) as active until dropped, so that a
 /// graceful stop waits for it (bounded by `worker_shutdown_timeout`).
 /// A tunnel also keeps its client connection's `worker_connections` slot,
@@ -105,22 +90,20 @@ impl Drop for Open {
 }
 
 /// Held while a request is in flight (nginx's `Writing`).
-pub(crate) struct InFlight(Arc<Idle>, Option<Arc<status::Stats>>);
+pub(crate) struct InFlight(Arc<Inbound>, Option<Arc<status::Stats>>);
 
 impl InFlight {
-    fn start(idle: &Arc<Idle>, stats: Option<&Arc<status::Stats>>) -> InFlight {
+    fn start(inb: &Arc<Inbound>, stats: Option<&Arc<status::Stats>>) -> InFlight {
         if let Some(c) = stats.and_then(|s| s.counters()) {
             c.requests.fetch_add(1, Ordering::Relaxed);
             c.writing.fetch_add(1, Ordering::Relaxed);
         }
-        InFlight(idle.clone(), stats.cloned())
+        InFlight(inb.clone(), stats.cloned())
     }
 
     /// Sets the connection's keep-alive limit (the location's).
     pub(super) fn keepalive(&self, limit: Duration) {
-        self.0
-            .limit
-            .store(limit.as_millis() as u64, Ordering::Relaxed);
+        self.0.set_keepalive(limit);
     }
 }
 
@@ -234,11 +217,10 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             slot: std::sync::Mutex::new(Some(permit)),
         };
         let open = Open::new(&shared);
-        let (ctx, inb, idle) = open_conn(io, info, addr.clone(), &shared, open);
+        let (ctx, inb) = open_conn(io, info, addr.clone(), &shared, open);
         tokio::spawn(serve_conn(
             ctx,
             inb,
-            idle,
             phase.clone(),
             0,
             std::time::Instant::now(),
@@ -274,7 +256,7 @@ fn open_conn(
     listen: ListenAddr,
     shared: &Arc<Shared>,
     open: Open,
-) -> (ConnCtx, Arc<Inbound>, Arc<Idle>) {
+) -> (ConnCtx, Arc<Inbound>) {
     let info = Arc::new(info);
     let default_server = shared
         .cfg
@@ -299,17 +281,12 @@ fn open_conn(
         limits,
         _open: open,
     };
-    (
-        ctx,
-        Arc::new(Inbound::new(stream)),
-        Arc::new(Idle::new(head_limit)),
-    )
+    (ctx, Arc::new(Inbound::new(stream, head_limit)))
 }
 
 async fn serve_conn(
     ctx: ConnCtx,
     inb: Arc<Inbound>,
-    idle: Arc<Idle>,
     mut phase: watch::Receiver<Phase>,
     served: u64,
     idle_since: std::time::Instant,
@@ -318,7 +295,7 @@ async fn serve_conn(
     let mut may_park = true;
     loop {
         let Some(idle_at) =
-            serve_requests(&ctx, &inb, &idle, &mut phase, served, idle_since, may_park).await
+            serve_requests(&ctx, &inb, &mut phase, served, idle_since, may_park).await
         else {
             break;
         };
@@ -336,10 +313,10 @@ async fn serve_conn(
         let Ok(inb) = Arc::try_unwrap(inb) else {
             break;
         };
+        let limit = inb.keepalive();
         let Ok(sock) = crate::net::park::Parked::from_stream(inb.io) else {
             break;
         };
-        let limit = Duration::from_millis(idle.limit.load(Ordering::Relaxed));
         let resume = Resume {
             ctx,
             limit,
@@ -379,9 +356,8 @@ async fn run_parker(
                             let Ok(stream) = sock.into_stream() else {
                                 continue;
                             };
-                            let inb = Arc::new(Inbound::new(stream));
-                            let idle = Arc::new(Idle::new(r.limit));
-                            tokio::spawn(serve_conn(r.ctx, inb, idle, phase.clone(), r.served, r.idle_since));
+                            let inb = Arc::new(Inbound::new(stream, r.limit));
+                            tokio::spawn(serve_conn(r.ctx, inb, phase.clone(), r.served, r.idle_since));
                         }
                         // Closed, and no longer counted.
                         Wake::Expired(sock, r) => drop((sock, r)),
@@ -424,7 +400,6 @@ fn client_keeps_alive(head: &RequestHead) -> bool {
 async fn serve_requests(
     ctx: &ConnCtx,
     inb: &Arc<Inbound>,
-    idle: &Arc<Idle>,
     phase: &mut watch::Receiver<Phase>,
     mut served: u64,
     mut idle_since: std::time::Instant,
@@ -443,7 +418,7 @@ async fn serve_requests(
             let wait = if served == 0 {
                 ctx.head_limit
             } else {
-                Duration::from_millis(idle.limit.load(Ordering::Relaxed))
+                inb.keepalive()
             };
             let park_at = (may_park && served > 0).then(|| std::time::Instant::now() + PARK_AFTER);
             match wait_for_bytes(inb, &ctx.shared, phase, wait, idle_since, park_at).await {
@@ -453,7 +428,7 @@ async fn serve_requests(
             }
         }
         served += 1;
-        if !Box::pin(serve_one(ctx, inb, idle, served)).await {
+        if !Box::pin(serve_one(ctx, inb, served)).await {
             return None;
         }
         idle_since = std::time::Instant::now();
@@ -462,7 +437,7 @@ async fn serve_requests(
 
 /// One request: its head read, handled, answered, and what is left of its
 /// body discarded. False when the connection is to close.
-async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, idle: &Arc<Idle>, served: u64) -> bool {
+async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
     let shared = &ctx.shared;
     let mut head = match read_head(ctx, inb).await {
         Ok(head) => head,
@@ -514,7 +489,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, idle: &Arc<Idle>, served: 
             .insert(OnUpgrade(Arc::new(std::sync::Mutex::new(Some(rx)))));
         tx
     });
-    let flight = InFlight::start(idle, shared.stats.as_ref());
+    let flight = InFlight::start(inb, shared.stats.as_ref());
     // A client that goes away while its request is handled ends it (the
     // upstream attempt with it), as nginx does without
     // `proxy_ignore_client_abort`.

@@ -6,8 +6,10 @@
 //! contended and never held across an await.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http_body::{Frame, SizeHint};
@@ -25,6 +27,9 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 pub(crate) struct Inbound {
     pub(crate) io: Stream,
     st: Mutex<State>,
+    /// The keep-alive limit in milliseconds: the last request's
+    /// `keepalive_timeout`, set once its location is known.
+    keepalive: AtomicU64,
 }
 
 struct State {
@@ -44,9 +49,11 @@ struct State {
 }
 
 impl Inbound {
-    pub(crate) fn new(io: Stream) -> Inbound {
+    /// `keepalive`: the wait for the next request until one sets its own.
+    pub(crate) fn new(io: Stream, keepalive: Duration) -> Inbound {
         Inbound {
             io,
+            keepalive: AtomicU64::new(keepalive.as_millis() as u64),
             st: Mutex::new(State {
                 buf: None,
                 body: Decoder::new(Framing::Empty),
@@ -57,6 +64,16 @@ impl Inbound {
                 taken: 0,
             }),
         }
+    }
+
+    /// How long the connection may wait for its next request.
+    pub(crate) fn keepalive(&self) -> Duration {
+        Duration::from_millis(self.keepalive.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_keepalive(&self, limit: Duration) {
+        self.keepalive
+            .store(limit.as_millis() as u64, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
