@@ -1,7 +1,8 @@
 //! Request and response heads, parsed with `httparse` in place: names and
-//! values are slices of the connection's buffer (no copy per header), the
-//! header names' case as received is kept beside the map (`Names`) for
-//! forwarding. The framing rules (one reading of a body's length) are the
+//! values are slices of the connection's buffer (no copy per header). A
+//! request's headers stay a list in the order and case they came in
+//! (`Headers`); a response's go into a map, their names' case kept beside
+//! it (`Names`) for forwarding. The framing rules (one reading of a body's length) are the
 //! callers': `http::framing` for requests, for responses `body_of`.
 
 use bytes::{Bytes, BytesMut};
@@ -40,8 +41,9 @@ impl HeadError {
     }
 }
 
-/// The header names as they arrived, in order (`Content-type`, `X-ID`), for
-/// writing them on in the same case. Empty for heads sluice makes.
+/// A response's header names as they arrived (`Content-type`, `X-ID`), for
+/// writing them on in the same case: only those sluice would spell
+/// otherwise, so it is empty for most heads and for heads sluice makes.
 #[derive(Debug, Clone, Default)]
 pub struct Names(pub Vec<Bytes>);
 
@@ -60,6 +62,122 @@ impl Names {
 #[derive(Debug, Clone)]
 pub struct Reason(pub Bytes);
 
+/// A request's headers in the order and case they arrived: names and values
+/// are slices of the head's bytes (one allocation for the list, none per
+/// header). Lookups compare names without case by a scan: a head has few
+/// headers, and a scan costs less than hashing each name.
+#[derive(Debug, Clone, Default)]
+pub struct Headers {
+    head: Bytes,
+    spans: Vec<Span>,
+}
+
+/// A header's value, as received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Value<'a>(&'a [u8]);
+
+impl<'a> Value<'a> {
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.0
+    }
+
+    /// The value as text, when it is ASCII (obs-text is not text), as
+    /// `HeaderValue::to_str` has it.
+    pub fn to_str(&self) -> Result<&'a str, NotText> {
+        if self.0.is_ascii() {
+            std::str::from_utf8(self.0).map_err(|_| NotText)
+        } else {
+            Err(NotText)
+        }
+    }
+}
+
+/// A header value with bytes past ASCII.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotText;
+
+impl PartialEq<&str> for Value<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == other.as_bytes()
+    }
+}
+
+impl Headers {
+    /// Headers of a head sluice builds (tests, subrequests): each line a
+    /// name and a value. A line that is not a valid header is left out.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Headers {
+        let mut text = Vec::new();
+        let mut spans = Vec::new();
+        for (n, v) in pairs {
+            if n.is_empty() || !n.bytes().all(is_token) || !valid_value(v.as_bytes()) {
+                continue;
+            }
+            let at = text.len();
+            text.extend_from_slice(n.as_bytes());
+            let vat = text.len();
+            text.extend_from_slice(v.as_bytes());
+            spans.push((at..vat, vat..text.len()));
+        }
+        Headers {
+            head: Bytes::from(text),
+            spans,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// Each header: its name as received and its value, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Value<'_>)> {
+        self.spans
+            .iter()
+            .map(|(n, v)| (&self.head[n.clone()], Value(&self.head[v.clone()])))
+    }
+
+    /// The values of every header with this name (any case), in order.
+    pub fn get_all<'a, N: AsRef<[u8]> + 'a>(
+        &'a self,
+        name: N,
+    ) -> impl Iterator<Item = Value<'a>> + 'a {
+        self.iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_ref()))
+            .map(|(_, v)| v)
+    }
+
+    /// The first header with this name (any case).
+    pub fn get(&self, name: impl AsRef<[u8]>) -> Option<Value<'_>> {
+        let want = name.as_ref();
+        self.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(want))
+            .map(|(_, v)| v)
+    }
+
+    pub fn contains_key(&self, name: impl AsRef<[u8]>) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// Keeps only the headers `keep` says so (by name as received).
+    pub fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
+        let head = &self.head;
+        self.spans.retain(|(n, _)| keep(&head[n.clone()]));
+    }
+}
+
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// A header value's bytes as RFC 9110 allows them (and `HeaderValue`):
+/// visible characters, spaces, tabs and obs-text; no NUL, CR, LF or DEL.
+pub fn valid_value(v: &[u8]) -> bool {
+    v.iter().all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
 /// A parsed request head.
 #[derive(Debug)]
 pub struct RequestHead {
@@ -67,23 +185,9 @@ pub struct RequestHead {
     pub uri: Uri,
     pub version: Version,
     /// The minor version as sent (`HTTP/1.2` is read as 1.1, as nginx).
-    pub headers: HeaderMap,
-    pub names: Names,
+    pub headers: Headers,
     /// Bytes the head took, with its final empty line.
     pub len: usize,
-}
-
-impl RequestHead {
-    /// Removes the headers whose name (as received) `drop` says so.
-    pub fn drop_names(&mut self, mut drop: impl FnMut(&[u8]) -> bool) {
-        let gone: Vec<Bytes> = self.names.0.iter().filter(|n| drop(n)).cloned().collect();
-        for n in &gone {
-            if let Ok(name) = HeaderName::from_bytes(n) {
-                self.headers.remove(name);
-            }
-        }
-        self.names.0.retain(|n| !gone.contains(n));
-    }
 }
 
 /// A parsed response head.
@@ -233,10 +337,24 @@ fn spans(base: &[u8], parsed: &[httparse::Header<'_>]) -> Vec<Span> {
         .collect()
 }
 
+/// The request's headers over its head's bytes, each value checked.
+fn request_headers(head: Bytes, spans: Vec<Span>) -> Result<Headers, HeadError> {
+    if let Some((n, _)) = spans.iter().find(|(_, v)| !valid_value(&head[v.clone()])) {
+        return Err(HeadError::header(
+            400,
+            format!(
+                "client sent invalid header line: \"{}\"",
+                String::from_utf8_lossy(&head[n.clone()])
+            ),
+        ));
+    }
+    Ok(Headers { head, spans })
+}
+
 /// Turns the headers' spans into the map and the names, slicing `head`.
 fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names), HeadError> {
     let mut map = HeaderMap::with_capacity(spans.len());
-    let mut names = Vec::with_capacity(spans.len());
+    let mut names = Vec::new();
     for (n, v) in spans {
         let raw = head.slice(n.clone());
         let bad = || {
@@ -250,7 +368,10 @@ fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names), HeadError
         };
         let name = HeaderName::from_bytes(&raw).map_err(|_| bad())?;
         let value = HeaderValue::from_maybe_shared(head.slice(v.clone())).map_err(|_| bad())?;
-        names.push(raw);
+        // Only the names written otherwise than sluice would write them.
+        if !super::write::spelled_as_usual(&name, &raw) {
+            names.push(raw);
+        }
         map.append(name, value);
     }
     Ok((map, Names(names)))
@@ -310,13 +431,12 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                 let head = buf.split_to(len).freeze();
                 let uri = Uri::from_maybe_shared(head.slice(path))
                     .map_err(|_| HeadError::line(400, "client sent invalid request"))?;
-                let (headers, names) = collect(&head, &spans)?;
+                let headers = request_headers(head, spans)?;
                 return Ok(Some(RequestHead {
                     method,
                     uri,
                     version,
                     headers,
-                    names,
                     len,
                 }));
             }
@@ -456,12 +576,17 @@ mod tests {
         assert_eq!(h.method, Method::GET);
         assert_eq!(h.uri, "/a?b");
         assert_eq!(h.version, Version::HTTP_11);
-        assert_eq!(h.headers.get_all("x-case").iter().count(), 2);
-        assert_eq!(h.names.0.len(), 3);
+        assert_eq!(h.headers.get_all("x-case").count(), 2);
+        assert_eq!(h.headers.len(), 3);
+        // Names keep their case and order; lookups ignore case.
+        let names: Vec<&[u8]> = h.headers.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, [&b"Host"[..], b"X-Case", b"x-case"]);
         assert_eq!(
-            h.names.find(&HeaderName::from_static("x-case")),
-            Some(&b"X-Case"[..])
+            h.headers.get("X-CASE").map(|v| v.as_bytes()),
+            Some(&b"1"[..])
         );
+        assert_eq!(h.headers.get(http::header::HOST), Some(Value(b"x")));
+        assert!(!h.headers.contains_key("x-cas"));
         assert_eq!(h.len, 52);
         assert!(req("GET / HTTP/1.1\r\nHost: x\r\n").unwrap().is_none());
         assert!(req("GET / HTT").unwrap().is_none());
@@ -573,7 +698,12 @@ mod tests {
                 h.len,
                 h.headers
                     .iter()
-                    .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                    .map(|(n, v)| {
+                        (
+                            String::from_utf8_lossy(n).into_owned(),
+                            v.as_bytes().to_vec(),
+                        )
+                    })
                     .collect(),
             ))),
             Err(e) => Some(Err(e.code)),

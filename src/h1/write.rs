@@ -38,6 +38,22 @@ pub fn name(n: &HeaderName, names: Option<&Names>, out: &mut Vec<u8>) {
     }
 }
 
+/// Whether `raw` is how `name` writes `n` by itself (so that a head need
+/// not carry it in its `Names`).
+pub fn spelled_as_usual(n: &HeaderName, raw: &[u8]) -> bool {
+    let s = n.as_str();
+    if let Some((_, spelled)) = SPECIAL.iter().find(|(l, _)| *l == s) {
+        return raw == spelled.as_bytes();
+    }
+    let mut up = true;
+    raw.len() == s.len()
+        && s.bytes().zip(raw).all(|(b, &r)| {
+            let want = if up { b.to_ascii_uppercase() } else { b };
+            up = b == b'-';
+            want == r
+        })
+}
+
 /// Writes one header line, `Name: value\r\n`.
 pub fn header(n: &HeaderName, v: &HeaderValue, names: Option<&Names>, out: &mut Vec<u8>) {
     name(n, names, out);

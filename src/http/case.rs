@@ -1,13 +1,8 @@
-//! The configuration's settings as a list (every location's and server's),
-//! and the marker of a response whose header names come from the upstream.
+//! The configuration's settings as a list (every location's and server's).
 
 use std::sync::Arc;
 
 use crate::conf::model::{Http, LocConf, Location};
-
-/// Marks a response whose header names come from the upstream.
-#[derive(Clone, Copy)]
-pub struct Proxied;
 
 fn location_confs<'a>(l: &'a Location, out: &mut Vec<&'a Arc<LocConf>>) {
     out.push(&l.conf);

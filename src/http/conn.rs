@@ -18,7 +18,7 @@ use bytes::BytesMut;
 use http::header::{
     CONNECTION, CONTENT_LENGTH, DATE, EXPECT, HeaderValue, SERVER, TRANSFER_ENCODING, UPGRADE,
 };
-use http::{Method, Request, Response, Version};
+use http::{Method, Response, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -379,8 +379,7 @@ async fn run_parker(
 fn client_keeps_alive(head: &RequestHead) -> bool {
     let has = |token: &str| {
         head.headers
-            .get_all(CONNECTION)
-            .iter()
+            .get_all("connection")
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .any(|t| t.trim().eq_ignore_ascii_case(token))
@@ -449,9 +448,9 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
     };
     // nginx's defaults (`underscores_in_headers off`,
     // `ignore_invalid_headers on`): a name with an underscore is dropped.
-    if head.names.0.iter().any(|n| n.contains(&b'_')) {
+    if head.headers.iter().any(|(n, _)| n.contains(&b'_')) {
         let number = ctx.info.number;
-        head.drop_names(|n| {
+        head.headers.retain(|n| {
             let bad = n.contains(&b'_');
             if bad {
                 crate::log_conn!(
@@ -461,7 +460,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
                     String::from_utf8_lossy(n)
                 );
             }
-            bad
+            !bad
         });
     }
     let keep = client_keeps_alive(&head);
@@ -476,19 +475,23 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
     // A request whose body could be framed two ways is refused by the
     // pipeline; its body is not read and the connection closes.
     inb.start_body(framing.unwrap_or(Framing::Empty), expect);
-    let upgrade = head.headers.contains_key(UPGRADE);
-    let mut req = Request::new(ReqBody::new(inb.clone()));
-    *req.method_mut() = head.method;
-    *req.uri_mut() = head.uri;
-    *req.version_mut() = head.version;
-    *req.headers_mut() = head.headers;
-    req.extensions_mut().insert(head.names);
-    let upgraded = upgrade.then(|| {
+    let (upgrade, upgraded) = if head.headers.contains_key(UPGRADE) {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        req.extensions_mut()
-            .insert(OnUpgrade(Arc::new(std::sync::Mutex::new(Some(rx)))));
-        tx
-    });
+        (
+            Some(OnUpgrade(Arc::new(std::sync::Mutex::new(Some(rx))))),
+            Some(tx),
+        )
+    } else {
+        (None, None)
+    };
+    let req = super::pipeline::Incoming {
+        method: head.method,
+        uri: head.uri,
+        version: head.version,
+        headers: head.headers,
+        body: ReqBody::new(inb.clone()),
+        upgrade,
+    };
     let flight = InFlight::start(inb, shared.stats.as_ref());
     // A client that goes away while its request is handled ends it (the
     // upstream attempt with it), as nginx does without
@@ -566,8 +569,8 @@ impl OnUpgrade {
 /// answers those.
 fn request_framing(head: &RequestHead) -> Option<Framing> {
     let h = &head.headers;
-    let mut te = h.get_all(TRANSFER_ENCODING).iter();
-    let mut cl = h.get_all(CONTENT_LENGTH).iter();
+    let mut te = h.get_all("transfer-encoding");
+    let mut cl = h.get_all("content-length");
     match (te.next(), cl.next()) {
         (None, None) => Some(Framing::Empty),
         (Some(t), None) => (te.next().is_none()

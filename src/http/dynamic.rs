@@ -20,7 +20,7 @@ pub(crate) async fn run(
     url_tpl: &Template,
     location_id: usize,
     body: ClientBody,
-    extensions: http::Extensions,
+    upgrade: Option<super::OnUpgrade>,
     shared: &Arc<super::Shared>,
 ) -> Reply {
     let url = r.eval(url_tpl);
@@ -73,7 +73,7 @@ pub(crate) async fn run(
         if let Some(i) = named {
             if let Some(ups) = shared.upstreams.get(i) {
                 let ups = ups.clone();
-                return proxy::run(r, ups, &pp(i), location_id, body, extensions, shared).await;
+                return proxy::run(r, ups, &pp(i), location_id, body, upgrade, shared).await;
             }
         }
     }
@@ -136,14 +136,5 @@ pub(crate) async fn run(
         },
     };
     let ups = Arc::new(UpstreamRt::new(Arc::new(u), None));
-    proxy::run(
-        r,
-        ups,
-        &pp(usize::MAX),
-        location_id,
-        body,
-        extensions,
-        shared,
-    )
-    .await
+    proxy::run(r, ups, &pp(usize::MAX), location_id, body, upgrade, shared).await
 }

@@ -51,9 +51,9 @@ fn framing_problem(r: &Req) -> Option<Problem> {
     {
         return Some(Problem::line(400, "client sent invalid method"));
     }
-    let text = |v: &http::header::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    let text = |v: crate::h1::head::Value<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
     let twice = |name: &http::header::HeaderName| {
-        let mut all = h.get_all(name).iter();
+        let mut all = h.get_all(name);
         let first = all.next()?;
         all.next().map(|second| (text(first), text(second)))
     };

@@ -6,8 +6,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::Response;
 use http::header::HOST;
-use http::{Request, Response};
+
+use crate::h1::head::Headers;
 
 use crate::conf::model::{ListenAddr, Location, Return, Server};
 use crate::log::Level;
@@ -21,12 +23,23 @@ use super::{
     router, script, static_files, status, uri,
 };
 
+/// A request as read from the connection, for the pipeline.
+pub(super) struct Incoming {
+    pub method: http::Method,
+    pub uri: http::Uri,
+    pub version: http::Version,
+    pub headers: Headers,
+    pub body: super::inbound::ReqBody,
+    /// The client side of a protocol switch, for a request with `Upgrade`.
+    pub upgrade: Option<super::OnUpgrade>,
+}
+
 /// `Host` (or the absolute URI's authority) lowercased, without port or final dot.
 /// Err for a host nginx refuses with 400.
-fn request_host(req: &Request<super::inbound::ReqBody>) -> Result<Option<String>, ()> {
-    let raw: &str = match req.uri().authority() {
+fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
+    let raw: &str = match req.uri.authority() {
         Some(a) => a.host(),
-        None => match req.headers().get(HOST) {
+        None => match req.headers.get(HOST) {
             Some(h) => h.to_str().map_err(|_| ())?,
             None => return Ok(None),
         },
@@ -56,7 +69,7 @@ pub(super) async fn handle(
     shared: &Arc<Shared>,
     info: Arc<ConnInfo>,
     listen: &ListenAddr,
-    req: Request<super::inbound::ReqBody>,
+    req: Incoming,
     nth: u64,
     flight: InFlight,
 ) -> Result<Response<LoggedBody>, CloseConnection> {
@@ -72,8 +85,15 @@ pub(super) async fn handle(
     ) else {
         return Err(CloseConnection);
     };
-    let (parts, body) = req.into_parts();
-    let normalized = uri::normalize(parts.uri.path());
+    let Incoming {
+        method,
+        uri: req_uri,
+        version,
+        headers,
+        body,
+        upgrade,
+    } = req;
+    let normalized = uri::normalize(req_uri.path());
     let location = normalized
         .as_deref()
         .and_then(|u| router::find_location(&server.locations, u));
@@ -83,18 +103,17 @@ pub(super) async fn handle(
     let mut r = Req {
         conn: info,
         start: std::time::Instant::now(),
-        method: parts.method,
-        version: parts.version,
-        request_uri: parts
-            .uri
+        method,
+        version,
+        request_uri: req_uri
             .path_and_query()
             .map(|p| p.as_str().to_string())
             .unwrap_or_else(|| "/".into()),
         uri: normalized
             .clone()
-            .unwrap_or_else(|| parts.uri.path().to_string()),
-        args: parts.uri.query().map(str::to_string),
-        headers: parts.headers,
+            .unwrap_or_else(|| req_uri.path().to_string()),
+        args: req_uri.query().map(str::to_string),
+        headers,
         host: match &host {
             Ok(Some(h)) => h.clone(),
             _ => server.primary_name.clone(),
@@ -146,7 +165,7 @@ pub(super) async fn handle(
             server,
             None,
             ClientBody::Incoming(body),
-            parts.extensions,
+            upgrade,
         )
         .await
     };
@@ -206,7 +225,7 @@ async fn dispatch(
     server: &Server,
     named: Option<&Location>,
     body: ClientBody,
-    extensions: http::Extensions,
+    upgrade: Option<super::OnUpgrade>,
 ) -> Result<Reply, CloseConnection> {
     // realip runs first, with the server's settings (nginx's post-read phase).
     let location_conf = std::mem::replace(&mut r.conf, server.conf.clone());
@@ -266,14 +285,14 @@ async fn dispatch(
         }
         if let Some(t) = &l.proxy_pass_var {
             let id = l as *const Location as usize;
-            return Ok(dynamic::run(r, t, id, body, extensions, shared).await);
+            return Ok(dynamic::run(r, t, id, body, upgrade, shared).await);
         }
         if let Some(pp) = &l.proxy_pass {
             let Some(ups) = shared.upstreams.get(pp.upstream) else {
                 return Ok(Reply::Status(500));
             };
             let id = l as *const Location as usize;
-            return Ok(proxy::run(r, ups.clone(), pp, id, body, extensions, shared).await);
+            return Ok(proxy::run(r, ups.clone(), pp, id, body, upgrade, shared).await);
         }
     }
     drop(body);
@@ -416,15 +435,7 @@ async fn internal_redirect(
         r.uri_changed = true;
         None
     };
-    Box::pin(dispatch(
-        shared,
-        r,
-        server,
-        named,
-        ClientBody::Empty,
-        Default::default(),
-    ))
-    .await
+    Box::pin(dispatch(shared, r, server, named, ClientBody::Empty, None)).await
 }
 
 pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection> {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::Response;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Extensions, Response};
 use http_body_util::BodyExt;
 
 use super::framing::upstream_framing;
@@ -141,13 +141,10 @@ pub(crate) async fn run(
     pp: &ProxyPass,
     location_id: usize,
     body: ClientBody,
-    mut extensions: Extensions,
+    client_upgrade: Option<super::OnUpgrade>,
     shared: &Arc<super::Shared>,
 ) -> Reply {
-    // The client side of a possible protocol switch stays here; the upstream
-    // request carries only the header names' case.
-    let client_upgrade = super::tunnel::client_half(&mut extensions);
-    let mut plan = match plan(r, pp, body, extensions).await {
+    let mut plan = match plan(r, pp, body).await {
         Ok(p) => p,
         Err(status) => return Reply::Status(status),
     };
@@ -258,7 +255,7 @@ pub(crate) async fn run(
             c,
             head,
             // A request sent with `Connection: close` leaves nothing to reuse.
-            asked_close: !h1conn::keeps_alive(http::Version::HTTP_11, &plan.headers),
+            asked_close: plan.asks_close,
             record: answered,
             ups: &ups,
             snap: &snap,
@@ -282,15 +279,13 @@ async fn exchange(
 ) -> Result<ResponseHead, Unanswered> {
     use h1conn::Error;
     conn.requests += 1;
-    let mut head = Vec::with_capacity(512);
-    h1conn::request_head(
-        &r.method,
-        &plan.uri,
-        plan.version,
-        &plan.headers,
-        plan.extensions.get::<Names>(),
-        &mut head,
-    );
+    // A small body goes in the same write as the head.
+    let with_head = match &plan.body {
+        crate::upstream::body::Payload::Mem(b) if b.len() <= h1conn::WITH_HEAD => b.len(),
+        _ => 0,
+    };
+    let mut head = Vec::with_capacity(plan.head.len() + with_head);
+    head.extend_from_slice(&plan.head);
     const SENDING: &str = "sending request to upstream";
     const READING: &str = "reading response header from upstream";
     let fail = |kind, text: String, stage| Unanswered {
@@ -418,8 +413,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         let tracked = super::Tracked::new(shared, &r.conn);
         // The tunnel releases the peer.
         c.held.done();
-        parts.extensions.insert(Reason(reason));
-        parts.extensions.insert(names);
+        keep_spelling(&mut parts, reason, names);
         return super::tunnel::switch_protocols(
             r,
             parts,
@@ -490,9 +484,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         uri,
         held_error: None,
     };
-    parts.extensions.insert(Reason(reason));
-    parts.extensions.insert(names);
-    parts.extensions.insert(super::case::Proxied);
+    keep_spelling(&mut parts, reason, names);
     if conf.proxy_buffering {
         let (count, size) = conf.proxy_buffers;
         let room = conf
@@ -523,6 +515,18 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         }
     }
     Reply::Full(Response::from_parts(parts, body.boxed()))
+}
+
+/// The upstream's reason phrase and header names' case go on with the
+/// response, when they differ from what sluice would write (most heads
+/// need neither, and then the response carries no extension).
+fn keep_spelling(parts: &mut http::response::Parts, reason: Bytes, names: Names) {
+    if super::response::reason(parts.status.as_u16()).map(str::as_bytes) != Some(&reason[..]) {
+        parts.extensions.insert(Reason(reason));
+    }
+    if !names.0.is_empty() {
+        parts.extensions.insert(names);
+    }
 }
 
 /// `proxy_redirect`: rewrites the prefix of the upstream's `Location` and

@@ -6,7 +6,9 @@
 
 use bytes::{Bytes, BytesMut};
 use http::Version;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header;
+
+use crate::h1::head::valid_value;
 use http_body_util::BodyExt;
 use std::sync::Arc;
 
@@ -220,76 +222,95 @@ fn spool_file(r: &Req) -> Result<Spool, u16> {
     }
 }
 
-/// The request headers sent upstream, in nginx's order: `proxy_set_header`
-/// (with the default `Host: $proxy_host`) first, then the client's.
-pub(super) fn upstream_headers(r: &Req, body_len: u64) -> HeaderMap {
+/// Whether a `Connection` value holds this token.
+fn has_token(value: &[u8], token: &str) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// The request head sent upstream, written once for every attempt: the
+/// request line, then the headers in nginx's order: `proxy_set_header`
+/// (with the default `Host: $proxy_host`) first, as configured, then the
+/// client's, in the case and order they arrived, less the ones the proxy
+/// replaces or must not pass. True: the head asks the upstream to close
+/// (`Connection: close`).
+pub(super) fn upstream_head(
+    r: &Req,
+    uri: &str,
+    version: Version,
+    body_len: u64,
+    out: &mut Vec<u8>,
+) -> bool {
+    use crate::h1::write;
     let conf = &r.conf;
-    let mut out = HeaderMap::with_capacity(r.headers.len() + conf.proxy_set_header.len() + 2);
-    let user_sets = |n: &str| {
+    let user_sets = |n: &[u8]| {
         conf.proxy_set_header
             .iter()
-            .any(|(h, _)| h.eq_ignore_ascii_case(n))
+            .any(|(h, _)| h.as_bytes().eq_ignore_ascii_case(n))
     };
-    let host_set = user_sets("host");
-    if !host_set {
-        if let Ok(v) = HeaderValue::from_str(&r.proxy_host) {
-            out.append(header::HOST, v);
-        }
+    write::request_line(&r.method, uri.as_bytes(), version, out);
+    let line = |n: &[u8], v: &[u8], out: &mut Vec<u8>| {
+        out.extend_from_slice(n);
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v);
+        out.extend_from_slice(b"\r\n");
+    };
+    if !user_sets(b"host") && valid_value(r.proxy_host.as_bytes()) {
+        line(b"Host", r.proxy_host.as_bytes(), out);
     }
-    let close = conf.proxy_http_version == 10 && !user_sets("connection");
+    let mut close = conf.proxy_http_version == 10 && !user_sets(b"connection");
     if close {
-        out.append(header::CONNECTION, HeaderValue::from_static("close"));
+        line(b"Connection", b"close", out);
     }
     for (name, t) in &conf.proxy_set_header {
         let v = r.eval(t);
         // An empty value means: do not send this header at all.
-        if v.is_empty() {
+        if v.is_empty() || !valid_value(v.as_bytes()) {
             continue;
         }
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(&v),
-        ) {
-            out.append(n, v);
+        if name.eq_ignore_ascii_case("connection") && has_token(v.as_bytes(), "close") {
+            close = true;
         }
+        line(name.as_bytes(), v.as_bytes(), out);
     }
     if conf.proxy_pass_request_headers {
-        for (name, value) in &r.headers {
-            let n = name.as_str();
-            if n == "host"
-                || n == "content-length"
-                || n == "transfer-encoding"
-                || HOP_BY_HOP.contains(&n)
-                || (!conf.proxy_set_header.is_empty() && user_sets(n))
+        for (name, value) in r.headers.iter() {
+            if name.eq_ignore_ascii_case(b"host")
+                || name.eq_ignore_ascii_case(b"content-length")
+                || name.eq_ignore_ascii_case(b"transfer-encoding")
+                || HOP_BY_HOP
+                    .iter()
+                    .any(|h| name.eq_ignore_ascii_case(h.as_bytes()))
+                || (!conf.proxy_set_header.is_empty() && user_sets(name))
             {
                 continue;
             }
-            out.append(name.clone(), value.clone());
+            line(name, value.as_bytes(), out);
         }
     }
     if body_len > 0 {
-        out.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
+        out.extend_from_slice(b"Content-Length: ");
+        out.extend_from_slice(body_len.to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
-    out
+    out.extend_from_slice(b"\r\n");
+    close
 }
 
 /// Everything an attempt needs that stays the same across attempts.
 pub(super) struct Plan {
     pub(super) uri: String,
-    pub(super) headers: HeaderMap,
-    pub(super) extensions: http::Extensions,
+    /// The request line and headers as every attempt writes them.
+    pub(super) head: Vec<u8>,
+    /// The head asks the upstream to close the connection.
+    pub(super) asks_close: bool,
     pub(super) body: Payload,
-    pub(super) version: Version,
 }
 
 /// Reads the client's body and builds what every attempt sends. Err: the
 /// status to answer with.
-pub(super) async fn plan(
-    r: &mut Req,
-    pp: &ProxyPass,
-    body: ClientBody,
-    extensions: http::Extensions,
-) -> Result<Plan, u16> {
+pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Result<Plan, u16> {
     r.proxy_host = pp.proxy_host.clone();
     r.proxy_port = pp.proxy_port;
     let mut payload = if r.conf.proxy_pass_request_body {
@@ -301,22 +322,78 @@ pub(super) async fn plan(
     if let Some(t) = &r.conf.proxy_set_body {
         payload = Payload::Mem(Bytes::from(r.eval(t)));
     }
+    let uri = upstream_uri(r, pp);
+    let version = if r.conf.proxy_http_version == 10 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let mut head = Vec::with_capacity(512);
+    let asks_close = upstream_head(r, &uri, version, payload.len(), &mut head);
     Ok(Plan {
-        uri: upstream_uri(r, pp),
-        headers: upstream_headers(r, payload.len()),
-        extensions,
+        uri,
+        head,
+        asks_close,
         body: payload,
-        version: if r.conf.proxy_http_version == 10 {
-            Version::HTTP_10
-        } else {
-            Version::HTTP_11
-        },
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The head as every attempt writes it: `proxy_set_header` first as
+    /// configured, then the client's headers in their order and case, less
+    /// the hop-by-hop ones, the framing ones and those the proxy sets.
+    #[test]
+    fn upstream_head_keeps_the_clients_case_and_order() {
+        let mut r = super::super::vars::tests::req();
+        r.proxy_host = "backend".into();
+        r.headers = crate::h1::head::Headers::from_pairs([
+            ("host", "client.example"),
+            ("X-Case", "1"),
+            ("connection", "keep-alive, Upgrade"),
+            ("Upgrade", "websocket"),
+            ("x-case", "2"),
+            ("Content-Length", "5"),
+            ("X-Real-IP", "spoofed"),
+            ("TE", "trailers"),
+        ]);
+        let mut conf = (*r.conf).clone();
+        conf.proxy_http_version = 11;
+        conf.proxy_set_header = vec![
+            (
+                "X-Real-IP".into(),
+                crate::conf::vars::compile("$remote_addr").unwrap(),
+            ),
+            (
+                "Connection".into(),
+                crate::conf::vars::compile("close").unwrap(),
+            ),
+            ("X-Empty".into(), crate::conf::vars::compile("").unwrap()),
+        ];
+        r.conf = std::sync::Arc::new(conf);
+        let mut out = Vec::new();
+        let close = upstream_head(&r, "/u?a=1", Version::HTTP_11, 5, &mut out);
+        assert!(close, "the configured Connection: close is seen");
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "GET /u?a=1 HTTP/1.1\r\nHost: backend\r\nX-Real-IP: 127.0.0.2\r\n\
+             Connection: close\r\nX-Case: 1\r\nx-case: 2\r\nContent-Length: 5\r\n\r\n"
+        );
+        // HTTP/1.0 upstream: sluice asks to close; no body, no length.
+        let mut conf = (*r.conf).clone();
+        conf.proxy_http_version = 10;
+        conf.proxy_set_header.clear();
+        r.conf = std::sync::Arc::new(conf);
+        out.clear();
+        assert!(upstream_head(&r, "/", Version::HTTP_10, 0, &mut out));
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "GET / HTTP/1.0\r\nHost: backend\r\nConnection: close\r\nX-Case: 1\r\n\
+             x-case: 2\r\nX-Real-IP: spoofed\r\n\r\n"
+        );
+    }
 
     #[test]
     fn uri_rules() {

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::Response;
 use http::header;
 use http::response::Parts;
-use http::{Extensions, Response};
 use tokio::io::AsyncWriteExt;
 
 use super::response;
@@ -22,12 +22,6 @@ use crate::upstream::{Outcome, PeerId, Peers};
 
 /// The client side of a switch: the connection, once the 101 went out.
 pub(crate) type ClientUpgrade = super::OnUpgrade;
-
-/// Takes the client side of a possible switch out of the request's
-/// extensions.
-pub(crate) fn client_half(ext: &mut Extensions) -> Option<ClientUpgrade> {
-    ext.remove::<ClientUpgrade>()
-}
 
 /// A 101 from the upstream: answer 101 to the client and, once it has
 /// switched, copy bytes both ways until either closes or stays silent for
@@ -53,7 +47,6 @@ pub(crate) fn switch_protocols(
         peers.release(id, Outcome::Ok, now_ms());
         return Reply::Status(502);
     };
-    parts.extensions.insert(super::case::Proxied);
     parts.headers.remove(header::TRANSFER_ENCODING);
     parts.headers.remove(header::SERVER);
     parts.headers.insert(

@@ -58,7 +58,7 @@ pub struct Req {
     /// The normalized path (`$uri`).
     pub uri: String,
     pub args: Option<String>,
-    pub headers: HeaderMap,
+    pub headers: crate::h1::head::Headers,
     /// `Host` without the port, lowercased, else the server's name (`$host`).
     pub host: String,
     pub server_name: String,
@@ -157,7 +157,6 @@ impl Req {
         let mut vals = self
             .headers
             .get_all(wanted.as_str())
-            .iter()
             .filter_map(|v| v.to_str().ok());
         let first = vals.next()?;
         let mut s = first.to_string();
@@ -182,7 +181,6 @@ impl Req {
     fn cookie(&self, name: &str) -> Option<String> {
         self.headers
             .get_all("cookie")
-            .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|c| c.trim().split_once('='))
@@ -343,10 +341,11 @@ pub(crate) mod tests {
             listen_text: Arc::from(""),
             slot: Default::default(),
         });
-        let mut headers = HeaderMap::new();
-        headers.insert("x-forwarded-for", "1.2.3.4".parse().unwrap());
-        headers.append("x-forwarded-for", "5.6.7.8".parse().unwrap());
-        headers.insert("cookie", "a=1; b=2".parse().unwrap());
+        let headers = crate::h1::head::Headers::from_pairs([
+            ("X-Forwarded-For", "1.2.3.4"),
+            ("x-forwarded-for", "5.6.7.8"),
+            ("Cookie", "a=1; b=2"),
+        ]);
         let d = crate::conf::loc::Defaults {
             prefix: "/".into(),
             combined: crate::conf::http::combined(),
