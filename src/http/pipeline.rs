@@ -112,6 +112,7 @@ pub(super) async fn handle(
         captures: Vec::new(),
         uri_changed: false,
         realip: None,
+        maps: Default::default(),
     };
     flight.keepalive(r.conf.keepalive_timeout);
     let mut closing = false;
