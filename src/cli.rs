@@ -27,7 +27,6 @@ pub const WITHOUT_MODULES: &[&str] = &[
     "--without-http_mirror_module",
     "--without-http_autoindex_module",
     "--without-http_geo_module",
-    "--without-http_map_module",
     "--without-http_split_clients_module",
     "--without-http_referer_module",
     "--without-http_fastcgi_module",

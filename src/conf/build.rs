@@ -98,6 +98,7 @@ const TABLES: &[&[Spec]] = &[
     super::status::TABLE,
     super::resolver::TABLE,
     super::stream::TABLE,
+    super::map::TABLE,
 ];
 
 const TABLE: &[Spec] = &[
@@ -246,6 +247,8 @@ pub(super) struct Builder<'p> {
     pub(super) log_formats: Vec<std::sync::Arc<super::loc::LogFormat>>,
     /// The stream block's `log_format`s.
     pub(super) stream_log_formats: Vec<std::sync::Arc<super::loc::LogFormat>>,
+    /// `map` blocks read so far, each with its variable.
+    pub(super) maps: Vec<(std::sync::Arc<super::vars::MapVar>, super::map::Map)>,
 }
 
 /// Builds the typed configuration. `syntax_err` is the first syntax error met while
@@ -262,12 +265,17 @@ pub fn build_with_warnings(
         warnings: Vec::new(),
         log_formats: vec![super::http::combined()],
         stream_log_formats: Vec::new(),
+        maps: Vec::new(),
     };
     let mut main = MainB::default();
     let mut declared = Vec::new();
     super::rewrite::declared(&dirs, &mut declared);
+    let (mut http_maps, mut stream_maps) = (Vec::new(), Vec::new());
+    super::map::declared(&dirs, &mut http_maps, &mut stream_maps, &mut declared);
     let _guard = super::vars::declare(declared);
+    super::vars::declare_maps(&http_maps, &stream_maps);
     b.walk(&dirs, &mut Node::Main(&mut main), MAIN)?;
+    super::map::fill(std::mem::take(&mut b.maps));
     if let Some(e) = syntax_err {
         return Err(e);
     }

@@ -10,6 +10,7 @@ pub mod lexer;
 pub mod loc;
 mod loc_table;
 mod logs;
+pub mod map;
 pub mod model;
 #[cfg(test)]
 mod proptests;

@@ -36,6 +36,9 @@ pub struct Stream {
     pub upstreams: UpstreamBlocks,
     /// Every access log file it names, for the master to open.
     pub access_log_paths: Vec<PathBuf>,
+    /// The stream block's `resolver` (with its `resolver_timeout`), for
+    /// `proxy_pass` with variables.
+    pub resolver: Option<Resolver>,
 }
 
 impl Config {
@@ -137,6 +140,9 @@ pub enum StreamTarget {
     Upstream(usize),
     /// `return TEXT`: send it and close.
     Return(Template),
+    /// `proxy_pass` with variables: an upstream's name or `host:port`,
+    /// evaluated per session.
+    Dynamic(Template),
 }
 
 #[derive(Debug, Clone)]

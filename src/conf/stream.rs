@@ -134,6 +134,7 @@ pub(super) struct StreamServerB {
     pub(super) access_log: Option<Vec<super::loc::AccessLog>>,
     listen: Vec<Listen>,
     proxy_pass: Option<(String, Src)>,
+    proxy_pass_var: Option<vars::Template>,
     ret: Option<vars::Template>,
     settings: Settings,
     src: Src,
@@ -147,6 +148,7 @@ fn set_stream(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         return Err(duplicate(d));
     }
     let mut st = StreamB::default();
+    let _scope = vars::in_stream();
     b.walk(
         d.block.as_deref().unwrap_or_default(),
         &mut Node::Stream(&mut st),
@@ -173,6 +175,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         access_log: None,
         listen: Vec::new(),
         proxy_pass: None,
+        proxy_pass_var: None,
         ret: None,
         settings: Settings::default(),
         src: d.src.clone(),
@@ -219,10 +222,15 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     let Node::StreamServer(s) = n else {
         return Err(not_here(d));
     };
-    if s.proxy_pass.is_some() || s.ret.is_some() {
+    if s.proxy_pass.is_some() || s.proxy_pass_var.is_some() || s.ret.is_some() {
         return Err(duplicate(d));
     }
-    s.proxy_pass = Some((d.args[0].clone(), d.src.clone()));
+    let t = vars::compile(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
+    if t.as_literal().is_some() {
+        s.proxy_pass = Some((d.args[0].clone(), d.src.clone()));
+    } else {
+        s.proxy_pass_var = Some(t);
+    }
     Ok(())
 }
 
@@ -230,7 +238,7 @@ fn set_return(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let Node::StreamServer(s) = n else {
         return Err(not_here(d));
     };
-    if s.proxy_pass.is_some() || s.ret.is_some() {
+    if s.proxy_pass.is_some() || s.proxy_pass_var.is_some() || s.ret.is_some() {
         return Err(duplicate(d));
     }
     s.ret = Some(vars::compile(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?);
@@ -310,12 +318,13 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
         let get = |f: fn(&Settings) -> Option<Duration>, default: Duration| {
             f(&s.settings).or(f(&st.settings)).unwrap_or(default)
         };
-        let target = match (s.proxy_pass, s.ret) {
-            (_, Some(t)) => StreamTarget::Return(t),
-            (Some((name, src)), None) => {
+        let target = match (s.proxy_pass, s.proxy_pass_var, s.ret) {
+            (_, _, Some(t)) => StreamTarget::Return(t),
+            (_, Some(t), None) => StreamTarget::Dynamic(t),
+            (Some((name, src)), None, None) => {
                 StreamTarget::Upstream(upstream_for(&name, &src, &mut upstreams)?)
             }
-            (None, None) => {
+            (None, None, None) => {
                 return Err(ConfError::at(
                     "no handler for server (\"proxy_pass\" or \"return\")",
                     &s.src,
@@ -364,6 +373,10 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
             zones,
         },
         access_log_paths,
+        resolver: st.resolver.map(|r| Resolver {
+            timeout: st.resolver_timeout.unwrap_or(r.timeout),
+            ..r
+        }),
     })
 }
 

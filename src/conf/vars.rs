@@ -1,6 +1,10 @@
 //! Texts with variables (`$name`, `${name}`), compiled once at config load into
 //! literal and variable segments. Unknown variables are config errors. Evaluation
 //! happens per request in `http::vars`; this module only names what exists.
+//! `map` variables are named here too (`Var::Map`), each with the map that the
+//! block builds and a slot for the per-request cache.
+
+use std::sync::{Arc, OnceLock};
 
 /// A variable the request path knows how to evaluate.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,11 +71,42 @@ pub enum Var {
     User(String),
     /// `$1`..`$9`: a capture of the last regex that matched.
     Capture(usize),
+    /// A variable a `map` block makes.
+    Map(Arc<MapVar>),
+}
+
+/// A `map` variable: known by name before any text is compiled (so a use may
+/// come before its block), given its map when the block is read.
+#[derive(Debug)]
+pub struct MapVar {
+    pub name: String,
+    /// Its place in a request's cache of map results; unique in one
+    /// configuration.
+    pub index: usize,
+    pub map: OnceLock<super::map::Map>,
+}
+
+impl PartialEq for MapVar {
+    fn eq(&self, other: &Self) -> bool {
+        self.index == other.index
+    }
+}
+impl Eq for MapVar {}
+
+/// The `map` variables of the http and of the stream block being built, and
+/// which block is being read.
+#[derive(Default)]
+struct MapScope {
+    http: Vec<Arc<MapVar>>,
+    stream: Vec<Arc<MapVar>>,
+    in_stream: bool,
 }
 
 thread_local! {
     /// The names `set` declares in the configuration being built.
     static DECLARED: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The `map` variables of the configuration being built.
+    static MAPS: std::cell::RefCell<MapScope> = std::cell::RefCell::new(MapScope::default());
 }
 
 /// Declares `set` variables while a configuration is built; undone on drop.
@@ -85,7 +120,60 @@ pub fn declare(names: Vec<String>) -> Declared {
 impl Drop for Declared {
     fn drop(&mut self) {
         DECLARED.with(|d| d.borrow_mut().clear());
+        MAPS.with(|m| *m.borrow_mut() = MapScope::default());
     }
+}
+
+/// Declares the `map` variables of the http and stream blocks (names without
+/// `$`, in order; a name given twice is one variable, as in nginx). Undone
+/// with the `Declared` guard.
+pub fn declare_maps(http: &[String], stream: &[String]) {
+    let mut index = 0;
+    let mut slots = |names: &[String]| {
+        let mut out: Vec<Arc<MapVar>> = Vec::new();
+        for n in names {
+            if out.iter().any(|m| &m.name == n) {
+                continue;
+            }
+            out.push(Arc::new(MapVar {
+                name: n.clone(),
+                index,
+                map: OnceLock::new(),
+            }));
+            index += 1;
+        }
+        out
+    };
+    let scope = MapScope {
+        http: slots(http),
+        stream: slots(stream),
+        in_stream: false,
+    };
+    MAPS.with(|m| *m.borrow_mut() = scope);
+}
+
+/// Texts compiled while this lives are the stream block's: its `map`
+/// variables, not the http block's.
+pub struct InStream;
+
+pub fn in_stream() -> InStream {
+    MAPS.with(|m| m.borrow_mut().in_stream = true);
+    InStream
+}
+
+impl Drop for InStream {
+    fn drop(&mut self) {
+        MAPS.with(|m| m.borrow_mut().in_stream = false);
+    }
+}
+
+/// The declared `map` variable `name` of the block being read.
+pub fn map_var(name: &str) -> Option<Arc<MapVar>> {
+    MAPS.with(|m| {
+        let m = m.borrow();
+        let list = if m.in_stream { &m.stream } else { &m.http };
+        list.iter().find(|v| v.name == name).cloned()
+    })
 }
 
 /// A variable name sluice provides itself (`set` may not redefine it).
@@ -100,6 +188,9 @@ impl Var {
         }
         if name.len() == 1 && name.as_bytes()[0].is_ascii_digit() {
             return Some(Var::Capture(usize::from(name.as_bytes()[0] - b'0')));
+        }
+        if let Some(m) = map_var(name) {
+            return Some(Var::Map(m));
         }
         DECLARED
             .with(|d| d.borrow().iter().any(|n| n == name))

@@ -4,12 +4,12 @@
 //! through the proxy like any other, to a round robin made for it. Called by
 //! the dispatcher.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::vars::Req;
 use super::{ClientBody, Reply, proxy};
-use crate::conf::model::{Balancer, Keepalive, PeerAddr, ProxyPass, Upstream, UpstreamServer};
+use crate::conf::model::ProxyPass;
 use crate::conf::vars::Template;
 use crate::log::Level;
 use crate::upstream::UpstreamRt;
@@ -112,29 +112,6 @@ pub(crate) async fn run(
             }
         }
     };
-    let mut server = UpstreamServer::new(
-        hostport.to_string(),
-        addrs
-            .into_iter()
-            .map(|ip| PeerAddr::Inet(SocketAddr::new(ip, port)))
-            .collect(),
-    );
-    server.host = host.to_string();
-    server.port = port;
-    let u = Upstream {
-        name: hostport.to_string(),
-        servers: vec![server],
-        balancer: Balancer::RoundRobin,
-        keepalive: Keepalive::off(),
-        zone: None,
-        resolver: None,
-        state: None,
-        implicit: true,
-        src: crate::conf::Src {
-            file: None,
-            line: 0,
-        },
-    };
-    let ups = Arc::new(UpstreamRt::new(Arc::new(u), None));
+    let ups = UpstreamRt::for_addresses(hostport, host, port, addrs);
     proxy::run(r, ups, &pp(usize::MAX), location_id, body, upgrade, shared).await
 }

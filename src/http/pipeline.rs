@@ -131,6 +131,7 @@ pub(super) async fn handle(
         captures: Vec::new(),
         uri_changed: false,
         realip: None,
+        maps: Default::default(),
     };
     flight.keepalive(r.conf.keepalive_timeout);
     let mut closing = false;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderMap, Method, Version};
 
+use crate::conf::map::{Captures, Evaluator, MapCache};
 use crate::conf::model::LocConf;
 use crate::conf::vars::{Segment, Template, Var};
 
@@ -78,6 +79,38 @@ pub struct Req {
     pub uri_changed: bool,
     /// The client address the realip module found, replacing the peer's.
     pub realip: Option<std::net::IpAddr>,
+    /// The `map` variables evaluated so far.
+    pub maps: MapCache,
+}
+
+impl Evaluator for Req {
+    fn maps(&self) -> &MapCache {
+        &self.maps
+    }
+
+    fn text(&self, t: &Template, caps: Option<&Captures>) -> String {
+        match caps {
+            None => self.eval(t),
+            Some(_) => crate::conf::map::eval_with_captures(t, caps, |v| self.value(v)),
+        }
+    }
+
+    fn assigned(&self, name: &str) -> Option<String> {
+        self.vars
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn cycle(&self, name: &str) {
+        crate::log_conn!(
+            crate::log::Level::Error,
+            self.conn.number,
+            "cycle while evaluating variable \"{}\"{}",
+            name,
+            self.log_context(None)
+        );
+    }
 }
 
 fn secs(d: Option<Duration>) -> String {
@@ -277,8 +310,16 @@ impl Req {
             | Var::BytesReceived
             | Var::SessionTime => String::new(),
             Var::UpstreamBytesSent => self.upstream_list(|a| a.sent.to_string()),
-            Var::User(name) => match self.vars.iter().find(|(n, _)| n == name) {
-                Some((_, v)) => v.clone(),
+            Var::Map(m) => crate::conf::map::value(self, m),
+            Var::User(name) => match self
+                .vars
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                // A named capture of a map regex.
+                .or_else(|| self.maps.named(name))
+            {
+                Some(v) => v,
                 None => {
                     if self.conf.uninitialized_variable_warn {
                         crate::log_conn!(
@@ -373,6 +414,7 @@ pub(crate) mod tests {
             captures: Vec::new(),
             uri_changed: false,
             realip: None,
+            maps: MapCache::default(),
         }
     }
 

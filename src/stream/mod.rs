@@ -17,6 +17,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Notify, watch};
 
 use crate::conf::Config;
+use crate::conf::map::{Captures, Evaluator, MapCache};
 use crate::conf::model::{ListenAddr, NextUpstream, StreamServer, StreamTarget};
 use crate::conf::vars::{Segment, Template, Var};
 use crate::net::accept::{Listener, Phase, Sock, running, wind_down};
@@ -35,6 +36,8 @@ struct Shared {
     slots: Arc<Slots>,
     /// Open sessions, for a graceful stop.
     conns: Arc<crate::net::track::Tracker>,
+    /// Names looked up for `proxy_pass` with variables.
+    dns: crate::upstream::dns::Cache,
 }
 
 /// Serves the stream listeners until the phase leaves `Running`, then waits
@@ -59,6 +62,7 @@ pub async fn serve(
         next_conn,
         slots,
         conns: crate::net::track::Tracker::new(),
+        dns: crate::upstream::dns::Cache::new(),
     });
     if !zones.is_empty() {
         crate::upstream::resolve::start_upkeep(&shared.upstreams, slot, saved);
@@ -127,6 +131,7 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
             copied: Default::default(),
             connected_at: None,
             ended: None,
+            maps: Default::default(),
         };
         let shared2 = shared.clone();
         tokio::spawn(async move {
@@ -151,6 +156,28 @@ struct Session {
     copied: crate::net::copy::Copied,
     connected_at: Option<Instant>,
     ended: Option<Instant>,
+    /// The `map` variables evaluated so far.
+    maps: MapCache,
+}
+
+impl Evaluator for Session {
+    fn maps(&self) -> &MapCache {
+        &self.maps
+    }
+
+    fn text(&self, t: &Template, caps: Option<&Captures>) -> String {
+        crate::conf::map::eval_with_captures(t, caps, |v| self.var(v))
+    }
+
+    fn cycle(&self, name: &str) {
+        crate::log_conn!(
+            crate::log::Level::Error,
+            self.number,
+            "cycle while evaluating variable \"{}\"{}",
+            name,
+            self.short_context()
+        );
+    }
 }
 
 impl Session {
@@ -172,16 +199,14 @@ impl Session {
         )
     }
 
+    /// nginx's stream log context before an upstream is chosen.
+    fn short_context(&self) -> String {
+        format!(", client: {}, server: {}", self.client(), self.listen)
+    }
+
     /// The variables a stream template may use here.
     fn eval(&self, t: &Template) -> String {
-        let mut out = String::new();
-        for seg in &t.segments {
-            match seg {
-                Segment::Lit(s) => out.push_str(s),
-                Segment::Var(v) => out.push_str(&self.var(v)),
-            }
-        }
-        out
+        self.text(t, None)
     }
 
     fn var(&self, v: &Var) -> String {
@@ -210,6 +235,9 @@ impl Session {
             // Seen from the client: sent to it, received from it.
             Var::BytesSent | Var::UpstreamBytesReceived => self.copied.ba.to_string(),
             Var::BytesReceived | Var::UpstreamBytesSent => self.copied.ab.to_string(),
+            Var::Map(m) => crate::conf::map::value(self, m),
+            // A named capture of a map regex.
+            Var::User(n) => self.maps.named(n).unwrap_or_default(),
             _ => String::new(),
         }
     }
@@ -274,44 +302,109 @@ async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared)
         }
         StreamTarget::Upstream(i) => {
             if let Some(ups) = shared.upstreams.get(*i).cloned() {
-                // A client that leaves while its upstream connects ends the
-                // attempt: the engine's guards release the peer. What it
-                // sends meanwhile waits in the relay's buffer.
-                let mut relay = crate::net::copy::Relay::new();
-                let connected = tokio::select! {
-                    c = connect(&mut s, conf, &ups) => Some(c),
-                    () = relay.early(&mut client) => None,
-                };
-                match connected {
-                    None => {
-                        let gone = Failure {
-                            side: Side::Client,
-                            kind: Kind::Closed,
-                            text: "client closed connection".into(),
-                        };
-                        crate::log_conn!(
-                            crate::log::Level::Info,
-                            s.number,
-                            "{} while connecting to upstream{}",
-                            gone.text,
-                            Session::context(&s, &ups.cfg.name, (0, 0))
-                        );
-                        s.status = gone.status();
-                    }
-                    Some(None) => s.status = 502,
-                    Some(Some(c)) => {
-                        s.connected_at = Some(Instant::now());
-                        s.copied = relay
-                            .run(client, c.conn, conf.proxy_timeout, conf.proxy_half_close)
-                            .await;
-                        c.held.finish(Outcome::Ok);
-                    }
-                }
+                proxy(client, &mut s, conf, &ups).await;
+            }
+        }
+        StreamTarget::Dynamic(t) => {
+            if let Some(ups) = dynamic(&mut s, t, shared).await {
+                proxy(client, &mut s, conf, &ups).await;
             }
         }
     }
     s.ended = Some(Instant::now());
     s.log(&conf.access_log);
+}
+
+/// Connects to a peer of `ups` and relays the session until either side ends.
+async fn proxy(mut client: Stream, s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) {
+    // A client that leaves while its upstream connects ends the attempt: the
+    // engine's guards release the peer. What it sends meanwhile waits in the
+    // relay's buffer.
+    let mut relay = crate::net::copy::Relay::new();
+    let connected = tokio::select! {
+        c = connect(s, conf, ups) => Some(c),
+        () = relay.early(&mut client) => None,
+    };
+    match connected {
+        None => {
+            let gone = Failure {
+                side: Side::Client,
+                kind: Kind::Closed,
+                text: "client closed connection".into(),
+            };
+            crate::log_conn!(
+                crate::log::Level::Info,
+                s.number,
+                "{} while connecting to upstream{}",
+                gone.text,
+                Session::context(s, &ups.cfg.name, (0, 0))
+            );
+            s.status = gone.status();
+        }
+        Some(None) => s.status = 502,
+        Some(Some(c)) => {
+            s.connected_at = Some(Instant::now());
+            s.copied = relay
+                .run(client, c.conn, conf.proxy_timeout, conf.proxy_half_close)
+                .await;
+            c.held.finish(Outcome::Ok);
+        }
+    }
+}
+
+/// `proxy_pass` with variables, as nginx's stream proxy: the text names an
+/// `upstream` block (without a port), or a `proxy_pass host:port` of the
+/// configuration, or is `address:port`, or `name:port` looked up with the
+/// stream block's `resolver`. None (status set, error logged) when it is
+/// none of these.
+async fn dynamic(s: &mut Session, t: &Template, shared: &Shared) -> Option<Arc<UpstreamRt>> {
+    let stream = shared.cfg.stream.as_ref()?;
+    let text = s.eval(t);
+    let fail = |s: &mut Session, status: u16, msg: String| {
+        crate::log_conn!(
+            crate::log::Level::Error,
+            s.number,
+            "{}{}",
+            msg,
+            s.short_context()
+        );
+        s.status = status;
+        None
+    };
+    let (host, port) = match crate::conf::values::split_host_port(&text) {
+        Ok(hp) if !hp.host.is_empty() => (hp.written, hp.port),
+        _ => return fail(s, 500, format!("invalid port in upstream \"{text}\"")),
+    };
+    let known = stream.upstreams.iter().position(|u| match port {
+        None => !u.implicit && u.name.eq_ignore_ascii_case(host),
+        Some(_) => u.implicit && u.name.eq_ignore_ascii_case(&text),
+    });
+    if let Some(ups) = known.and_then(|i| shared.upstreams.get(i)) {
+        return Some(ups.clone());
+    }
+    let Some(port) = port else {
+        return fail(s, 500, format!("no port in upstream \"{host}\""));
+    };
+    let addrs = match host.trim_start_matches('[').trim_end_matches(']').parse() {
+        Ok(ip) => vec![ip],
+        Err(_) => {
+            let Some(resolver) = &stream.resolver else {
+                return fail(s, 502, format!("no resolver defined to resolve {host}"));
+            };
+            match shared.dns.lookup(host, resolver).await {
+                Ok(a) => a,
+                Err(code) => {
+                    let why = crate::upstream::dns::strerror(code);
+                    return fail(
+                        s,
+                        502,
+                        format!("{host} could not be resolved ({code}: {why})"),
+                    );
+                }
+            }
+        }
+    };
+    Some(UpstreamRt::for_addresses(&text, host, port, addrs))
 }
 
 impl Requester for Session {

@@ -56,6 +56,42 @@ pub struct UpstreamRt {
 }
 
 impl UpstreamRt {
+    /// An upstream made at run time by `proxy_pass` with variables (HTTP and
+    /// stream): round robin over `addrs` at `port`, no zone, no keep-alive
+    /// cache. `name` is `host:port` as written.
+    pub fn for_addresses(
+        name: &str,
+        host: &str,
+        port: u16,
+        addrs: Vec<std::net::IpAddr>,
+    ) -> Arc<UpstreamRt> {
+        use crate::conf::model::{Balancer, Keepalive, PeerAddr, UpstreamServer};
+        let mut server = UpstreamServer::new(
+            name.to_string(),
+            addrs
+                .into_iter()
+                .map(|ip| PeerAddr::Inet(std::net::SocketAddr::new(ip, port)))
+                .collect(),
+        );
+        server.host = host.to_string();
+        server.port = port;
+        let u = Upstream {
+            name: name.to_string(),
+            servers: vec![server],
+            balancer: Balancer::RoundRobin,
+            keepalive: Keepalive::off(),
+            zone: None,
+            resolver: None,
+            state: None,
+            implicit: true,
+            src: crate::conf::Src {
+                file: None,
+                line: 0,
+            },
+        };
+        Arc::new(UpstreamRt::new(Arc::new(u), None))
+    }
+
     pub fn new(cfg: Arc<Upstream>, zone: Option<Arc<Zone>>) -> UpstreamRt {
         let shared = zone.and_then(|z| z.upstream(&cfg.name).map(|i| (z, i)));
         let (seq, peers) = match &shared {
