@@ -247,6 +247,7 @@ mod tests {
             addr: ListenAddr::Inet(a.parse().unwrap()),
             default_server: false,
             reuseport: false,
+            ssl: false,
             backlog: 511,
             src: Src {
                 file: None,
