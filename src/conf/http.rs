@@ -246,6 +246,12 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             }
         }
     }
+    if ssl && matches!(addrs.first(), Some(ListenAddr::Unix(_))) {
+        return Err(ConfError::at(
+            "\"ssl\" on unix sockets is not supported yet",
+            &d.src,
+        ));
+    }
     if reuseport && matches!(addrs.first(), Some(ListenAddr::Unix(_))) {
         return Err(ConfError::at(
             "reuseport is not supported on unix sockets",

@@ -139,6 +139,15 @@ pub(super) async fn handle(
         Ok(Reply::Status(400))
     } else if normalized.is_none() {
         Ok(Reply::Status(400))
+    } else if matches!(r.conn.tls, super::vars::ConnTls::Plain) {
+        crate::log_conn!(
+            Level::Info,
+            r.conn.number,
+            "client sent plain HTTP request to HTTPS port while reading client request headers{}",
+            r.log_context(None)
+        );
+        closing = true;
+        Ok(Reply::Status(497))
     } else {
         dispatch(
             shared,

@@ -9,6 +9,7 @@ pub mod copy;
 pub mod park;
 pub mod slots;
 pub mod stream;
+pub mod tls;
 pub mod track;
 
 use std::net::{IpAddr, SocketAddr};
