@@ -22,7 +22,7 @@ eval { require IO::Socket::SSL; IO::Socket::SSL->import(); 1 }
 	or plan(skip_all => 'IO::Socket::SSL not installed');
 `openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(41);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(42);
 my $d = $t->testdir();
 
 sub openssl {
@@ -64,6 +64,7 @@ http {
             return 200 "default $https|$ssl_protocol|$ssl_cipher|$ssl_server_name|$ssl_session_reused|$scheme";
         }
         location = /big.bin { }
+        location = /redir { return 302 /target; }
     }
 
     server {
@@ -208,6 +209,11 @@ like(s_client('-tls1_2', 'sess_out', 8445), qr/^v12 /m, 'new session');
 like(s_client('-tls1_2', 'sess_in', 8445), qr/^v12 .*\|r$/m, 'resumed within ssl_session_timeout');
 select(undef, undef, undef, 2.2);
 like(s_client('-tls1_2', 'sess_in', 8445), qr/^v12 .*\|\.$/m, 'not resumed after ssl_session_timeout');
+
+# A redirect to a path is made absolute with https.
+
+($r) = tls_get('/redir');
+like($r, qr{^Location: https://localhost:@{[port(8443)]}/target\r$}m, 'redirect with https');
 
 # Plain HTTP on a TLS port: 400 with nginx's text, error_page 497.
 

@@ -444,17 +444,8 @@ pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection>
     let text = ret.text.as_ref().map(|t| r.eval(t));
     match (ret.code, text) {
         (301 | 302 | 303 | 307 | 308, Some(loc)) => {
-            let loc = if loc.starts_with('/') {
-                // absolute_redirect on, port_in_redirect on: as nginx builds it.
-                let port = r.conn.local.map(|a| a.port()).unwrap_or(80);
-                if port == 80 {
-                    format!("http://{}{loc}", r.host)
-                } else {
-                    format!("http://{}:{port}{loc}", r.host)
-                }
-            } else {
-                loc
-            };
+            // absolute_redirect on, port_in_redirect on: as nginx builds it.
+            let loc = script::absolute(r, &loc);
             Ok(Reply::Full(response::redirect(ret.code, &loc, tokens)))
         }
         (code, Some(body)) => Ok(Reply::Full(response::build(

@@ -130,8 +130,14 @@ pub(super) async fn serve_conn_tls(
             return start(Stream::Tcp(tcp), info, listen, &shared, open, phase).await;
         }
         Ok(Some(Ok(Err(e)))) => {
+            // A server on the address without a certificate is the
+            // configuration's fault (nginx's [error]); the rest the client's.
+            let level = match e {
+                crate::net::tls::HandshakeError::NoCertificate => Level::Error,
+                _ => Level::Info,
+            };
             crate::log_conn!(
-                Level::Info,
+                level,
                 number,
                 "{} while SSL handshaking{}",
                 e,
