@@ -22,7 +22,7 @@ eval { require IO::Socket::SSL; IO::Socket::SSL->import(); 1 }
 	or plan(skip_all => 'IO::Socket::SSL not installed');
 `openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(42);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(44);
 my $d = $t->testdir();
 
 sub openssl {
@@ -96,6 +96,15 @@ http {
         ssl_session_cache builtin:100;
         error_page 497 https://$host$request_uri;
         location / { return 200 "v12 $ssl_cipher|$ssl_session_reused"; }
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8447%% ssl;
+        ssl_certificate     rsa.crt;
+        ssl_certificate_key rsa.key;
+        ssl_prefer_server_ciphers on;
+        ssl_ciphers ECDHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-AES256-GCM-SHA384;
+        location / { return 200 "$ssl_cipher"; }
     }
 
     server {
@@ -188,6 +197,12 @@ is(body($r), 'v13 TLSv1.3', 'TLSv1.3-only server');
 ok(!defined $r, 'TLSv1.2-only server refuses a TLSv1.3 client');
 ($r) = tls_get('/', port => 8445);
 is(body($r), 'v12 ECDHE-ECDSA-AES128-GCM-SHA256|.', 'ssl_ciphers');
+
+my $two_suites = 'ECDHE-RSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256';
+($r) = tls_get('/', version => 'TLSv1_2', ciphers => $two_suites);
+like(body($r), qr/\|ECDHE-RSA-AES256-GCM-SHA384\|/, 'client order by default');
+($r) = tls_get('/', port => 8447, version => 'TLSv1_2', ciphers => $two_suites);
+is(body($r), 'ECDHE-RSA-AES128-GCM-SHA256', 'ssl_prefer_server_ciphers on: server order');
 
 # Resumption (one worker, its session cache and tickets), with openssl
 # s_client saving the session and offering it again.
