@@ -22,7 +22,7 @@ eval { require IO::Socket::SSL; IO::Socket::SSL->import(); 1 }
 	or plan(skip_all => 'IO::Socket::SSL not installed');
 `openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(44);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(45);
 my $d = $t->testdir();
 
 sub openssl {
@@ -65,6 +65,10 @@ http {
         }
         location = /big.bin { }
         location = /redir { return 302 /target; }
+        location = /hang {
+            proxy_pass http://127.0.0.1:%%PORT_8082%%;
+            proxy_connect_timeout 30s;
+        }
     }
 
     server {
@@ -117,6 +121,7 @@ http {
 
 EOF
 
+$t->blackhole(port(8082));
 $t->run();
 
 # A TLS connection: (response, peer certificate subject), or (undef, why).
@@ -259,6 +264,17 @@ sub keepalive_tls {
 	}
 	return $buf;
 }
+
+# A client that closes (close_notify, then FIN) while its request waits ends
+# the request, as over plain TCP.
+
+$s = IO::Socket::SSL->new(PeerAddr => '127.0.0.1:' . port(8443),
+	SSL_verify_mode => 0, SSL_hostname => '', Timeout => 5);
+$s->syswrite("GET /hang HTTP/1.1\r\nHost: localhost\r\n\r\n");
+select(undef, undef, undef, 0.3);
+$s->close();
+ok($t->waitforlog(qr/\[info\] .*client prematurely closed connection while processing request/),
+	'client abort over TLS seen');
 
 # A response larger than the socket buffers.
 

@@ -88,17 +88,7 @@ impl Stream {
                     }
                     s.try_io(tokio::io::Interest::READABLE, || peek_len(s))
                 }
-                // Plaintext in rustls is data sent; else the socket tells.
-                Stream::Tls(t) => {
-                    if t.has_buffered() {
-                        return std::future::pending().await;
-                    }
-                    let s = t.tcp();
-                    if s.readable().await.is_err() {
-                        return;
-                    }
-                    s.try_io(tokio::io::Interest::READABLE, || peek_len(s))
-                }
+                Stream::Tls(t) => return t.hung_up().await,
             };
             match seen {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,

@@ -408,9 +408,56 @@ impl TlsStream {
         }
     }
 
-    /// Plaintext is waiting (or the peer closed).
+    /// Plaintext is waiting in rustls (what the socket's readiness does
+    /// not show).
     pub fn has_buffered(&self) -> bool {
-        self.lock().readable()
+        let mut st = self.lock();
+        matches!(st.conn.process_new_packets(), Ok(io) if io.plaintext_bytes_to_read() > 0)
+    }
+
+    /// Ends when the peer closes (close_notify, end of file, or a broken
+    /// record) before sending data; once it has sent some this never ends.
+    /// Records that arrive meanwhile are taken into rustls (their plaintext
+    /// stays there for whoever reads next): a client's close_notify comes as
+    /// bytes, which a peek alone would take for data.
+    pub async fn hung_up(&self) {
+        enum Seen {
+            Data,
+            Closed,
+            More,
+            Nothing,
+        }
+        loop {
+            let seen = {
+                let mut st = self.lock();
+                let st = &mut **st;
+                match st.conn.process_new_packets() {
+                    Ok(io) if io.plaintext_bytes_to_read() > 0 => Seen::Data,
+                    Ok(io) if !io.peer_has_closed() && !st.eof => {
+                        match st.conn.read_tls(&mut Raw(&self.tcp)) {
+                            Ok(0) => {
+                                st.eof = true;
+                                Seen::More
+                            }
+                            Ok(_) => Seen::More,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Seen::Nothing,
+                            Err(_) => Seen::Closed,
+                        }
+                    }
+                    _ => Seen::Closed,
+                }
+            };
+            match seen {
+                Seen::Data => return std::future::pending().await,
+                Seen::Closed => return,
+                Seen::More => {}
+                Seen::Nothing => {
+                    if self.tcp.readable().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
