@@ -99,6 +99,7 @@ const TABLES: &[&[Spec]] = &[
     super::resolver::TABLE,
     super::stream::TABLE,
     super::map::TABLE,
+    super::ssl::TABLE,
 ];
 
 const TABLE: &[Spec] = &[
@@ -284,7 +285,7 @@ pub fn build_with_warnings(
         .take()
         .ok_or_else(|| ConfError::bare("no \"events\" section in configuration"))?;
     let http = match main.http.take() {
-        Some(h) => Some(super::http::finish(h, paths)?),
+        Some(h) => Some(super::http::finish(h, paths, &mut b.warnings)?),
         None => None,
     };
     let stream = match main.stream.take() {

@@ -57,6 +57,7 @@ pub(super) const TABLE: &[Spec] = &[
 #[derive(Default)]
 pub(super) struct HttpB {
     pub(super) settings: LocB,
+    pub(super) ssl: super::ssl::SslB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) servers: Vec<ServerB>,
     pub(super) upstreams: Vec<UpstreamB>,
@@ -64,6 +65,7 @@ pub(super) struct HttpB {
 
 pub(super) struct ServerB {
     pub(super) settings: LocB,
+    pub(super) ssl: super::ssl::SslB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) listen: Vec<Listen>,
     pub(super) server_name: Vec<ServerName>,
@@ -124,6 +126,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     };
     let mut s = ServerB {
         settings: LocB::default(),
+        ssl: super::ssl::SslB::default(),
         error_log: Vec::new(),
         listen: Vec::new(),
         server_name: Vec::new(),
@@ -149,6 +152,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             addr: ListenAddr::Inet(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)),
             default_server: false,
             reuseport: false,
+            ssl: false,
             backlog: 511,
             src: d.src.clone(),
         });
@@ -221,17 +225,13 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let addrs = parse_listen_addr(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
     let mut default_server = false;
     let mut reuseport = false;
+    let mut ssl = false;
     let mut backlog = 511;
     for p in &d.args[1..] {
         match p.as_str() {
             "default_server" | "default" => default_server = true,
             "reuseport" => reuseport = true,
-            "ssl" => {
-                return Err(ConfError::at(
-                    "the \"ssl\" parameter requires ngx_http_ssl_module",
-                    &d.src,
-                ));
-            }
+            "ssl" => ssl = true,
             _ if p.starts_with("backlog=") => {
                 backlog = p["backlog=".len()..]
                     .parse::<i32>()
@@ -245,6 +245,12 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
                 return Err(ConfError::at(format!("invalid parameter \"{p}\""), &d.src));
             }
         }
+    }
+    if ssl && matches!(addrs.first(), Some(ListenAddr::Unix(_))) {
+        return Err(ConfError::at(
+            "\"ssl\" on unix sockets is not supported yet",
+            &d.src,
+        ));
     }
     if reuseport && matches!(addrs.first(), Some(ListenAddr::Unix(_))) {
         return Err(ConfError::at(
@@ -260,6 +266,7 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             addr,
             default_server,
             reuseport,
+            ssl,
             backlog,
             src: d.src.clone(),
         });
@@ -478,7 +485,11 @@ fn check_listen_conflicts(servers: &[ServerB]) -> Result<(), ConfError> {
 
 /// Merges settings down the levels, resolves `proxy_pass` targets (creating
 /// implicit upstreams) and produces the finished `Http`.
-pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
+pub(super) fn finish(
+    h: HttpB,
+    paths: &Paths,
+    warnings: &mut Vec<ConfError>,
+) -> Result<Http, ConfError> {
     check_listen_conflicts(&h.servers)?;
     let defaults = Defaults {
         prefix: paths.prefix.clone(),
@@ -488,8 +499,17 @@ pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
     let mut access_log_paths: Vec<PathBuf> = Vec::new();
     let mut temp_paths: Vec<PathBuf> = Vec::new();
     let mut servers = Vec::with_capacity(h.servers.len());
+    let mut loaded = super::ssl::Loaded::default();
     for mut s in h.servers {
         s.settings.inherit(&h.settings);
+        s.ssl.inherit(&h.ssl);
+        let ssl_listen = s.listen.iter().find(|l| l.ssl).map(|l| &l.src);
+        let ssl = Arc::new(super::ssl::finish(
+            &s.ssl,
+            ssl_listen,
+            &mut loaded,
+            warnings,
+        )?);
         let conf = Arc::new(s.settings.finish(&defaults));
         note_logs(&conf, &mut access_log_paths);
         note_temps(&conf, &mut temp_paths);
@@ -512,6 +532,7 @@ pub(super) fn finish(h: HttpB, paths: &Paths) -> Result<Http, ConfError> {
             locations,
             error_log: s.error_log,
             conf,
+            ssl,
             src: s.src,
         });
     }
@@ -637,10 +658,6 @@ mod tests {
         assert_eq!(
             e("listen [::1]x;"),
             "invalid IPv6 address in \"[::1]x\" in /t.conf:4"
-        );
-        assert_eq!(
-            e("listen 80 ssl;"),
-            "the \"ssl\" parameter requires ngx_http_ssl_module in /t.conf:4"
         );
         assert_eq!(
             e("listen 80 bogus;"),

@@ -4,6 +4,7 @@
 //! `command line` for `-g`), worded as nginx words it.
 
 pub mod build;
+pub mod ciphers;
 mod files;
 pub mod http;
 pub mod lexer;
@@ -17,6 +18,7 @@ mod proptests;
 mod proxy;
 mod resolver;
 mod rewrite;
+pub mod ssl;
 mod status;
 mod stream;
 #[cfg(test)]

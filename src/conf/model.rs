@@ -236,6 +236,9 @@ pub struct Listen {
     pub addr: ListenAddr,
     pub default_server: bool,
     pub reuseport: bool,
+    /// `ssl`: connections to this address speak TLS (for all its servers,
+    /// when one of them says so, as nginx).
+    pub ssl: bool,
     /// `backlog=N`, default 511 as nginx.
     pub backlog: i32,
     pub src: Src,
@@ -267,6 +270,8 @@ pub struct Server {
     pub error_log: Vec<LogSpec>,
     /// Settings for requests no location matches.
     pub conf: Arc<LocConf>,
+    /// TLS settings and certificates (`ssl_*`).
+    pub ssl: Arc<super::ssl::ServerSsl>,
     pub src: Src,
 }
 

@@ -199,6 +199,12 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     for p in &d.args[1..] {
         if p == "reuseport" {
             reuseport = true;
+        } else if p == "ssl" {
+            // TLS in the stream module comes later.
+            return Err(ConfError::at(
+                "the \"ssl\" parameter requires ngx_stream_ssl_module",
+                &d.src,
+            ));
         } else if let Some(v) = p.strip_prefix("backlog=") {
             backlog = number::<i32>(v)
                 .ok_or_else(|| ConfError::at(format!("invalid backlog \"{v}\""), &d.src))?;
@@ -211,6 +217,7 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             addr,
             default_server: false,
             reuseport,
+            ssl: false,
             backlog,
             src: d.src.clone(),
         });

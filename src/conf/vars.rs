@@ -61,6 +61,13 @@ pub enum Var {
     SessionTime,
     /// `$upstream_http_NAME`: a header of the upstream's response.
     UpstreamHttp(String),
+    /// `$https`: "on" over TLS, else empty.
+    Https,
+    SslProtocol,
+    SslCipher,
+    SslServerName,
+    /// `$ssl_session_reused`: "r" or ".".
+    SslSessionReused,
     /// `$request_filename`: the file the URI maps to under root or alias.
     RequestFilename,
     /// `$document_root`.
@@ -256,6 +263,11 @@ impl Var {
             "bytes_received" => Var::BytesReceived,
             "session_time" => Var::SessionTime,
             "upstream_bytes_sent" => Var::UpstreamBytesSent,
+            "https" => Var::Https,
+            "ssl_protocol" => Var::SslProtocol,
+            "ssl_cipher" => Var::SslCipher,
+            "ssl_server_name" => Var::SslServerName,
+            "ssl_session_reused" => Var::SslSessionReused,
             _ => return None,
         })
     }

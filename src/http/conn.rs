@@ -62,7 +62,7 @@ impl Tracked {
 
 /// A client connection counted while it is open, wherever it is (its task
 /// or the parker): for a graceful stop, and as `stub_status`'s Active.
-struct Open {
+pub(super) struct Open {
     _guard: crate::net::track::Guard,
     stats: Option<Arc<status::Stats>>,
 }
@@ -142,6 +142,7 @@ pub async fn serve(
             .main
             .worker_shutdown_timeout
             .map_or(DRAIN, |t| t.min(DRAIN)),
+        tls: super::tls::Configs::new(cfg.http.as_ref()),
         cfg: cfg.clone(),
         router,
         next_conn,
@@ -202,6 +203,7 @@ pub async fn serve(
 async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Phase>) {
     let addr = l.addr.clone();
     let listen_text: Arc<str> = addr.to_string().into();
+    let tls_port = shared.router.ssl_on(&addr);
     let Some(sock) = Sock::adopt(l) else {
         return;
     };
@@ -215,8 +217,23 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             local,
             listen_text: listen_text.clone(),
             slot: std::sync::Mutex::new(Some(permit)),
+            tls: Default::default(),
         };
         let open = Open::new(&shared);
+        if tls_port {
+            // The handshake (or a plain request's 497) first, in the
+            // connection's own task.
+            tokio::spawn(super::tls::serve_conn_tls(
+                io,
+                info,
+                addr.clone(),
+                shared.clone(),
+                open,
+                phase.clone(),
+            ));
+            tokio::task::yield_now().await;
+            continue;
+        }
         let (ctx, inb) = open_conn(io, info, addr.clone(), &shared, open);
         tokio::spawn(serve_conn(
             ctx,
@@ -236,7 +253,7 @@ pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 /// What a connection's requests share: its limits and who it is.
-struct ConnCtx {
+pub(super) struct ConnCtx {
     shared: Arc<Shared>,
     info: Arc<ConnInfo>,
     listen: ListenAddr,
@@ -250,7 +267,7 @@ struct ConnCtx {
 
 /// A new connection's settings (its default server's) and read side, made
 /// before its task starts so that the task holds only what it uses.
-fn open_conn(
+pub(super) fn open_conn(
     stream: crate::net::stream::Stream,
     info: ConnInfo,
     listen: ListenAddr,
@@ -284,7 +301,7 @@ fn open_conn(
     (ctx, Arc::new(Inbound::new(stream, head_limit)))
 }
 
-async fn serve_conn(
+pub(super) async fn serve_conn(
     ctx: ConnCtx,
     inb: Arc<Inbound>,
     mut phase: watch::Receiver<Phase>,

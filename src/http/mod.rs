@@ -25,6 +25,7 @@ pub mod router;
 pub mod script;
 pub mod static_files;
 pub mod status;
+mod tls;
 mod tunnel;
 pub mod uri;
 pub mod vars;
@@ -98,4 +99,6 @@ pub(crate) struct Shared {
     /// Where connections idle for `conn::PARK_AFTER` wait (None if its epoll
     /// set could not be made: they then wait in their tasks).
     parker: Option<Arc<crate::net::park::Parker<conn::Resume>>>,
+    /// The servers' TLS configurations (this worker's).
+    tls: tls::Configs,
 }

@@ -159,6 +159,15 @@ pub(super) async fn handle(
         Ok(Reply::Status(400))
     } else if normalized.is_none() {
         Ok(Reply::Status(400))
+    } else if matches!(r.conn.tls, super::vars::ConnTls::Plain) {
+        crate::log_conn!(
+            Level::Info,
+            r.conn.number,
+            "client sent plain HTTP request to HTTPS port while reading client request headers{}",
+            r.log_context(None)
+        );
+        closing = true;
+        Ok(Reply::Status(497))
     } else {
         dispatch(
             shared,
@@ -447,17 +456,8 @@ pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection>
     let text = ret.text.as_ref().map(|t| r.eval(t));
     match (ret.code, text) {
         (301 | 302 | 303 | 307 | 308, Some(loc)) => {
-            let loc = if loc.starts_with('/') {
-                // absolute_redirect on, port_in_redirect on: as nginx builds it.
-                let port = r.conn.local.map(|a| a.port()).unwrap_or(80);
-                if port == 80 {
-                    format!("http://{}{loc}", r.host)
-                } else {
-                    format!("http://{}:{port}{loc}", r.host)
-                }
-            } else {
-                loc
-            };
+            // absolute_redirect on, port_in_redirect on: as nginx builds it.
+            let loc = script::absolute(r, &loc);
             Ok(Reply::Full(response::redirect(ret.code, &loc, tokens)))
         }
         (code, Some(body)) => Ok(Reply::Full(response::build(

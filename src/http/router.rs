@@ -14,6 +14,8 @@ use crate::conf::model::{Http, ListenAddr, Location, Modifier, Server, ServerNam
 struct AddrServers {
     servers: Vec<usize>,
     default: usize,
+    /// Connections to the address speak TLS (one `listen ... ssl` says so).
+    ssl: bool,
 }
 
 #[derive(Debug)]
@@ -31,7 +33,9 @@ impl Router {
                     .or_insert_with(|| AddrServers {
                         servers: Vec::new(),
                         default: i,
+                        ssl: false,
                     });
+                e.ssl |= l.ssl;
                 if !e.servers.contains(&i) {
                     e.servers.push(i);
                 }
@@ -52,15 +56,54 @@ impl Router {
         local: Option<SocketAddr>,
         host: Option<&str>,
     ) -> Option<&'h Server> {
+        http.servers
+            .get(self.server_index(http, listen, local, host)?)
+    }
+
+    /// The same server, by its index in `http.servers`.
+    pub fn server_index(
+        &self,
+        http: &Http,
+        listen: &ListenAddr,
+        local: Option<SocketAddr>,
+        host: Option<&str>,
+    ) -> Option<usize> {
+        let entry = self.entry(listen, local)?;
+        Some(
+            host.and_then(|h| find_by_name(http, &entry.servers, h))
+                .unwrap_or(entry.default),
+        )
+    }
+
+    fn entry(&self, listen: &ListenAddr, local: Option<SocketAddr>) -> Option<&AddrServers> {
         // A wildcard socket carries servers of specific addresses on its port too.
-        let entry = local
+        local
             .map(ListenAddr::Inet)
             .and_then(|a| self.by_addr.get(&a))
-            .or_else(|| self.by_addr.get(listen))?;
-        let pick = host
-            .and_then(|h| find_by_name(http, &entry.servers, h))
-            .unwrap_or(entry.default);
-        http.servers.get(pick)
+            .or_else(|| self.by_addr.get(listen))
+    }
+
+    /// Whether a connection to `local` through the socket bound for
+    /// `listen` speaks TLS.
+    pub fn ssl(&self, listen: &ListenAddr, local: Option<SocketAddr>) -> bool {
+        self.entry(listen, local).is_some_and(|e| e.ssl)
+    }
+
+    /// Whether any address the socket bound for `listen` takes connections
+    /// for speaks TLS (else its connections need no look).
+    pub fn ssl_on(&self, listen: &ListenAddr) -> bool {
+        self.by_addr.iter().any(|(a, e)| {
+            e.ssl
+                && match (a, listen) {
+                    _ if a == listen => true,
+                    (ListenAddr::Inet(a), ListenAddr::Inet(w)) => {
+                        w.ip().is_unspecified()
+                            && w.port() == a.port()
+                            && w.is_ipv4() == a.is_ipv4()
+                    }
+                    _ => false,
+                }
+        })
     }
 }
 

@@ -72,11 +72,17 @@ pub fn absolute(r: &Req, path: &str) -> String {
     if !path.starts_with('/') {
         return path.to_string();
     }
-    let port = r.conn.local.map(|a| a.port()).unwrap_or(80);
-    if port == 80 {
-        format!("http://{}{path}", r.host)
+    // https over TLS, its default port left out as http's is.
+    let (scheme, default) = if r.conn.tls().is_some() {
+        ("https", 443)
     } else {
-        format!("http://{}:{port}{path}", r.host)
+        ("http", 80)
+    };
+    let port = r.conn.local.map(|a| a.port()).unwrap_or(default);
+    if port == default {
+        format!("{scheme}://{}{path}", r.host)
+    } else {
+        format!("{scheme}://{}:{port}{path}", r.host)
     }
 }
 

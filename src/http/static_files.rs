@@ -132,13 +132,7 @@ pub async fn serve(r: &Req) -> Reply {
         Err(e) => open_failed(r, &path, &e),
         Ok((_, m)) if m.is_dir() => {
             // A directory without its slash: redirect, as nginx does.
-            let port = r.conn.local.map(|a| a.port()).unwrap_or(80);
-            let host = if port == 80 {
-                r.host.clone()
-            } else {
-                format!("{}:{port}", r.host)
-            };
-            let mut loc = format!("http://{host}{}/", r.uri);
+            let mut loc = super::script::absolute(r, &format!("{}/", r.uri));
             if let Some(a) = &r.args {
                 loc.push('?');
                 loc.push_str(a);

@@ -24,6 +24,29 @@ pub struct ConnInfo {
     /// Its `worker_connections` slot, given back when the connection (or a
     /// tunnel it became) ends.
     pub slot: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+    /// Whether it speaks TLS.
+    pub tls: ConnTls,
+}
+
+/// A connection's TLS, as the `$ssl_*` variables see it.
+#[derive(Debug, Default)]
+pub enum ConnTls {
+    /// A plain listener.
+    #[default]
+    None,
+    /// Plain HTTP sent to a TLS listener (answered 497).
+    Plain,
+    Tls(Box<crate::net::tls::Details>),
+}
+
+impl ConnInfo {
+    /// The TLS details, when it speaks TLS.
+    pub fn tls(&self) -> Option<&crate::net::tls::Details> {
+        match &self.tls {
+            ConnTls::Tls(d) => Some(d),
+            _ => None,
+        }
+    }
 }
 
 /// One upstream attempt, for the `$upstream_*` variables.
@@ -260,7 +283,20 @@ impl Req {
             Var::Request => self.request_line(),
             Var::RequestMethod => self.method.to_string(),
             Var::RequestUri => self.request_uri.clone(),
-            Var::Scheme => "http".to_string(),
+            Var::Scheme => if c.tls().is_some() { "https" } else { "http" }.to_string(),
+            Var::Https => if c.tls().is_some() { "on" } else { "" }.to_string(),
+            Var::SslProtocol => c.tls().map_or("", |t| t.protocol).to_string(),
+            Var::SslCipher => c.tls().map_or("", |t| t.cipher).to_string(),
+            Var::SslServerName => c
+                .tls()
+                .and_then(|t| t.server_name.clone())
+                .unwrap_or_default(),
+            Var::SslSessionReused => match c.tls() {
+                Some(t) if t.reused => "r",
+                Some(_) => ".",
+                None => "",
+            }
+            .to_string(),
             Var::ServerAddr => c
                 .local
                 .map(|a| a.ip().to_string())
@@ -381,6 +417,7 @@ pub(crate) mod tests {
             local: Some("127.0.0.1:8080".parse().unwrap()),
             listen_text: Arc::from(""),
             slot: Default::default(),
+            tls: Default::default(),
         });
         let headers = crate::h1::head::Headers::from_pairs([
             ("X-Forwarded-For", "1.2.3.4"),

@@ -9,6 +9,7 @@ pub mod copy;
 pub mod park;
 pub mod slots;
 pub mod stream;
+pub mod tls;
 pub mod track;
 
 use std::net::{IpAddr, SocketAddr};
@@ -247,6 +248,7 @@ mod tests {
             addr: ListenAddr::Inet(a.parse().unwrap()),
             default_server: false,
             reuseport: false,
+            ssl: false,
             backlog: 511,
             src: Src {
                 file: None,

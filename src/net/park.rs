@@ -24,6 +24,10 @@ use super::stream::Stream;
 pub enum Parked {
     Tcp(std::net::TcpStream),
     Unix(std::os::unix::net::UnixStream),
+    /// A TLS connection parks with its rustls state. It is parked only
+    /// when no plaintext waits in rustls (the socket's readiness would not
+    /// say so): one that has some is refused here.
+    Tls(std::net::TcpStream, Box<super::tls::Session>),
 }
 
 impl Parked {
@@ -32,6 +36,13 @@ impl Parked {
         Ok(match s {
             Stream::Tcp(t) => Parked::Tcp(t.into_std()?),
             Stream::Unix(u) => Parked::Unix(u.into_std()?),
+            Stream::Tls(t) => {
+                if t.has_buffered() {
+                    return Err(std::io::ErrorKind::WouldBlock.into());
+                }
+                let (tcp, st) = t.into_parts();
+                Parked::Tls(tcp.into_std()?, st)
+            }
         })
     }
 
@@ -40,6 +51,10 @@ impl Parked {
         Ok(match self {
             Parked::Tcp(t) => Stream::Tcp(tokio::net::TcpStream::from_std(t)?),
             Parked::Unix(u) => Stream::Unix(tokio::net::UnixStream::from_std(u)?),
+            Parked::Tls(t, st) => Stream::Tls(Box::new(super::tls::TlsStream::from_parts(
+                tokio::net::TcpStream::from_std(t)?,
+                st,
+            ))),
         })
     }
 
@@ -47,6 +62,7 @@ impl Parked {
         match self {
             Parked::Tcp(t) => t.as_fd(),
             Parked::Unix(u) => u.as_fd(),
+            Parked::Tls(t, _) => t.as_fd(),
         }
     }
 }

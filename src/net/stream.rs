@@ -10,12 +10,16 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
+use super::tls::TlsStream;
 use crate::conf::model::PeerAddr;
 
 /// An accepted client connection.
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// TLS over TCP, after its handshake (boxed: the plain variants stay
+    /// small).
+    Tls(Box<TlsStream>),
 }
 
 impl Stream {
@@ -35,6 +39,17 @@ impl Stream {
                 Poll::Ready(Err(_)) => return false,
                 Poll::Ready(Ok(())) => s.try_io(tokio::io::Interest::READABLE, || peek_len(s)),
             },
+            Stream::Tls(t) => {
+                if t.has_buffered() {
+                    return false;
+                }
+                let s = t.tcp();
+                match s.poll_read_ready(&mut cx) {
+                    Poll::Pending => return true,
+                    Poll::Ready(Err(_)) => return false,
+                    Poll::Ready(Ok(())) => s.try_io(tokio::io::Interest::READABLE, || peek_len(s)),
+                }
+            }
         };
         // WouldBlock: nothing there after all (and the readiness cleared).
         matches!(peeked, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
@@ -73,6 +88,7 @@ impl Stream {
                     }
                     s.try_io(tokio::io::Interest::READABLE, || peek_len(s))
                 }
+                Stream::Tls(t) => return t.hung_up().await,
             };
             match seen {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
@@ -98,6 +114,8 @@ macro_rules! by_ref {
                     std::task::ready!(s.$ready($cx))?;
                     s.$try($($arg),*)
                 }
+                // Callers take TLS apart before.
+                Stream::Tls(_) => Err(std::io::ErrorKind::Unsupported.into()),
             };
             match r {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
@@ -113,6 +131,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.poll_read_ready(cx),
             Stream::Unix(s) => s.poll_read_ready(cx),
+            Stream::Tls(t) => t.poll_read_ready(cx),
         }
     }
 
@@ -140,6 +159,7 @@ impl Stream {
         let r = match self {
             Stream::Tcp(s) => read!(s),
             Stream::Unix(s) => read!(s),
+            Stream::Tls(t) => return t.try_read_buf(buf),
         };
         match (r, got) {
             (Err(e), Some(n)) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(n),
@@ -170,8 +190,17 @@ impl Stream {
     ) -> Poll<std::io::Result<()>> {
         let n = {
             let room = out.initialize_unfilled();
-            let r: Poll<std::io::Result<usize>> =
-                (|| by_ref!(self, cx, poll_read_ready, try_read(room)))();
+            let r: Poll<std::io::Result<usize>> = if let Stream::Tls(t) = self {
+                (|| loop {
+                    std::task::ready!(t.poll_read_ready(cx))?;
+                    match t.try_read(room) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        r => return Poll::Ready(r),
+                    }
+                })()
+            } else {
+                (|| by_ref!(self, cx, poll_read_ready, try_read(room)))()
+            };
             std::task::ready!(r)?
         };
         out.advance(n);
@@ -184,6 +213,9 @@ impl Stream {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        if let Stream::Tls(t) = self {
+            return t.poll_write(cx, &[IoSlice::new(data)]);
+        }
         by_ref!(self, cx, poll_write_ready, try_write(data))
     }
 
@@ -193,6 +225,9 @@ impl Stream {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
+        if let Stream::Tls(t) = self {
+            return t.poll_write(cx, bufs);
+        }
         by_ref!(self, cx, poll_write_ready, try_write_vectored(bufs))
     }
 
@@ -212,11 +247,16 @@ impl Stream {
         Ok(())
     }
 
-    /// Ends the write side (FIN), leaving reads open.
+    /// Ends the write side (FIN; close_notify first over TLS), leaving
+    /// reads open.
     pub fn shutdown_write(&self) {
         let fd = match self {
             Stream::Tcp(s) => std::os::fd::AsFd::as_fd(s),
             Stream::Unix(s) => std::os::fd::AsFd::as_fd(s),
+            Stream::Tls(t) => {
+                t.close_notify();
+                std::os::fd::AsFd::as_fd(t.tcp())
+            }
         };
         let _ = nix::sys::socket::shutdown(
             std::os::fd::AsRawFd::as_raw_fd(&fd),
@@ -226,10 +266,11 @@ impl Stream {
 }
 
 macro_rules! both {
-    ($self:expr, $s:ident => $e:expr) => {
+    ($self:expr, $s:ident => $e:expr, $tls:ident => $t:expr) => {
         match $self.get_mut() {
             Stream::Tcp($s) => $e,
             Stream::Unix($s) => $e,
+            $tls => $t,
         }
     };
 }
@@ -240,7 +281,7 @@ impl AsyncRead for Stream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        both!(self, s => Pin::new(s).poll_read(cx, buf))
+        both!(self, s => Pin::new(s).poll_read(cx, buf), t => t.poll_read_slice(cx, buf))
     }
 }
 
@@ -250,7 +291,7 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        both!(self, s => Pin::new(s).poll_write(cx, buf))
+        both!(self, s => Pin::new(s).poll_write(cx, buf), t => t.poll_write_ref(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -258,7 +299,7 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        both!(self, s => Pin::new(s).poll_write_vectored(cx, bufs))
+        both!(self, s => Pin::new(s).poll_write_vectored(cx, bufs), t => t.poll_write_vectored_ref(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -266,11 +307,18 @@ impl AsyncWrite for Stream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        both!(self, s => Pin::new(s).poll_flush(cx))
+        both!(self, s => Pin::new(s).poll_flush(cx), t => match t {
+            Stream::Tls(t) => t.poll_flush(cx),
+            _ => Poll::Ready(Ok(())),
+        })
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        both!(self, s => Pin::new(s).poll_shutdown(cx))
+        both!(self, s => Pin::new(s).poll_shutdown(cx), t => {
+            std::task::ready!(Pin::new(&mut *t).poll_flush(cx))?;
+            t.shutdown_write();
+            Poll::Ready(Ok(()))
+        })
     }
 }
 

@@ -1,0 +1,602 @@
+//! The http ssl module's directives (`ssl_certificate`, `ssl_protocols`,
+//! `ssl_ciphers`, sessions, the handshake timeout) in the http and server
+//! contexts, merged from http to server as nginx merges them, and the
+//! certificates and keys read when the configuration is loaded: by the
+//! master at start and reload (workers inherit them), and by `-t`. The only
+//! I/O here is reading those files.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::SupportedCipherSuite;
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::build::{Args, Builder, HTTP, Node, SRV, Spec, flag, not_here, set_once};
+use super::tree::Directive;
+use super::{ConfError, Src};
+
+const HS: u8 = HTTP | SRV;
+
+pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "ssl_certificate",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_certificate,
+    },
+    Spec {
+        name: "ssl_certificate_key",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_certificate,
+    },
+    Spec {
+        name: "ssl_protocols",
+        ctx: HS,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_protocols,
+    },
+    Spec {
+        name: "ssl_ciphers",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_ciphers,
+    },
+    Spec {
+        name: "ssl_prefer_server_ciphers",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "ssl_session_tickets",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "ssl_handshake_timeout",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "ssl_session_timeout",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_time,
+    },
+    Spec {
+        name: "ssl_session_cache",
+        ctx: HS,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_session_cache,
+    },
+];
+
+/// A protocol version rustls speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Tls12,
+    Tls13,
+}
+
+/// `ssl_session_cache`: where sessions are kept for resumption without
+/// tickets. `off` and `none` both keep none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionCache {
+    /// `builtin[:N]`: N sessions (nginx's default 20480).
+    pub builtin: Option<u64>,
+    /// `shared:NAME:SIZE`.
+    pub shared: Option<(String, u64)>,
+}
+
+impl SessionCache {
+    /// How many sessions a worker keeps (0: no cache). A shared zone holds
+    /// about 4000 sessions a megabyte, as nginx's does.
+    pub fn sessions(&self) -> usize {
+        let shared = self.shared.as_ref().map_or(0, |(_, size)| size / 256);
+        (self.builtin.unwrap_or(0) + shared) as usize
+    }
+}
+
+/// One server's TLS settings, merged, with its certificates loaded.
+#[derive(Debug, Clone)]
+pub struct ServerSsl {
+    /// Certificate chains with their keys, as `ssl_certificate` and
+    /// `ssl_certificate_key` pair them (empty: the server has none).
+    pub certs: Vec<Arc<CertifiedKey>>,
+    pub protocols: Vec<Protocol>,
+    /// The TLS 1.2 suites `ssl_ciphers` selects, in its order.
+    pub ciphers: Vec<SupportedCipherSuite>,
+    pub prefer_server_ciphers: bool,
+    pub handshake_timeout: Duration,
+    pub session_timeout: Duration,
+    pub session_tickets: bool,
+    pub session_cache: SessionCache,
+}
+
+/// The settings while parsing, one per http or server level.
+#[derive(Default, Clone)]
+pub(super) struct SslB {
+    certificate: Vec<(PathBuf, Src)>,
+    certificate_key: Vec<(PathBuf, Src)>,
+    protocols: Option<Vec<Protocol>>,
+    ciphers: Option<Vec<SupportedCipherSuite>>,
+    prefer_server_ciphers: Option<bool>,
+    handshake_timeout: Option<Duration>,
+    session_timeout: Option<Duration>,
+    session_tickets: Option<bool>,
+    session_cache: Option<SessionCache>,
+}
+
+fn ssl_b<'a>(n: &'a mut Node<'_>, d: &Directive) -> Result<&'a mut SslB, ConfError> {
+    match n {
+        Node::Http(h) => Ok(&mut h.ssl),
+        Node::Server(s) => Ok(&mut s.ssl),
+        _ => Err(not_here(d)),
+    }
+}
+
+fn set_certificate(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let a = &d.args[0];
+    if a.contains('$') {
+        return Err(ConfError::at(
+            format!("variables in \"{}\" are not supported", d.name),
+            &d.src,
+        ));
+    }
+    if a.starts_with("data:") || a.starts_with("engine:") || a.starts_with("store:") {
+        return Err(ConfError::at(
+            format!("\"{a}\" in \"{}\": only files are supported", d.name),
+            &d.src,
+        ));
+    }
+    // Relative to the configuration's directory, as nginx's.
+    let path = super::tree::full_name(&b.paths.conf_prefix(), a);
+    let s = ssl_b(n, d)?;
+    let list = if d.name == "ssl_certificate" {
+        &mut s.certificate
+    } else {
+        &mut s.certificate_key
+    };
+    list.push((path, d.src.clone()));
+    Ok(())
+}
+
+fn set_protocols(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let mut v = Vec::new();
+    for a in &d.args {
+        match a.as_str() {
+            "TLSv1.2" => v.push(Protocol::Tls12),
+            "TLSv1.3" => v.push(Protocol::Tls13),
+            "SSLv2" | "SSLv3" | "TLSv1" | "TLSv1.1" => b.warnings.push(ConfError::at(
+                format!("{a} is not supported (rustls speaks TLSv1.2 and TLSv1.3), ignored"),
+                &d.src,
+            )),
+            _ => {
+                return Err(ConfError::at(
+                    format!("invalid value \"{a}\" in \"{}\" directive", d.name),
+                    &d.src,
+                ));
+            }
+        }
+    }
+    if v.is_empty() {
+        return Err(ConfError::at(
+            "no protocol in \"ssl_protocols\" is supported: use TLSv1.2 or TLSv1.3",
+            &d.src,
+        ));
+    }
+    v.dedup();
+    set_once(&mut ssl_b(n, d)?.protocols, v, d)
+}
+
+fn set_ciphers(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let spec = &d.args[0];
+    let v = super::ciphers::parse(spec).map_err(|e| {
+        ConfError::at(
+            match e {
+                super::ciphers::CipherError::NoSuite(w) => {
+                    format!("cipher \"{w}\" in \"ssl_ciphers\" has no rustls suite")
+                }
+                super::ciphers::CipherError::NoMatch => {
+                    format!("SSL_CTX_set_cipher_list(\"{spec}\") failed (no cipher match)")
+                }
+            },
+            &d.src,
+        )
+    })?;
+    set_once(&mut ssl_b(n, d)?.ciphers, v, d)
+}
+
+fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = flag(d)?;
+    let s = ssl_b(n, d)?;
+    let slot = if d.name == "ssl_prefer_server_ciphers" {
+        &mut s.prefer_server_ciphers
+    } else {
+        &mut s.session_tickets
+    };
+    set_once(slot, v, d)
+}
+
+fn set_time(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let handshake = d.name == "ssl_handshake_timeout";
+    // nginx keeps the handshake timeout in ms, the session timeout in s.
+    let v = super::values::parse_time(&d.args[0], handshake)
+        .ok_or_else(|| super::build::invalid_value(d))?;
+    let s = ssl_b(n, d)?;
+    let slot = if handshake {
+        &mut s.handshake_timeout
+    } else {
+        &mut s.session_timeout
+    };
+    set_once(slot, v, d)
+}
+
+fn set_session_cache(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let invalid = |a: &str| ConfError::at(format!("invalid session cache \"{a}\""), &d.src);
+    let mut c = SessionCache::default();
+    let mut off_or_none = false;
+    for a in &d.args {
+        match a.as_str() {
+            "off" | "none" => off_or_none = true,
+            "builtin" => c.builtin = Some(20480),
+            _ if a.starts_with("builtin:") => {
+                let n = super::build::number::<u64>(&a["builtin:".len()..])
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| invalid(a))?;
+                c.builtin = Some(n);
+            }
+            _ if a.starts_with("shared:") => {
+                let rest = &a["shared:".len()..];
+                let (name, size) = rest.rsplit_once(':').ok_or_else(|| invalid(a))?;
+                if name.is_empty() {
+                    return Err(invalid(a));
+                }
+                let size = super::values::parse_size(size).ok_or_else(|| invalid(a))?;
+                if size < 8 * 4096 {
+                    return Err(ConfError::at(
+                        format!("session cache \"{a}\" is too small"),
+                        &d.src,
+                    ));
+                }
+                c.shared = Some((name.to_string(), size));
+            }
+            _ => return Err(invalid(a)),
+        }
+    }
+    if off_or_none && d.args.len() > 1 {
+        return Err(invalid(&d.args[0]));
+    }
+    set_once(&mut ssl_b(n, d)?.session_cache, c, d)
+}
+
+impl SslB {
+    /// Takes what this level left unset from `parent` (the certificate
+    /// list as a whole, as nginx merges it).
+    pub(super) fn inherit(&mut self, parent: &SslB) {
+        if self.certificate.is_empty() && self.certificate_key.is_empty() {
+            self.certificate = parent.certificate.clone();
+            self.certificate_key = parent.certificate_key.clone();
+        }
+        macro_rules! take {
+            ($($f:ident),*) => { $( if self.$f.is_none() { self.$f = parent.$f.clone(); } )* };
+        }
+        take!(
+            protocols,
+            ciphers,
+            prefer_server_ciphers,
+            handshake_timeout,
+            session_timeout,
+            session_tickets,
+            session_cache
+        );
+    }
+}
+
+/// Certificates read so far in one load, so that a pair inherited by many
+/// servers is read once.
+#[derive(Default)]
+pub(super) struct Loaded(HashMap<(PathBuf, PathBuf), Arc<CertifiedKey>>);
+
+/// A server's settings with nginx's defaults and its certificates loaded.
+/// `ssl_src`: its first `listen ... ssl`, which needs a certificate.
+pub(super) fn finish(
+    s: &SslB,
+    ssl_src: Option<&Src>,
+    loaded: &mut Loaded,
+    warnings: &mut Vec<ConfError>,
+) -> Result<ServerSsl, ConfError> {
+    if let Some(src) = ssl_src {
+        if s.certificate.is_empty() {
+            return Err(ConfError::at(
+                "no \"ssl_certificate\" is defined for the \"listen ... ssl\" directive",
+                src,
+            ));
+        }
+    }
+    let mut certs = Vec::with_capacity(s.certificate.len());
+    for (i, (cert, src)) in s.certificate.iter().enumerate() {
+        let Some((key, _)) = s.certificate_key.get(i) else {
+            return Err(ConfError::at(
+                format!(
+                    "no \"ssl_certificate_key\" is defined for certificate \"{}\"",
+                    cert.display()
+                ),
+                src,
+            ));
+        };
+        let pair = (cert.clone(), key.clone());
+        if let Some(ck) = loaded.0.get(&pair) {
+            certs.push(ck.clone());
+            continue;
+        }
+        let ck = Arc::new(load_pair(cert, key, src, warnings)?);
+        loaded.0.insert(pair, ck.clone());
+        certs.push(ck);
+    }
+    if let Some((key, src)) = s.certificate_key.get(s.certificate.len()) {
+        return Err(ConfError::at(
+            format!(
+                "no \"ssl_certificate\" is defined for key \"{}\"",
+                key.display()
+            ),
+            src,
+        ));
+    }
+    Ok(ServerSsl {
+        certs,
+        protocols: s
+            .protocols
+            .clone()
+            .unwrap_or_else(|| vec![Protocol::Tls12, Protocol::Tls13]),
+        ciphers: match &s.ciphers {
+            Some(c) => c.clone(),
+            None => super::ciphers::parse("HIGH:!aNULL:!MD5").unwrap_or_default(),
+        },
+        prefer_server_ciphers: s.prefer_server_ciphers.unwrap_or(false),
+        handshake_timeout: s.handshake_timeout.unwrap_or(Duration::from_secs(60)),
+        session_timeout: s.session_timeout.unwrap_or(Duration::from_secs(300)),
+        session_tickets: s.session_tickets.unwrap_or(true),
+        session_cache: s.session_cache.clone().unwrap_or_default(),
+    })
+}
+
+fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("open() failed ({})", crate::log::errno_text(&e)))
+}
+
+/// Reads a certificate chain and its key, and checks that they belong
+/// together; an expired certificate is a warning.
+fn load_pair(
+    cert: &PathBuf,
+    key: &PathBuf,
+    src: &Src,
+    warnings: &mut Vec<ConfError>,
+) -> Result<CertifiedKey, ConfError> {
+    let cert_err = |why: String| {
+        ConfError::at(
+            format!("cannot load certificate \"{}\": {why}", cert.display()),
+            src,
+        )
+    };
+    let key_err = |why: String| {
+        ConfError::at(
+            format!("cannot load certificate key \"{}\": {why}", key.display()),
+            src,
+        )
+    };
+    let pem = read(cert).map_err(cert_err)?;
+    let chain = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| cert_err(format!("bad PEM ({e})")))?;
+    if chain.is_empty() {
+        return Err(cert_err("no certificate in the file".into()));
+    }
+    let pem = read(key).map_err(key_err)?;
+    if pem.windows(b"ENCRYPTED".len()).any(|w| w == b"ENCRYPTED") {
+        return Err(key_err(
+            "encrypted keys are not supported (sluice has no \"ssl_password_file\")".into(),
+        ));
+    }
+    let der = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| key_err(format!("bad PEM ({e})")))?;
+    let signer = rustls::crypto::ring::sign::any_supported_type(&der)
+        .map_err(|e| key_err(format!("unsupported key ({e})")))?;
+    let ck = CertifiedKey::new(chain, signer);
+    match ck.keys_match() {
+        Ok(()) => {}
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            return Err(ConfError::at(
+                format!(
+                    "SSL_CTX_use_PrivateKey(\"{}\") failed (key values mismatch with certificate \"{}\")",
+                    key.display(),
+                    cert.display()
+                ),
+                src,
+            ));
+        }
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+        Err(e) => return Err(cert_err(e.to_string())),
+    }
+    if let Some(end) = ck.cert.first().and_then(|c| not_after(c.as_ref())) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if end < now {
+            warnings.push(ConfError::at(
+                format!("certificate \"{}\" has expired", cert.display()),
+                src,
+            ));
+        }
+    }
+    Ok(ck)
+}
+
+/// One DER element: (tag, contents, rest).
+fn der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, b) = b.split_first()?;
+    let (&first, mut b) = b.split_first()?;
+    let len = if first < 0x80 {
+        first as usize
+    } else {
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > 4 || b.len() < n {
+            return None;
+        }
+        let v = b[..n].iter().fold(0usize, |v, x| v << 8 | *x as usize);
+        b = &b[n..];
+        v
+    };
+    (b.len() >= len).then(|| (tag, &b[..len], &b[len..]))
+}
+
+/// A certificate's notAfter, in seconds since the epoch.
+fn not_after(cert: &[u8]) -> Option<i64> {
+    let (_, certificate, _) = der(cert)?;
+    let (_, tbs, _) = der(certificate)?;
+    let (tag, _, mut rest) = der(tbs)?;
+    // version [0] is optional; then serial, signature, issuer, validity.
+    if tag != 0xa0 {
+        rest = tbs;
+    }
+    for _ in 0..3 {
+        rest = der(rest)?.2;
+    }
+    let (_, validity, _) = der(rest)?;
+    let (_, _, after) = der(validity)?;
+    let (tag, t, _) = der(after)?;
+    asn1_time(tag, t)
+}
+
+/// UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
+fn asn1_time(tag: u8, t: &[u8]) -> Option<i64> {
+    let t = std::str::from_utf8(t).ok()?.strip_suffix('Z')?;
+    let (year, rest) = match tag {
+        0x17 if t.len() == 12 => {
+            let y: i64 = t[..2].parse().ok()?;
+            (if y < 50 { 2000 + y } else { 1900 + y }, &t[2..])
+        }
+        0x18 if t.len() == 14 => (t[..4].parse().ok()?, &t[4..]),
+        _ => return None,
+    };
+    let n = |i: usize| rest.get(i..i + 2)?.parse::<i64>().ok();
+    let (month, day, h, m, s) = (n(0)?, n(2)?, n(4)?, n(6)?, n(8)?);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    Some(days * 86400 + h * 3600 + m * 60 + s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{err, try_build};
+    use super::*;
+
+    #[test]
+    fn times() {
+        assert_eq!(asn1_time(0x17, b"700101000000Z"), Some(0));
+        assert_eq!(asn1_time(0x17, b"240229120000Z"), Some(1709208000));
+        assert_eq!(asn1_time(0x18, b"20500101000000Z"), Some(2524608000));
+        assert_eq!(asn1_time(0x18, b"2050"), None);
+    }
+
+    #[test]
+    fn directives_and_defaults() {
+        let (c, w) = try_build(
+            "events {}\nhttp {\nssl_protocols TLSv1 TLSv1.3;\nssl_session_timeout 10m;\n\
+             server { ssl_ciphers ECDHE-RSA-AES128-GCM-SHA256; ssl_session_cache builtin:100 shared:S:1m;\n\
+             ssl_handshake_timeout 1500ms; ssl_session_tickets off; ssl_prefer_server_ciphers on; }\n\
+             server { }\n}",
+        )
+        .unwrap();
+        assert_eq!(w.len(), 1);
+        assert!(w[0].to_string().starts_with("TLSv1 is not supported"));
+        let h = c.http.unwrap();
+        let a = &h.servers[0].ssl;
+        assert_eq!(a.protocols, vec![Protocol::Tls13]);
+        assert_eq!(a.ciphers.len(), 1);
+        assert_eq!(a.session_cache.sessions(), 100 + 4096);
+        assert_eq!(a.handshake_timeout, Duration::from_millis(1500));
+        assert_eq!(a.session_timeout, Duration::from_secs(600));
+        assert!(!a.session_tickets && a.prefer_server_ciphers);
+        let b = &h.servers[1].ssl;
+        assert_eq!(b.ciphers.len(), 6);
+        assert_eq!(b.session_cache.sessions(), 0);
+        assert_eq!(b.handshake_timeout, Duration::from_secs(60));
+        assert!(b.session_tickets && !b.prefer_server_ciphers);
+        assert!(b.certs.is_empty());
+    }
+
+    #[test]
+    fn errors() {
+        let e = |s: &str| err(&format!("events {{}}\nhttp {{\nserver {{\n{s}\n}}\n}}"));
+        assert_eq!(
+            e("listen 127.0.0.1:1 ssl;"),
+            "no \"ssl_certificate\" is defined for the \"listen ... ssl\" directive in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_ciphers HIGH:DHE-RSA-AES256-GCM-SHA384;"),
+            "cipher \"DHE-RSA-AES256-GCM-SHA384\" in \"ssl_ciphers\" has no rustls suite in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_ciphers MEDIUM;"),
+            "SSL_CTX_set_cipher_list(\"MEDIUM\") failed (no cipher match) in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_protocols TLSv1.4;"),
+            "invalid value \"TLSv1.4\" in \"ssl_protocols\" directive in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_protocols TLSv1.1;"),
+            "no protocol in \"ssl_protocols\" is supported: use TLSv1.2 or TLSv1.3 in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_session_cache shared:x;"),
+            "invalid session cache \"shared:x\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_session_cache shared:x:1k;"),
+            "session cache \"shared:x:1k\" is too small in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_session_cache off builtin;"),
+            "invalid session cache \"off\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_certificate /nonexistent/c.pem;\nssl_certificate_key /nonexistent/k.pem;"),
+            "cannot load certificate \"/nonexistent/c.pem\": open() failed (2: No such file or directory) in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_certificate /nonexistent/c.pem;"),
+            "no \"ssl_certificate_key\" is defined for certificate \"/nonexistent/c.pem\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_certificate $ssl_server_name.pem;"),
+            "variables in \"ssl_certificate\" are not supported in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_handshake_timeout 1x;"),
+            "\"ssl_handshake_timeout\" directive invalid value in /t.conf:4"
+        );
+    }
+}

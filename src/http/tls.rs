@@ -1,0 +1,172 @@
+//! HTTPS listeners: a connection to a TLS address first shows its first
+//! byte (plain HTTP there is answered 497, as nginx), then does its
+//! handshake within the default server's `ssl_handshake_timeout`, the
+//! certificate being that of the server its SNI names (the router's lookup,
+//! as for `Host`); then it is served as any connection, over `Stream::Tls`.
+//! Called from `conn.rs`'s accept loop for listeners where TLS is possible.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::ServerConfig;
+use tokio::sync::watch;
+
+use crate::conf::model::{Http, ListenAddr};
+use crate::log::Level;
+use crate::net::stream::Stream;
+
+use super::conn::{Open, open_conn, serve_conn};
+use super::vars::{ConnInfo, ConnTls};
+use super::{Phase, Shared};
+
+/// Each server's rustls configuration, by its index in `http.servers`
+/// (None: it has no certificate). Made once per worker, so ticket keys and
+/// session caches are the worker's own.
+pub(super) struct Configs(Vec<Option<Arc<ServerConfig>>>);
+
+impl Configs {
+    pub(super) fn new(http: Option<&Http>) -> Configs {
+        let Some(http) = http else {
+            return Configs(Vec::new());
+        };
+        Configs(
+            http.servers
+                .iter()
+                .map(|s| {
+                    if s.ssl.certs.is_empty() {
+                        return None;
+                    }
+                    match crate::net::tls::server_config(&s.ssl) {
+                        Ok(c) => Some(c),
+                        Err(e) => {
+                            crate::log!(
+                                Level::Alert,
+                                "cannot set up TLS for the server in {}: {}",
+                                s.src,
+                                e
+                            );
+                            None
+                        }
+                    }
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Serves a connection accepted on a socket where TLS is possible.
+pub(super) async fn serve_conn_tls(
+    io: Stream,
+    mut info: ConnInfo,
+    listen: ListenAddr,
+    shared: Arc<Shared>,
+    open: Open,
+    phase: watch::Receiver<Phase>,
+) {
+    let Some(http) = shared.cfg.http.as_ref() else {
+        return;
+    };
+    let ssl = shared.router.ssl(&listen, info.local);
+    let tcp = match io {
+        Stream::Tcp(t) if ssl => t,
+        // An address of that port without `ssl`.
+        io => return start(io, info, listen, &shared, open, phase).await,
+    };
+    let limit = shared
+        .router
+        .server(http, &listen, info.local, None)
+        .map_or(Duration::from_secs(60), |s| s.ssl.handshake_timeout);
+    let number = info.number;
+    let context = |info: &ConnInfo| {
+        format!(
+            ", client: {}, server: {}",
+            info.remote
+                .map_or_else(|| "unix:".to_string(), |a| a.ip().to_string()),
+            info.local
+                .map_or_else(|| info.listen_text.to_string(), |a| a.to_string())
+        )
+    };
+    let mut phase_hs = phase.clone();
+    let handshake = async {
+        // nginx's test: a first byte that starts no TLS record is plain HTTP.
+        let mut first = [0u8; 1];
+        match tcp.peek(&mut first).await {
+            Ok(1) => {}
+            _ => return None,
+        }
+        if !crate::net::tls::looks_like_tls(first[0]) {
+            return Some(Err(tcp));
+        }
+        let local = info.local;
+        let r = crate::net::tls::accept(tcp, |sni| {
+            let name = sni.map(str::to_ascii_lowercase);
+            let i = shared
+                .router
+                .server_index(http, &listen, local, name.as_deref())?;
+            shared.tls.0.get(i).cloned().flatten()
+        })
+        .await;
+        Some(Ok(r))
+    };
+    let outcome = tokio::select! {
+        r = tokio::time::timeout(limit, handshake) => r,
+        // The worker stops: a handshake is not worth waiting for.
+        () = crate::net::accept::running(&mut phase_hs) => return,
+    };
+    let tls = match outcome {
+        Err(_) => {
+            crate::log_conn!(
+                Level::Info,
+                number,
+                "client timed out (110: Connection timed out) while SSL handshaking{}",
+                context(&info)
+            );
+            return;
+        }
+        // Closed before its first byte.
+        Ok(None) => return,
+        Ok(Some(Err(tcp))) => {
+            info.tls = ConnTls::Plain;
+            return start(Stream::Tcp(tcp), info, listen, &shared, open, phase).await;
+        }
+        Ok(Some(Ok(Err(e)))) => {
+            // A server on the address without a certificate is the
+            // configuration's fault (nginx's [error]); the rest the client's.
+            let level = match e {
+                crate::net::tls::HandshakeError::NoCertificate => Level::Error,
+                _ => Level::Info,
+            };
+            crate::log_conn!(
+                level,
+                number,
+                "{} while SSL handshaking{}",
+                e,
+                context(&info)
+            );
+            return;
+        }
+        Ok(Some(Ok(Ok(t)))) => t,
+    };
+    info.tls = ConnTls::Tls(Box::new(tls.details()));
+    start(
+        Stream::Tls(Box::new(tls)),
+        info,
+        listen,
+        &shared,
+        open,
+        phase,
+    )
+    .await;
+}
+
+async fn start(
+    io: Stream,
+    info: ConnInfo,
+    listen: ListenAddr,
+    shared: &Arc<Shared>,
+    open: Open,
+    phase: watch::Receiver<Phase>,
+) {
+    let (ctx, inb) = open_conn(io, info, listen, shared, open);
+    serve_conn(ctx, inb, phase, 0, Instant::now()).await;
+}

@@ -1,0 +1,599 @@
+//! Server-side TLS on an accepted TCP connection (rustls, ring provider):
+//! a server's `rustls::ServerConfig` made from its `ssl_*` settings (its
+//! certificates chosen by the client's signature schemes, sessions kept for
+//! `ssl_session_timeout`), the handshake that picks that config by SNI, and
+//! `TlsStream`, which reads and writes through a shared reference as
+//! `Stream` does, so that the connection code is the same over TLS. No HTTP.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use rustls::crypto::ring as provider;
+use rustls::server::{
+    Acceptor, ClientHello, NoServerSessionStorage, ProducesTickets, ResolvesServerCert,
+    ServerConfig, ServerConnection, ServerSessionMemoryCache, StoresServerSessions,
+};
+use rustls::sign::CertifiedKey;
+use tokio::net::TcpStream;
+
+use crate::conf::ssl::{Protocol, ServerSsl};
+
+/// The first byte of a TLS handshake record; a byte with the high bit set
+/// starts an SSLv2-style hello (not plain HTTP either, as nginx tells them).
+pub fn looks_like_tls(first: u8) -> bool {
+    first == 0x16 || first & 0x80 != 0
+}
+
+/// Picks, among a server's certificates, one whose key signs with the
+/// first signature scheme the client offers that any of them can (rustls
+/// has already narrowed the schemes to the suites both sides have), so RSA
+/// and ECDSA certificates live side by side as in nginx, where the client's
+/// preference decides too.
+#[derive(Debug)]
+struct Certs(Vec<Arc<CertifiedKey>>);
+
+impl ResolvesServerCert for Certs {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        hello.signature_schemes().iter().find_map(|scheme| {
+            self.0
+                .iter()
+                .find(|c| c.key.choose_scheme(std::slice::from_ref(scheme)).is_some())
+                .cloned()
+        })
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Prefixes what it keeps with the time it was made, and refuses it once
+/// `lifetime` has passed: rustls itself does not expire sessions.
+fn stamp(v: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + v.len());
+    out.extend_from_slice(&now_secs().to_be_bytes());
+    out.extend_from_slice(v);
+    out
+}
+
+fn unstamp(mut v: Vec<u8>, lifetime: u64) -> Option<Vec<u8>> {
+    let made = u64::from_be_bytes(v.get(..8)?.try_into().ok()?);
+    if now_secs().saturating_sub(made) > lifetime {
+        return None;
+    }
+    v.drain(..8);
+    Some(v)
+}
+
+/// Session tickets whose keys this process made (rotated by rustls), good
+/// for `ssl_session_timeout`.
+#[derive(Debug)]
+struct Tickets {
+    inner: Arc<dyn ProducesTickets>,
+    lifetime: u32,
+}
+
+impl ProducesTickets for Tickets {
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    fn lifetime(&self) -> u32 {
+        self.lifetime
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.inner.encrypt(&stamp(plain))
+    }
+
+    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
+        unstamp(self.inner.decrypt(cipher)?, u64::from(self.lifetime))
+    }
+}
+
+/// `ssl_session_cache`: this process's cache, entries good for
+/// `ssl_session_timeout`.
+#[derive(Debug)]
+struct Sessions {
+    inner: Arc<ServerSessionMemoryCache>,
+    lifetime: u64,
+}
+
+impl StoresServerSessions for Sessions {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.inner.put(key, stamp(&value))
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        unstamp(self.inner.get(key)?, self.lifetime)
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        unstamp(self.inner.take(key)?, self.lifetime)
+    }
+
+    fn can_cache(&self) -> bool {
+        true
+    }
+}
+
+/// A server's rustls configuration. Made in each worker, so that ticket
+/// keys and the session cache are the worker's own.
+pub fn server_config(s: &ServerSsl) -> Result<Arc<ServerConfig>, rustls::Error> {
+    let mut p = provider::default_provider();
+    let mut suites = Vec::new();
+    if s.protocols.contains(&Protocol::Tls13) {
+        suites.extend(crate::conf::ciphers::tls13());
+    }
+    if s.protocols.contains(&Protocol::Tls12) {
+        suites.extend(s.ciphers.iter().copied());
+    }
+    p.cipher_suites = suites;
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> = s
+        .protocols
+        .iter()
+        .map(|v| match v {
+            Protocol::Tls12 => &rustls::version::TLS12,
+            Protocol::Tls13 => &rustls::version::TLS13,
+        })
+        .collect();
+    let mut cfg = ServerConfig::builder_with_provider(Arc::new(p))
+        .with_protocol_versions(&versions)?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Certs(s.certs.clone())));
+    cfg.ignore_client_order = s.prefer_server_ciphers;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let lifetime = s.session_timeout.as_secs();
+    let sessions = s.session_cache.sessions();
+    cfg.session_storage = if sessions > 0 {
+        Arc::new(Sessions {
+            inner: ServerSessionMemoryCache::new(sessions),
+            lifetime,
+        })
+    } else {
+        Arc::new(NoServerSessionStorage {})
+    };
+    if s.session_tickets {
+        cfg.ticketer = Arc::new(Tickets {
+            inner: provider::Ticketer::new()?,
+            lifetime: u32::try_from(lifetime).unwrap_or(u32::MAX),
+        });
+    } else if sessions == 0 {
+        // Nothing to resume with: no TLS 1.3 tickets either.
+        cfg.send_tls13_tickets = 0;
+    }
+    Ok(Arc::new(cfg))
+}
+
+/// What the variables tell of a TLS connection.
+#[derive(Debug, Clone)]
+pub struct Details {
+    /// `TLSv1.2`, `TLSv1.3`.
+    pub protocol: &'static str,
+    /// The suite's OpenSSL name.
+    pub cipher: &'static str,
+    pub server_name: Option<String>,
+    /// The session was resumed.
+    pub reused: bool,
+}
+
+fn details(c: &ServerConnection) -> Details {
+    Details {
+        protocol: match c.protocol_version() {
+            Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
+            Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
+            _ => "",
+        },
+        cipher: c
+            .negotiated_cipher_suite()
+            .map_or("", crate::conf::ciphers::openssl_name),
+        server_name: c.server_name().map(str::to_owned),
+        reused: matches!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
+    }
+}
+
+/// The socket as rustls's reader and writer: non-blocking calls that clear
+/// tokio's readiness when they would block.
+struct Raw<'a>(&'a TcpStream);
+
+impl Read for Raw<'_> {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        self.0.try_read(b)
+    }
+}
+
+impl Write for Raw<'_> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.0.try_write(b)
+    }
+
+    fn write_vectored(&mut self, b: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.0.try_write_vectored(b)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Why a handshake did not complete.
+#[derive(Debug)]
+pub enum HandshakeError {
+    /// The client closed before it ended.
+    Closed,
+    /// The socket failed.
+    Io(io::Error),
+    /// TLS itself failed (rustls's words).
+    Tls(rustls::Error),
+    /// The server the client asked for has no certificate.
+    NoCertificate,
+}
+
+impl std::fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandshakeError::Closed => f.write_str("peer closed connection in SSL handshake"),
+            HandshakeError::Io(e) => write!(
+                f,
+                "SSL_do_handshake() failed ({})",
+                crate::log::errno_text(e)
+            ),
+            HandshakeError::Tls(e) => write!(f, "SSL_do_handshake() failed (rustls: {e})"),
+            HandshakeError::NoCertificate => {
+                f.write_str("no \"ssl_certificate\" is defined in server listening on SSL port")
+            }
+        }
+    }
+}
+
+/// Sends what rustls has to send, waiting for the socket as needed.
+async fn send_all(
+    tcp: &TcpStream,
+    mut write: impl FnMut(&mut Raw<'_>) -> io::Result<usize>,
+) -> io::Result<()> {
+    loop {
+        match write(&mut Raw(tcp)) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => tcp.writable().await?,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads what the socket has into rustls; Ok(false) when the peer closed.
+async fn recv_some(
+    tcp: &TcpStream,
+    mut read: impl FnMut(&mut Raw<'_>) -> io::Result<usize>,
+) -> io::Result<bool> {
+    loop {
+        match read(&mut Raw(tcp)) {
+            Ok(n) => return Ok(n > 0),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => tcp.readable().await?,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Runs the server side of a handshake (the caller bounds it in time).
+/// `choose` gets the SNI name and gives the config of the server it picks,
+/// None when that server has no certificate.
+pub async fn accept(
+    tcp: TcpStream,
+    choose: impl FnOnce(Option<&str>) -> Option<Arc<ServerConfig>>,
+) -> Result<TlsStream, HandshakeError> {
+    let mut acceptor = Acceptor::default();
+    let accepted = loop {
+        if !recv_some(&tcp, |r| acceptor.read_tls(r))
+            .await
+            .map_err(HandshakeError::Io)?
+        {
+            return Err(HandshakeError::Closed);
+        }
+        match acceptor.accept() {
+            Ok(None) => {}
+            Ok(Some(a)) => break a,
+            Err((e, mut alert)) => {
+                let _ = send_all(&tcp, |w| alert.write(w)).await;
+                return Err(HandshakeError::Tls(e));
+            }
+        }
+    };
+    let Some(config) = choose(accepted.client_hello().server_name()) else {
+        return Err(HandshakeError::NoCertificate);
+    };
+    let mut conn = match accepted.into_connection(config) {
+        Ok(c) => c,
+        Err((e, mut alert)) => {
+            let _ = send_all(&tcp, |w| alert.write(w)).await;
+            return Err(HandshakeError::Tls(e));
+        }
+    };
+    loop {
+        send_all(&tcp, |w| {
+            if conn.wants_write() {
+                conn.write_tls(w)
+            } else {
+                Ok(0)
+            }
+        })
+        .await
+        .map_err(HandshakeError::Io)?;
+        if !conn.is_handshaking() {
+            break;
+        }
+        if !recv_some(&tcp, |r| conn.read_tls(r))
+            .await
+            .map_err(HandshakeError::Io)?
+        {
+            return Err(HandshakeError::Closed);
+        }
+        if let Err(e) = conn.process_new_packets() {
+            // The alert that says why, then close.
+            let _ = conn.write_tls(&mut Raw(&tcp));
+            return Err(HandshakeError::Tls(e));
+        }
+    }
+    Ok(TlsStream {
+        tcp,
+        st: Mutex::new(Box::new(Session {
+            conn,
+            owed: 0,
+            eof: false,
+        })),
+    })
+}
+
+/// A TLS connection's state beside its socket (it travels with the socket
+/// when the connection is parked).
+pub struct Session {
+    conn: ServerConnection,
+    /// Plaintext taken into rustls by a write that then had to wait for
+    /// the socket: reported once it is sent (see `poll_write`).
+    owed: usize,
+    /// The socket said end of file.
+    eof: bool,
+}
+
+impl Session {
+    /// Plaintext is waiting in rustls, or the peer closed: a read would not
+    /// wait.
+    fn readable(&mut self) -> bool {
+        self.eof
+            || match self.conn.process_new_packets() {
+                Ok(io) => io.plaintext_bytes_to_read() > 0 || io.peer_has_closed(),
+                // The read reports it.
+                Err(_) => true,
+            }
+    }
+}
+
+/// A server-side TLS connection after its handshake.
+pub struct TlsStream {
+    tcp: TcpStream,
+    /// One connection's reads and writes take turns on it, never across an
+    /// await: the lock is not contended.
+    st: Mutex<Box<Session>>,
+}
+
+/// The most plaintext one read hands out, one record's worth.
+const RECORD: usize = 16 * 1024;
+
+impl TlsStream {
+    fn lock(&self) -> MutexGuard<'_, Box<Session>> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn details(&self) -> Details {
+        details(&self.lock().conn)
+    }
+
+    pub fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    /// The socket and the TLS state apart (to park the connection).
+    pub fn into_parts(self) -> (TcpStream, Box<Session>) {
+        let st = self.st.into_inner().unwrap_or_else(|e| e.into_inner());
+        (self.tcp, st)
+    }
+
+    pub fn from_parts(tcp: TcpStream, st: Box<Session>) -> TlsStream {
+        TlsStream {
+            tcp,
+            st: Mutex::new(st),
+        }
+    }
+
+    /// Plaintext is waiting in rustls (what the socket's readiness does
+    /// not show).
+    pub fn has_buffered(&self) -> bool {
+        let mut st = self.lock();
+        matches!(st.conn.process_new_packets(), Ok(io) if io.plaintext_bytes_to_read() > 0)
+    }
+
+    /// Ends when the peer closes (close_notify, end of file, or a broken
+    /// record) before sending data; once it has sent some this never ends.
+    /// Records that arrive meanwhile are taken into rustls (their plaintext
+    /// stays there for whoever reads next): a client's close_notify comes as
+    /// bytes, which a peek alone would take for data.
+    pub async fn hung_up(&self) {
+        enum Seen {
+            Data,
+            Closed,
+            More,
+            Nothing,
+        }
+        loop {
+            let seen = {
+                let mut st = self.lock();
+                let st = &mut **st;
+                match st.conn.process_new_packets() {
+                    Ok(io) if io.plaintext_bytes_to_read() > 0 => Seen::Data,
+                    Ok(io) if !io.peer_has_closed() && !st.eof => {
+                        match st.conn.read_tls(&mut Raw(&self.tcp)) {
+                            Ok(0) => {
+                                st.eof = true;
+                                Seen::More
+                            }
+                            Ok(_) => Seen::More,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Seen::Nothing,
+                            Err(_) => Seen::Closed,
+                        }
+                    }
+                    _ => Seen::Closed,
+                }
+            };
+            match seen {
+                Seen::Data => return std::future::pending().await,
+                Seen::Closed => return,
+                Seen::More => {}
+                Seen::Nothing => {
+                    if self.tcp.readable().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.lock().readable() {
+            return Poll::Ready(Ok(()));
+        }
+        self.tcp.poll_read_ready(cx)
+    }
+
+    /// Plaintext into `out` without waiting: WouldBlock when none is there
+    /// and the socket has no whole record; 0 when the peer closed.
+    pub fn try_read(&self, out: &mut [u8]) -> io::Result<usize> {
+        if out.is_empty() {
+            return Ok(0);
+        }
+        let mut st = self.lock();
+        let st = &mut **st;
+        loop {
+            match st.conn.reader().read(out) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // Closed without close_notify, as most clients close.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+            if st.eof {
+                return Ok(0);
+            }
+            if st.conn.read_tls(&mut Raw(&self.tcp))? == 0 {
+                st.eof = true;
+            }
+            if let Err(e) = st.conn.process_new_packets() {
+                let _ = st.conn.write_tls(&mut Raw(&self.tcp));
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+            // What the records asked to send (a key update's answer) goes
+            // now if the socket takes it, else with the next write.
+            while st.conn.wants_write() {
+                if st.conn.write_tls(&mut Raw(&self.tcp)).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Reads into the spare room of `buf` (see `try_read`).
+    pub fn try_read_buf(&self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
+        let len = buf.len();
+        let room = (buf.capacity() - len).min(RECORD);
+        buf.resize(len + room, 0);
+        let r = self.try_read(&mut buf[len..]);
+        buf.truncate(len + r.as_ref().map_or(0, |n| *n));
+        r
+    }
+
+    /// Sends what rustls holds; Pending until the socket took all of it.
+    fn poll_send(&self, st: &mut Session, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while st.conn.wants_write() {
+            match st.conn.write_tls(&mut Raw(&self.tcp)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    std::task::ready!(self.tcp.poll_write_ready(cx))?;
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Encrypts what it takes of `data` and sends it. Ready(n) only once the
+    /// records are on the socket, so that nothing written stays in rustls
+    /// with no one to flush it: when the socket is full after rustls took
+    /// the bytes, they are `owed` and the call is Pending; the retry (with
+    /// the same data, as writers retry) reports them once they went out.
+    pub fn poll_write(
+        &self,
+        cx: &mut Context<'_>,
+        data: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let total: usize = data.iter().map(|b| b.len()).sum();
+        if total == 0 {
+            return Poll::Ready(Ok(0));
+        }
+        let mut st = self.lock();
+        let st = &mut **st;
+        std::task::ready!(self.poll_send(st, cx))?;
+        if st.owed > 0 {
+            let n = std::mem::take(&mut st.owed).min(total);
+            return Poll::Ready(Ok(n));
+        }
+        let n = st.conn.writer().write_vectored(data)?;
+        match self.poll_send(st, cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(n)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                st.owed = n;
+                Poll::Pending
+            }
+        }
+    }
+
+    pub fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut st = self.lock();
+        self.poll_send(&mut st, cx)
+    }
+
+    /// Says close_notify (sent if the socket takes it now).
+    pub fn close_notify(&self) {
+        let mut st = self.lock();
+        st.conn.send_close_notify();
+        while st.conn.wants_write() {
+            if st.conn.write_tls(&mut Raw(&self.tcp)).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_expire() {
+        let v = stamp(b"abc");
+        assert_eq!(unstamp(v.clone(), 10).as_deref(), Some(&b"abc"[..]));
+        let mut old = v;
+        old[..8].copy_from_slice(&(now_secs() - 11).to_be_bytes());
+        assert_eq!(unstamp(old, 10), None);
+        assert_eq!(unstamp(vec![1, 2], 10), None);
+    }
+
+    #[test]
+    fn first_bytes() {
+        assert!(looks_like_tls(0x16));
+        assert!(looks_like_tls(0x80));
+        assert!(!looks_like_tls(b'G'));
+    }
+}
