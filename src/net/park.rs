@@ -83,7 +83,9 @@ struct Entry<T> {
 
 struct State<T> {
     next: u64,
-    parked: HashMap<u64, Entry<T>>,
+    /// Boxed: the table's slots stay two words each, and its growth (by
+    /// doubling) costs far less than with the entries inline.
+    parked: HashMap<u64, Box<Entry<T>>>,
     /// Deadlines, earliest first (an entry resumed meanwhile is skipped).
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     /// All were taken (the worker stops): nothing more is parked.
@@ -161,7 +163,7 @@ impl<T> Parker<T> {
         }
         st.next += 1;
         let earliest = st.deadlines.peek().is_none_or(|Reverse((t, _))| until < *t);
-        st.parked.insert(key, Entry { sock, what, until });
+        st.parked.insert(key, Box::new(Entry { sock, what, until }));
         st.deadlines.push(Reverse((until, key)));
         drop(st);
         if earliest {
@@ -173,7 +175,7 @@ impl<T> Parker<T> {
     fn take(&self, st: &mut State<T>, key: u64) -> Option<Entry<T>> {
         let e = st.parked.remove(&key)?;
         let _ = self.epoll.get_ref().0.delete(e.sock.fd());
-        Some(e)
+        Some(*e)
     }
 
     /// Every parked connection, taken out, and no more parked (the worker
