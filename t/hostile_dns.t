@@ -165,16 +165,17 @@ for my $ttl (4294967295, 2147483648) {
 	ok(becomes('/app', '127.0.0.2', 5), "TTL $ttl taken as 0: asked again soon");
 }
 
-# A TTL of 68 years is believed for a day: the API and the state file.
+# A TTL of 68 years is believed for a day: the API and the state file. The
+# name was resolved at start; on a loaded machine minutes may have passed.
 my $day = 86400;
 my $long;
 poll_until(sub { ($long) = grep { $_->{expires} } @{api()->{long}{sluice}{resolve} // []}; $long }, 5);
 my ($y, $mo, $dd, $h, $mi, $s) = ($long->{expires} // '') =~ /^(\d+)-(\d+)-(\d+)T(\d+):(\d+):(\d+)/;
 my $left = defined $s ? timegm($s, $mi, $h, $dd, $mo - 1, $y) - time() : -1;
-ok($left > $day - 60 && $left <= $day + 1, "API: TTL 2147483647 expires in a day ($left s)");
+ok($left > $day - 600 && $left <= $day + 1, "API: TTL 2147483647 expires in a day ($left s)");
 my ($until) = $t->read_file('long.state') =~ /^long\.test - \S+ \d \d (\d+)$/m;
 $left = defined $until ? $until / 1000 - time() : -1;
-ok($left > $day - 60 && $left <= $day + 1, "state file: the same ($left s)");
+ok($left > $day - 600 && $left <= $day + 1, "state file: the same ($left s)");
 
 # proxy_pass with variables: a top-bit TTL is not cached.
 my $before = queries(qr/^dyn\.test A udp$/m);
