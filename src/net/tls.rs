@@ -200,8 +200,24 @@ fn details(c: &ServerConnection) -> Details {
 struct Raw<'a>(&'a TcpStream);
 
 impl Read for Raw<'_> {
+    /// A read that did not fill the room clears the socket's readiness (as
+    /// `Stream::try_read_buf` does): the next wait goes to the poller, not
+    /// to a read that would only say EAGAIN.
     fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
-        self.0.try_read(b)
+        let room = b.len();
+        let mut got = None;
+        let r = self.0.try_io(tokio::io::Interest::READABLE, || {
+            let n = self.0.try_read(b)?;
+            got = Some(n);
+            if n > 0 && n < room {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        });
+        match (r, got) {
+            (_, Some(n)) => Ok(n),
+            (r, None) => r,
+        }
     }
 }
 
@@ -427,12 +443,17 @@ impl TlsStream {
             More,
             Nothing,
         }
+        // The socket is read only once it says it is readable: while the
+        // request is handled it usually is not, and a read would only say
+        // EAGAIN.
+        let mut ready = false;
         loop {
             let seen = {
                 let mut st = self.lock();
                 let st = &mut **st;
                 match st.conn.process_new_packets() {
                     Ok(io) if io.plaintext_bytes_to_read() > 0 => Seen::Data,
+                    Ok(io) if !io.peer_has_closed() && !st.eof && !ready => Seen::Nothing,
                     Ok(io) if !io.peer_has_closed() && !st.eof => {
                         match st.conn.read_tls(&mut Raw(&self.tcp)) {
                             Ok(0) => {
@@ -455,6 +476,7 @@ impl TlsStream {
                     if self.tcp.readable().await.is_err() {
                         return;
                     }
+                    ready = true;
                 }
             }
         }
@@ -470,13 +492,24 @@ impl TlsStream {
     /// Plaintext into `out` without waiting: WouldBlock when none is there
     /// and the socket has no whole record; 0 when the peer closed.
     pub fn try_read(&self, out: &mut [u8]) -> io::Result<usize> {
-        if out.is_empty() {
+        self.try_take(out.len(), |r| r.read(out))
+    }
+
+    /// Hands the plaintext rustls has to `take` (up to `room` bytes),
+    /// reading and decrypting records from the socket first when it has
+    /// none (see `try_read`).
+    fn try_take(
+        &self,
+        room: usize,
+        mut take: impl FnMut(&mut rustls::Reader<'_>) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        if room == 0 {
             return Ok(0);
         }
         let mut st = self.lock();
         let st = &mut **st;
         loop {
-            match st.conn.reader().read(out) {
+            match take(&mut st.conn.reader()) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 // Closed without close_notify, as most clients close.
@@ -503,14 +536,17 @@ impl TlsStream {
         }
     }
 
-    /// Reads into the spare room of `buf` (see `try_read`).
+    /// Reads into the spare room of `buf` (see `try_read`), copying only
+    /// the plaintext there is (no room is zeroed first).
     pub fn try_read_buf(&self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
-        let len = buf.len();
-        let room = (buf.capacity() - len).min(RECORD);
-        buf.resize(len + room, 0);
-        let r = self.try_read(&mut buf[len..]);
-        buf.truncate(len + r.as_ref().map_or(0, |n| *n));
-        r
+        let room = (buf.capacity() - buf.len()).min(RECORD);
+        self.try_take(room, |r| {
+            let chunk = std::io::BufRead::fill_buf(r)?;
+            let n = chunk.len().min(room);
+            buf.extend_from_slice(&chunk[..n]);
+            std::io::BufRead::consume(r, n);
+            Ok(n)
+        })
     }
 
     /// Sends what rustls holds; Pending until the socket took all of it.
