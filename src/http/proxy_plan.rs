@@ -72,16 +72,9 @@ pub(super) fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
     }
 }
 
-/// Reads the whole client body (nginx buffers it before connecting, which is
-/// what lets a retry send it again): in memory up to
-/// `client_body_buffer_size`, in a temporary file in `client_body_temp_path`
-/// past it, as nginx. Err is the status to answer with.
-async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
-    let mut body = match body {
-        ClientBody::Incoming(b) => b,
-        ClientBody::Empty => return Ok(Payload::default()),
-    };
-    body.limit(r.conf.client_max_body_size);
+/// The body's declared `Content-Length`, refused with 413 (logged as nginx
+/// logs it) when it is over `client_max_body_size`.
+fn declared_length(r: &Req) -> Result<Option<u64>, u16> {
     let max = r.conf.client_max_body_size;
     let declared = r
         .headers
@@ -100,6 +93,77 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
             return Err(413);
         }
     }
+    Ok(declared)
+}
+
+/// `client_body_timeout` passed between two reads of the body: logged, and
+/// the status to answer with.
+pub(super) fn body_timed_out(r: &Req) -> u16 {
+    crate::log_conn!(
+        Level::Info,
+        r.conn.number,
+        "client timed out (110: Connection timed out) while reading client request body{}",
+        r.log_context(None)
+    );
+    408
+}
+
+/// The body could not be read (over `client_max_body_size`, bad chunks, the
+/// client gone): logged as nginx logs it, and the status to answer with.
+pub(super) fn body_failed(r: &Req, e: &super::response::BoxError) -> u16 {
+    if let Some(big) = e.downcast_ref::<super::inbound::TooLarge>() {
+        crate::log_conn!(
+            Level::Error,
+            r.conn.number,
+            "{}{}",
+            big,
+            r.log_context(None)
+        );
+        return 413;
+    }
+    let level = if e.is::<super::inbound::BodyReadError>() && e.to_string().contains("invalid") {
+        Level::Error
+    } else {
+        Level::Info
+    };
+    crate::log_conn!(
+        level,
+        r.conn.number,
+        "{} while reading client request body{}",
+        e,
+        r.log_context(None)
+    );
+    400
+}
+
+/// The body has grown past `client_max_body_size` (a chunked body, whose
+/// size nobody declared): logged, and the status to answer with.
+pub(super) fn over_limit(r: &Req, total: u64) -> Option<u16> {
+    let max = r.conf.client_max_body_size;
+    if max == 0 || total <= max {
+        return None;
+    }
+    crate::log_conn!(
+        Level::Error,
+        r.conn.number,
+        "client intended to send too large chunked body: {} bytes{}",
+        total,
+        r.log_context(None)
+    );
+    Some(413)
+}
+
+/// Reads the whole client body (nginx buffers it before connecting, which is
+/// what lets a retry send it again): in memory up to
+/// `client_body_buffer_size`, in a temporary file in `client_body_temp_path`
+/// past it, as nginx. Err is the status to answer with.
+async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
+    let mut body = match body {
+        ClientBody::Incoming(b) => b,
+        ClientBody::Empty => return Ok(Payload::default()),
+    };
+    body.limit(r.conf.client_max_body_size);
+    let declared = declared_length(r)?;
     let room = r.conf.client_body_buffer_size;
     // Memory for what the body declares, up to the buffer; past it, a file.
     let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(room) as usize);
@@ -107,58 +171,17 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
     let mut total: u64 = 0;
     loop {
         let frame = match tokio::time::timeout(r.conf.client_body_timeout, body.frame()).await {
-            Err(_) => {
-                crate::log_conn!(
-                    Level::Info,
-                    r.conn.number,
-                    "client timed out (110: Connection timed out) while reading client request body{}",
-                    r.log_context(None)
-                );
-                return Err(408);
-            }
+            Err(_) => return Err(body_timed_out(r)),
             Ok(None) => break,
-            Ok(Some(Err(e))) => {
-                if let Some(big) = e.downcast_ref::<super::inbound::TooLarge>() {
-                    crate::log_conn!(
-                        Level::Error,
-                        r.conn.number,
-                        "{}{}",
-                        big,
-                        r.log_context(None)
-                    );
-                    return Err(413);
-                }
-                let level = if e.is::<super::inbound::BodyReadError>()
-                    && e.to_string().contains("invalid")
-                {
-                    Level::Error
-                } else {
-                    Level::Info
-                };
-                crate::log_conn!(
-                    level,
-                    r.conn.number,
-                    "{} while reading client request body{}",
-                    e,
-                    r.log_context(None)
-                );
-                return Err(400);
-            }
+            Ok(Some(Err(e))) => return Err(body_failed(r, &e)),
             Ok(Some(Ok(f))) => f,
         };
         let Ok(d) = frame.into_data() else {
             continue;
         };
         total += d.len() as u64;
-        if max > 0 && total > max {
-            crate::log_conn!(
-                Level::Error,
-                r.conn.number,
-                "client intended to send too large chunked body: {} bytes{}",
-                total,
-                r.log_context(None)
-            );
-            return Err(413);
+        if let Some(status) = over_limit(r, total) {
+            return Err(status);
         }
         if spool.is_none() && (buf.len() + d.len()) as u64 <= room {
             buf.extend_from_slice(d.as_ref());
