@@ -4,8 +4,9 @@
 # arrives (the backend sees the first half before the client sent the
 # second), with its Content-Length, or chunked to an HTTP/1.1 upstream (to
 # HTTP/1.0 it is buffered and gets a length, as nginx). A chunked body that
-# grows past client_max_body_size, or has a bad chunk size mid-stream, ends
-# the attempt (413, 400) and the upstream connection is closed, not reused. A
+# grows past client_max_body_size, or has a bad chunk size mid-stream, or a
+# client that stops sending (client_body_timeout) ends the attempt (413, 400,
+# 408) and the upstream connection is closed, not reused. A
 # peer that refuses the connection is skipped with the body untouched; once
 # the body started, a failure is final (502, the next peer sees nothing). With
 # "on" (the default) the backend sees nothing until the body is whole.
@@ -25,7 +26,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy/)->plan(27);
+my $t = Test::Sluice->new()->has(qw/http proxy/)->plan(29);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -70,6 +71,10 @@ http {
         }
         location /fail/ {
             proxy_pass http://failing;
+        }
+        location /slow/ {
+            proxy_pass http://u;
+            client_body_timeout 1s;
         }
         location /on/ {
             proxy_pass http://u;
@@ -250,6 +255,22 @@ EOF
 ok($saw, 'the failing peer had the start of the body');
 like($r, qr/^HTTP\/1.1 502/, 'failure after the body started: 502');
 is(bytes_seen($backup), '', 'failure after the body started: no retry');
+
+# A client that stops sending mid-way: client_body_timeout, 408, and the
+# upstream connection closed.
+my $h4 = 'stalled-' . ('l' x 100);
+$s = http(<<"EOF", start => 1, body => $h4);
+PUT /slow/x HTTP/1.1
+Host: localhost
+Connection: close
+Content-Length: 1000
+
+EOF
+$r = http_end($s, timeout => 5);
+like($r, qr/^HTTP\/1.1 408/, 'client_body_timeout mid-way: 408');
+$n = conn_of($main, '/slow/x');
+ok(poll_until(sub { defined $n && events($main) =~ /^$n closed$/m }, 5),
+	'client_body_timeout: the upstream connection was closed');
 
 # Expect: 100-continue is answered when the body is first read.
 $s = http(<<"EOF", start => 1);
