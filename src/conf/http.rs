@@ -641,6 +641,42 @@ mod tests {
         assert!(matches!(&s.script[0], Stmt::Return(r) if r.code == 302));
     }
 
+    /// `proxy_request_buffering`: on by default, merged down the levels,
+    /// its value and repetition checked with the file and line.
+    #[test]
+    fn proxy_request_buffering() {
+        let (c, _) = try_build(
+            "events {}\nhttp {\nproxy_request_buffering off;\nserver { location /a { }\n\
+             location /b { proxy_request_buffering on; } }\nserver { listen 81; proxy_request_buffering on; } }",
+        )
+        .unwrap();
+        let http = c.http.unwrap();
+        let s = &http.servers[0];
+        assert!(!s.conf.proxy_request_buffering);
+        assert!(!s.locations[0].conf.proxy_request_buffering);
+        assert!(s.locations[1].conf.proxy_request_buffering);
+        assert!(http.servers[1].conf.proxy_request_buffering);
+        let (c, _) = try_build("events {}\nhttp { server { location / { } } }").unwrap();
+        assert!(
+            c.http.unwrap().servers[0].locations[0]
+                .conf
+                .proxy_request_buffering
+        );
+        let e = |s: &str| err(&format!("events {{}}\nhttp {{\nserver {{\n{s}\n}}\n}}"));
+        assert_eq!(
+            e("proxy_request_buffering maybe;"),
+            "invalid value \"maybe\" in \"proxy_request_buffering\" directive, it must be \"on\" or \"off\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("proxy_request_buffering on;\nproxy_request_buffering off;"),
+            "\"proxy_request_buffering\" directive is duplicate in /t.conf:5"
+        );
+        assert_eq!(
+            e("proxy_request_buffering;"),
+            "invalid number of arguments in \"proxy_request_buffering\" directive in /t.conf:4"
+        );
+    }
+
     #[test]
     fn http_errors() {
         let e = |s: &str| err(&format!("events {{}}\nhttp {{\nserver {{\n{s}\n}}\n}}"));

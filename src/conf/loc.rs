@@ -80,6 +80,9 @@ loc_settings! {
     /// nginx's default on 64-bit platforms: two pages.
     client_body_buffer_size: u64 = |_| 16 * 1024,
     proxy_buffering: bool = |_| true,
+    /// `proxy_request_buffering off`: the client's body goes upstream as it
+    /// arrives instead of being read whole before connecting.
+    proxy_request_buffering: bool = |_| true,
     proxy_buffer_size: u64 = |_| 4096,
     /// `proxy_buffers NUMBER SIZE`.
     proxy_buffers: (u32, u64) = |_| (8, 4096),

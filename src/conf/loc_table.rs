@@ -47,6 +47,13 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_flag,
     },
     Spec {
+        name: "proxy_request_buffering",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
         name: "proxy_buffer_size",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -428,6 +435,7 @@ fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
         "rewrite_log" => &mut l.rewrite_log,
         "proxy_intercept_errors" => &mut l.proxy_intercept_errors,
         "proxy_buffering" => &mut l.proxy_buffering,
+        "proxy_request_buffering" => &mut l.proxy_request_buffering,
         "real_ip_recursive" => &mut l.real_ip_recursive,
         "uninitialized_variable_warn" => &mut l.uninitialized_variable_warn,
         "proxy_pass_request_headers" => &mut l.proxy_pass_request_headers,

@@ -18,6 +18,7 @@ mod pipeline;
 pub mod proxy;
 mod proxy_body;
 mod proxy_plan;
+mod proxy_stream;
 pub mod range;
 pub mod realip;
 pub mod response;

@@ -17,6 +17,7 @@ use http_body_util::BodyExt;
 use super::framing::upstream_framing;
 use super::proxy_body::ProxyBody;
 use super::proxy_plan::{Plan, plan};
+use super::proxy_stream::Broken;
 use super::response;
 use super::vars::{Attempt, Req};
 use super::{ClientBody, Reply};
@@ -179,18 +180,39 @@ pub(crate) async fn run(
         };
         c.conn.track(&ups.reg, &snap, c.id);
         let connect_time = c.began.elapsed();
-        let sent = plan.body.len();
         // Only a log line needs the upstream URL.
         let url = |c: &Connected<Pooled>, uri: &str| format!("http://{}{uri}", c.name);
-        let head = match exchange(&mut c.conn, r, &plan, &conf).await {
+        let head = match exchange(&mut c.conn, r, &mut plan, &conf).await {
             Ok(head) => head,
-            Err(Unanswered { f, unsent, stage }) => {
+            // The client's body could not be read while it streamed: the
+            // attempt ends, the peer did nothing wrong (nginx frees it as
+            // after a success), and its connection is not reused.
+            Err(Failed::Client(status)) => {
+                c.held.done();
+                attempts.release(c.id, Outcome::Ok, || {
+                    r.log_context(Some(&url(&c, &plan.uri)))
+                });
+                record(
+                    r,
+                    Attempt {
+                        addr: c.name.clone(),
+                        connect: Some(connect_time),
+                        sent: plan.sent(),
+                        ..Attempt::default()
+                    },
+                );
+                return Reply::Status(status);
+            }
+            Err(Failed::Upstream(Unanswered { f, unsent, stage })) => {
                 let went = !unsent;
+                // A body streamed as it arrived cannot be sent again once
+                // any of the request went (nginx's rule).
+                let last = went && plan.streams();
                 // A cached connection the upstream had closed: try again
                 // without using up a try, as nginx does, and (unlike nginx)
                 // without counting a failure: the peer did nothing wrong, and
                 // pick_first must not move away from it.
-                let stale = c.cached && f.kind == Kind::Closed;
+                let stale = c.cached && f.kind == Kind::Closed && !last;
                 let level = if stale { Level::Info } else { Level::Error };
                 let ctx = r.log_context(Some(&url(&c, &plan.uri)));
                 crate::log_conn!(level, r.conn.number, "{} while {}{}", f.text, stage, ctx);
@@ -210,16 +232,17 @@ pub(crate) async fn run(
                         addr: c.name.clone(),
                         status: Some(f.status()),
                         connect: Some(connect_time),
-                        sent,
+                        sent: plan.sent(),
                         ..Attempt::default()
                     },
                 );
-                if attempts.retry(f.condition(), went) {
+                if !last && attempts.retry(f.condition(), went) {
                     continue;
                 }
                 return Reply::Status(f.status());
             }
         };
+        let sent = plan.sent();
         let status = head.status.as_u16();
         snap.responded(c.id, status);
         if sent > 0 {
@@ -237,8 +260,9 @@ pub(crate) async fn run(
             sent,
             ..Attempt::default()
         };
-        // proxy_next_upstream http_5xx/403/404/429.
-        if let Some(bits) = NextUpstream::for_status(status) {
+        // proxy_next_upstream http_5xx/403/404/429; not for a body that
+        // streamed: it went, and is gone.
+        if let Some(bits) = NextUpstream::for_status(status).filter(|_| !plan.streams()) {
             if attempts.retry(bits, true) {
                 let outcome = if bits == NextUpstream::HTTP_403 || bits == NextUpstream::HTTP_404 {
                     Outcome::Next
@@ -274,9 +298,9 @@ pub(crate) async fn run(
 async fn exchange(
     conn: &mut Pooled,
     r: &Req,
-    plan: &Plan,
+    plan: &mut Plan,
     conf: &crate::conf::loc::LocConf,
-) -> Result<ResponseHead, Unanswered> {
+) -> Result<ResponseHead, Failed> {
     use h1conn::Error;
     conn.requests += 1;
     // A small body goes in the same write as the head.
@@ -288,10 +312,12 @@ async fn exchange(
     head.extend_from_slice(&plan.head);
     const SENDING: &str = "sending request to upstream";
     const READING: &str = "reading response header from upstream";
-    let fail = |kind, text: String, stage| Unanswered {
-        f: Failure::upstream(kind, text),
-        unsent: false,
-        stage,
+    let fail = |kind, text: String, stage| {
+        Failed::Upstream(Unanswered {
+            f: Failure::upstream(kind, text),
+            unsent: false,
+            stage,
+        })
     };
     let timed_out = || "upstream timed out (110: Connection timed out)".to_string();
     match conn
@@ -302,17 +328,29 @@ async fn exchange(
         Ok(()) => {}
         // Nothing went: a stale cached connection, as nginx's request_sent.
         Err(Error::Write { sent: false, .. }) => {
-            return Err(Unanswered {
+            return Err(Failed::Upstream(Unanswered {
                 f: Failure::upstream(Kind::Closed, "upstream prematurely closed connection"),
                 unsent: true,
                 stage: READING,
-            });
+            }));
         }
         Err(Error::Write { e, .. }) => {
             let text = format!("writev() failed ({})", crate::log::errno_text(&e));
             return Err(fail(Kind::Closed, text, SENDING));
         }
         Err(_) => return Err(fail(Kind::Timeout, timed_out(), SENDING)),
+    }
+    // `proxy_request_buffering off`: the body, as it arrives.
+    if let Some(stream) = plan.stream.as_mut() {
+        match stream.send(&mut conn.h1, r).await {
+            Ok(()) => {}
+            Err(Broken::Client(status)) => return Err(Failed::Client(status)),
+            Err(Broken::Upstream(Error::Write { e, .. })) => {
+                let text = format!("writev() failed ({})", crate::log::errno_text(&e));
+                return Err(fail(Kind::Closed, text, SENDING));
+            }
+            Err(Broken::Upstream(_)) => return Err(fail(Kind::Timeout, timed_out(), SENDING)),
+        }
     }
     let limit = usize::try_from(conf.proxy_buffer_size).unwrap_or(usize::MAX);
     let head = match conn.h1.read_head(conf.proxy_read_timeout, limit).await {
@@ -353,6 +391,14 @@ async fn exchange(
         ));
     }
     Ok(head)
+}
+
+/// Why an exchange ended without a response head.
+enum Failed {
+    Upstream(Unanswered),
+    /// The client's body, streamed as it arrived, could not be read: the
+    /// status to answer with.
+    Client(u16),
 }
 
 /// A failed exchange: what failed, at which stage, and whether nothing of

@@ -13,8 +13,10 @@ use http_body_util::BodyExt;
 use std::sync::Arc;
 
 use super::ClientBody;
+use super::proxy_stream::Streamed;
 use super::vars::Req;
 use crate::conf::model::ProxyPass;
+use crate::h1::body::Framing;
 use crate::log::Level;
 use crate::upstream::body::{Payload, Spool};
 
@@ -72,16 +74,9 @@ pub(super) fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
     }
 }
 
-/// Reads the whole client body (nginx buffers it before connecting, which is
-/// what lets a retry send it again): in memory up to
-/// `client_body_buffer_size`, in a temporary file in `client_body_temp_path`
-/// past it, as nginx. Err is the status to answer with.
-async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
-    let mut body = match body {
-        ClientBody::Incoming(b) => b,
-        ClientBody::Empty => return Ok(Payload::default()),
-    };
-    body.limit(r.conf.client_max_body_size);
+/// The body's declared `Content-Length`, refused with 413 (logged as nginx
+/// logs it) when it is over `client_max_body_size`.
+fn declared_length(r: &Req) -> Result<Option<u64>, u16> {
     let max = r.conf.client_max_body_size;
     let declared = r
         .headers
@@ -100,6 +95,77 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
             return Err(413);
         }
     }
+    Ok(declared)
+}
+
+/// `client_body_timeout` passed between two reads of the body: logged, and
+/// the status to answer with.
+pub(super) fn body_timed_out(r: &Req) -> u16 {
+    crate::log_conn!(
+        Level::Info,
+        r.conn.number,
+        "client timed out (110: Connection timed out) while reading client request body{}",
+        r.log_context(None)
+    );
+    408
+}
+
+/// The body could not be read (over `client_max_body_size`, bad chunks, the
+/// client gone): logged as nginx logs it, and the status to answer with.
+pub(super) fn body_failed(r: &Req, e: &super::response::BoxError) -> u16 {
+    if let Some(big) = e.downcast_ref::<super::inbound::TooLarge>() {
+        crate::log_conn!(
+            Level::Error,
+            r.conn.number,
+            "{}{}",
+            big,
+            r.log_context(None)
+        );
+        return 413;
+    }
+    let level = if e.is::<super::inbound::BodyReadError>() && e.to_string().contains("invalid") {
+        Level::Error
+    } else {
+        Level::Info
+    };
+    crate::log_conn!(
+        level,
+        r.conn.number,
+        "{} while reading client request body{}",
+        e,
+        r.log_context(None)
+    );
+    400
+}
+
+/// The body has grown past `client_max_body_size` (a chunked body, whose
+/// size nobody declared): logged, and the status to answer with.
+pub(super) fn over_limit(r: &Req, total: u64) -> Option<u16> {
+    let max = r.conf.client_max_body_size;
+    if max == 0 || total <= max {
+        return None;
+    }
+    crate::log_conn!(
+        Level::Error,
+        r.conn.number,
+        "client intended to send too large chunked body: {} bytes{}",
+        total,
+        r.log_context(None)
+    );
+    Some(413)
+}
+
+/// Reads the whole client body (nginx buffers it before connecting, which is
+/// what lets a retry send it again): in memory up to
+/// `client_body_buffer_size`, in a temporary file in `client_body_temp_path`
+/// past it, as nginx. Err is the status to answer with.
+async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
+    let mut body = match body {
+        ClientBody::Incoming(b) => b,
+        ClientBody::Empty => return Ok(Payload::default()),
+    };
+    body.limit(r.conf.client_max_body_size);
+    let declared = declared_length(r)?;
     let room = r.conf.client_body_buffer_size;
     // Memory for what the body declares, up to the buffer; past it, a file.
     let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(room) as usize);
@@ -107,58 +173,17 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
     let mut total: u64 = 0;
     loop {
         let frame = match tokio::time::timeout(r.conf.client_body_timeout, body.frame()).await {
-            Err(_) => {
-                crate::log_conn!(
-                    Level::Info,
-                    r.conn.number,
-                    "client timed out (110: Connection timed out) while reading client request body{}",
-                    r.log_context(None)
-                );
-                return Err(408);
-            }
+            Err(_) => return Err(body_timed_out(r)),
             Ok(None) => break,
-            Ok(Some(Err(e))) => {
-                if let Some(big) = e.downcast_ref::<super::inbound::TooLarge>() {
-                    crate::log_conn!(
-                        Level::Error,
-                        r.conn.number,
-                        "{}{}",
-                        big,
-                        r.log_context(None)
-                    );
-                    return Err(413);
-                }
-                let level = if e.is::<super::inbound::BodyReadError>()
-                    && e.to_string().contains("invalid")
-                {
-                    Level::Error
-                } else {
-                    Level::Info
-                };
-                crate::log_conn!(
-                    level,
-                    r.conn.number,
-                    "{} while reading client request body{}",
-                    e,
-                    r.log_context(None)
-                );
-                return Err(400);
-            }
+            Ok(Some(Err(e))) => return Err(body_failed(r, &e)),
             Ok(Some(Ok(f))) => f,
         };
         let Ok(d) = frame.into_data() else {
             continue;
         };
         total += d.len() as u64;
-        if max > 0 && total > max {
-            crate::log_conn!(
-                Level::Error,
-                r.conn.number,
-                "client intended to send too large chunked body: {} bytes{}",
-                total,
-                r.log_context(None)
-            );
-            return Err(413);
+        if let Some(status) = over_limit(r, total) {
+            return Err(status);
         }
         if spool.is_none() && (buf.len() + d.len()) as u64 <= room {
             buf.extend_from_slice(d.as_ref());
@@ -233,13 +258,14 @@ fn has_token(value: &[u8], token: &str) -> bool {
 /// request line, then the headers in nginx's order: `proxy_set_header`
 /// (with the default `Host: $proxy_host`) first, as configured, then the
 /// client's, in the case and order they arrived, less the ones the proxy
-/// replaces or must not pass. True: the head asks the upstream to close
-/// (`Connection: close`).
+/// replaces or must not pass; last, the body's framing: a length, or
+/// chunks for a chunked body streamed as it arrives. True: the head asks the
+/// upstream to close (`Connection: close`).
 pub(super) fn upstream_head(
     r: &Req,
     uri: &str,
     version: Version,
-    body_len: u64,
+    body: Framing,
     out: &mut Vec<u8>,
 ) -> bool {
     use crate::h1::write;
@@ -289,10 +315,14 @@ pub(super) fn upstream_head(
             line(name, value.as_bytes(), out);
         }
     }
-    if body_len > 0 {
-        out.extend_from_slice(b"Content-Length: ");
-        out.extend_from_slice(body_len.to_string().as_bytes());
-        out.extend_from_slice(b"\r\n");
+    match body {
+        Framing::Length(n) if n > 0 => {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(n.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        _ => {}
     }
     out.extend_from_slice(b"\r\n");
     close
@@ -305,7 +335,49 @@ pub(super) struct Plan {
     pub(super) head: Vec<u8>,
     /// The head asks the upstream to close the connection.
     pub(super) asks_close: bool,
+    /// The body, read whole before connecting (empty when it streams).
     pub(super) body: Payload,
+    /// `proxy_request_buffering off`: the body, sent as it arrives after
+    /// the head.
+    pub(super) stream: Option<Streamed>,
+}
+
+impl Plan {
+    /// The body bytes an attempt sent upstream.
+    pub(super) fn sent(&self) -> u64 {
+        self.body.len() + self.stream.as_ref().map_or(0, |s| s.sent)
+    }
+
+    /// The body goes as it arrives: once any of the request went, the
+    /// request cannot go to another peer (nginx's rule).
+    pub(super) fn streams(&self) -> bool {
+        self.stream.is_some()
+    }
+}
+
+/// How the client's body will go upstream as it arrives, when it can
+/// (nginx's rule): `proxy_request_buffering off`, no `proxy_set_body`, the
+/// body passed, and a chunked one only to an HTTP/1.1 upstream. None: read
+/// it whole first. `incoming`: the request has the client's body (an
+/// internal redirect has none).
+fn streamed_framing(r: &Req, incoming: bool) -> Option<Framing> {
+    let conf = &r.conf;
+    if conf.proxy_request_buffering
+        || conf.proxy_set_body.is_some()
+        || !conf.proxy_pass_request_body
+        || !incoming
+    {
+        return None;
+    }
+    // The connection refused any other framing before the handler ran.
+    if r.headers.contains_key(header::TRANSFER_ENCODING) {
+        return (conf.proxy_http_version == 11).then_some(Framing::Chunked);
+    }
+    r.headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| crate::h1::body::content_length(v.as_bytes()))
+        .filter(|&n| n > 0)
+        .map(Framing::Length)
 }
 
 /// Reads the client's body and builds what every attempt sends. Err: the
@@ -313,6 +385,31 @@ pub(super) struct Plan {
 pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Result<Plan, u16> {
     r.proxy_host = pp.proxy_host.clone();
     r.proxy_port = pp.proxy_port;
+    let uri = upstream_uri(r, pp);
+    let version = if r.conf.proxy_http_version == 10 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    let streamed = streamed_framing(r, matches!(body, ClientBody::Incoming(_)));
+    let body = match (streamed, body) {
+        (Some(framing), ClientBody::Incoming(incoming)) => {
+            // A declared length over the limit is refused before
+            // connecting; a chunked body is stopped when it grows past it.
+            declared_length(r)?;
+            incoming.limit(r.conf.client_max_body_size);
+            let mut head = Vec::with_capacity(512);
+            let asks_close = upstream_head(r, &uri, version, framing, &mut head);
+            return Ok(Plan {
+                uri,
+                head,
+                asks_close,
+                body: Payload::default(),
+                stream: Some(Streamed::new(incoming, framing == Framing::Chunked)),
+            });
+        }
+        (_, body) => body,
+    };
     let mut payload = if r.conf.proxy_pass_request_body {
         read_body(r, body).await?
     } else {
@@ -322,19 +419,15 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
     if let Some(t) = &r.conf.proxy_set_body {
         payload = Payload::Mem(Bytes::from(r.eval(t)));
     }
-    let uri = upstream_uri(r, pp);
-    let version = if r.conf.proxy_http_version == 10 {
-        Version::HTTP_10
-    } else {
-        Version::HTTP_11
-    };
     let mut head = Vec::with_capacity(512);
-    let asks_close = upstream_head(r, &uri, version, payload.len(), &mut head);
+    let framing = Framing::Length(payload.len());
+    let asks_close = upstream_head(r, &uri, version, framing, &mut head);
     Ok(Plan {
         uri,
         head,
         asks_close,
         body: payload,
+        stream: None,
     })
 }
 
@@ -374,7 +467,7 @@ mod tests {
         ];
         r.conf = std::sync::Arc::new(conf);
         let mut out = Vec::new();
-        let close = upstream_head(&r, "/u?a=1", Version::HTTP_11, 5, &mut out);
+        let close = upstream_head(&r, "/u?a=1", Version::HTTP_11, Framing::Length(5), &mut out);
         assert!(close, "the configured Connection: close is seen");
         assert_eq!(
             String::from_utf8_lossy(&out),
@@ -387,12 +480,68 @@ mod tests {
         conf.proxy_set_header.clear();
         r.conf = std::sync::Arc::new(conf);
         out.clear();
-        assert!(upstream_head(&r, "/", Version::HTTP_10, 0, &mut out));
+        assert!(upstream_head(
+            &r,
+            "/",
+            Version::HTTP_10,
+            Framing::Length(0),
+            &mut out
+        ));
         assert_eq!(
             String::from_utf8_lossy(&out),
             "GET / HTTP/1.0\r\nHost: backend\r\nConnection: close\r\nX-Case: 1\r\n\
              x-case: 2\r\nX-Real-IP: spoofed\r\n\r\n"
         );
+    }
+
+    /// A body streamed as it arrives keeps its framing: the client's
+    /// length, or chunks (the client's own framing headers never pass).
+    #[test]
+    fn upstream_head_frames_a_streamed_body() {
+        let mut r = super::super::vars::tests::req();
+        r.proxy_host = "b".into();
+        r.headers =
+            crate::h1::head::Headers::from_pairs([("Transfer-Encoding", "chunked"), ("X-A", "1")]);
+        let mut out = Vec::new();
+        upstream_head(&r, "/", Version::HTTP_11, Framing::Chunked, &mut out);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "GET / HTTP/1.1\r\nHost: b\r\nX-A: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+    }
+
+    /// nginx's rule for streaming: off, no proxy_set_body, the body passed,
+    /// and chunked only to HTTP/1.1.
+    #[test]
+    fn which_bodies_stream() {
+        let mut r = super::super::vars::tests::req();
+        let set = |r: &mut Req, f: &dyn Fn(&mut crate::conf::loc::LocConf)| {
+            let mut conf = (*r.conf).clone();
+            f(&mut conf);
+            r.conf = std::sync::Arc::new(conf);
+        };
+        r.headers = crate::h1::head::Headers::from_pairs([("Content-Length", "7")]);
+        assert_eq!(streamed_framing(&r, true), None, "on: buffered");
+        set(&mut r, &|c| c.proxy_request_buffering = false);
+        assert_eq!(streamed_framing(&r, true), Some(Framing::Length(7)));
+        assert_eq!(streamed_framing(&r, false), None);
+        r.headers = crate::h1::head::Headers::from_pairs([("Content-Length", "0")]);
+        assert_eq!(streamed_framing(&r, true), None, "nothing to stream");
+        r.headers = crate::h1::head::Headers::from_pairs([("Transfer-Encoding", "chunked")]);
+        set(&mut r, &|c| c.proxy_http_version = 11);
+        assert_eq!(streamed_framing(&r, true), Some(Framing::Chunked));
+        set(&mut r, &|c| c.proxy_http_version = 10);
+        assert_eq!(streamed_framing(&r, true), None, "chunked to 1.0: buffered");
+        set(&mut r, &|c| {
+            c.proxy_http_version = 11;
+            c.proxy_pass_request_body = false;
+        });
+        assert_eq!(streamed_framing(&r, true), None);
+        set(&mut r, &|c| {
+            c.proxy_pass_request_body = true;
+            c.proxy_set_body = Some(crate::conf::vars::compile("x").unwrap());
+        });
+        assert_eq!(streamed_framing(&r, true), None);
     }
 
     #[test]

@@ -161,6 +161,13 @@ impl H1 {
         }
     }
 
+    /// Writes more of a request whose head already went (a body streamed as
+    /// it arrives): `proxy_send_timeout` bounds each wait for the socket. A
+    /// failed write reports that the request had been sent.
+    pub async fn write_more(&mut self, buf: &[u8], timeout: Duration) -> Result<(), Error> {
+        write_all(&mut self.io, buf, timeout, &mut true).await
+    }
+
     /// Reads the response head, skipping interim responses other than 101
     /// (nginx ignores a 100 or 103 from the upstream). `limit`:
     /// `proxy_buffer_size`.
