@@ -148,6 +148,12 @@ pub async fn serve(
         next_conn,
         conns: crate::net::track::Tracker::new(),
         parker: crate::net::park::Parker::new().ok().map(Arc::new),
+        idle: crate::net::idle::IdleClock::new(),
+    });
+    // Until the worker ends, connections draining included.
+    let idle_clock = tokio::spawn({
+        let shared = shared.clone();
+        async move { shared.idle.run().await }
     });
     // Zone upstreams: keep snapshots current and tell each zone which
     // publications this worker still holds peers of.
@@ -198,6 +204,7 @@ pub async fn serve(
         cfg.main.worker_shutdown_timeout,
     )
     .await;
+    idle_clock.abort();
 }
 
 async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Phase>) {
@@ -944,7 +951,8 @@ enum Waited {
 
 /// Waits, holding no buffer, until the client sends, or the wait passes or
 /// the worker stops, or `park_at` comes while running. A graceful stop
-/// shortens the wait to the drain time.
+/// shortens the wait to the drain time. The wait's end and `park_at` are
+/// seen at the worker's idle tick (`net::idle::TICK` apart).
 async fn wait_for_bytes(
     inb: &Inbound,
     shared: &Shared,
@@ -954,6 +962,9 @@ async fn wait_for_bytes(
     park_at: Option<std::time::Instant>,
 ) -> Waited {
     let deadline = idle_since + limit;
+    // Deadlines are checked at the worker's idle tick, not with a timer of
+    // this wait's own (see `net::idle`).
+    let waiting = shared.idle.wait();
     loop {
         let now = std::time::Instant::now();
         let mut wait = deadline.saturating_duration_since(now);
@@ -970,13 +981,11 @@ async fn wait_for_bytes(
         if wait.is_zero() {
             return Waited::Close;
         }
-        if let Some(at) = park {
-            if at <= now {
-                return Waited::Park;
-            }
-            wait = wait.min(at - now);
+        if park.is_some_and(|at| at <= now) {
+            return Waited::Park;
         }
         tokio::select! {
+            biased;
             r = std::future::poll_fn(|cx| inb.poll_arrive(cx)) => {
                 return if matches!(r, Ok(n) if n > 0) { Waited::Bytes } else { Waited::Close };
             }
@@ -985,7 +994,7 @@ async fn wait_for_bytes(
                     return Waited::Close;
                 }
             }
-            _ = tokio::time::sleep(wait) => {}
+            () = waiting.tick() => {}
         }
     }
 }

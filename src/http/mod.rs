@@ -102,4 +102,7 @@ pub(crate) struct Shared {
     parker: Option<Arc<crate::net::park::Parker<conn::Resume>>>,
     /// The servers' TLS configurations (this worker's).
     tls: tls::Configs,
+    /// The tick connections waiting between requests check their
+    /// deadlines at.
+    idle: crate::net::idle::IdleClock,
 }

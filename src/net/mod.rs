@@ -6,6 +6,7 @@
 
 pub mod accept;
 pub mod copy;
+pub mod idle;
 pub mod park;
 pub mod slots;
 pub mod stream;
