@@ -101,4 +101,7 @@ pub(crate) struct Shared {
     parker: Option<Arc<crate::net::park::Parker<conn::Resume>>>,
     /// The servers' TLS configurations (this worker's).
     tls: tls::Configs,
+    /// TLS client configurations for upstreams (this worker's, with its
+    /// sessions).
+    upstream_tls: Arc<crate::net::tls_client::Clients>,
 }
