@@ -96,6 +96,8 @@ impl Tls {
         if !pp.ssl {
             return None;
         }
+        // Every location whose proxy_pass may be https has its settings
+        // (`conf::http::finish_location`).
         let ssl = r.conf.proxy_ssl.clone()?;
         let name = match &ssl.name {
             Some(t) => r.eval(t),
