@@ -94,6 +94,7 @@ const TABLES: &[&[Spec]] = &[
     super::loc_table::TABLE,
     super::files::TABLE,
     super::proxy::TABLE,
+    super::proxy_ssl::TABLE,
     super::logs::TABLE,
     super::status::TABLE,
     super::resolver::TABLE,

@@ -500,6 +500,7 @@ pub(super) fn finish(
     let mut temp_paths: Vec<PathBuf> = Vec::new();
     let mut servers = Vec::with_capacity(h.servers.len());
     let mut loaded = super::ssl::Loaded::default();
+    let mut profiles = super::proxy_ssl::Profiles::default();
     for mut s in h.servers {
         s.settings.inherit(&h.settings);
         s.ssl.inherit(&h.ssl);
@@ -520,8 +521,12 @@ pub(super) fn finish(
                 &s.settings,
                 &defaults,
                 &mut upstreams,
-                &mut access_log_paths,
-                &mut temp_paths,
+                &mut Notes {
+                    logs: &mut access_log_paths,
+                    temps: &mut temp_paths,
+                    profiles: &mut profiles,
+                    warnings,
+                },
             )?);
         }
         servers.push(Server {
@@ -566,18 +571,35 @@ fn note_temps(conf: &LocConf, temps: &mut Vec<PathBuf>) {
     }
 }
 
+/// What finishing locations collects on the way.
+struct Notes<'a> {
+    logs: &'a mut Vec<PathBuf>,
+    temps: &'a mut Vec<PathBuf>,
+    profiles: &'a mut super::proxy_ssl::Profiles,
+    warnings: &'a mut Vec<ConfError>,
+}
+
 fn finish_location(
     mut l: LocationB,
     parent: &LocB,
     defaults: &Defaults,
     upstreams: &mut Vec<Upstream>,
-    logs: &mut Vec<PathBuf>,
-    temps: &mut Vec<PathBuf>,
+    notes: &mut Notes<'_>,
 ) -> Result<Location, ConfError> {
     l.settings.inherit(parent);
-    let conf = Arc::new(l.settings.finish(defaults));
-    note_logs(&conf, logs);
-    note_temps(&conf, temps);
+    let mut conf = l.settings.finish(defaults);
+    // TLS to the upstream: an https URL, or variables that may make one.
+    let tls_src = match (&l.proxy_pass, &l.proxy_pass_var) {
+        (Some(p), _) if p.ssl => Some(&p.src),
+        (None, Some(_)) => Some(&l.src),
+        _ => None,
+    };
+    if let Some(src) = tls_src {
+        conf.proxy_ssl = Some(notes.profiles.make(&conf, src, notes.warnings)?);
+    }
+    let conf = Arc::new(conf);
+    note_logs(&conf, notes.logs);
+    note_temps(&conf, notes.temps);
     let proxy_pass = match l.proxy_pass {
         Some(p) => Some(super::proxy::resolve_proxy_pass(
             p, l.modifier, &l.uri, upstreams,
@@ -586,14 +608,7 @@ fn finish_location(
     };
     let mut locations = Vec::with_capacity(l.locations.len());
     for c in l.locations {
-        locations.push(finish_location(
-            c,
-            &l.settings,
-            defaults,
-            upstreams,
-            logs,
-            temps,
-        )?);
+        locations.push(finish_location(c, &l.settings, defaults, upstreams, notes)?);
     }
     Ok(Location {
         modifier: l.modifier,

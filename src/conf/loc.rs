@@ -135,6 +135,26 @@ loc_settings! {
     /// `resolver` (its `resolver_timeout` is filled in when used).
     resolver: Option<super::model::Resolver> = |_| None,
     resolver_timeout: Duration = |_| Duration::from_secs(30),
+    /// `proxy_ssl_server_name`: send SNI to an https upstream.
+    proxy_ssl_server_name: bool = |_| false,
+    /// `proxy_ssl_name`; None: `$proxy_host`.
+    proxy_ssl_name: Option<Template> = |_| None,
+    proxy_ssl_verify: bool = |_| false,
+    proxy_ssl_verify_depth: u32 = |_| 1,
+    /// `proxy_ssl_trusted_certificate`, read where it is written.
+    proxy_ssl_trusted_certificate: Option<Arc<super::proxy_ssl::TrustedCerts>> = |_| None,
+    /// `proxy_ssl_certificate` and its key as written (read once the
+    /// location is finished: both may come from different levels).
+    proxy_ssl_certificate: Option<(PathBuf, super::Src)> = |_| None,
+    proxy_ssl_certificate_key: Option<(PathBuf, super::Src)> = |_| None,
+    proxy_ssl_protocols: Vec<super::ssl::Protocol> =
+        |_| vec![super::ssl::Protocol::Tls12, super::ssl::Protocol::Tls13],
+    /// None: every TLS 1.2 suite rustls has (nginx's `DEFAULT`).
+    proxy_ssl_ciphers: Option<Vec<rustls::SupportedCipherSuite>> = |_| None,
+    proxy_ssl_session_reuse: bool = |_| true,
+    /// The finished TLS client settings, made for a location whose
+    /// `proxy_pass` is https or has variables (never set by a directive).
+    proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,
 }
 
 /// Where files come from: `root` (path + URI) or `alias` (path replaces the

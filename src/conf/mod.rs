@@ -16,6 +16,7 @@ pub mod model;
 #[cfg(test)]
 mod proptests;
 mod proxy;
+pub mod proxy_ssl;
 mod resolver;
 mod rewrite;
 pub mod ssl;

@@ -550,6 +550,8 @@ pub struct ProxyPass {
     /// Made at run time from a `proxy_pass` with variables: a URI part then
     /// replaces the whole request URI, as nginx does.
     pub dynamic: bool,
+    /// `https://`: TLS to the upstream (the location's `proxy_ssl`).
+    pub ssl: bool,
     /// Index into `Http::upstreams`.
     pub upstream: usize,
     /// The URI part, when given: it replaces the matched location prefix.

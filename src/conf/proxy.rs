@@ -142,10 +142,12 @@ pub(super) struct UpstreamB {
 
 /// `proxy_pass` as written, before upstreams are known.
 pub(super) struct ProxyPassB {
+    /// `https://`.
+    pub(super) ssl: bool,
     host: String,
     port: Option<u16>,
     uri: Option<String>,
-    src: Src,
+    pub(super) src: Src,
 }
 
 /// nginx 1.31's implicit `keepalive 32 local` with its companions' defaults.
@@ -557,17 +559,14 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     if url.contains('$') {
         // Evaluated per request: an upstream name, an address, or a name
         // the location's resolver looks up.
-        if url.starts_with("https://") {
-            return Err(ConfError::at("https protocol requires SSL support", &d.src));
-        }
         let t = vars::compile(url).map_err(|m| ConfError::at(m, &d.src))?;
         l.proxy_pass_var = Some(t);
         return Ok(());
     }
-    let rest = if let Some(r) = url.strip_prefix("http://") {
-        r
-    } else if url.starts_with("https://") {
-        return Err(ConfError::at("https protocol requires SSL support", &d.src));
+    let (ssl, rest) = if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
     } else {
         return Err(ConfError::at(
             format!("invalid URL prefix in \"{url}\""),
@@ -602,6 +601,7 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
             })?
     };
     l.proxy_pass = Some(ProxyPassB {
+        ssl,
         host,
         port,
         uri,
@@ -740,7 +740,7 @@ pub(super) fn resolve_proxy_pass(
             &p.src,
         ));
     }
-    let proxy_port = p.port.unwrap_or(80);
+    let proxy_port = p.port.unwrap_or(if p.ssl { 443 } else { 80 });
     let proxy_host = match p.port {
         Some(port) => format!("{}:{port}", bracket(&p.host)),
         None => bracket(&p.host),
@@ -752,10 +752,12 @@ pub(super) fn resolve_proxy_pass(
     });
     let index = match explicit.flatten() {
         Some(i) => i,
-        None => match upstreams
-            .iter()
-            .position(|u| u.implicit && u.name == proxy_host)
-        {
+        // http://h and https://h are two upstreams (ports 80 and 443).
+        None => match upstreams.iter().position(|u| {
+            u.implicit
+                && u.name == proxy_host
+                && implicit_port(u).is_none_or(|port| port == proxy_port)
+        }) {
             Some(i) => i,
             None => {
                 let what = format!("upstream \"{proxy_host}\"");
@@ -781,12 +783,21 @@ pub(super) fn resolve_proxy_pass(
     };
     Ok(ProxyPass {
         dynamic: false,
+        ssl: p.ssl,
         upstream: index,
         uri: p.uri,
         proxy_host,
         proxy_port,
         location_prefix: location.to_string(),
     })
+}
+
+/// The port of an implicit upstream's address (None: a unix socket).
+fn implicit_port(u: &Upstream) -> Option<u16> {
+    match u.servers.first().and_then(|s| s.addrs.first()) {
+        Some(PeerAddr::Inet(a)) => Some(a.port()),
+        _ => None,
+    }
 }
 
 /// An IPv6 literal goes back into brackets.

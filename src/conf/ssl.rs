@@ -178,6 +178,13 @@ fn set_certificate(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(
 }
 
 fn set_protocols(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = protocols(b, d)?;
+    set_once(&mut ssl_b(n, d)?.protocols, v, d)
+}
+
+/// `ssl_protocols`' (and `proxy_ssl_protocols`') list: versions rustls
+/// does not speak are warned about and left out.
+pub(super) fn protocols(b: &mut Builder, d: &Directive) -> Result<Vec<Protocol>, ConfError> {
     let mut v = Vec::new();
     for a in &d.args {
         match a.as_str() {
@@ -197,21 +204,31 @@ fn set_protocols(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
     }
     if v.is_empty() {
         return Err(ConfError::at(
-            "no protocol in \"ssl_protocols\" is supported: use TLSv1.2 or TLSv1.3",
+            format!(
+                "no protocol in \"{}\" is supported: use TLSv1.2 or TLSv1.3",
+                d.name
+            ),
             &d.src,
         ));
     }
     v.dedup();
-    set_once(&mut ssl_b(n, d)?.protocols, v, d)
+    Ok(v)
 }
 
 fn set_ciphers(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = ciphers(d)?;
+    set_once(&mut ssl_b(n, d)?.ciphers, v, d)
+}
+
+/// `ssl_ciphers`' (and `proxy_ssl_ciphers`') OpenSSL cipher string as the
+/// TLS 1.2 suites rustls has.
+pub(super) fn ciphers(d: &Directive) -> Result<Vec<SupportedCipherSuite>, ConfError> {
     let spec = &d.args[0];
-    let v = super::ciphers::parse(spec).map_err(|e| {
+    super::ciphers::parse(spec).map_err(|e| {
         ConfError::at(
             match e {
                 super::ciphers::CipherError::NoSuite(w) => {
-                    format!("cipher \"{w}\" in \"ssl_ciphers\" has no rustls suite")
+                    format!("cipher \"{w}\" in \"{}\" has no rustls suite", d.name)
                 }
                 super::ciphers::CipherError::NoMatch => {
                     format!("SSL_CTX_set_cipher_list(\"{spec}\") failed (no cipher match)")
@@ -219,8 +236,7 @@ fn set_ciphers(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
             },
             &d.src,
         )
-    })?;
-    set_once(&mut ssl_b(n, d)?.ciphers, v, d)
+    })
 }
 
 fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -314,6 +330,25 @@ impl SslB {
 #[derive(Default)]
 pub(super) struct Loaded(HashMap<(PathBuf, PathBuf), Arc<CertifiedKey>>);
 
+impl Loaded {
+    /// The certificate chain and key of these files, read on first use.
+    pub(super) fn pair(
+        &mut self,
+        cert: &PathBuf,
+        key: &PathBuf,
+        src: &Src,
+        warnings: &mut Vec<ConfError>,
+    ) -> Result<Arc<CertifiedKey>, ConfError> {
+        let pair = (cert.clone(), key.clone());
+        if let Some(ck) = self.0.get(&pair) {
+            return Ok(ck.clone());
+        }
+        let ck = Arc::new(load_pair(cert, key, src, warnings)?);
+        self.0.insert(pair, ck.clone());
+        Ok(ck)
+    }
+}
+
 /// A server's settings with nginx's defaults and its certificates loaded.
 /// `ssl_src`: its first `listen ... ssl`, which needs a certificate.
 pub(super) fn finish(
@@ -341,14 +376,7 @@ pub(super) fn finish(
                 src,
             ));
         };
-        let pair = (cert.clone(), key.clone());
-        if let Some(ck) = loaded.0.get(&pair) {
-            certs.push(ck.clone());
-            continue;
-        }
-        let ck = Arc::new(load_pair(cert, key, src, warnings)?);
-        loaded.0.insert(pair, ck.clone());
-        certs.push(ck);
+        certs.push(loaded.pair(cert, key, src, warnings)?);
     }
     if let Some((key, src)) = s.certificate_key.get(s.certificate.len()) {
         return Err(ConfError::at(
@@ -377,7 +405,7 @@ pub(super) fn finish(
     })
 }
 
-fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
+pub(super) fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("open() failed ({})", crate::log::errno_text(&e)))
 }
 

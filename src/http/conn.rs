@@ -143,6 +143,7 @@ pub async fn serve(
             .worker_shutdown_timeout
             .map_or(DRAIN, |t| t.min(DRAIN)),
         tls: super::tls::Configs::new(cfg.http.as_ref()),
+        upstream_tls: Arc::new(crate::net::tls_client::Clients::new()),
         cfg: cfg.clone(),
         router,
         next_conn,
@@ -170,9 +171,13 @@ pub async fn serve(
         .map(|c| c.proxy_connect_timeout)
         .min()
         .unwrap_or(Duration::from_secs(60));
-    for u in shared.upstreams.iter() {
+    for (i, u) in shared.upstreams.iter().enumerate() {
         if keeper::wants_keeper(&u.cfg) {
-            keepers.spawn(keeper::keep(u.clone(), connect_timeout, Clock::new()));
+            let tls = cfg
+                .http
+                .as_ref()
+                .and_then(|h| keeper::tls_for(h, i, &shared.upstream_tls));
+            keepers.spawn(keeper::keep(u.clone(), connect_timeout, Clock::new(), tls));
         }
     }
     if let Some(p) = &shared.parker {

@@ -24,7 +24,11 @@ pub(crate) async fn run(
     shared: &Arc<super::Shared>,
 ) -> Reply {
     let url = r.eval(url_tpl);
-    let Some(rest) = url.strip_prefix("http://") else {
+    let (ssl, rest) = match url.strip_prefix("http://") {
+        Some(rest) => (false, Some(rest)),
+        None => (true, url.strip_prefix("https://")),
+    };
+    let Some(rest) = rest else {
         crate::log_conn!(
             Level::Error,
             r.conn.number,
@@ -51,16 +55,18 @@ pub(crate) async fn run(
             return Reply::Status(500);
         }
     };
+    let default_port = if ssl { 443 } else { 80 };
     let proxy_host = match port {
-        Some(p) if p != 80 => format!("{host}:{p}"),
+        Some(p) if p != default_port => format!("{host}:{p}"),
         _ => host.to_string(),
     };
     let pp = |upstream| ProxyPass {
         dynamic: true,
+        ssl,
         upstream,
         uri: uri.clone(),
         proxy_host: proxy_host.clone(),
-        proxy_port: port.unwrap_or(80),
+        proxy_port: port.unwrap_or(default_port),
         location_prefix: String::new(),
     };
     // An upstream block of that name (without a port in the URL).
@@ -77,7 +83,7 @@ pub(crate) async fn run(
             }
         }
     }
-    let port = port.unwrap_or(80);
+    let port = port.unwrap_or(default_port);
     let addrs: Vec<IpAddr> = match host.trim_start_matches('[').trim_end_matches(']').parse() {
         Ok(ip) => vec![ip],
         Err(_) => {

@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use super::proxy::open;
-use crate::conf::model::{Balancer, PeerAddr, Upstream};
+use super::proxy::{Tls, open};
+use crate::conf::model::{Balancer, Http, PeerAddr, Upstream};
 use crate::log::Level;
+use crate::net::tls_client::Clients;
 use crate::upstream::attempt::Failure;
 use crate::upstream::clock::Clock;
 use crate::upstream::peers::{Ms, PeerId, Peers};
@@ -66,11 +67,29 @@ pub fn wanted(u: &Upstream, peers: &Peers, now: Ms) -> Vec<(PeerId, usize)> {
 
 type Opened = Result<Pooled, Failure>;
 
+/// The TLS the keeper's connections to upstream `index` make: that of the
+/// first location that proxies to it over https, with `proxy_ssl_name`
+/// when it has no variables, else `$proxy_host` (a request whose name
+/// differs makes connections of its own). None: plain connections.
+pub(crate) fn tls_for(http: &Http, index: usize, clients: &Arc<Clients>) -> Option<Tls> {
+    super::case::all_passes(http)
+        .into_iter()
+        .find(|(_, p)| p.upstream == index && p.ssl)
+        .and_then(|(conf, p)| {
+            let ssl = conf.proxy_ssl.clone()?;
+            let name = match ssl.name.as_ref() {
+                Some(t) => t.as_literal().unwrap_or(&p.proxy_host).to_string(),
+                None => p.proxy_host.clone(),
+            };
+            Some(Tls::new(clients.clone(), ssl, &name))
+        })
+}
+
 /// Keeps `u`'s connections open until the task is aborted (the worker
-/// drains). `timeout` bounds each connect.
-pub async fn keep(u: Arc<UpstreamRt>, timeout: Duration, clock: Clock) {
+/// drains). `timeout` bounds each connect (and each TLS handshake).
+pub(crate) async fn keep(u: Arc<UpstreamRt>, timeout: Duration, clock: Clock, tls: Option<Tls>) {
     keep_with(u, clock, move |addr, max_age| {
-        open(addr, timeout, max_age, ANY_LOCATION)
+        open(addr, timeout, max_age, ANY_LOCATION, tls.clone())
     })
     .await
 }

@@ -105,4 +105,7 @@ pub(crate) struct Shared {
     /// The tick connections waiting between requests check their
     /// deadlines at.
     idle: crate::net::idle::IdleClock,
+    /// TLS client configurations for upstreams (this worker's, with its
+    /// sessions).
+    upstream_tls: Arc<crate::net::tls_client::Clients>,
 }

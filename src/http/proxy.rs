@@ -22,13 +22,17 @@ use super::response;
 use super::vars::{Attempt, Req};
 use super::{ClientBody, Reply};
 use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
+use crate::conf::proxy_ssl::ProxySsl;
 use crate::conf::vars::Template;
 use crate::h1::body::{Decoder, Framing};
 use crate::h1::head::{Names, Reason, ResponseHead};
 use crate::log::Level;
+use crate::net::stream::Stream;
+use crate::net::tls_client::{self, Clients};
 use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Policy, Requester};
 use crate::upstream::h1conn::{self, H1};
 use crate::upstream::{Outcome, Pooled, UpstreamRt};
+use rustls_pki_types::ServerName;
 
 /// Response headers nginx does not pass from the upstream unless
 /// `proxy_pass_header` names them.
@@ -52,11 +56,98 @@ fn record(r: &Req, a: Attempt) {
         .push(a);
 }
 
-/// Opens a connection to a peer within `proxy_connect_timeout`.
-async fn connect(addr: &PeerAddr, timeout: Duration) -> Result<H1, Failure> {
-    match crate::net::stream::connect(addr, timeout).await {
-        Ok(s) => Ok(H1::new(s)),
-        Err(e) => Err(Failure::connect(addr, e)),
+/// TLS to the upstream (`proxy_pass https://`): the location's settings,
+/// the worker's client configurations, and the name this request's
+/// handshakes use.
+#[derive(Clone)]
+pub(crate) struct Tls {
+    pub clients: Arc<Clients>,
+    pub ssl: Arc<ProxySsl>,
+    /// `proxy_ssl_name`'s value without its port.
+    pub name: Arc<str>,
+    /// As rustls takes it (None: neither a host name nor an address).
+    pub server_name: Option<ServerName<'static>>,
+    /// The keep-alive cache's key: the same settings and name make the
+    /// same handshake (never 0, which is plain).
+    pub key: u64,
+}
+
+impl Tls {
+    /// `name`: `proxy_ssl_name`'s value.
+    pub fn new(clients: Arc<Clients>, ssl: Arc<ProxySsl>, name: &str) -> Tls {
+        let server_name = tls_client::server_name(name);
+        let name: Arc<str> = match &server_name {
+            Some(n) => n.to_str().into(),
+            None => name.into(),
+        };
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&(ssl.id, &*name), &mut h);
+        Tls {
+            key: std::hash::Hasher::finish(&h) | 1,
+            clients,
+            ssl,
+            name,
+            server_name,
+        }
+    }
+
+    /// The request's: `proxy_ssl_name` evaluated (`$proxy_host` unless
+    /// set), when the location proxies over https.
+    fn for_request(r: &Req, pp: &ProxyPass, shared: &super::Shared) -> Option<Tls> {
+        if !pp.ssl {
+            return None;
+        }
+        // Every location whose proxy_pass may be https has its settings
+        // (`conf::http::finish_location`).
+        let ssl = r.conf.proxy_ssl.clone()?;
+        let name = match &ssl.name {
+            Some(t) => r.eval(t),
+            None => pp.proxy_host.clone(),
+        };
+        Some(Tls::new(shared.upstream_tls.clone(), ssl, &name))
+    }
+
+    /// The handshake on a connected socket, within `timeout`.
+    async fn handshake(
+        &self,
+        addr: &PeerAddr,
+        s: Stream,
+        timeout: Duration,
+    ) -> Result<H1, Failure> {
+        let Stream::Tcp(tcp) = s else {
+            return Err(Failure::upstream(
+                Kind::Error,
+                "SSL to upstream unix sockets is not supported",
+            ));
+        };
+        let config = self.clients.config(&self.ssl, addr).map_err(|e| {
+            Failure::upstream(Kind::Error, format!("SSL_CTX_new() failed (SSL: {e})"))
+        })?;
+        // A name that is no name: the peer's address stands in (no SNI).
+        let name = match (&self.server_name, addr) {
+            (Some(n), _) => n.clone(),
+            (None, PeerAddr::Inet(a)) => ServerName::IpAddress(a.ip().into()),
+            (None, PeerAddr::Unix(_)) => {
+                ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into())
+            }
+        };
+        match tokio::time::timeout(timeout, tls_client::connect(tcp, config, name)).await {
+            Err(_) => Err(Failure::handshake_timeout()),
+            Ok(Err(e)) => Err(Failure::handshake(&e, &self.name)),
+            Ok(Ok(t)) => Ok(H1::new(Stream::Tls(Box::new(t)))),
+        }
+    }
+}
+
+/// Opens a connection to a peer within `proxy_connect_timeout`, and makes
+/// its TLS handshake (within `proxy_connect_timeout` again, as nginx).
+async fn connect(addr: &PeerAddr, timeout: Duration, tls: Option<&Tls>) -> Result<H1, Failure> {
+    let s = crate::net::stream::connect(addr, timeout)
+        .await
+        .map_err(|e| Failure::connect(addr, e))?;
+    match tls {
+        None => Ok(H1::new(s)),
+        Some(t) => t.handshake(addr, s, timeout).await,
     }
 }
 
@@ -66,9 +157,18 @@ pub(crate) async fn open(
     timeout: Duration,
     max_age: Duration,
     location: usize,
+    tls: Option<Tls>,
 ) -> Result<Pooled, Failure> {
-    let h1 = connect(&addr, timeout).await?;
-    Ok(Pooled::new(h1, addr, Instant::now(), max_age, location))
+    let h1 = connect(&addr, timeout, tls.as_ref()).await?;
+    let key = tls.map_or(0, |t| t.key);
+    Ok(Pooled::new(
+        h1,
+        addr,
+        Instant::now(),
+        max_age,
+        location,
+        key,
+    ))
 }
 
 /// The HTTP proxy's connector: the upstream's keep-alive cache first, new
@@ -77,13 +177,17 @@ struct Cache {
     ups: Arc<UpstreamRt>,
     location: usize,
     timeout: Duration,
+    tls: Option<Tls>,
 }
 
 impl Connector for Cache {
     type Conn = Pooled;
 
     fn cached(&self, addr: &PeerAddr) -> Option<Pooled> {
-        self.ups.pool().take(addr, self.location, Instant::now())
+        let key = self.tls.as_ref().map_or(0, |t| t.key);
+        self.ups
+            .pool()
+            .take(addr, self.location, key, Instant::now())
     }
 
     fn open(
@@ -95,7 +199,7 @@ impl Connector for Cache {
             .cfg
             .keepalive
             .age_limit(crate::upstream::random::next_u64());
-        open(addr, self.timeout, max_age, self.location)
+        open(addr, self.timeout, max_age, self.location, self.tls.clone())
     }
 }
 
@@ -104,6 +208,8 @@ impl Connector for Cache {
 struct Asking<'a> {
     r: &'a Req,
     uri: &'a str,
+    /// `http` or `https`.
+    scheme: &'static str,
 }
 
 impl Requester for Asking<'_> {
@@ -121,7 +227,7 @@ impl Requester for Asking<'_> {
 
     fn context(&self, peer: &str) -> String {
         self.r
-            .log_context(Some(&format!("http://{peer}{}", self.uri)))
+            .log_context(Some(&format!("{}://{peer}{}", self.scheme, self.uri)))
     }
 
     fn record_failed(&mut self, peer: &Arc<str>, f: &Failure) {
@@ -165,14 +271,24 @@ pub(crate) async fn run(
         ups: ups.clone(),
         location: location_id,
         timeout: conf.proxy_connect_timeout,
+        tls: Tls::for_request(r, pp, shared),
     };
+    let scheme = if pp.ssl { "https" } else { "http" };
     // The peers as this request sees them, for all its tries (a name with
     // no answer yet: wait for it, bounded, not a 502 at once).
-    let mut attempts = Attempts::new(&ups, policy, &Asking { r, uri: &plan.uri }).await;
+    let uri = &plan.uri;
+    let mut attempts = Attempts::new(&ups, policy, &Asking { r, uri, scheme }).await;
     let snap = attempts.snap.clone();
     loop {
         let connected = attempts
-            .connect(&cache, &mut Asking { r, uri: &plan.uri })
+            .connect(
+                &cache,
+                &mut Asking {
+                    r,
+                    uri: &plan.uri,
+                    scheme,
+                },
+            )
             .await;
         let mut c = match connected {
             Ok(c) => c,
@@ -181,7 +297,7 @@ pub(crate) async fn run(
         c.conn.track(&ups.reg, &snap, c.id);
         let connect_time = c.began.elapsed();
         // Only a log line needs the upstream URL.
-        let url = |c: &Connected<Pooled>, uri: &str| format!("http://{}{uri}", c.name);
+        let url = |c: &Connected<Pooled>, uri: &str| format!("{scheme}://{}{uri}", c.name);
         let head = match exchange(&mut c.conn, r, &mut plan, &conf).await {
             Ok(head) => head,
             // The client's body could not be read while it streamed: the
@@ -527,6 +643,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         read_timeout: conf.proxy_read_timeout,
         timer: None,
         peer_name: c.name.clone(),
+        scheme: if pp.ssl { "https" } else { "http" },
         uri,
         held_error: None,
     };
@@ -582,6 +699,7 @@ fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
     let Some(rules) = &r.conf.proxy_redirect else {
         return;
     };
+    let scheme = if pp.ssl { "https" } else { "http" };
     for name in [header::LOCATION, header::REFRESH] {
         let Some(value) = h
             .get(&name)
@@ -603,10 +721,10 @@ fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
             let (from, to) = match rule {
                 Redirect::Default => match &pp.uri {
                     Some(u) => (
-                        format!("http://{}{u}", pp.proxy_host),
+                        format!("{scheme}://{}{u}", pp.proxy_host),
                         pp.location_prefix.clone(),
                     ),
-                    None => (format!("http://{}/", pp.proxy_host), "/".to_string()),
+                    None => (format!("{scheme}://{}/", pp.proxy_host), "/".to_string()),
                 },
                 Redirect::Rule(f, t) => (r.eval(f), r.eval(t)),
             };

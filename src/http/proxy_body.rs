@@ -47,6 +47,8 @@ pub(crate) struct ProxyBody {
     pub(crate) timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// For the upstream URL an error names: the peer and the URI sent.
     pub(crate) peer_name: Arc<str>,
+    /// `http` or `https`.
+    pub(crate) scheme: &'static str,
     pub(crate) uri: String,
     /// A failure held back one poll so that what came before it is written
     /// out first.
@@ -111,7 +113,7 @@ impl ProxyBody {
     }
 
     fn url(&self) -> String {
-        format!("http://{}{}", self.peer_name, self.uri)
+        format!("{}://{}{}", self.scheme, self.peer_name, self.uri)
     }
 
     fn failed(&self, e: ReadError) -> UpstreamBodyError {

@@ -549,6 +549,7 @@ mod tests {
         let mut r = super::super::vars::tests::req();
         let pp = |uri: Option<&str>, prefix: &str| ProxyPass {
             dynamic: false,
+            ssl: false,
             upstream: 0,
             uri: uri.map(String::from),
             proxy_host: "b".into(),

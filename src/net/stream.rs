@@ -43,11 +43,11 @@ impl Stream {
                 if t.has_buffered() {
                     return false;
                 }
-                let s = t.tcp();
-                match s.poll_read_ready(&mut cx) {
+                match t.tcp().poll_read_ready(&mut cx) {
                     Poll::Pending => return true,
                     Poll::Ready(Err(_)) => return false,
-                    Poll::Ready(Ok(())) => s.try_io(tokio::io::Interest::READABLE, || peek_len(s)),
+                    // Records came: rustls reads them (tickets are no data).
+                    Poll::Ready(Ok(())) => return t.quiet(),
                 }
             }
         };

@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use rustls::crypto::ring as provider;
 use rustls::server::{
     Acceptor, ClientHello, NoServerSessionStorage, ProducesTickets, ResolvesServerCert,
-    ServerConfig, ServerConnection, ServerSessionMemoryCache, StoresServerSessions,
+    ServerConfig, ServerSessionMemoryCache, StoresServerSessions,
 };
 use rustls::sign::CertifiedKey;
 use tokio::net::TcpStream;
@@ -180,7 +180,7 @@ pub struct Details {
     pub reused: bool,
 }
 
-fn details(c: &ServerConnection) -> Details {
+fn details(c: &rustls::Connection) -> Details {
     Details {
         protocol: match c.protocol_version() {
             Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
@@ -190,14 +190,17 @@ fn details(c: &ServerConnection) -> Details {
         cipher: c
             .negotiated_cipher_suite()
             .map_or("", crate::conf::ciphers::openssl_name),
-        server_name: c.server_name().map(str::to_owned),
+        server_name: match c {
+            rustls::Connection::Server(s) => s.server_name().map(str::to_owned),
+            rustls::Connection::Client(_) => None,
+        },
         reused: matches!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
     }
 }
 
 /// The socket as rustls's reader and writer: non-blocking calls that clear
 /// tokio's readiness when they would block.
-struct Raw<'a>(&'a TcpStream);
+pub(super) struct Raw<'a>(pub(super) &'a TcpStream);
 
 impl Read for Raw<'_> {
     /// A read that did not fill the room clears the socket's readiness (as
@@ -266,7 +269,7 @@ impl std::fmt::Display for HandshakeError {
 }
 
 /// Sends what rustls has to send, waiting for the socket as needed.
-async fn send_all(
+pub(super) async fn send_all(
     tcp: &TcpStream,
     mut write: impl FnMut(&mut Raw<'_>) -> io::Result<usize>,
 ) -> io::Result<()> {
@@ -281,7 +284,7 @@ async fn send_all(
 }
 
 /// Reads what the socket has into rustls; Ok(false) when the peer closed.
-async fn recv_some(
+pub(super) async fn recv_some(
     tcp: &TcpStream,
     mut read: impl FnMut(&mut Raw<'_>) -> io::Result<usize>,
 ) -> io::Result<bool> {
@@ -353,20 +356,15 @@ pub async fn accept(
             return Err(HandshakeError::Tls(e));
         }
     }
-    Ok(TlsStream {
-        tcp,
-        st: Mutex::new(Box::new(Session {
-            conn,
-            owed: 0,
-            eof: false,
-        })),
-    })
+    Ok(TlsStream::new(tcp, conn.into()))
 }
 
 /// A TLS connection's state beside its socket (it travels with the socket
 /// when the connection is parked).
 pub struct Session {
-    conn: ServerConnection,
+    /// The server side of a client's connection, or the client side of one
+    /// to an upstream.
+    conn: rustls::Connection,
     /// Plaintext taken into rustls by a write that then had to wait for
     /// the socket: reported once it is sent (see `poll_write`).
     owed: usize,
@@ -387,7 +385,8 @@ impl Session {
     }
 }
 
-/// A server-side TLS connection after its handshake.
+/// A TLS connection after its handshake (a client's, or one to an
+/// upstream).
 pub struct TlsStream {
     tcp: TcpStream,
     /// One connection's reads and writes take turns on it, never across an
@@ -399,6 +398,17 @@ pub struct TlsStream {
 const RECORD: usize = 16 * 1024;
 
 impl TlsStream {
+    pub(super) fn new(tcp: TcpStream, conn: rustls::Connection) -> TlsStream {
+        TlsStream {
+            tcp,
+            st: Mutex::new(Box::new(Session {
+                conn,
+                owed: 0,
+                eof: false,
+            })),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Box<Session>> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -429,6 +439,33 @@ impl TlsStream {
     pub fn has_buffered(&self) -> bool {
         let mut st = self.lock();
         matches!(st.conn.process_new_packets(), Ok(io) if io.plaintext_bytes_to_read() > 0)
+    }
+
+    /// An idle connection is still quiet: open, and no data nor close from
+    /// the peer. Records that arrive meanwhile are taken into rustls: a TLS
+    /// 1.3 server's session tickets come after the handshake, unasked, and
+    /// are no reason to drop the connection. Never waits.
+    pub fn quiet(&self) -> bool {
+        let mut st = self.lock();
+        let st = &mut **st;
+        loop {
+            match st.conn.process_new_packets() {
+                Ok(io) if io.plaintext_bytes_to_read() > 0 || io.peer_has_closed() => {
+                    return false;
+                }
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+            if st.eof {
+                return false;
+            }
+            match st.conn.read_tls(&mut Raw(&self.tcp)) {
+                Ok(0) => st.eof = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(_) => return false,
+            }
+        }
     }
 
     /// Ends when the peer closes (close_notify, end of file, or a broken

@@ -331,6 +331,7 @@ async fn proxy(mut client: Stream, s: &mut Session, conf: &StreamServer, ups: &A
                 side: Side::Client,
                 kind: Kind::Closed,
                 text: "client closed connection".into(),
+                stage: crate::upstream::attempt::CONNECTING,
             };
             crate::log_conn!(
                 crate::log::Level::Info,

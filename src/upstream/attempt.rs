@@ -55,13 +55,19 @@ pub enum Kind {
 }
 
 /// A failed attempt: who, what, and nginx's words for it (without the
-/// "while ..." stage, which the caller knows).
+/// "while ..." stage, which the caller knows, except for a connect's).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     pub side: Side,
     pub kind: Kind,
     pub text: String,
+    /// Where a connect failed: nginx's "while ..." words for it.
+    pub stage: &'static str,
 }
+
+/// A connect's stages as nginx's error log names them.
+pub const CONNECTING: &str = "connecting to upstream";
+pub const HANDSHAKING: &str = "SSL handshaking to upstream";
 
 impl Failure {
     pub fn upstream(kind: Kind, text: impl Into<String>) -> Failure {
@@ -69,6 +75,27 @@ impl Failure {
             side: Side::Upstream,
             kind,
             text: text.into(),
+            stage: CONNECTING,
+        }
+    }
+
+    /// A TLS handshake with the upstream that did not complete; `name`:
+    /// the name its certificate was checked against.
+    pub fn handshake(e: &crate::net::tls_client::ClientError, name: &str) -> Failure {
+        Failure {
+            stage: HANDSHAKING,
+            ..Failure::upstream(Kind::Handshake, e.text(name))
+        }
+    }
+
+    /// A TLS handshake with the upstream that did not end in time.
+    pub fn handshake_timeout() -> Failure {
+        Failure {
+            stage: HANDSHAKING,
+            ..Failure::upstream(
+                Kind::Timeout,
+                "upstream timed out (110: Connection timed out)",
+            )
         }
     }
 
@@ -544,14 +571,16 @@ fn may_retry(
 /// A failed connect as a request and a race's background loser both account
 /// it: logged with its context, the peer released as failed.
 fn failed(number: u64, ctx: String, f: &Failure, snap: &Peers, pick_first: bool, id: PeerId) {
-    crate::log_conn!(
-        Level::Error,
+    crate::log_conn!(Level::Error, number, "{} while {}{}", f.text, f.stage, ctx);
+    release_at(
         number,
-        "{} while connecting to upstream{}",
-        f.text,
-        ctx
+        f.stage,
+        || ctx,
+        snap,
+        pick_first,
+        id,
+        Outcome::Failed,
     );
-    release(number, || ctx, snap, pick_first, id, Outcome::Failed);
 }
 
 /// The release rule both proxies share (see [`Attempts::release`]).
@@ -563,12 +592,26 @@ fn release(
     id: PeerId,
     outcome: Outcome,
 ) {
+    release_at(number, CONNECTING, ctx, snap, pick_first, id, outcome);
+}
+
+/// `release`, logged as happening `while` the stage named.
+fn release_at(
+    number: u64,
+    stage: &str,
+    ctx: impl FnOnce() -> String,
+    snap: &Peers,
+    pick_first: bool,
+    id: PeerId,
+    outcome: Outcome,
+) {
     let now = now_ms();
     if snap.release(id, outcome, now) == Released::Disabled {
         crate::log_conn!(
             Level::Warn,
             number,
-            "upstream server temporarily disabled while connecting to upstream{}",
+            "upstream server temporarily disabled while {}{}",
+            stage,
             ctx()
         );
     }

@@ -34,11 +34,22 @@ pub struct Pooled {
     pub requests: u64,
     /// With `keepalive N local`, the location it belongs to.
     pub location: usize,
+    /// 0: plain; else TLS made with these settings and name (see
+    /// `http::proxy::Tls`): only a request that would make the same
+    /// handshake takes it.
+    pub tls: u64,
     track: Option<Track>,
 }
 
 impl Pooled {
-    pub fn new(h1: H1, peer: PeerAddr, now: Instant, max_age: Duration, location: usize) -> Pooled {
+    pub fn new(
+        h1: H1,
+        peer: PeerAddr,
+        now: Instant,
+        max_age: Duration,
+        location: usize,
+        tls: u64,
+    ) -> Pooled {
         Pooled {
             h1,
             peer,
@@ -47,6 +58,7 @@ impl Pooled {
             idle_since: now,
             requests: 0,
             location,
+            tls,
             track: None,
         }
     }
@@ -260,13 +272,22 @@ impl Pool {
         Some(c)
     }
 
-    /// An idle connection to `peer`, if one is cached and still usable:
-    /// the most recently used, or with `keepalive_min` the least.
-    pub fn take(&mut self, peer: &PeerAddr, location: usize, now: Instant) -> Option<Pooled> {
+    /// An idle connection to `peer` (plain, or TLS as `tls` says), if one
+    /// is cached and still usable: the most recently used, or with
+    /// `keepalive_min` the least.
+    pub fn take(
+        &mut self,
+        peer: &PeerAddr,
+        location: usize,
+        tls: u64,
+        now: Instant,
+    ) -> Option<Pooled> {
         let local = self.cfg.local;
         let rotate = self.cfg.min > 0;
         let matches = |c: &Pooled| {
-            c.peer == *peer && (!local || c.location == location || c.location == ANY_LOCATION)
+            c.peer == *peer
+                && c.tls == tls
+                && (!local || c.location == location || c.location == ANY_LOCATION)
         };
         loop {
             let i = if rotate {
@@ -375,6 +396,7 @@ mod tests {
             Instant::now(),
             Duration::from_secs(3600),
             0,
+            0,
         )
     }
 
@@ -426,9 +448,19 @@ mod tests {
                     c.location = location;
                     assert!(p.put(c, now));
                 }
-                let got = p.take(&a, 0, now).map(|c| c.location);
+                let got = p.take(&a, 0, 0, now).map(|c| c.location);
                 assert_eq!(got, Some(want), "keepalive_min {min}");
             }
+
+            // A TLS connection serves only requests that would make the
+            // same handshake; a plain one only plain requests.
+            let mut p = Pool::new(cfg(2, 0));
+            let mut c = conn(&l, &a).await;
+            c.tls = 7;
+            assert!(p.put(c, now));
+            assert!(p.take(&a, 0, 0, now).is_none());
+            assert!(p.take(&a, 0, 9, now).is_none());
+            assert_eq!(p.take(&a, 0, 7, now).map(|c| c.tls), Some(7));
         });
     }
 }
