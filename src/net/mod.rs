@@ -10,6 +10,7 @@ pub mod park;
 pub mod slots;
 pub mod stream;
 pub mod tls;
+pub mod tls_client;
 pub mod track;
 
 use std::net::{IpAddr, SocketAddr};

@@ -18,6 +18,7 @@ use rustls::sign::CertifiedKey;
 use tokio::net::TcpStream;
 
 use crate::conf::ssl::{Protocol, ServerSsl};
+pub use crate::net::tls_client::{ClientAuth, ClientCert, Verify};
 
 /// The first byte of a TLS handshake record; a byte with the high bit set
 /// starts an SSLv2-style hello (not plain HTTP either, as nginx tells them).
@@ -120,9 +121,11 @@ impl StoresServerSessions for Sessions {
     }
 }
 
-/// A server's rustls configuration. Made in each worker, so that ticket
-/// keys and the session cache are the worker's own.
-pub fn server_config(s: &ServerSsl) -> Result<Arc<ServerConfig>, rustls::Error> {
+/// A server's rustls configuration, with its client-certificate settings
+/// when it asks for certificates.
+pub fn server_config(
+    s: &ServerSsl,
+) -> Result<(Arc<ServerConfig>, Option<Arc<ClientAuth>>), rustls::Error> {
     let mut p = provider::default_provider();
     let mut suites = Vec::new();
     if s.protocols.contains(&Protocol::Tls13) {
@@ -140,10 +143,14 @@ pub fn server_config(s: &ServerSsl) -> Result<Arc<ServerConfig>, rustls::Error> 
             Protocol::Tls13 => &rustls::version::TLS13,
         })
         .collect();
-    let mut cfg = ServerConfig::builder_with_provider(Arc::new(p))
-        .with_protocol_versions(&versions)?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(Certs(s.certs.clone())));
+    let auth = ClientAuth::new(s)?.map(Arc::new);
+    let builder =
+        ServerConfig::builder_with_provider(Arc::new(p)).with_protocol_versions(&versions)?;
+    let builder = match &auth {
+        Some(a) => builder.with_client_cert_verifier(a.clone()),
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_cert_resolver(Arc::new(Certs(s.certs.clone())));
     cfg.ignore_client_order = s.prefer_server_ciphers;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     let lifetime = s.session_timeout.as_secs();
@@ -165,7 +172,7 @@ pub fn server_config(s: &ServerSsl) -> Result<Arc<ServerConfig>, rustls::Error> 
         // Nothing to resume with: no TLS 1.3 tickets either.
         cfg.send_tls13_tickets = 0;
     }
-    Ok(Arc::new(cfg))
+    Ok((Arc::new(cfg), auth))
 }
 
 /// What the variables tell of a TLS connection.
@@ -178,10 +185,19 @@ pub struct Details {
     pub server_name: Option<String>,
     /// The session was resumed.
     pub reused: bool,
+    /// The client's certificate, verified (`Verify::None` when it sent
+    /// none or none was asked for).
+    pub verify: Verify,
+    pub client_cert: Option<Box<ClientCert>>,
 }
 
-fn details(c: &ServerConnection) -> Details {
+fn details(c: &ServerConnection, auth: Option<&ClientAuth>) -> Details {
+    let chain = c.peer_certificates().filter(|c| !c.is_empty());
     Details {
+        verify: auth.map_or(Verify::None, |a| a.verify(chain)),
+        client_cert: chain
+            .and_then(|c| c.first())
+            .map(|c| Box::new(ClientCert::new(c))),
         protocol: match c.protocol_version() {
             Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
             Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
@@ -387,8 +403,10 @@ impl TlsStream {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn details(&self) -> Details {
-        details(&self.lock().conn)
+    /// What the variables show; `auth`: the client-certificate settings
+    /// of the server whose config made the handshake.
+    pub fn details(&self, auth: Option<&ClientAuth>) -> Details {
+        details(&self.lock().conn, auth)
     }
 
     pub fn tcp(&self) -> &TcpStream {
