@@ -155,11 +155,10 @@ pub struct SessionCache {
 }
 
 impl SessionCache {
-    /// How many sessions a worker keeps (0: no cache). A shared zone holds
-    /// about 4000 sessions a megabyte, as nginx's does.
+    /// How many sessions a worker keeps in its own (`builtin`) cache; a
+    /// shared zone, when there is one, is used instead.
     pub fn sessions(&self) -> usize {
-        let shared = self.shared.as_ref().map_or(0, |(_, size)| size / 256);
-        (self.builtin.unwrap_or(0) + shared) as usize
+        self.builtin.unwrap_or(0) as usize
     }
 }
 
@@ -753,7 +752,8 @@ mod tests {
         let a = &h.servers[0].ssl;
         assert_eq!(a.protocols, vec![Protocol::Tls13]);
         assert_eq!(a.ciphers.len(), 1);
-        assert_eq!(a.session_cache.sessions(), 100 + 4096);
+        assert_eq!(a.session_cache.sessions(), 100);
+        assert_eq!(a.session_cache.shared, Some(("S".to_string(), 1 << 20)));
         assert_eq!(a.handshake_timeout, Duration::from_millis(1500));
         assert_eq!(a.session_timeout, Duration::from_secs(600));
         assert!(!a.session_tickets && a.prefer_server_ciphers);

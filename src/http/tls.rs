@@ -28,7 +28,7 @@ type Config = (Arc<ServerConfig>, Option<Arc<crate::net::tls::ClientAuth>>);
 pub(super) struct Configs(Vec<Option<Config>>);
 
 impl Configs {
-    pub(super) fn new(http: Option<&Http>) -> Configs {
+    pub(super) fn new(http: Option<&Http>, shared: &crate::net::tls::TlsShared) -> Configs {
         let Some(http) = http else {
             return Configs(Vec::new());
         };
@@ -39,7 +39,7 @@ impl Configs {
                     if s.ssl.certs.is_empty() {
                         return None;
                     }
-                    match crate::net::tls::server_config(&s.ssl) {
+                    match crate::net::tls::server_config(&s.ssl, shared) {
                         Ok(c) => Some(c),
                         Err(e) => {
                             crate::log!(
