@@ -251,6 +251,8 @@ pub(super) struct Builder<'p> {
     pub(super) stream_log_formats: Vec<std::sync::Arc<super::loc::LogFormat>>,
     /// `map` blocks read so far, each with its variable.
     pub(super) maps: Vec<(std::sync::Arc<super::vars::MapVar>, super::map::Map)>,
+    /// `ssl_session_cache shared:NAME:SIZE` zones so far.
+    pub(super) ssl_zones: Vec<(String, u64)>,
 }
 
 /// Builds the typed configuration. `syntax_err` is the first syntax error met while
@@ -268,6 +270,7 @@ pub fn build_with_warnings(
         log_formats: vec![super::http::combined()],
         stream_log_formats: Vec::new(),
         maps: Vec::new(),
+        ssl_zones: Vec::new(),
     };
     let mut main = MainB::default();
     let mut declared = Vec::new();

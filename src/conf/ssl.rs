@@ -85,7 +85,57 @@ pub(super) const TABLE: &[Spec] = &[
         block: false,
         set: set_session_cache,
     },
+    Spec {
+        name: "ssl_session_ticket_key",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_file,
+    },
+    Spec {
+        name: "ssl_client_certificate",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_file,
+    },
+    Spec {
+        name: "ssl_trusted_certificate",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_file,
+    },
+    Spec {
+        name: "ssl_verify_client",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_verify_client,
+    },
+    Spec {
+        name: "ssl_verify_depth",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_verify_depth,
+    },
 ];
+
+/// `ssl_verify_client`: whether clients are asked for a certificate and
+/// what a request without a good one gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VerifyClient {
+    #[default]
+    Off,
+    /// A certificate is required and must verify (else 496 or 495).
+    On,
+    /// A certificate is asked for; one that is sent must verify.
+    Optional,
+    /// A certificate is asked for; one whose issuer is unknown is let
+    /// through (`$ssl_client_verify` says why it failed).
+    OptionalNoCa,
+}
 
 /// A protocol version rustls speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,11 +155,10 @@ pub struct SessionCache {
 }
 
 impl SessionCache {
-    /// How many sessions a worker keeps (0: no cache). A shared zone holds
-    /// about 4000 sessions a megabyte, as nginx's does.
+    /// How many sessions a worker keeps in its own (`builtin`) cache; a
+    /// shared zone, when there is one, is used instead.
     pub fn sessions(&self) -> usize {
-        let shared = self.shared.as_ref().map_or(0, |(_, size)| size / 256);
-        (self.builtin.unwrap_or(0) + shared) as usize
+        self.builtin.unwrap_or(0) as usize
     }
 }
 
@@ -127,6 +176,16 @@ pub struct ServerSsl {
     pub session_timeout: Duration,
     pub session_tickets: bool,
     pub session_cache: SessionCache,
+    /// `ssl_session_ticket_key` files' contents (48 or 80 bytes each), in
+    /// order: the first encrypts, all decrypt. Empty: the master's keys.
+    pub ticket_keys: Vec<Vec<u8>>,
+    pub verify_client: VerifyClient,
+    pub verify_depth: u32,
+    /// `ssl_client_certificate`: CAs that verify clients and that are named
+    /// in the CertificateRequest.
+    pub client_cas: Vec<CertificateDer<'static>>,
+    /// `ssl_trusted_certificate`: CAs that verify clients, not named.
+    pub trusted_cas: Vec<CertificateDer<'static>>,
 }
 
 /// The settings while parsing, one per http or server level.
@@ -141,6 +200,11 @@ pub(super) struct SslB {
     session_timeout: Option<Duration>,
     session_tickets: Option<bool>,
     session_cache: Option<SessionCache>,
+    ticket_keys: Option<Vec<(PathBuf, Src)>>,
+    client_certificate: Option<(PathBuf, Src)>,
+    trusted_certificate: Option<(PathBuf, Src)>,
+    verify_client: Option<(VerifyClient, Src)>,
+    verify_depth: Option<u32>,
 }
 
 fn ssl_b<'a>(n: &'a mut Node<'_>, d: &Directive) -> Result<&'a mut SslB, ConfError> {
@@ -264,7 +328,56 @@ fn set_time(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     set_once(slot, v, d)
 }
 
-fn set_session_cache(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+/// `ssl_session_ticket_key`, `ssl_client_certificate`,
+/// `ssl_trusted_certificate`: a file, relative to the configuration's
+/// directory; read when the configuration is finished.
+fn set_file(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let a = &d.args[0];
+    if a.contains('$') {
+        return Err(ConfError::at(
+            format!("variables in \"{}\" are not supported", d.name),
+            &d.src,
+        ));
+    }
+    let path = super::tree::full_name(&b.paths.conf_prefix(), a);
+    let s = ssl_b(n, d)?;
+    let v = (path, d.src.clone());
+    match d.name.as_str() {
+        "ssl_session_ticket_key" => {
+            s.ticket_keys.get_or_insert_with(Vec::new).push(v);
+            Ok(())
+        }
+        "ssl_client_certificate" => set_once(&mut s.client_certificate, v, d),
+        _ => set_once(&mut s.trusted_certificate, v, d),
+    }
+}
+
+fn set_verify_client(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = match d.args[0].as_str() {
+        "off" => VerifyClient::Off,
+        "on" => VerifyClient::On,
+        "optional" => VerifyClient::Optional,
+        "optional_no_ca" => VerifyClient::OptionalNoCa,
+        a => {
+            return Err(ConfError::at(
+                format!(
+                    "invalid value \"{a}\" in \"{}\" directive, it must be \"on\", \"off\", \"optional\" or \"optional_no_ca\"",
+                    d.name
+                ),
+                &d.src,
+            ));
+        }
+    };
+    set_once(&mut ssl_b(n, d)?.verify_client, (v, d.src.clone()), d)
+}
+
+fn set_verify_depth(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v =
+        super::build::number::<u32>(&d.args[0]).ok_or_else(|| super::build::invalid_value(d))?;
+    set_once(&mut ssl_b(n, d)?.verify_depth, v, d)
+}
+
+fn set_session_cache(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let invalid = |a: &str| ConfError::at(format!("invalid session cache \"{a}\""), &d.src);
     let mut c = SessionCache::default();
     let mut off_or_none = false;
@@ -290,6 +403,20 @@ fn set_session_cache(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result
                         format!("session cache \"{a}\" is too small"),
                         &d.src,
                     ));
+                }
+                // One name, one zone: as nginx's shared memory, the same
+                // name with another size is an error.
+                match b.ssl_zones.iter().find(|(n, _)| n == name) {
+                    Some((_, old)) if *old != size => {
+                        return Err(ConfError::at(
+                            format!(
+                                "the size {size} of shared memory zone \"{name}\" conflicts with already declared size {old}"
+                            ),
+                            &d.src,
+                        ));
+                    }
+                    Some(_) => {}
+                    None => b.ssl_zones.push((name.to_string(), size)),
                 }
                 c.shared = Some((name.to_string(), size));
             }
@@ -320,7 +447,12 @@ impl SslB {
             handshake_timeout,
             session_timeout,
             session_tickets,
-            session_cache
+            session_cache,
+            ticket_keys,
+            client_certificate,
+            trusted_certificate,
+            verify_client,
+            verify_depth
         );
     }
 }
@@ -328,7 +460,10 @@ impl SslB {
 /// Certificates read so far in one load, so that a pair inherited by many
 /// servers is read once.
 #[derive(Default)]
-pub(super) struct Loaded(HashMap<(PathBuf, PathBuf), Arc<CertifiedKey>>);
+pub(super) struct Loaded(
+    HashMap<(PathBuf, PathBuf), Arc<CertifiedKey>>,
+    HashMap<PathBuf, Vec<CertificateDer<'static>>>,
+);
 
 impl Loaded {
     /// The certificate chain and key of these files, read on first use.
@@ -378,6 +513,23 @@ pub(super) fn finish(
         };
         certs.push(loaded.pair(cert, key, src, warnings)?);
     }
+    let verify_client = match &s.verify_client {
+        Some((v, src))
+            if matches!(v, VerifyClient::On | VerifyClient::Optional)
+                && s.client_certificate.is_none()
+                && s.trusted_certificate.is_none() =>
+        {
+            return Err(ConfError::at(
+                "no ssl_client_certificate or ssl_trusted_certificate for ssl_verify_client",
+                src,
+            ));
+        }
+        Some((v, _)) => *v,
+        None => VerifyClient::Off,
+    };
+    let client_cas = load_cas(&s.client_certificate, loaded)?;
+    let trusted_cas = load_cas(&s.trusted_certificate, loaded)?;
+    let ticket_keys = load_ticket_keys(&s.ticket_keys)?;
     if let Some((key, src)) = s.certificate_key.get(s.certificate.len()) {
         return Err(ConfError::at(
             format!(
@@ -402,7 +554,72 @@ pub(super) fn finish(
         session_timeout: s.session_timeout.unwrap_or(Duration::from_secs(300)),
         session_tickets: s.session_tickets.unwrap_or(true),
         session_cache: s.session_cache.clone().unwrap_or_default(),
+        ticket_keys,
+        verify_client,
+        verify_depth: s.verify_depth.unwrap_or(1),
+        client_cas,
+        trusted_cas,
     })
+}
+
+/// The certificates of a CA file (`ssl_client_certificate`,
+/// `ssl_trusted_certificate`), each read once per load.
+fn load_cas(
+    f: &Option<(PathBuf, Src)>,
+    loaded: &mut Loaded,
+) -> Result<Vec<CertificateDer<'static>>, ConfError> {
+    let Some((path, src)) = f else {
+        return Ok(Vec::new());
+    };
+    if let Some(v) = loaded.1.get(path) {
+        return Ok(v.clone());
+    }
+    let err = |why: String| {
+        ConfError::at(
+            format!(
+                "SSL_CTX_load_verify_locations(\"{}\") failed ({why})",
+                path.display()
+            ),
+            src,
+        )
+    };
+    let pem = read(path).map_err(err)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(format!("bad PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(err("no certificate in the file".into()));
+    }
+    // Each must be a certificate that can be a trust anchor.
+    let mut store = rustls::RootCertStore::empty();
+    for c in &certs {
+        store
+            .add(c.clone())
+            .map_err(|e| err(format!("bad certificate: {e}")))?;
+    }
+    loaded.1.insert(path.clone(), certs.clone());
+    Ok(certs)
+}
+
+/// `ssl_session_ticket_key` files: 80 or 48 bytes each, as nginx's.
+fn load_ticket_keys(files: &Option<Vec<(PathBuf, Src)>>) -> Result<Vec<Vec<u8>>, ConfError> {
+    let mut keys = Vec::new();
+    for (path, src) in files.iter().flatten() {
+        let buf = read(path).map_err(|why| {
+            ConfError::at(
+                format!("cannot read ticket key \"{}\": {why}", path.display()),
+                src,
+            )
+        })?;
+        if buf.len() != 80 && buf.len() != 48 {
+            return Err(ConfError::at(
+                format!("\"{}\" must be 80 or 48 bytes", path.display()),
+                src,
+            ));
+        }
+        keys.push(buf);
+    }
+    Ok(keys)
 }
 
 pub(super) fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
@@ -563,7 +780,8 @@ mod tests {
         let a = &h.servers[0].ssl;
         assert_eq!(a.protocols, vec![Protocol::Tls13]);
         assert_eq!(a.ciphers.len(), 1);
-        assert_eq!(a.session_cache.sessions(), 100 + 4096);
+        assert_eq!(a.session_cache.sessions(), 100);
+        assert_eq!(a.session_cache.shared, Some(("S".to_string(), 1 << 20)));
         assert_eq!(a.handshake_timeout, Duration::from_millis(1500));
         assert_eq!(a.session_timeout, Duration::from_secs(600));
         assert!(!a.session_tickets && a.prefer_server_ciphers);
@@ -573,6 +791,9 @@ mod tests {
         assert_eq!(b.handshake_timeout, Duration::from_secs(60));
         assert!(b.session_tickets && !b.prefer_server_ciphers);
         assert!(b.certs.is_empty());
+        assert_eq!(b.verify_client, VerifyClient::Off);
+        assert_eq!(b.verify_depth, 1);
+        assert!(b.ticket_keys.is_empty() && b.client_cas.is_empty());
     }
 
     #[test]
@@ -621,6 +842,30 @@ mod tests {
         assert_eq!(
             e("ssl_certificate $ssl_server_name.pem;"),
             "variables in \"ssl_certificate\" are not supported in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_session_cache shared:S:1m;\n}\nserver {\nssl_session_cache shared:S:2m;"),
+            "the size 2097152 of shared memory zone \"S\" conflicts with already declared size 1048576 in /t.conf:7"
+        );
+        assert_eq!(
+            e("ssl_verify_client maybe;"),
+            "invalid value \"maybe\" in \"ssl_verify_client\" directive, it must be \"on\", \"off\", \"optional\" or \"optional_no_ca\" in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_verify_client optional;"),
+            "no ssl_client_certificate or ssl_trusted_certificate for ssl_verify_client in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_verify_depth -1;"),
+            "\"ssl_verify_depth\" directive invalid value in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_client_certificate /nonexistent/ca.pem;"),
+            "SSL_CTX_load_verify_locations(\"/nonexistent/ca.pem\") failed (open() failed (2: No such file or directory)) in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_session_ticket_key /proc/self/stat;"),
+            "\"/proc/self/stat\" must be 80 or 48 bytes in /t.conf:4"
         );
         assert_eq!(
             e("ssl_handshake_timeout 1x;"),

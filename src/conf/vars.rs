@@ -68,6 +68,16 @@ pub enum Var {
     SslServerName,
     /// `$ssl_session_reused`: "r" or ".".
     SslSessionReused,
+    /// `$ssl_client_verify`: NONE, SUCCESS, FAILED:why.
+    SslClientVerify,
+    SslClientSDn,
+    SslClientIDn,
+    SslClientSerial,
+    SslClientFingerprint,
+    SslClientEscapedCert,
+    /// `$ssl_client_cert` (deprecated in nginx) and `$ssl_client_raw_cert`.
+    SslClientCert,
+    SslClientRawCert,
     /// `$request_filename`: the file the URI maps to under root or alias.
     RequestFilename,
     /// `$document_root`.
@@ -268,6 +278,14 @@ impl Var {
             "ssl_cipher" => Var::SslCipher,
             "ssl_server_name" => Var::SslServerName,
             "ssl_session_reused" => Var::SslSessionReused,
+            "ssl_client_verify" => Var::SslClientVerify,
+            "ssl_client_s_dn" => Var::SslClientSDn,
+            "ssl_client_i_dn" => Var::SslClientIDn,
+            "ssl_client_serial" => Var::SslClientSerial,
+            "ssl_client_fingerprint" => Var::SslClientFingerprint,
+            "ssl_client_escaped_cert" => Var::SslClientEscapedCert,
+            "ssl_client_cert" => Var::SslClientCert,
+            "ssl_client_raw_cert" => Var::SslClientRawCert,
             _ => return None,
         })
     }

@@ -142,7 +142,7 @@ pub async fn serve(
             .main
             .worker_shutdown_timeout
             .map_or(DRAIN, |t| t.min(DRAIN)),
-        tls: super::tls::Configs::new(cfg.http.as_ref()),
+        tls: super::tls::Configs::new(cfg.http.as_ref(), &shm.tls),
         upstream_tls: Arc::new(crate::net::tls_client::Clients::new()),
         cfg: cfg.clone(),
         router,

@@ -12,7 +12,9 @@ use http::header::HOST;
 use crate::h1::head::Headers;
 
 use crate::conf::model::{ListenAddr, Location, Return, Server};
+use crate::conf::ssl::VerifyClient;
 use crate::log::Level;
+use crate::net::tls::Verify;
 
 use super::access::LoggedBody;
 use super::conn::InFlight;
@@ -61,6 +63,41 @@ fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
     } else {
         Some(host.to_ascii_lowercase())
     })
+}
+
+/// `ssl_verify_client` of the request's server: 495 for a certificate that
+/// did not verify (unless `optional_no_ca` lets its unknown issuer
+/// through), 496 for none when one is required; logged as nginx does.
+fn client_cert_problem(r: &Req, mode: VerifyClient) -> Option<u16> {
+    let t = r.conn.tls()?;
+    if mode == VerifyClient::Off {
+        return None;
+    }
+    match &t.verify {
+        Verify::Failed(code, why)
+            if !(mode == VerifyClient::OptionalNoCa && t.verify.no_ca_only()) =>
+        {
+            crate::log_conn!(
+                Level::Info,
+                r.conn.number,
+                "client SSL certificate verify error: ({}:{}) while reading client request headers{}",
+                code,
+                why,
+                r.log_context(None)
+            );
+            Some(495)
+        }
+        Verify::None if mode == VerifyClient::On && t.client_cert.is_none() => {
+            crate::log_conn!(
+                Level::Info,
+                r.conn.number,
+                "client sent no required SSL certificate while reading client request headers{}",
+                r.log_context(None)
+            );
+            Some(496)
+        }
+        _ => None,
+    }
 }
 
 /// Serves one request: picks server and location, runs the handler, and
@@ -168,6 +205,9 @@ pub(super) async fn handle(
         );
         closing = true;
         Ok(Reply::Status(497))
+    } else if let Some(code) = client_cert_problem(&r, server.ssl.verify_client) {
+        closing = true;
+        Ok(Reply::Status(code))
     } else {
         dispatch(
             shared,

@@ -28,6 +28,8 @@ pub struct Shm {
     /// Told when resolved peers changed (the master writes state files);
     /// None: write them here.
     pub saved: Option<Arc<tokio::sync::Notify>>,
+    /// Session cache zones and ticket keys.
+    pub tls: crate::net::tls::TlsShared,
 }
 
 /// `stub_status` counters shared by the workers of a generation.

@@ -19,13 +19,16 @@ use super::conn::{Open, open_conn, serve_conn};
 use super::vars::{ConnInfo, ConnTls};
 use super::{Phase, Shared};
 
+/// A server's rustls configuration, and its client-certificate settings
+/// when it asks for certificates.
+type Config = (Arc<ServerConfig>, Option<Arc<crate::net::tls::ClientAuth>>);
+
 /// Each server's rustls configuration, by its index in `http.servers`
-/// (None: it has no certificate). Made once per worker, so ticket keys and
-/// session caches are the worker's own.
-pub(super) struct Configs(Vec<Option<Arc<ServerConfig>>>);
+/// (None: it has no certificate). Made once per worker.
+pub(super) struct Configs(Vec<Option<Config>>);
 
 impl Configs {
-    pub(super) fn new(http: Option<&Http>) -> Configs {
+    pub(super) fn new(http: Option<&Http>, shared: &crate::net::tls::TlsShared) -> Configs {
         let Some(http) = http else {
             return Configs(Vec::new());
         };
@@ -36,7 +39,7 @@ impl Configs {
                     if s.ssl.certs.is_empty() {
                         return None;
                     }
-                    match crate::net::tls::server_config(&s.ssl) {
+                    match crate::net::tls::server_config(&s.ssl, shared) {
                         Ok(c) => Some(c),
                         Err(e) => {
                             crate::log!(
@@ -98,15 +101,18 @@ pub(super) async fn serve_conn_tls(
             return Some(Err(tcp));
         }
         let local = info.local;
+        let mut auth = None;
         let r = crate::net::tls::accept(tcp, |sni| {
             let name = sni.map(str::to_ascii_lowercase);
             let i = shared
                 .router
                 .server_index(http, &listen, local, name.as_deref())?;
-            shared.tls.0.get(i).cloned().flatten()
+            let (config, a) = shared.tls.0.get(i).cloned().flatten()?;
+            auth = a;
+            Some(config)
         })
         .await;
-        Some(Ok(r))
+        Some(Ok(r.map(|t| (t, auth))))
     };
     let outcome = tokio::select! {
         r = tokio::time::timeout(limit, handshake) => r,
@@ -147,7 +153,8 @@ pub(super) async fn serve_conn_tls(
         }
         Ok(Some(Ok(Ok(t)))) => t,
     };
-    info.tls = ConnTls::Tls(Box::new(tls.details()));
+    let (tls, auth) = tls;
+    info.tls = ConnTls::Tls(Box::new(tls.details(auth.as_deref())));
     start(
         Stream::Tls(Box::new(tls)),
         info,

@@ -39,6 +39,14 @@ pub enum ConnTls {
     Tls(Box<crate::net::tls::Details>),
 }
 
+/// A field of the client's certificate; empty without one.
+fn client_cert(c: &ConnInfo, f: impl Fn(&crate::net::tls::ClientCert) -> String) -> String {
+    c.tls()
+        .and_then(|t| t.client_cert.as_deref())
+        .map(f)
+        .unwrap_or_default()
+}
+
 impl ConnInfo {
     /// The TLS details, when it speaks TLS.
     pub fn tls(&self) -> Option<&crate::net::tls::Details> {
@@ -297,6 +305,14 @@ impl Req {
                 None => "",
             }
             .to_string(),
+            Var::SslClientVerify => c.tls().map(|t| t.verify.text()).unwrap_or_default(),
+            Var::SslClientSDn => client_cert(c, |x| x.s_dn.clone()),
+            Var::SslClientIDn => client_cert(c, |x| x.i_dn.clone()),
+            Var::SslClientSerial => client_cert(c, |x| x.serial.clone()),
+            Var::SslClientFingerprint => client_cert(c, |x| x.fingerprint.clone()),
+            Var::SslClientEscapedCert => client_cert(c, |x| x.escaped()),
+            Var::SslClientCert => client_cert(c, |x| x.tabbed()),
+            Var::SslClientRawCert => client_cert(c, |x| x.pem.clone()),
             Var::ServerAddr => c
                 .local
                 .map(|a| a.ip().to_string())

@@ -11,7 +11,10 @@ pub mod park;
 pub mod slots;
 pub mod stream;
 pub mod tls;
+pub mod tls_cache;
 pub mod tls_client;
+pub mod tls_tickets;
+pub mod tls_verify;
 pub mod track;
 
 use std::net::{IpAddr, SocketAddr};

@@ -5,6 +5,7 @@
 //! `TlsStream`, which reads and writes through a shared reference as
 //! `Stream` does, so that the connection code is the same over TLS. No HTTP.
 
+use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
@@ -18,6 +19,9 @@ use rustls::sign::CertifiedKey;
 use tokio::net::TcpStream;
 
 use crate::conf::ssl::{Protocol, ServerSsl};
+pub use crate::net::tls_cache::{SessionZone, SharedSessions};
+pub use crate::net::tls_tickets::TicketKeys;
+pub use crate::net::tls_verify::{ClientAuth, ClientCert, Verify};
 
 /// The first byte of a TLS handshake record; a byte with the high bit set
 /// starts an SSLv2-style hello (not plain HTTP either, as nginx tells them).
@@ -68,11 +72,11 @@ fn unstamp(mut v: Vec<u8>, lifetime: u64) -> Option<Vec<u8>> {
     Some(v)
 }
 
-/// Session tickets whose keys this process made (rotated by rustls), good
-/// for `ssl_session_timeout`.
+/// Session tickets sealed with keys every worker shares (the master's, or
+/// `ssl_session_ticket_key` files'), good for `ssl_session_timeout`.
 #[derive(Debug)]
 struct Tickets {
-    inner: Arc<dyn ProducesTickets>,
+    keys: Arc<TicketKeys>,
     lifetime: u32,
 }
 
@@ -86,15 +90,24 @@ impl ProducesTickets for Tickets {
     }
 
     fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
-        self.inner.encrypt(&stamp(plain))
+        self.keys.seal(&stamp(plain))
     }
 
     fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
-        unstamp(self.inner.decrypt(cipher)?, u64::from(self.lifetime))
+        unstamp(self.keys.open(cipher)?, u64::from(self.lifetime))
     }
 }
 
-/// `ssl_session_cache`: this process's cache, entries good for
+/// What the master makes for TLS before it forks, shared by the workers of
+/// a generation: the `ssl_session_cache shared:` zones by name, and the
+/// ticket keys.
+#[derive(Debug, Clone, Default)]
+pub struct TlsShared {
+    pub caches: HashMap<String, Arc<SessionZone>>,
+    pub tickets: Option<Arc<TicketKeys>>,
+}
+
+/// `ssl_session_cache builtin`: this process's cache, entries good for
 /// `ssl_session_timeout`.
 #[derive(Debug)]
 struct Sessions {
@@ -120,9 +133,12 @@ impl StoresServerSessions for Sessions {
     }
 }
 
-/// A server's rustls configuration. Made in each worker, so that ticket
-/// keys and the session cache are the worker's own.
-pub fn server_config(s: &ServerSsl) -> Result<Arc<ServerConfig>, rustls::Error> {
+/// A server's rustls configuration, with its client-certificate settings
+/// when it asks for certificates.
+pub fn server_config(
+    s: &ServerSsl,
+    shared: &TlsShared,
+) -> Result<(Arc<ServerConfig>, Option<Arc<ClientAuth>>), rustls::Error> {
     let mut p = provider::default_provider();
     let mut suites = Vec::new();
     if s.protocols.contains(&Protocol::Tls13) {
@@ -140,32 +156,54 @@ pub fn server_config(s: &ServerSsl) -> Result<Arc<ServerConfig>, rustls::Error> 
             Protocol::Tls13 => &rustls::version::TLS13,
         })
         .collect();
-    let mut cfg = ServerConfig::builder_with_provider(Arc::new(p))
-        .with_protocol_versions(&versions)?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(Certs(s.certs.clone())));
+    let auth = ClientAuth::new(s)?.map(Arc::new);
+    let builder =
+        ServerConfig::builder_with_provider(Arc::new(p)).with_protocol_versions(&versions)?;
+    let builder = match &auth {
+        Some(a) => builder.with_client_cert_verifier(a.clone()),
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_cert_resolver(Arc::new(Certs(s.certs.clone())));
     cfg.ignore_client_order = s.prefer_server_ciphers;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     let lifetime = s.session_timeout.as_secs();
-    let sessions = s.session_cache.sessions();
-    cfg.session_storage = if sessions > 0 {
-        Arc::new(Sessions {
-            inner: ServerSessionMemoryCache::new(sessions),
+    let zone = s
+        .session_cache
+        .shared
+        .as_ref()
+        .and_then(|(name, _)| shared.caches.get(name));
+    let builtin = s.session_cache.sessions();
+    cfg.session_storage = match zone {
+        Some(z) => Arc::new(SharedSessions {
+            zone: z.clone(),
             lifetime,
-        })
-    } else {
-        Arc::new(NoServerSessionStorage {})
+        }),
+        None if builtin > 0 => Arc::new(Sessions {
+            inner: ServerSessionMemoryCache::new(builtin),
+            lifetime,
+        }),
+        None => Arc::new(NoServerSessionStorage {}),
     };
+    let cached = zone.is_some() || builtin > 0;
     if s.session_tickets {
+        let keys = if s.ticket_keys.is_empty() {
+            match &shared.tickets {
+                Some(k) => Some(k.clone()),
+                None => TicketKeys::generate().map(Arc::new),
+            }
+        } else {
+            TicketKeys::from_material(&s.ticket_keys).map(Arc::new)
+        };
+        let keys = keys.ok_or_else(|| rustls::Error::General("no session ticket keys".into()))?;
         cfg.ticketer = Arc::new(Tickets {
-            inner: provider::Ticketer::new()?,
+            keys,
             lifetime: u32::try_from(lifetime).unwrap_or(u32::MAX),
         });
-    } else if sessions == 0 {
+    } else if !cached {
         // Nothing to resume with: no TLS 1.3 tickets either.
         cfg.send_tls13_tickets = 0;
     }
-    Ok(Arc::new(cfg))
+    Ok((Arc::new(cfg), auth))
 }
 
 /// What the variables tell of a TLS connection.
@@ -178,10 +216,19 @@ pub struct Details {
     pub server_name: Option<String>,
     /// The session was resumed.
     pub reused: bool,
+    /// The client's certificate, verified (`Verify::None` when it sent
+    /// none or none was asked for).
+    pub verify: Verify,
+    pub client_cert: Option<Box<ClientCert>>,
 }
 
-fn details(c: &rustls::Connection) -> Details {
+fn details(c: &rustls::Connection, auth: Option<&ClientAuth>) -> Details {
+    let chain = c.peer_certificates().filter(|c| !c.is_empty());
     Details {
+        verify: auth.map_or(Verify::None, |a| a.verify(chain)),
+        client_cert: chain
+            .and_then(|c| c.first())
+            .map(|c| Box::new(ClientCert::new(c))),
         protocol: match c.protocol_version() {
             Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3",
             Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2",
@@ -413,8 +460,10 @@ impl TlsStream {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn details(&self) -> Details {
-        details(&self.lock().conn)
+    /// What the variables show; `auth`: the client-certificate settings
+    /// of the server whose config made the handshake.
+    pub fn details(&self, auth: Option<&ClientAuth>) -> Details {
+        details(&self.lock().conn, auth)
     }
 
     pub fn tcp(&self) -> &TcpStream {

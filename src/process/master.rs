@@ -27,6 +27,7 @@ use crate::cli::Cli;
 use crate::conf::Config;
 use crate::http::status::Shm;
 use crate::log::{self, Level, Target};
+use crate::net::tls::TicketKeys;
 use crate::net::{self, Bound};
 
 /// One configuration with its listening sockets.
@@ -75,6 +76,9 @@ struct Master {
     new_binary: Option<(Pid, PathBuf)>,
     /// Started by a binary upgrade: the old master.
     old_master: Option<Pid>,
+    /// Session ticket keys, made once (or handed over by the old binary)
+    /// and used by every generation, so that tickets outlive reloads.
+    tickets: Option<Arc<TicketKeys>>,
 }
 
 /// Starts sluice as configured and returns the exit code.
@@ -163,7 +167,17 @@ pub fn start(cli: &Cli) -> i32 {
     }
     // Zones before saying "started": a zone that cannot be built fails the
     // start, also for a daemon's waiting parent.
-    let shm = match make_shm(&cfg, 1) {
+    // Ticket keys from the old binary, or new ones from the OS.
+    let tickets = inherited
+        .as_ref()
+        .and_then(|i| i.ticket_keys.as_ref())
+        .and_then(|m| TicketKeys::from_material(std::slice::from_ref(m)))
+        .or_else(TicketKeys::generate)
+        .map(Arc::new);
+    if tickets.is_none() {
+        crate::log!(Level::Alert, "cannot make session ticket keys");
+    }
+    let shm = match make_shm(&cfg, 1, None, tickets.clone()) {
         Ok(z) => z,
         Err(()) => {
             let _ = std::fs::remove_file(&pid_path);
@@ -228,6 +242,7 @@ pub fn start(cli: &Cli) -> i32 {
         next_generation: 2,
         new_binary: None,
         old_master,
+        tickets,
     };
     m.start_workers(1);
     m.run()
@@ -580,7 +595,13 @@ impl Master {
             .iter()
             .filter_map(|(n, z)| z.fd().map(|fd| (n.clone(), fd)))
             .collect();
-        match super::upgrade::exec_new_binary(&listeners, &zones) {
+        // The ticket keys go along, so that tickets stay good.
+        let keys = self
+            .tickets
+            .as_ref()
+            .and_then(|k| super::upgrade::keys_memfd(k.material()));
+        match super::upgrade::exec_new_binary(&listeners, &zones, keys.as_ref().map(|k| k.as_fd()))
+        {
             Ok(pid) => {
                 crate::log!(Level::Notice, "start new binary process {}", pid);
                 let own = std::mem::replace(&mut self.pid_path, oldbin);
@@ -664,7 +685,7 @@ impl Master {
             }
         }
         let id = self.next_generation;
-        let Ok(shm) = make_shm(&cfg, id) else {
+        let Ok(shm) = make_shm(&cfg, id, Some(&self.current().shm), self.tickets.clone()) else {
             return;
         };
         // The new zones start with the resolved peers of the current ones.
@@ -734,6 +755,16 @@ impl Master {
                 let raw = pid.as_raw() as u32;
                 for z in g.shm.zones.values() {
                     if z.repair(w.slot, raw) {
+                        crate::log!(
+                            Level::Alert,
+                            "shared memory zone \"{}\" was locked by {}",
+                            z.name,
+                            pid
+                        );
+                    }
+                }
+                for z in g.shm.tls.caches.values() {
+                    if z.repair(raw) {
                         crate::log!(
                             Level::Alert,
                             "shared memory zone \"{}\" was locked by {}",

@@ -3,6 +3,7 @@
 //! listening sockets, the workers' credentials and log ownership, and each
 //! worker's copy of the listeners. Called by `master`.
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use crate::conf::Config;
 use crate::http::Listener;
 use crate::http::status::{Shm, Stats};
 use crate::log::{self, Level};
+use crate::net::tls::{SessionZone, TicketKeys, TlsShared};
 use crate::net::{self, Bound};
 
 /// Maps the zones a binary upgrade handed over and copies their resolved
@@ -51,11 +53,50 @@ pub(super) fn adopt_zones(
 /// creates its shared memory while testing; false (after `[emerg]`) when one
 /// cannot be made.
 pub(super) fn check_shm(cfg: &Config) -> bool {
-    make_shm(cfg, 1).is_ok()
+    make_shm(cfg, 1, None, None).is_ok()
 }
 
-/// The generation's shared memory, or `[emerg]` and Err.
-pub(super) fn make_shm(cfg: &Config, generation: u64) -> Result<Shm, ()> {
+/// The `ssl_session_cache shared:` zones: those of `prev` (the running
+/// generation) whose name and size stay are kept, with their sessions, as
+/// nginx keeps a zone across a reload; the others are made.
+fn ssl_caches(
+    cfg: &Config,
+    prev: Option<&Shm>,
+) -> Result<HashMap<String, Arc<SessionZone>>, String> {
+    let mut caches = HashMap::new();
+    let shared = cfg
+        .http
+        .iter()
+        .flat_map(|h| h.servers.iter())
+        .filter_map(|s| s.ssl.session_cache.shared.as_ref());
+    for (name, size) in shared {
+        if caches.contains_key(name) {
+            continue;
+        }
+        let size = usize::try_from(*size).map_err(|_| format!("zone \"{name}\" is too large"))?;
+        let kept = prev
+            .and_then(|p| p.tls.caches.get(name))
+            .filter(|z| z.size() == size);
+        let zone = match kept {
+            Some(z) => z.clone(),
+            None => Arc::new(
+                SessionZone::create(name, size)
+                    .map_err(|e| format!("shared memory zone \"{name}\": {e}"))?,
+            ),
+        };
+        caches.insert(name.clone(), zone);
+    }
+    Ok(caches)
+}
+
+/// The generation's shared memory, or `[emerg]` and Err. `prev`: the
+/// running generation's; `tickets`: the master's ticket keys.
+pub(super) fn make_shm(
+    cfg: &Config,
+    generation: u64,
+    prev: Option<&Shm>,
+    tickets: Option<Arc<TicketKeys>>,
+) -> Result<Shm, ()> {
     let workers = if cfg.main.master_process {
         cfg.main.worker_processes
     } else {
@@ -73,11 +114,15 @@ pub(super) fn make_shm(cfg: &Config, generation: u64) -> Result<Shm, ()> {
     } else {
         None
     };
+    let caches = ssl_caches(cfg, prev).map_err(|e| {
+        crate::log!(Level::Emerg, "{}", e);
+    })?;
     Ok(Shm {
         zones,
         stats,
         generation,
         saved: None,
+        tls: TlsShared { caches, tickets },
     })
 }
 

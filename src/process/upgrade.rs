@@ -16,11 +16,17 @@ use crate::net::Bound;
 
 pub const LISTENERS_VAR: &str = "SLUICE";
 pub const ZONES_VAR: &str = "SLUICE_ZONES";
+/// The memfd holding the master's session ticket key (its number).
+pub const KEYS_VAR: &str = "SLUICE_TICKET_KEYS";
+/// The name of that memfd.
+const KEYS_MEMFD: &str = "sluice-keys";
 
 /// What a new binary got from the old master.
 pub struct Inherited {
     pub listeners: Vec<Bound>,
     pub zones: Vec<(String, OwnedFd)>,
+    /// The old master's session ticket key material.
+    pub ticket_keys: Option<Vec<u8>>,
     /// The old master (this process's parent at start).
     pub parent: Pid,
 }
@@ -86,6 +92,23 @@ pub fn inherited() -> Option<Inherited> {
             )),
         }
     }
+    let ticket_keys = std::env::var(KEYS_VAR).ok().and_then(|v| {
+        let fd = fd_number(&v).or_else(|| {
+            warnings.push(format!(
+                "invalid number \"{v}\" in {KEYS_VAR} environment variable, ignoring"
+            ));
+            None
+        })?;
+        match adopt(fd, Kind::Keys, &mut seen) {
+            Ok(owned) => read_keys(owned),
+            Err(why) => {
+                warnings.push(format!(
+                    "inherited ticket keys #{fd} in {KEYS_VAR} environment variable {why}, ignoring"
+                ));
+                None
+            }
+        }
+    });
     for w in &warnings {
         crate::log!(crate::log::Level::Warn, "{}", w);
     }
@@ -98,8 +121,30 @@ pub fn inherited() -> Option<Inherited> {
     Some(Inherited {
         listeners,
         zones,
+        ticket_keys,
         parent: nix::unistd::getppid(),
     })
+}
+
+/// The key material in an inherited keys memfd (at most 80 bytes).
+fn read_keys(fd: OwnedFd) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::from(fd);
+    let mut buf = vec![0u8; crate::net::tls::TicketKeys::MATERIAL];
+    let n = f.read_at(&mut buf, 0).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+/// A memfd holding the master's ticket key material, for the new binary
+/// (closed on exec until `exec_new_binary`'s child clears that).
+pub fn keys_memfd(material: &[u8]) -> Option<OwnedFd> {
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    use std::io::Write;
+    let fd = memfd_create(KEYS_MEMFD, MFdFlags::MFD_CLOEXEC).ok()?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(material).ok()?;
+    Some(OwnedFd::from(f))
 }
 
 /// The numbers of `SLUICE` (`fd;fd;...;`), in order, with a warning for each
@@ -174,6 +219,8 @@ enum Kind {
     Listener,
     /// The memfd of a zone a sluice master made (`sluice:NAME`).
     Zone,
+    /// The memfd of the master's ticket keys.
+    Keys,
 }
 
 /// Takes ownership of an inherited descriptor once it is shown to be what
@@ -194,6 +241,9 @@ fn adopt(fd: RawFd, kind: Kind, seen: &mut Vec<RawFd>) -> Result<OwnedFd, &'stat
         Kind::Listener if !target.starts_with("socket:") => return Err("is not a socket"),
         Kind::Zone if !target.starts_with("/memfd:sluice:") => {
             return Err("is not a zone's shared memory");
+        }
+        Kind::Keys if !target.starts_with(&format!("/memfd:{KEYS_MEMFD} ")) => {
+            return Err("is not a sluice ticket keys memfd");
         }
         _ => {}
     }
@@ -241,6 +291,7 @@ fn listen_addr(sock: &Socket) -> Option<ListenAddr> {
 pub fn exec_new_binary(
     listeners: &[BorrowedFd<'_>],
     zones: &[(String, BorrowedFd<'_>)],
+    keys: Option<BorrowedFd<'_>>,
 ) -> Result<Pid, String> {
     let mut fds = String::new();
     for fd in listeners {
@@ -258,7 +309,7 @@ pub fn exec_new_binary(
         .and_then(|p| std::ffi::CString::new(p.into_os_string().into_encoded_bytes()).ok())
         .ok_or("cannot find the executable")?;
     let mut env: Vec<std::ffi::CString> = std::env::vars_os()
-        .filter(|(k, _)| k != LISTENERS_VAR && k != ZONES_VAR)
+        .filter(|(k, _)| k != LISTENERS_VAR && k != ZONES_VAR && k != KEYS_VAR)
         .filter_map(|(k, v)| {
             let mut kv = k.into_encoded_bytes();
             kv.push(b'=');
@@ -271,11 +322,20 @@ pub fn exec_new_binary(
             env.push(c);
         }
     }
+    if let Some(fd) = keys {
+        if let Ok(c) = std::ffi::CString::new(format!("{KEYS_VAR}={}", fd.as_raw_fd())) {
+            env.push(c);
+        }
+    }
     match sys::fork() {
         Err(e) => Err(format!("fork() failed ({}: {})", e as i32, e.desc())),
         Ok(ForkResult::Child) => {
             // In the child only: the descriptors stay open across exec.
-            for fd in listeners.iter().chain(zones.iter().map(|(_, f)| f)) {
+            for fd in listeners
+                .iter()
+                .chain(zones.iter().map(|(_, f)| f))
+                .chain(keys.iter())
+            {
                 let _ = fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()));
             }
             let e = nix::unistd::execve(&exe, &args, &env).err();

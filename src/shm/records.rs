@@ -210,3 +210,51 @@ pub struct StatusCounters {
 unsafe impl Shared for StatusCounters {}
 
 const _: () = assert!(size_of::<StatusCounters>() == 48);
+
+/// The records of an `ssl_session_cache shared:NAME:SIZE` zone (the logic
+/// is `net::tls_cache`): a header, a table of buckets (`AtomicU32`, the
+/// first slot of a chain + 1), then the slots. An entry takes one or more
+/// consecutive slots: its key then its value, in the slots' data words.
+pub const SESSION_MAGIC: u64 = u64::from_le_bytes(*b"SLUICESC");
+pub const SESSION_LAYOUT: u32 = 1;
+/// Data words in one slot (224 bytes).
+pub const SESSION_WORDS: usize = 28;
+
+#[repr(C)]
+pub struct SessionHeader {
+    pub magic: AtomicU64,
+    pub layout: AtomicU32,
+    pub slots: AtomicU32,
+    pub buckets: AtomicU32,
+    /// Held by the process that reads or changes the cache.
+    pub lock: PidLock,
+    /// Where the next entry goes (entries are written round the slots, so
+    /// the oldest are the ones overwritten).
+    pub cursor: AtomicU32,
+    pub entries: AtomicU32,
+}
+
+#[repr(C)]
+pub struct SessionSlot {
+    pub hash: AtomicU64,
+    /// Unix time in seconds after which the entry is not given out.
+    pub expires: AtomicU64,
+    /// 0: free; else the index + 1 of its entry's first slot (its own for
+    /// the first).
+    pub head: AtomicU32,
+    pub key_len: AtomicU32,
+    pub val_len: AtomicU32,
+    /// The next entry in its bucket's chain (index + 1; 0 ends).
+    pub next: AtomicU32,
+    pub data: [AtomicU64; SESSION_WORDS],
+}
+
+// SAFETY: repr(C), atomics only.
+#[allow(unsafe_code)]
+unsafe impl Shared for SessionHeader {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl Shared for SessionSlot {}
+
+const _: () = assert!(size_of::<SessionHeader>() == 32);
+const _: () = assert!(size_of::<SessionSlot>() == 256);
