@@ -213,7 +213,8 @@ pub async fn serve(
 }
 
 async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Phase>) {
-    let addr = l.addr.clone();
+    // Shared by its connections (a parked one keeps only a pointer).
+    let addr = Arc::new(l.addr.clone());
     let listen_text: Arc<str> = addr.to_string().into();
     let tls_port = shared.router.ssl_on(&addr);
     let Some(sock) = Sock::adopt(l) else {
@@ -268,7 +269,7 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 pub(super) struct ConnCtx {
     shared: Arc<Shared>,
     info: Arc<ConnInfo>,
-    listen: ListenAddr,
+    listen: Arc<ListenAddr>,
     /// `client_header_timeout` of the default server: the first request's
     /// wait, and each head's from its first byte.
     head_limit: Duration,
@@ -282,7 +283,7 @@ pub(super) struct ConnCtx {
 pub(super) fn open_conn(
     stream: crate::net::stream::Stream,
     info: ConnInfo,
-    listen: ListenAddr,
+    listen: Arc<ListenAddr>,
     shared: &Arc<Shared>,
     open: Open,
 ) -> (ConnCtx, Arc<Inbound>) {

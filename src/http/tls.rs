@@ -61,7 +61,7 @@ impl Configs {
 pub(super) async fn serve_conn_tls(
     io: Stream,
     mut info: ConnInfo,
-    listen: ListenAddr,
+    listen: Arc<ListenAddr>,
     shared: Arc<Shared>,
     open: Open,
     phase: watch::Receiver<Phase>,
@@ -169,7 +169,7 @@ pub(super) async fn serve_conn_tls(
 async fn start(
     io: Stream,
     info: ConnInfo,
-    listen: ListenAddr,
+    listen: Arc<ListenAddr>,
     shared: &Arc<Shared>,
     open: Open,
     phase: watch::Receiver<Phase>,
