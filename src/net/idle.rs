@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 /// How often the clock ticks while a connection waits on it.
-pub const TICK: Duration = Duration::from_millis(50);
+pub const TICK: Duration = Duration::from_millis(25);
 
 #[derive(Default)]
 pub struct IdleClock {
