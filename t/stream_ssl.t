@@ -5,7 +5,8 @@
 # certificate (RSA or ECDSA) by what the client offers, ssl_protocols and
 # ssl_ciphers, the $ssl_* variables in return and in the access log,
 # session resumption, ssl_handshake_timeout, garbage on the TLS port (the
-# worker lives on), and half-close: the client's close_notify is passed on
+# worker lives on), client certificates (ssl_verify_client on, optional_no_ca),
+# and half-close: the client's close_notify is passed on
 # to the upstream as a FIN, and the answer still comes back.
 # Keys and certificates are made with the openssl command.
 
@@ -26,7 +27,7 @@ eval { require IO::Socket::SSL; IO::Socket::SSL->import(); 1 }
 	or plan(skip_all => 'IO::Socket::SSL not installed');
 `openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
 
-my $t = Test::Sluice->new()->has(qw/stream http/)->plan(22);
+my $t = Test::Sluice->new()->has(qw/stream http/)->plan(26);
 my $d = $t->testdir();
 
 sub openssl {
@@ -37,6 +38,15 @@ sub openssl {
 
 openssl("req -x509 -newkey rsa:2048 -nodes -keyout rsa.key -out rsa.crt -days 3 -subj /CN=rsa.example");
 openssl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ec.key -out ec.crt -days 3 -subj /CN=ec.example");
+# A CA, a client certificate it signed, and one nobody signed.
+openssl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.crt "
+	. "-days 3 -subj /CN=ca -addext basicConstraints=critical,CA:TRUE -addext keyUsage=keyCertSign,cRLSign");
+$t->write_file('ee.ext', "basicConstraints=CA:false\nextendedKeyUsage=clientAuth\n");
+for my $n ('client', 'rogue') {
+	openssl("req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout $n.key -out $n.csr -subj /CN=$n");
+}
+openssl("x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3 -out client.crt -extfile ee.ext");
+openssl("x509 -req -in rogue.csr -signkey rogue.key -days 3 -out rogue.crt -extfile ee.ext");
 
 $t->write_file('big.bin', join('', map { sprintf("%07d\n", $_) } 1 .. 200000));
 
@@ -76,6 +86,20 @@ stream {
         ssl_ciphers ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256;
         ssl_handshake_timeout 1s;
         return "v12 $ssl_protocol|$ssl_cipher|$ssl_session_reused\n";
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8447%% ssl;
+        ssl_verify_client on;
+        ssl_client_certificate ca.crt;
+        return "mtls $ssl_client_verify|$ssl_client_s_dn|$ssl_client_i_dn\n";
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8448%% ssl;
+        ssl_verify_client optional_no_ca;
+        ssl_trusted_certificate ca.crt;
+        return "optional $ssl_client_verify|$ssl_client_s_dn\n";
     }
 
     server {
@@ -124,6 +148,7 @@ sub tls_talk {
 		SSL_hostname => $o{sni} // '',
 		$o{version} ? (SSL_version => $o{version}) : (),
 		$o{ciphers} ? (SSL_cipher_list => $o{ciphers}) : (),
+		$o{cert} ? (SSL_cert_file => "$d/$o{cert}.crt", SSL_key_file => "$d/$o{cert}.key") : (),
 		Timeout => 5,
 	) or return (undef, "no connection: " . IO::Socket::SSL::errstr());
 	my $subject = $s->peer_certificate('subject');
@@ -162,6 +187,17 @@ is($subj, '/CN=rsa.example', 'RSA suites only: the RSA certificate');
 is($r, "v12 TLSv1.2|ECDHE-RSA-AES128-GCM-SHA256|.\n", 'variables, TLSv1.2');
 ($r, $subj) = tls_talk(8445, undef);
 is($subj, '/CN=ec.example', 'ECDSA suite: the ECDSA certificate');
+
+# Client certificates.
+
+($r) = tls_talk(8447, undef, cert => 'client');
+is($r, "mtls SUCCESS|CN=client|CN=ca\n", 'ssl_verify_client on: a good certificate');
+($r) = tls_talk(8447, undef);
+ok(!$r, 'ssl_verify_client on without a certificate: closed');
+ok($t->waitforlog(qr/\[info\] .* client sent no required SSL certificate while SSL handshaking, client: 127\.0\.0\.1, server: 127\.0\.0\.1:${\ port(8447)}/),
+	'no certificate logged');
+($r) = tls_talk(8448, undef, cert => 'rogue');
+like($r, qr/^optional FAILED:self-signed certificate\|CN=rogue$/, 'optional_no_ca lets an unknown issuer through');
 
 # ssl_protocols.
 

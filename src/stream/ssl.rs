@@ -1,7 +1,8 @@
 //! The stream module's TLS phases, before a session is proxied: the TLS
 //! handshake of a `listen ... ssl` address (nginx's ngx_stream_ssl_module:
 //! within `ssl_handshake_timeout`, a failure ends the session with status
-//! 500), and `ssl_preread` (nginx's ngx_stream_ssl_preread_module: the
+//! 500, as does a client certificate `ssl_verify_client` refuses), and
+//! `ssl_preread` (nginx's ngx_stream_ssl_preread_module: the
 //! ClientHello peeked at, within `preread_timeout` and
 //! `preread_buffer_size`). The TLS itself is `net::tls` and `net::preread`;
 //! the proxying after is `stream::run`'s.
@@ -13,10 +14,11 @@ use rustls::ServerConfig;
 use super::Session;
 use crate::conf::model::StreamServer;
 use crate::conf::model::{ListenAddr, Stream as StreamConf};
+use crate::conf::ssl::VerifyClient;
 use crate::log::Level;
 use crate::net::preread::{Outcome, preread};
 use crate::net::stream::Stream;
-use crate::net::tls::{ClientAuth, HandshakeError, TlsShared};
+use crate::net::tls::{ClientAuth, Details, HandshakeError, TlsShared, Verify};
 
 /// A server's rustls configuration, and its client-certificate settings
 /// when it asks for certificates.
@@ -79,7 +81,20 @@ pub(super) async fn handshake(
     });
     let why = match tokio::time::timeout(conf.ssl.handshake_timeout, accept).await {
         Ok(Ok(t)) => {
-            s.tls = Some(Box::new(t.details(auth.as_deref())));
+            let details = t.details(auth.as_deref());
+            let problem = client_cert_problem(&details, conf.ssl.verify_client);
+            s.tls = Some(Box::new(details));
+            if let Some(why) = problem {
+                crate::log_conn!(
+                    Level::Info,
+                    s.number,
+                    "{} while SSL handshaking{}",
+                    why,
+                    s.short_context()
+                );
+                s.status = 500;
+                return None;
+            }
             return Some(Stream::Tls(Box::new(t)));
         }
         Ok(Err(e)) => e,
@@ -109,6 +124,27 @@ pub(super) async fn handshake(
     );
     s.status = 500;
     None
+}
+
+/// `ssl_verify_client` after the handshake, as nginx's stream module
+/// checks it: a certificate that did not verify (unless `optional_no_ca`
+/// lets its unknown issuer through), or none when one is required, ends
+/// the session (there is no HTTP answer to give). Its log words.
+fn client_cert_problem(t: &Details, mode: VerifyClient) -> Option<String> {
+    match &t.verify {
+        _ if mode == VerifyClient::Off => None,
+        Verify::Failed(code, why)
+            if !(mode == VerifyClient::OptionalNoCa && t.verify.no_ca_only()) =>
+        {
+            Some(format!(
+                "client SSL certificate verify error: ({code}:{why})"
+            ))
+        }
+        Verify::None if mode == VerifyClient::On && t.client_cert.is_none() => {
+            Some("client sent no required SSL certificate".into())
+        }
+        _ => None,
+    }
 }
 
 /// `ssl_preread`: what the ClientHello says goes into the session's
