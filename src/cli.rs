@@ -118,7 +118,7 @@ pub fn version_line() -> String {
 
 pub fn configure_text() -> String {
     format!(
-        "{}built with Rust\nTLS SNI support enabled\nconfigure arguments: --with-http_ssl_module --with-http_realip_module --with-http_stub_status_module --with-http_api_module --with-stream {}\n",
+        "{}built with Rust\nTLS SNI support enabled\nconfigure arguments: --with-http_ssl_module --with-http_realip_module --with-http_stub_status_module --with-http_api_module --with-stream --with-stream_ssl_module --with-stream_ssl_preread_module {}\n",
         version_line(),
         WITHOUT_MODULES.join(" ")
     )

@@ -108,8 +108,8 @@ like($err, qr!\[emerg\] \d+#0: cipher "DHE-RSA-AES128-GCM-SHA256" in "ssl_cipher
 like($err, qr!\[warn\] \d+#0: TLSv1 is not supported .* in \Q$d\E/t\.conf:4!, 'TLSv1 warned');
 
 ($rc, $err) = check('', "stream {\nserver {\nlisten 127.0.0.1:" . port(8444) . " ssl;\nreturn x;\n}\n}\n");
-like($err, qr!\[emerg\] \d+#0: the "ssl" parameter requires ngx_stream_ssl_module in \Q$d\E/t\.conf:9!,
-	'stream ssl refused');
+like($err, qr!\[emerg\] \d+#0: no "ssl_certificate" is defined for the "listen ... ssl" directive in \Q$d\E/t\.conf:9!,
+	'stream listen ssl without certificate');
 
 # -V says the module is there, as nginx's does.
 

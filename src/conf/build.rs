@@ -293,7 +293,12 @@ pub fn build_with_warnings(
         None => None,
     };
     let stream = match main.stream.take() {
-        Some(st) => Some(super::stream::finish(st, http.as_ref())?),
+        Some(st) => Some(super::stream::finish(
+            st,
+            http.as_ref(),
+            paths,
+            &mut b.warnings,
+        )?),
         None => None,
     };
     let error_log = if main.error_log.is_empty() {

@@ -130,6 +130,14 @@ pub struct StreamServer {
     pub proxy_next_upstream_tries: u32,
     pub proxy_next_upstream_timeout: Duration,
     pub proxy_half_close: bool,
+    /// The `ssl_*` settings, for `listen ... ssl` (certificates loaded).
+    pub ssl: Arc<super::ssl::ServerSsl>,
+    /// `proxy_ssl on`: TLS to the upstream with these settings.
+    pub proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>>,
+    /// `ssl_preread on`: the ClientHello is read (not consumed) first.
+    pub ssl_preread: bool,
+    pub preread_timeout: Duration,
+    pub preread_buffer_size: usize,
     pub src: Src,
 }
 

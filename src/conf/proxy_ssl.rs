@@ -1,5 +1,7 @@
-//! The proxy module's `proxy_ssl_*` directives (TLS to upstreams), merged
-//! from http to server to location as location settings, and the finished
+//! The proxy modules' `proxy_ssl_*` directives (TLS to upstreams), merged
+//! from http to server to location as location settings (and from stream
+//! to stream server, kept in the same fields: nginx's stream proxy has the
+//! same directives), and the finished
 //! client settings ([`ProxySsl`]) of each location that proxies over https
 //! (or with variables, which may name https): trusted certificates and the
 //! client certificate are read here, when the configuration is loaded (by
@@ -14,14 +16,17 @@ use rustls::{RootCertStore, SupportedCipherSuite};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
-use super::build::{Args, Builder, HTTP, LOC, Node, SRV, Spec, flag, not_here, number, set_once};
+use super::build::{
+    Args, Builder, HTTP, LOC, Node, SRV, SSRV, STREAM, Spec, flag, not_here, number, set_once,
+};
 use super::loc::{LocB, LocConf};
 use super::ssl::{Loaded, Protocol};
 use super::tree::Directive;
 use super::vars::Template;
 use super::{ConfError, Src};
 
-const HSL: u8 = HTTP | SRV | LOC;
+/// http, server, location; stream, stream server.
+const HSL: u8 = HTTP | SRV | LOC | STREAM | SSRV;
 
 pub(super) const TABLE: &[Spec] = &[
     Spec {
@@ -129,7 +134,11 @@ pub struct ProxySsl {
 }
 
 fn loc<'a>(n: &'a mut Node<'_>, d: &Directive) -> Result<&'a mut LocB, ConfError> {
-    n.loc_b().ok_or_else(|| not_here(d))
+    match n {
+        Node::Stream(st) => Ok(&mut st.proxy_ssl),
+        Node::StreamServer(s) => Ok(&mut s.proxy_ssl),
+        n => n.loc_b().ok_or_else(|| not_here(d)),
+    }
 }
 
 fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {

@@ -1,6 +1,8 @@
-//! The http ssl module's directives (`ssl_certificate`, `ssl_protocols`,
-//! `ssl_ciphers`, sessions, the handshake timeout) in the http and server
-//! contexts, merged from http to server as nginx merges them, and the
+//! The ssl modules' directives (`ssl_certificate`, `ssl_protocols`,
+//! `ssl_ciphers`, sessions, the handshake timeout, client certificates) in
+//! the http and server contexts and in the stream and stream server
+//! contexts (nginx's http and stream ssl modules share them), merged from
+//! the block to its servers as nginx merges them, and the
 //! certificates and keys read when the configuration is loaded: by the
 //! master at start and reload (workers inherit them), and by `-t`. The only
 //! I/O here is reading those files.
@@ -15,11 +17,12 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::build::{Args, Builder, HTTP, Node, SRV, Spec, flag, not_here, set_once};
+use super::build::{Args, Builder, HTTP, Node, SRV, SSRV, STREAM, Spec, flag, not_here, set_once};
 use super::tree::Directive;
 use super::{ConfError, Src};
 
-const HS: u8 = HTTP | SRV;
+/// http, server, stream, stream server.
+const HS: u8 = HTTP | SRV | STREAM | SSRV;
 
 pub(super) const TABLE: &[Spec] = &[
     Spec {
@@ -211,6 +214,8 @@ fn ssl_b<'a>(n: &'a mut Node<'_>, d: &Directive) -> Result<&'a mut SslB, ConfErr
     match n {
         Node::Http(h) => Ok(&mut h.ssl),
         Node::Server(s) => Ok(&mut s.ssl),
+        Node::Stream(st) => Ok(&mut st.ssl),
+        Node::StreamServer(s) => Ok(&mut s.ssl),
         _ => Err(not_here(d)),
     }
 }

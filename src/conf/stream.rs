@@ -1,12 +1,15 @@
 //! The `stream` block: `upstream` (the http module's builder, the same
 //! directives), `server { listen; proxy_pass; return; }`, the proxy timeouts
 //! and retry settings (stream level, inherited by servers), `resolver` and
-//! `resolver_timeout`. Parsing and checks only.
+//! `resolver_timeout`, `ssl_preread` and the preread limits, `proxy_ssl`.
+//! The `ssl_*` and `proxy_ssl_*` directives are the http ones (`ssl.rs`,
+//! `proxy_ssl.rs`), set here per stream level and finished here. Parsing and
+//! checks only.
 
 use std::time::Duration;
 
 use super::build::{
-    Args, Builder, MAIN, Node, SSRV, STREAM, Spec, duplicate, not_here, number, time_arg,
+    Args, Builder, MAIN, Node, SSRV, STREAM, Spec, duplicate, not_here, number, size_arg, time_arg,
 };
 use super::model::*;
 use super::proxy::UpstreamB;
@@ -106,6 +109,34 @@ pub(super) const TABLE: &[Spec] = &[
         block: false,
         set: set_setting,
     },
+    Spec {
+        name: "proxy_ssl",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
+        name: "ssl_preread",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
+        name: "preread_timeout",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
+        name: "preread_buffer_size",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
 ];
 
 /// Settings a stream server takes from the stream level when it has none.
@@ -118,6 +149,10 @@ pub(super) struct Settings {
     tries: Option<u32>,
     next_timeout: Option<Duration>,
     half_close: Option<bool>,
+    proxy_ssl: Option<bool>,
+    ssl_preread: Option<bool>,
+    preread_timeout: Option<Duration>,
+    preread_buffer_size: Option<u64>,
 }
 
 #[derive(Default)]
@@ -128,10 +163,16 @@ pub(super) struct StreamB {
     pub(super) resolver: Option<Resolver>,
     pub(super) resolver_timeout: Option<Duration>,
     pub(super) access_log: Option<Vec<super::loc::AccessLog>>,
+    /// The `ssl_*` directives.
+    pub(super) ssl: super::ssl::SslB,
+    /// The `proxy_ssl_*` directives (the http location settings' fields).
+    pub(super) proxy_ssl: super::loc::LocB,
 }
 
 pub(super) struct StreamServerB {
     pub(super) access_log: Option<Vec<super::loc::AccessLog>>,
+    pub(super) ssl: super::ssl::SslB,
+    pub(super) proxy_ssl: super::loc::LocB,
     listen: Vec<Listen>,
     proxy_pass: Option<(String, Src)>,
     proxy_pass_var: Option<vars::Template>,
@@ -173,6 +214,8 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     };
     let mut s = StreamServerB {
         access_log: None,
+        ssl: Default::default(),
+        proxy_ssl: Default::default(),
         listen: Vec::new(),
         proxy_pass: None,
         proxy_pass_var: None,
@@ -195,16 +238,19 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     };
     let addrs = super::http::parse_listen_addr(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
     let mut reuseport = false;
+    let mut ssl = false;
     let mut backlog = 511;
     for p in &d.args[1..] {
         if p == "reuseport" {
             reuseport = true;
         } else if p == "ssl" {
-            // TLS in the stream module comes later.
-            return Err(ConfError::at(
-                "the \"ssl\" parameter requires ngx_stream_ssl_module",
-                &d.src,
-            ));
+            if matches!(addrs.first(), Some(ListenAddr::Unix(_))) {
+                return Err(ConfError::at(
+                    "\"ssl\" on unix sockets is not supported yet",
+                    &d.src,
+                ));
+            }
+            ssl = true;
         } else if let Some(v) = p.strip_prefix("backlog=") {
             backlog = number::<i32>(v)
                 .ok_or_else(|| ConfError::at(format!("invalid backlog \"{v}\""), &d.src))?;
@@ -217,7 +263,7 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             addr,
             default_server: false,
             reuseport,
-            ssl: false,
+            ssl,
             backlog,
             src: d.src.clone(),
         });
@@ -283,6 +329,10 @@ fn set_setting(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
         "proxy_next_upstream_timeout" => once(&mut set.next_timeout, time_arg(d, 0)?, d),
         "proxy_next_upstream" => once(&mut set.next_upstream, on_off()?, d),
         "proxy_half_close" => once(&mut set.half_close, on_off()?, d),
+        "proxy_ssl" => once(&mut set.proxy_ssl, on_off()?, d),
+        "ssl_preread" => once(&mut set.ssl_preread, on_off()?, d),
+        "preread_timeout" => once(&mut set.preread_timeout, time_arg(d, 0)?, d),
+        "preread_buffer_size" => once(&mut set.preread_buffer_size, size_arg(d, 0)?, d),
         _ => {
             let n = number::<u32>(&d.args[0]).ok_or_else(|| {
                 ConfError::at(format!("\"{}\" directive invalid number", d.name), &d.src)
@@ -295,7 +345,12 @@ fn set_setting(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
 /// The finished `stream` block: upstreams (with zones and resolvers, as in
 /// http), servers with their settings merged and `proxy_pass` tied to an
 /// upstream (an implicit one for `host:port`).
-pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfError> {
+pub(super) fn finish(
+    st: StreamB,
+    http: Option<&Http>,
+    paths: &super::Paths,
+    warnings: &mut Vec<ConfError>,
+) -> Result<Stream, ConfError> {
     let mut top = super::loc::LocB {
         resolver: Some(st.resolver.clone()),
         resolver_timeout: st.resolver_timeout,
@@ -321,7 +376,24 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
     }
     let mut servers = Vec::with_capacity(st.servers.len());
     let mut access_log_paths = Vec::new();
-    for s in st.servers {
+    let mut loaded = super::ssl::Loaded::default();
+    let mut profiles = super::proxy_ssl::Profiles::default();
+    let defaults = super::loc::Defaults {
+        prefix: paths.prefix.clone(),
+        combined: super::http::combined(),
+    };
+    for mut s in st.servers {
+        s.ssl.inherit(&st.ssl);
+        let ssl_listen = s.listen.iter().find(|l| l.ssl).map(|l| &l.src);
+        let ssl = super::ssl::finish(&s.ssl, ssl_listen, &mut loaded, warnings)?;
+        let proxy_ssl = match s.settings.proxy_ssl.or(st.settings.proxy_ssl) {
+            Some(true) => {
+                s.proxy_ssl.inherit(&st.proxy_ssl);
+                let conf = s.proxy_ssl.finish(&defaults);
+                Some(profiles.make(&conf, &s.src, warnings)?)
+            }
+            _ => None,
+        };
         let get = |f: fn(&Settings) -> Option<Duration>, default: Duration| {
             f(&s.settings).or(f(&st.settings)).unwrap_or(default)
         };
@@ -370,6 +442,19 @@ pub(super) fn finish(st: StreamB, http: Option<&Http>) -> Result<Stream, ConfErr
                 .half_close
                 .or(st.settings.half_close)
                 .unwrap_or(false),
+            ssl: std::sync::Arc::new(ssl),
+            proxy_ssl,
+            ssl_preread: s
+                .settings
+                .ssl_preread
+                .or(st.settings.ssl_preread)
+                .unwrap_or(false),
+            preread_timeout: get(|x| x.preread_timeout, Duration::from_secs(30)),
+            preread_buffer_size: s
+                .settings
+                .preread_buffer_size
+                .or(st.settings.preread_buffer_size)
+                .map_or(16 * 1024, |n| usize::try_from(n).unwrap_or(usize::MAX)),
             src: s.src,
         });
     }
@@ -458,6 +543,71 @@ mod tests {
         assert!(
             err("events {} stream { proxy_half_close maybe; }")
                 .contains("it must be \"on\" or \"off\"")
+        );
+    }
+
+    #[test]
+    fn tls_settings_merge_from_the_stream_level() {
+        let (c, _) = try_build(
+            "events {} stream { ssl_protocols TLSv1.3; ssl_handshake_timeout 5s; \
+             proxy_ssl_server_name on; preread_timeout 2s; \
+             server { listen 127.0.0.1:9000; proxy_pass 127.0.0.1:9001; proxy_ssl on; \
+             proxy_ssl_name backend.example; ssl_preread on; preread_buffer_size 4k; } \
+             server { listen 127.0.0.1:9002; proxy_pass 127.0.0.1:9001; \
+             ssl_handshake_timeout 1s; } }",
+        )
+        .expect("config");
+        let st = c.stream.expect("stream");
+        let (a, b) = (&st.servers[0], &st.servers[1]);
+        assert_eq!(a.ssl.protocols, vec![crate::conf::ssl::Protocol::Tls13]);
+        assert_eq!(a.ssl.handshake_timeout, Duration::from_secs(5));
+        assert_eq!(b.ssl.handshake_timeout, Duration::from_secs(1));
+        let p = a.proxy_ssl.as_ref().expect("proxy_ssl");
+        assert!(p.server_name && p.name.is_some() && !p.verify);
+        assert!(b.proxy_ssl.is_none());
+        assert!(a.ssl_preread && !b.ssl_preread);
+        assert_eq!(
+            (a.preread_timeout, a.preread_buffer_size),
+            (Duration::from_secs(2), 4096)
+        );
+        assert_eq!(
+            (b.preread_timeout, b.preread_buffer_size),
+            (Duration::from_secs(2), 16384)
+        );
+        assert!(!a.listen[0].ssl);
+    }
+
+    #[test]
+    fn tls_errors() {
+        assert_eq!(
+            err("events {}\nstream {\nserver {\nlisten 127.0.0.1:1 ssl;\nreturn x;\n}\n}"),
+            "no \"ssl_certificate\" is defined for the \"listen ... ssl\" directive in /t.conf:4"
+        );
+        assert_eq!(
+            err("events {}\nstream {\nserver {\nlisten unix:/tmp/x.sock ssl;\nreturn x;\n}\n}"),
+            "\"ssl\" on unix sockets is not supported yet in /t.conf:4"
+        );
+        assert_eq!(
+            err(
+                "events {}\nstream {\nproxy_ssl_verify on;\nserver {\nlisten 127.0.0.1:1;\nproxy_pass 127.0.0.1:2;\nproxy_ssl on;\n}\n}"
+            ),
+            "no proxy_ssl_trusted_certificate for proxy_ssl_verify in /t.conf:4"
+        );
+        assert_eq!(
+            err("events {}\nstream {\nssl_preread maybe;\n}"),
+            "invalid value \"maybe\" in \"ssl_preread\" directive, it must be \"on\" or \"off\" in /t.conf:3"
+        );
+        assert_eq!(
+            err("events {}\nstream {\npreread_buffer_size 1x;\n}"),
+            "\"preread_buffer_size\" directive invalid value in /t.conf:3"
+        );
+        assert_eq!(
+            err("events {}\nstream {\nserver {\nssl_verify_client maybe;\n}\n}"),
+            "invalid value \"maybe\" in \"ssl_verify_client\" directive, it must be \"on\", \"off\", \"optional\" or \"optional_no_ca\" in /t.conf:4"
+        );
+        assert_eq!(
+            err("events {}\nstream {\nproxy_ssl on;\nproxy_ssl off;\n}"),
+            "\"proxy_ssl\" directive is duplicate in /t.conf:4"
         );
     }
 }

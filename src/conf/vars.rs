@@ -78,6 +78,10 @@ pub enum Var {
     /// `$ssl_client_cert` (deprecated in nginx) and `$ssl_client_raw_cert`.
     SslClientCert,
     SslClientRawCert,
+    /// Stream only, with `ssl_preread on`: what the ClientHello says.
+    SslPrereadServerName,
+    SslPrereadAlpnProtocols,
+    SslPrereadProtocol,
     /// `$request_filename`: the file the URI maps to under root or alias.
     RequestFilename,
     /// `$document_root`.
@@ -286,6 +290,9 @@ impl Var {
             "ssl_client_escaped_cert" => Var::SslClientEscapedCert,
             "ssl_client_cert" => Var::SslClientCert,
             "ssl_client_raw_cert" => Var::SslClientRawCert,
+            "ssl_preread_server_name" => Var::SslPrereadServerName,
+            "ssl_preread_alpn_protocols" => Var::SslPrereadAlpnProtocols,
+            "ssl_preread_protocol" => Var::SslPrereadProtocol,
             _ => return None,
         })
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use super::proxy::{Tls, open};
+use super::proxy::open;
 use crate::conf::model::{Balancer, Http, PeerAddr, Upstream};
 use crate::log::Level;
 use crate::net::tls_client::Clients;
@@ -23,6 +23,7 @@ use crate::upstream::attempt::Failure;
 use crate::upstream::clock::Clock;
 use crate::upstream::peers::{Ms, PeerId, Peers};
 use crate::upstream::pool::ANY_LOCATION;
+use crate::upstream::tls::Tls;
 use crate::upstream::{Pooled, UpstreamRt};
 
 const KEEP_TICK: Duration = Duration::from_millis(100);

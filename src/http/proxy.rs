@@ -22,17 +22,14 @@ use super::response;
 use super::vars::{Attempt, Req};
 use super::{ClientBody, Reply};
 use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
-use crate::conf::proxy_ssl::ProxySsl;
 use crate::conf::vars::Template;
 use crate::h1::body::{Decoder, Framing};
 use crate::h1::head::{Names, Reason, ResponseHead};
 use crate::log::Level;
-use crate::net::stream::Stream;
-use crate::net::tls_client::{self, Clients};
 use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Policy, Requester};
 use crate::upstream::h1conn::{self, H1};
+use crate::upstream::tls::Tls;
 use crate::upstream::{Outcome, Pooled, UpstreamRt};
-use rustls_pki_types::ServerName;
 
 /// Response headers nginx does not pass from the upstream unless
 /// `proxy_pass_header` names them.
@@ -56,87 +53,19 @@ fn record(r: &Req, a: Attempt) {
         .push(a);
 }
 
-/// TLS to the upstream (`proxy_pass https://`): the location's settings,
-/// the worker's client configurations, and the name this request's
-/// handshakes use.
-#[derive(Clone)]
-pub(crate) struct Tls {
-    pub clients: Arc<Clients>,
-    pub ssl: Arc<ProxySsl>,
-    /// `proxy_ssl_name`'s value without its port.
-    pub name: Arc<str>,
-    /// As rustls takes it (None: neither a host name nor an address).
-    pub server_name: Option<ServerName<'static>>,
-    /// The keep-alive cache's key: the same settings and name make the
-    /// same handshake (never 0, which is plain).
-    pub key: u64,
-}
-
-impl Tls {
-    /// `name`: `proxy_ssl_name`'s value.
-    pub fn new(clients: Arc<Clients>, ssl: Arc<ProxySsl>, name: &str) -> Tls {
-        let server_name = tls_client::server_name(name);
-        let name: Arc<str> = match &server_name {
-            Some(n) => n.to_str().into(),
-            None => name.into(),
-        };
-        let mut h = std::hash::DefaultHasher::new();
-        std::hash::Hash::hash(&(ssl.id, &*name), &mut h);
-        Tls {
-            key: std::hash::Hasher::finish(&h) | 1,
-            clients,
-            ssl,
-            name,
-            server_name,
-        }
+/// The request's TLS to the upstream (`proxy_pass https://`).
+fn tls_for_request(r: &Req, pp: &ProxyPass, shared: &super::Shared) -> Option<Tls> {
+    if !pp.ssl {
+        return None;
     }
-
-    /// The request's: `proxy_ssl_name` evaluated (`$proxy_host` unless
-    /// set), when the location proxies over https.
-    fn for_request(r: &Req, pp: &ProxyPass, shared: &super::Shared) -> Option<Tls> {
-        if !pp.ssl {
-            return None;
-        }
-        // Every location whose proxy_pass may be https has its settings
-        // (`conf::http::finish_location`).
-        let ssl = r.conf.proxy_ssl.clone()?;
-        let name = match &ssl.name {
-            Some(t) => r.eval(t),
-            None => pp.proxy_host.clone(),
-        };
-        Some(Tls::new(shared.upstream_tls.clone(), ssl, &name))
-    }
-
-    /// The handshake on a connected socket, within `timeout`.
-    async fn handshake(
-        &self,
-        addr: &PeerAddr,
-        s: Stream,
-        timeout: Duration,
-    ) -> Result<H1, Failure> {
-        let Stream::Tcp(tcp) = s else {
-            return Err(Failure::upstream(
-                Kind::Error,
-                "SSL to upstream unix sockets is not supported",
-            ));
-        };
-        let config = self.clients.config(&self.ssl, addr).map_err(|e| {
-            Failure::upstream(Kind::Error, format!("SSL_CTX_new() failed (SSL: {e})"))
-        })?;
-        // A name that is no name: the peer's address stands in (no SNI).
-        let name = match (&self.server_name, addr) {
-            (Some(n), _) => n.clone(),
-            (None, PeerAddr::Inet(a)) => ServerName::IpAddress(a.ip().into()),
-            (None, PeerAddr::Unix(_)) => {
-                ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into())
-            }
-        };
-        match tokio::time::timeout(timeout, tls_client::connect(tcp, config, name)).await {
-            Err(_) => Err(Failure::handshake_timeout()),
-            Ok(Err(e)) => Err(Failure::handshake(&e, &self.name)),
-            Ok(Ok(t)) => Ok(H1::new(Stream::Tls(Box::new(t)))),
-        }
-    }
+    // Every location whose proxy_pass may be https has its settings
+    // (`conf::http::finish_location`).
+    let ssl = r.conf.proxy_ssl.clone()?;
+    let name = match &ssl.name {
+        Some(t) => r.eval(t),
+        None => pp.proxy_host.clone(),
+    };
+    Some(Tls::new(shared.upstream_tls.clone(), ssl, &name))
 }
 
 /// Opens a connection to a peer within `proxy_connect_timeout`, and makes
@@ -147,7 +76,7 @@ async fn connect(addr: &PeerAddr, timeout: Duration, tls: Option<&Tls>) -> Resul
         .map_err(|e| Failure::connect(addr, e))?;
     match tls {
         None => Ok(H1::new(s)),
-        Some(t) => t.handshake(addr, s, timeout).await,
+        Some(t) => t.handshake(addr, s, timeout).await.map(H1::new),
     }
 }
 
@@ -271,7 +200,7 @@ pub(crate) async fn run(
         ups: ups.clone(),
         location: location_id,
         timeout: conf.proxy_connect_timeout,
-        tls: Tls::for_request(r, pp, shared),
+        tls: tls_for_request(r, pp, shared),
     };
     let scheme = if pp.ssl { "https" } else { "http" };
     // The peers as this request sees them, for all its tries (a name with

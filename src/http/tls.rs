@@ -39,7 +39,7 @@ impl Configs {
                     if s.ssl.certs.is_empty() {
                         return None;
                     }
-                    match crate::net::tls::server_config(&s.ssl, shared) {
+                    match crate::net::tls::server_config(&s.ssl, shared, &[b"http/1.1"]) {
                         Ok(c) => Some(c),
                         Err(e) => {
                             crate::log!(

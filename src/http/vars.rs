@@ -39,14 +39,6 @@ pub enum ConnTls {
     Tls(Box<crate::net::tls::Details>),
 }
 
-/// A field of the client's certificate; empty without one.
-fn client_cert(c: &ConnInfo, f: impl Fn(&crate::net::tls::ClientCert) -> String) -> String {
-    c.tls()
-        .and_then(|t| t.client_cert.as_deref())
-        .map(f)
-        .unwrap_or_default()
-}
-
 impl ConnInfo {
     /// The TLS details, when it speaks TLS.
     pub fn tls(&self) -> Option<&crate::net::tls::Details> {
@@ -293,26 +285,18 @@ impl Req {
             Var::RequestUri => self.request_uri.clone(),
             Var::Scheme => if c.tls().is_some() { "https" } else { "http" }.to_string(),
             Var::Https => if c.tls().is_some() { "on" } else { "" }.to_string(),
-            Var::SslProtocol => c.tls().map_or("", |t| t.protocol).to_string(),
-            Var::SslCipher => c.tls().map_or("", |t| t.cipher).to_string(),
-            Var::SslServerName => c
-                .tls()
-                .and_then(|t| t.server_name.clone())
-                .unwrap_or_default(),
-            Var::SslSessionReused => match c.tls() {
-                Some(t) if t.reused => "r",
-                Some(_) => ".",
-                None => "",
-            }
-            .to_string(),
-            Var::SslClientVerify => c.tls().map(|t| t.verify.text()).unwrap_or_default(),
-            Var::SslClientSDn => client_cert(c, |x| x.s_dn.clone()),
-            Var::SslClientIDn => client_cert(c, |x| x.i_dn.clone()),
-            Var::SslClientSerial => client_cert(c, |x| x.serial.clone()),
-            Var::SslClientFingerprint => client_cert(c, |x| x.fingerprint.clone()),
-            Var::SslClientEscapedCert => client_cert(c, |x| x.escaped()),
-            Var::SslClientCert => client_cert(c, |x| x.tabbed()),
-            Var::SslClientRawCert => client_cert(c, |x| x.pem.clone()),
+            Var::SslProtocol
+            | Var::SslCipher
+            | Var::SslServerName
+            | Var::SslSessionReused
+            | Var::SslClientVerify
+            | Var::SslClientSDn
+            | Var::SslClientIDn
+            | Var::SslClientSerial
+            | Var::SslClientFingerprint
+            | Var::SslClientEscapedCert
+            | Var::SslClientCert
+            | Var::SslClientRawCert => c.tls().and_then(|t| t.value(v)).unwrap_or_default(),
             Var::ServerAddr => c
                 .local
                 .map(|a| a.ip().to_string())
@@ -360,7 +344,10 @@ impl Req {
             Var::UpstreamFirstByteTime
             | Var::UpstreamSessionTime
             | Var::BytesReceived
-            | Var::SessionTime => String::new(),
+            | Var::SessionTime
+            | Var::SslPrereadServerName
+            | Var::SslPrereadAlpnProtocols
+            | Var::SslPrereadProtocol => String::new(),
             Var::UpstreamBytesSent => self.upstream_list(|a| a.sent.to_string()),
             Var::Map(m) => crate::conf::map::value(self, m),
             Var::User(name) => match self

@@ -8,6 +8,7 @@ pub mod accept;
 pub mod copy;
 pub mod idle;
 pub mod park;
+pub mod preread;
 pub mod slots;
 pub mod stream;
 pub mod tls;

@@ -19,6 +19,7 @@ use rustls::sign::CertifiedKey;
 use tokio::net::TcpStream;
 
 use crate::conf::ssl::{Protocol, ServerSsl};
+use crate::conf::vars::Var;
 pub use crate::net::tls_cache::{SessionZone, SharedSessions};
 pub use crate::net::tls_tickets::TicketKeys;
 pub use crate::net::tls_verify::{ClientAuth, ClientCert, Verify};
@@ -134,10 +135,12 @@ impl StoresServerSessions for Sessions {
 }
 
 /// A server's rustls configuration, with its client-certificate settings
-/// when it asks for certificates.
+/// when it asks for certificates. `alpn`: the protocols it offers (none
+/// for stream servers, which pass bytes on and negotiate nothing).
 pub fn server_config(
     s: &ServerSsl,
     shared: &TlsShared,
+    alpn: &[&[u8]],
 ) -> Result<(Arc<ServerConfig>, Option<Arc<ClientAuth>>), rustls::Error> {
     let mut p = provider::default_provider();
     let mut suites = Vec::new();
@@ -165,7 +168,7 @@ pub fn server_config(
     };
     let mut cfg = builder.with_cert_resolver(Arc::new(Certs(s.certs.clone())));
     cfg.ignore_client_order = s.prefer_server_ciphers;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let lifetime = s.session_timeout.as_secs();
     let zone = s
         .session_cache
@@ -220,6 +223,29 @@ pub struct Details {
     /// none or none was asked for).
     pub verify: Verify,
     pub client_cert: Option<Box<ClientCert>>,
+}
+
+impl Details {
+    /// The value of an `$ssl_*` variable over this connection (None: `v`
+    /// is no such variable). The http and stream modules both use it.
+    pub fn value(&self, v: &Var) -> Option<String> {
+        let cert = |f: fn(&ClientCert) -> String| self.client_cert.as_deref().map(f);
+        Some(match v {
+            Var::SslProtocol => self.protocol.to_string(),
+            Var::SslCipher => self.cipher.to_string(),
+            Var::SslServerName => self.server_name.clone().unwrap_or_default(),
+            Var::SslSessionReused => if self.reused { "r" } else { "." }.to_string(),
+            Var::SslClientVerify => self.verify.text(),
+            Var::SslClientSDn => cert(|x| x.s_dn.clone()).unwrap_or_default(),
+            Var::SslClientIDn => cert(|x| x.i_dn.clone()).unwrap_or_default(),
+            Var::SslClientSerial => cert(|x| x.serial.clone()).unwrap_or_default(),
+            Var::SslClientFingerprint => cert(|x| x.fingerprint.clone()).unwrap_or_default(),
+            Var::SslClientEscapedCert => cert(ClientCert::escaped).unwrap_or_default(),
+            Var::SslClientCert => cert(ClientCert::tabbed).unwrap_or_default(),
+            Var::SslClientRawCert => cert(|x| x.pem.clone()).unwrap_or_default(),
+            _ => return None,
+        })
+    }
 }
 
 fn details(c: &rustls::Connection, auth: Option<&ClientAuth>) -> Details {

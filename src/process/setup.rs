@@ -64,11 +64,19 @@ fn ssl_caches(
     prev: Option<&Shm>,
 ) -> Result<HashMap<String, Arc<SessionZone>>, String> {
     let mut caches = HashMap::new();
-    let shared = cfg
+    let http = cfg
         .http
         .iter()
         .flat_map(|h| h.servers.iter())
-        .filter_map(|s| s.ssl.session_cache.shared.as_ref());
+        .map(|s| &*s.ssl);
+    let stream = cfg
+        .stream
+        .iter()
+        .flat_map(|st| st.servers.iter())
+        .map(|s| &*s.ssl);
+    let shared = http
+        .chain(stream)
+        .filter_map(|s| s.session_cache.shared.as_ref());
     for (name, size) in shared {
         if caches.contains_key(name) {
             continue;

@@ -143,6 +143,7 @@ async fn serve(
         slot,
         next_conn.clone(),
         slots.clone(),
+        shm.tls.clone(),
     ));
     let mut server = tokio::spawn(async move {
         http::serve(cfg, listeners, phase_rx, next_conn, slots, shm, slot).await;

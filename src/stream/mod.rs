@@ -6,7 +6,11 @@
 //! until either side closes (both with `proxy_half_close`) or nothing moves
 //! for `proxy_timeout`. `return` sends its text and closes. A graceful stop
 //! closes the listeners and lets sessions finish (bounded by
-//! `worker_shutdown_timeout`). Called by `process::worker`.
+//! `worker_shutdown_timeout`). TLS: `listen ... ssl` terminates it before
+//! anything else, `ssl_preread` peeks at the ClientHello (`ssl.rs`), and
+//! `proxy_ssl` speaks it to the upstream. Called by `process::worker`.
+
+mod ssl;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +30,7 @@ use crate::net::stream::Stream;
 use crate::upstream::attempt::{
     Attempts, Connected, Failure, Kind, Plain, Policy, Requester, Side,
 };
+use crate::upstream::tls::Tls;
 use crate::upstream::{Outcome, UpstreamRt, Upstreams, Zones};
 
 struct Shared {
@@ -38,6 +43,10 @@ struct Shared {
     conns: Arc<crate::net::track::Tracker>,
     /// Names looked up for `proxy_pass` with variables.
     dns: crate::upstream::dns::Cache,
+    /// Each server's rustls configuration (`listen ... ssl`).
+    tls: Vec<Option<ssl::Config>>,
+    /// Client configurations for `proxy_ssl`.
+    upstream_tls: Arc<crate::net::tls_client::Clients>,
 }
 
 /// Serves the stream listeners until the phase leaves `Running`, then waits
@@ -52,6 +61,7 @@ pub async fn serve(
     slot: usize,
     next_conn: Arc<AtomicU64>,
     slots: Arc<Slots>,
+    tls: crate::net::tls::TlsShared,
 ) {
     let Some(stream) = cfg.stream.as_ref() else {
         return;
@@ -63,6 +73,8 @@ pub async fn serve(
         slots,
         conns: crate::net::track::Tracker::new(),
         dns: crate::upstream::dns::Cache::new(),
+        tls: ssl::configs(stream, &tls),
+        upstream_tls: Arc::new(crate::net::tls_client::Clients::new()),
     });
     if !zones.is_empty() {
         crate::upstream::resolve::start_upkeep(&shared.upstreams, slot, saved);
@@ -72,7 +84,11 @@ pub async fn serve(
         let Some(server) = server_for(stream.servers.as_slice(), &l.addr) else {
             continue;
         };
-        accepts.spawn(accept_loop(l, server, shared.clone()));
+        let tls = stream
+            .servers
+            .get(server)
+            .is_some_and(|s| ssl::is_ssl(s, &l.addr));
+        accepts.spawn(accept_loop(l, server, tls, shared.clone()));
     }
     running(&mut phase).await;
     wind_down(
@@ -110,7 +126,7 @@ pub fn is_stream_listener(cfg: &Config, addr: &ListenAddr) -> bool {
         .is_some_and(|st| server_for(&st.servers, addr).is_some())
 }
 
-async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
+async fn accept_loop(l: Listener, server: usize, tls: bool, shared: Arc<Shared>) {
     let listen = l.addr.to_string();
     let Some(sock) = Sock::adopt(l) else {
         return;
@@ -132,11 +148,13 @@ async fn accept_loop(l: Listener, server: usize, shared: Arc<Shared>) {
             connected_at: None,
             ended: None,
             maps: Default::default(),
+            tls: None,
+            preread: None,
         };
         let shared2 = shared.clone();
         tokio::spawn(async move {
             let (_permit, _guard) = (permit, guard);
-            run(io, session, server, &shared2).await;
+            run(io, session, server, tls, &shared2).await;
         });
     }
 }
@@ -158,6 +176,10 @@ struct Session {
     ended: Option<Instant>,
     /// The `map` variables evaluated so far.
     maps: MapCache,
+    /// The client's TLS, on a `listen ... ssl` address.
+    tls: Option<Box<crate::net::tls::Details>>,
+    /// What `ssl_preread` read of the ClientHello.
+    preread: Option<crate::net::preread::Hello>,
 }
 
 impl Evaluator for Session {
@@ -235,11 +257,37 @@ impl Session {
             // Seen from the client: sent to it, received from it.
             Var::BytesSent | Var::UpstreamBytesReceived => self.copied.ba.to_string(),
             Var::BytesReceived | Var::UpstreamBytesSent => self.copied.ab.to_string(),
+            Var::SslProtocol
+            | Var::SslCipher
+            | Var::SslServerName
+            | Var::SslSessionReused
+            | Var::SslClientVerify
+            | Var::SslClientSDn
+            | Var::SslClientIDn
+            | Var::SslClientSerial
+            | Var::SslClientFingerprint
+            | Var::SslClientEscapedCert
+            | Var::SslClientCert
+            | Var::SslClientRawCert => self
+                .tls
+                .as_ref()
+                .and_then(|t| t.value(v))
+                .unwrap_or_default(),
+            Var::SslPrereadServerName => self.hello(|h| &h.server_name),
+            Var::SslPrereadAlpnProtocols => self.hello(|h| &h.alpn),
+            Var::SslPrereadProtocol => self.hello(|h| h.protocol),
             Var::Map(m) => crate::conf::map::value(self, m),
             // A named capture of a map regex.
             Var::User(n) => self.maps.named(n).unwrap_or_default(),
             _ => String::new(),
         }
+    }
+
+    fn hello(&self, f: impl Fn(&crate::net::preread::Hello) -> &str) -> String {
+        self.preread
+            .as_ref()
+            .map(|h| f(h).to_string())
+            .unwrap_or_default()
     }
 
     fn list(&self, f: impl Fn(&(String, Option<Duration>)) -> String) -> String {
@@ -283,7 +331,7 @@ fn secs(d: Duration) -> String {
     format!("{}.{:03}", d.as_secs(), d.subsec_millis())
 }
 
-async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared) {
+async fn run(mut client: Stream, mut s: Session, server: usize, tls: bool, shared: &Shared) {
     let Some(conf) = shared
         .cfg
         .stream
@@ -292,6 +340,17 @@ async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared)
     else {
         return;
     };
+    // nginx's phases: ssl, then preread, then content.
+    if tls {
+        let config = shared.tls.get(server).and_then(Option::as_ref);
+        match ssl::handshake(client, &mut s, conf, config).await {
+            Some(c) => client = c,
+            None => return end(&mut s, conf),
+        }
+    }
+    if conf.ssl_preread && !ssl::read_hello(&client, &mut s, conf).await {
+        return end(&mut s, conf);
+    }
     match &conf.target {
         StreamTarget::Return(t) => {
             let text = s.eval(t);
@@ -302,27 +361,38 @@ async fn run(mut client: Stream, mut s: Session, server: usize, shared: &Shared)
         }
         StreamTarget::Upstream(i) => {
             if let Some(ups) = shared.upstreams.get(*i).cloned() {
-                proxy(client, &mut s, conf, &ups).await;
+                proxy(client, &mut s, conf, &ups, shared).await;
             }
         }
         StreamTarget::Dynamic(t) => {
             if let Some(ups) = dynamic(&mut s, t, shared).await {
-                proxy(client, &mut s, conf, &ups).await;
+                proxy(client, &mut s, conf, &ups, shared).await;
             }
         }
     }
+    end(&mut s, conf);
+}
+
+/// The session's end: its access log lines.
+fn end(s: &mut Session, conf: &StreamServer) {
     s.ended = Some(Instant::now());
     s.log(&conf.access_log);
 }
 
 /// Connects to a peer of `ups` and relays the session until either side ends.
-async fn proxy(mut client: Stream, s: &mut Session, conf: &StreamServer, ups: &Arc<UpstreamRt>) {
+async fn proxy(
+    mut client: Stream,
+    s: &mut Session,
+    conf: &StreamServer,
+    ups: &Arc<UpstreamRt>,
+    shared: &Shared,
+) {
     // A client that leaves while its upstream connects ends the attempt: the
     // engine's guards release the peer. What it sends meanwhile waits in the
     // relay's buffer.
     let mut relay = crate::net::copy::Relay::new();
     let connected = tokio::select! {
-        c = connect(s, conf, ups) => Some(c),
+        c = connect(s, conf, ups, shared) => Some(c),
         () = relay.early(&mut client) => None,
     };
     match connected {
@@ -343,11 +413,23 @@ async fn proxy(mut client: Stream, s: &mut Session, conf: &StreamServer, ups: &A
             s.status = gone.status();
         }
         Some(None) => s.status = 502,
-        Some(Some(c)) => {
+        Some(Some(mut c)) => {
             s.connected_at = Some(Instant::now());
             s.copied = relay
-                .run(client, c.conn, conf.proxy_timeout, conf.proxy_half_close)
+                .run(
+                    &mut client,
+                    &mut c.conn,
+                    conf.proxy_timeout,
+                    conf.proxy_half_close,
+                )
                 .await;
+            // TLS ends with close_notify (if the socket takes it now), as
+            // nginx's SSL_shutdown() at close.
+            for side in [&client, &c.conn] {
+                if let Stream::Tls(t) = side {
+                    t.close_notify();
+                }
+            }
             c.held.finish(Outcome::Ok);
         }
     }
@@ -436,6 +518,7 @@ async fn connect(
     s: &mut Session,
     conf: &StreamServer,
     ups: &Arc<UpstreamRt>,
+    shared: &Shared,
 ) -> Option<Connected<Stream>> {
     let policy = Policy {
         mask: NextUpstream(if conf.proxy_next_upstream {
@@ -449,8 +532,17 @@ async fn connect(
         non_idempotent: false,
     };
     let mut attempts = Attempts::new(ups, policy, s).await;
+    // `proxy_ssl_name`, or the host of `proxy_pass` (the port goes).
+    let tls = conf.proxy_ssl.as_ref().map(|ssl| {
+        let name = match &ssl.name {
+            Some(t) => s.eval(t),
+            None => ups.cfg.name.clone(),
+        };
+        Tls::new(shared.upstream_tls.clone(), ssl.clone(), &name)
+    });
     let plain = Plain {
         timeout: conf.proxy_connect_timeout,
+        tls,
     };
     let c = attempts.connect(&plain, s).await.ok()?;
     s.attempts

@@ -161,9 +161,12 @@ pub trait Connector {
     ) -> impl Future<Output = Result<Self::Conn, Failure>> + Send + 'static;
 }
 
-/// Plain TCP or unix connections (the stream proxy's).
+/// TCP or unix connections, with TLS on top when `tls` says (the stream
+/// proxy's: `proxy_ssl on`); the handshake has `timeout` too, as nginx's
+/// `proxy_connect_timeout` bounds it.
 pub struct Plain {
     pub timeout: Duration,
+    pub tls: Option<super::tls::Tls>,
 }
 
 impl Connector for Plain {
@@ -178,10 +181,15 @@ impl Connector for Plain {
         addr: PeerAddr,
     ) -> impl Future<Output = Result<Stream, Failure>> + Send + 'static {
         let timeout = self.timeout;
+        let tls = self.tls.clone();
         async move {
-            crate::net::stream::connect(&addr, timeout)
+            let s = crate::net::stream::connect(&addr, timeout)
                 .await
-                .map_err(|e| Failure::connect(&addr, e))
+                .map_err(|e| Failure::connect(&addr, e))?;
+            match tls {
+                None => Ok(s),
+                Some(t) => t.handshake(&addr, s, timeout).await,
+            }
         }
     }
 }

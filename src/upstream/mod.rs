@@ -19,6 +19,7 @@ pub mod race;
 pub mod random;
 pub mod resolve;
 pub mod state;
+pub mod tls;
 pub mod zone;
 
 use std::collections::HashMap;
