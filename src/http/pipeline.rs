@@ -100,6 +100,23 @@ fn client_cert_problem(r: &Req, mode: VerifyClient) -> Option<u16> {
     }
 }
 
+/// nginx's check of a `Host` that names another server than the SNI name
+/// the handshake chose its server by: when the request's server verifies
+/// client certificates, the certificate (or its absence) was judged by the
+/// other server's settings, so the request is refused with 421. `host`:
+/// lowercased, without port or final dot.
+fn misdirected(r: &Req, host: Option<&str>, server: &Server) -> bool {
+    if server.ssl.verify_client == VerifyClient::Off {
+        return false;
+    }
+    let (Some(sni), Some(host)) = (r.conn.tls().and_then(|t| t.server_name.as_deref()), host)
+    else {
+        return false;
+    };
+    let sni = sni.strip_suffix('.').unwrap_or(sni);
+    !sni.eq_ignore_ascii_case(host)
+}
+
 /// Serves one request: picks server and location, runs the handler, and
 /// wraps the response so that the access log is written when it is sent.
 pub(super) async fn handle(
@@ -205,6 +222,15 @@ pub(super) async fn handle(
         );
         closing = true;
         Ok(Reply::Status(497))
+    } else if misdirected(&r, host.as_ref().ok().and_then(|h| h.as_deref()), server) {
+        crate::log_conn!(
+            Level::Info,
+            r.conn.number,
+            "client attempted to request the server name different from the one that was negotiated while reading client request headers{}",
+            r.log_context(None)
+        );
+        closing = true;
+        Ok(Reply::Status(421))
     } else if let Some(code) = client_cert_problem(&r, server.ssl.verify_client) {
         closing = true;
         Ok(Reply::Status(code))
