@@ -19,7 +19,7 @@ eval { require IO::Socket::SSL; IO::Socket::SSL->import(); 1 }
 	or plan(skip_all => 'IO::Socket::SSL not installed');
 `openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(8);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(10);
 my $d = $t->testdir();
 
 sub openssl {
@@ -62,6 +62,7 @@ http {
         ssl_verify_client optional;
         ssl_client_certificate loose.crt;
         location / { return 200 "loose $ssl_client_verify"; }
+        location /host { return 200 "$host"; }
     }
 
     server {
@@ -80,7 +81,7 @@ $t->run();
 # GET / with SNI $sni and Host $host, client certificate $cert (none when
 # undef).
 sub get {
-	my ($sni, $host, $cert) = @_;
+	my ($sni, $host, $cert, $uri) = @_;
 	my $s = IO::Socket::SSL->new(
 		PeerAddr => '127.0.0.1:' . port(8443),
 		SSL_verify_mode => 0,
@@ -89,7 +90,8 @@ sub get {
 			SSL_key_file => "$d/$cert.key") : (),
 		Timeout => 5,
 	) or return "no connection: " . IO::Socket::SSL::errstr();
-	$s->syswrite("GET / HTTP/1.0\r\nHost: $host\r\n\r\n");
+	$s->syswrite("GET " . ($uri // '/') . " HTTP/1.0\r\n"
+		. (defined $host ? "Host: $host\r\n" : '') . "\r\n");
 	my $r = '';
 	eval {
 		local $SIG{ALRM} = sub { die "timeout\n" };
@@ -121,6 +123,12 @@ like(get('open', 'strict'), qr{^HTTP/1.1 421 }, 'sni without verification, host 
 like(get('strict', 'STRICT.:8443'), qr{^HTTP/1.1 400 .*No required SSL certificate}s, 'same name: the server\'s own check');
 is(body(get('strict', 'open')), 'open NONE', 'host verifies nothing: served');
 is(body(get('loose', 'open', 'client')), 'open SUCCESS', 'host verifies nothing, certificate sent');
+
+# No Host (HTTP/1.0): the server the SNI chose serves the request, $host
+# its name, as in nginx.
+
+is(body(get('loose', undef, 'client')), 'loose SUCCESS', 'no host: the sni server');
+is(body(get('loose', undef, undef, '/host')), 'loose', 'no host: $host is its name');
 
 # No SNI: nothing was negotiated by name.
 

@@ -131,11 +131,23 @@ pub(super) async fn handle(
         return Err(CloseConnection);
     };
     let host = request_host(&req);
+    // Without a Host, the server the handshake chose by SNI (nginx's
+    // connection config, set by its servername callback).
+    let sni = match (&host, info.tls()) {
+        (Ok(None), Some(t)) => t
+            .server_name
+            .as_deref()
+            .map(|n| n.strip_suffix('.').unwrap_or(n).to_ascii_lowercase()),
+        _ => None,
+    };
     let Some(server) = shared.router.server(
         http,
         listen,
         info.local,
-        host.as_ref().ok().and_then(|h| h.as_deref()),
+        host.as_ref()
+            .ok()
+            .and_then(|h| h.as_deref())
+            .or(sni.as_deref()),
     ) else {
         return Err(CloseConnection);
     };
