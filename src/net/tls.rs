@@ -397,15 +397,36 @@ pub async fn accept(
     let Some(config) = choose(accepted.client_hello().server_name()) else {
         return Err(HandshakeError::NoCertificate);
     };
-    let mut conn = match accepted.into_connection(config) {
+    let conn = match accepted.into_connection(config) {
         Ok(c) => c,
         Err((e, mut alert)) => {
             let _ = send_all(&tcp, |w| alert.write(w)).await;
             return Err(HandshakeError::Tls(e));
         }
     };
+    let mut conn = rustls::Connection::from(conn);
+    drive(&tcp, &mut conn).await.map_err(|stop| match stop {
+        Stop::Io(e) => HandshakeError::Io(e),
+        Stop::Closed => HandshakeError::Closed,
+        Stop::Tls(e) => HandshakeError::Tls(e),
+    })?;
+    Ok(TlsStream::new(tcp, conn))
+}
+
+/// Why a handshake stopped short.
+pub(super) enum Stop {
+    Io(io::Error),
+    /// The peer closed.
+    Closed,
+    Tls(rustls::Error),
+}
+
+/// Runs a handshake (a client's or a server's) to its end: rustls's
+/// records out, the peer's in; on a TLS error the alert that says why goes
+/// out first.
+pub(super) async fn drive(tcp: &TcpStream, conn: &mut rustls::Connection) -> Result<(), Stop> {
     loop {
-        send_all(&tcp, |w| {
+        send_all(tcp, |w| {
             if conn.wants_write() {
                 conn.write_tls(w)
             } else {
@@ -413,23 +434,21 @@ pub async fn accept(
             }
         })
         .await
-        .map_err(HandshakeError::Io)?;
+        .map_err(Stop::Io)?;
         if !conn.is_handshaking() {
-            break;
+            return Ok(());
         }
-        if !recv_some(&tcp, |r| conn.read_tls(r))
+        if !recv_some(tcp, |r| conn.read_tls(r))
             .await
-            .map_err(HandshakeError::Io)?
+            .map_err(Stop::Io)?
         {
-            return Err(HandshakeError::Closed);
+            return Err(Stop::Closed);
         }
         if let Err(e) = conn.process_new_packets() {
-            // The alert that says why, then close.
-            let _ = conn.write_tls(&mut Raw(&tcp));
-            return Err(HandshakeError::Tls(e));
+            let _ = conn.write_tls(&mut Raw(tcp));
+            return Err(Stop::Tls(e));
         }
     }
-    Ok(TlsStream::new(tcp, conn.into()))
 }
 
 /// A TLS connection's state beside its socket (it travels with the socket

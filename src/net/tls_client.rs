@@ -23,7 +23,7 @@ use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio::net::TcpStream;
 
-use super::tls::{Raw, TlsStream, recv_some, send_all};
+use super::tls::{Stop, TlsStream, drive};
 use crate::conf::model::PeerAddr;
 use crate::conf::proxy_ssl::{ProxySsl, TrustedCerts};
 use crate::conf::ssl::Protocol;
@@ -354,33 +354,14 @@ pub async fn connect(
     config: Arc<ClientConfig>,
     name: ServerName<'static>,
 ) -> Result<TlsStream, ClientError> {
-    let mut conn = ClientConnection::new(config, name).map_err(ClientError::Tls)?;
-    loop {
-        send_all(&tcp, |w| {
-            if conn.wants_write() {
-                conn.write_tls(w)
-            } else {
-                Ok(0)
-            }
-        })
-        .await
-        .map_err(ClientError::Io)?;
-        if !conn.is_handshaking() {
-            break;
-        }
-        if !recv_some(&tcp, |r| conn.read_tls(r))
-            .await
-            .map_err(ClientError::Io)?
-        {
-            return Err(ClientError::Closed);
-        }
-        if let Err(e) = conn.process_new_packets() {
-            // The alert that says why, then close.
-            let _ = conn.write_tls(&mut Raw(&tcp));
-            return Err(ClientError::Tls(e));
-        }
-    }
-    Ok(TlsStream::new(tcp, conn.into()))
+    let conn = ClientConnection::new(config, name).map_err(ClientError::Tls)?;
+    let mut conn = rustls::Connection::from(conn);
+    drive(&tcp, &mut conn).await.map_err(|stop| match stop {
+        Stop::Io(e) => ClientError::Io(e),
+        Stop::Closed => ClientError::Closed,
+        Stop::Tls(e) => ClientError::Tls(e),
+    })?;
+    Ok(TlsStream::new(tcp, conn))
 }
 
 #[cfg(test)]
