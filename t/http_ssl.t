@@ -17,19 +17,14 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
+use Test::Sluice::Ssl qw/need_openssl need_ssl_client openssl_in/;
 
-eval { require IO::Socket::SSL; IO::Socket::SSL->import(); 1 }
-	or plan(skip_all => 'IO::Socket::SSL not installed');
-`openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
+need_ssl_client();
 
 my $t = Test::Sluice->new()->has(qw/http/)->plan(45);
 my $d = $t->testdir();
 
-sub openssl {
-	my ($args) = @_;
-	system("cd $d && openssl $args >/dev/null 2>&1") == 0
-		or die "openssl $args failed\n";
-}
+sub openssl { openssl_in($d, @_) }
 
 openssl("req -x509 -newkey rsa:2048 -nodes -keyout rsa.key -out rsa.crt -days 3 -subj /CN=rsa.example");
 openssl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ec.key -out ec.crt -days 3 -subj /CN=ec.example");

@@ -23,19 +23,14 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
+use Test::Sluice::Ssl qw/need_openssl need_ssl_client openssl_in/;
 
-eval { require IO::Socket::SSL; IO::Socket::SSL->import(); 1 }
-	or plan(skip_all => 'IO::Socket::SSL not installed');
-`openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
+need_ssl_client();
 
 my $t = Test::Sluice->new()->has(qw/http/)->plan(32);
 my $d = $t->testdir();
 
-sub openssl {
-	my ($args) = @_;
-	system("cd $d && openssl $args >/dev/null 2>&1") == 0
-		or die "openssl $args failed\n";
-}
+sub openssl { openssl_in($d, @_) }
 
 # A CA, another one, an intermediate CA under the first; the backend's
 # certificate (backend.example) and a client's signed by the CA, and one

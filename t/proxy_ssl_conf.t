@@ -15,17 +15,14 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
+use Test::Sluice::Ssl qw/need_openssl need_ssl_client openssl_in/;
 
-`openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
+need_openssl();
 
 my $t = Test::Sluice->new()->has(qw/http/)->plan(10);
 my $d = $t->testdir();
 
-sub openssl {
-	my ($args) = @_;
-	system("cd $d && openssl $args >/dev/null 2>&1") == 0
-		or die "openssl $args failed\n";
-}
+sub openssl { openssl_in($d, @_) }
 
 openssl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout a.key -out a.crt -days 3 -subj /CN=a");
 openssl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout b.key -out b.crt -days 3 -subj /CN=b");

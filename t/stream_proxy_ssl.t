@@ -19,17 +19,14 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
+use Test::Sluice::Ssl qw/need_openssl need_ssl_client openssl_in/;
 
-`openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
+need_openssl();
 
 my $t = Test::Sluice->new()->has(qw/stream http/)->plan(12);
 my $d = $t->testdir();
 
-sub openssl {
-	my ($args) = @_;
-	system("cd $d && openssl $args >/dev/null 2>&1") == 0
-		or die "openssl $args failed\n";
-}
+sub openssl { openssl_in($d, @_) }
 
 $t->write_file('leaf.ext', "basicConstraints=CA:FALSE\nsubjectAltName=DNS:backend.example\n");
 for my $ca ('ca', 'other') {

@@ -1,0 +1,34 @@
+package Test::Sluice::Ssl;
+
+# What the TLS tests share: skipping when the tools are missing, and the
+# openssl command run in the test's directory (keys and certificates are
+# made at test time, never committed).
+
+use warnings;
+use strict;
+
+use Test::More;
+
+use Exporter qw/import/;
+our @EXPORT_OK = qw/need_openssl need_ssl_client openssl_in/;
+
+# Skips the whole file without the openssl command.
+sub need_openssl {
+	`openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
+}
+
+# Skips the whole file without IO::Socket::SSL or the openssl command.
+sub need_ssl_client {
+	eval { require IO::Socket::SSL; IO::Socket::SSL->import(); 1 }
+		or plan(skip_all => 'IO::Socket::SSL not installed');
+	need_openssl();
+}
+
+# Runs `openssl ARGS` in DIR; dies if it fails.
+sub openssl_in {
+	my ($dir, $args) = @_;
+	system("cd $dir && openssl $args >/dev/null 2>&1") == 0
+		or die "openssl $args failed\n";
+}
+
+1;
