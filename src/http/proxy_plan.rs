@@ -290,6 +290,13 @@ pub(super) fn upstream_head(
         line(b"Connection", b"close", out);
     }
     for (name, t) in &conf.proxy_set_header {
+        // The body's framing is the one sluice sends it with, whatever the
+        // configuration says: two lengths would desync the upstream.
+        if name.eq_ignore_ascii_case("content-length")
+            || name.eq_ignore_ascii_case("transfer-encoding")
+        {
+            continue;
+        }
         let v = r.eval(t);
         // An empty value means: do not send this header at all.
         if v.is_empty() || !valid_value(v.as_bytes()) {
@@ -464,6 +471,11 @@ mod tests {
                 crate::conf::vars::compile("close").unwrap(),
             ),
             ("X-Empty".into(), crate::conf::vars::compile("").unwrap()),
+            // Framing stays sluice's: one length, the body's.
+            (
+                "Content-Length".into(),
+                crate::conf::vars::compile("99").unwrap(),
+            ),
         ];
         r.conf = std::sync::Arc::new(conf);
         let mut out = Vec::new();
