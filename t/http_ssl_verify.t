@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::Ssl qw/need_openssl need_ssl_client openssl_in/;
+use Test::Sluice::Ssl qw/need_openssl need_ssl_client openssl_in read_to_end/;
 
 need_ssl_client();
 
@@ -123,18 +123,7 @@ sub get {
 	) or return "no connection: " . IO::Socket::SSL::errstr();
 	my $v = $o{v11} ? '1.1' : '1.0';
 	$s->syswrite("GET " . ($o{uri} // '/') . " HTTP/$v\r\nHost: localhost\r\n\r\n");
-	my $r = '';
-	eval {
-		local $SIG{ALRM} = sub { die "timeout\n" };
-		alarm(8);
-		while (1) {
-			my $n = $s->sysread(my $buf, 65536);
-			last unless $n;
-			$r .= $buf;
-		}
-		alarm(0);
-	};
-	alarm(0);
+	my $r = read_to_end($s, 8);
 	return $r;
 }
 

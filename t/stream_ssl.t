@@ -22,7 +22,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::Ssl qw/need_openssl need_ssl_client openssl_in/;
+use Test::Sluice::Ssl qw/need_openssl need_ssl_client openssl_in read_to_end/;
 
 need_ssl_client();
 
@@ -148,18 +148,7 @@ sub tls_talk {
 	) or return (undef, "no connection: " . IO::Socket::SSL::errstr());
 	my $subject = $s->peer_certificate('subject');
 	$s->syswrite($send) if defined $send;
-	my $r = '';
-	eval {
-		local $SIG{ALRM} = sub { die "timeout\n" };
-		alarm(8);
-		while (1) {
-			my $n = $s->sysread(my $buf, 65536);
-			last unless $n;
-			$r .= $buf;
-		}
-		alarm(0);
-	};
-	alarm(0);
+	my $r = read_to_end($s, 8);
 	return ($r, $subject);
 }
 
@@ -221,13 +210,7 @@ $r = '';
 if ($s) {
 	$s->syswrite('ping');
 	Net::SSLeay::shutdown($s->_get_ssl_object());
-	eval {
-		local $SIG{ALRM} = sub { die "timeout\n" };
-		alarm(5);
-		while ($s->sysread(my $b, 4096)) { $r .= $b; }
-		alarm(0);
-	};
-	alarm(0);
+	$r .= read_to_end($s, 5);
 }
 is($r, 'got ping', 'close_notify passed on as the end, the answer still comes');
 

@@ -10,7 +10,7 @@ use strict;
 use Test::More;
 
 use Exporter qw/import/;
-our @EXPORT_OK = qw/need_openssl need_ssl_client openssl_in/;
+our @EXPORT_OK = qw/need_openssl need_ssl_client openssl_in read_to_end/;
 
 # Skips the whole file without the openssl command.
 sub need_openssl {
@@ -29,6 +29,24 @@ sub openssl_in {
 	my ($dir, $args) = @_;
 	system("cd $dir && openssl $args >/dev/null 2>&1") == 0
 		or die "openssl $args failed\n";
+}
+
+# Reads from the socket until the peer closes or SECS pass; what came.
+sub read_to_end {
+	my ($s, $secs) = @_;
+	my $r = '';
+	eval {
+		local $SIG{ALRM} = sub { die "timeout\n" };
+		alarm($secs);
+		while (1) {
+			my $n = $s->sysread(my $buf, 65536);
+			last unless $n;
+			$r .= $buf;
+		}
+		alarm(0);
+	};
+	alarm(0);
+	return $r;
 }
 
 1;
