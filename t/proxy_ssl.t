@@ -23,32 +23,21 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::Ssl qw/need_openssl need_ssl_client openssl_in/;
+use Test::Sluice::Ssl qw/need_ssl_client ec_ca_in ec_signed_in/;
 
 need_ssl_client();
 
 my $t = Test::Sluice->new()->has(qw/http/)->plan(32);
 my $d = $t->testdir();
 
-sub openssl { openssl_in($d, @_) }
 
 # A CA, another one, an intermediate CA under the first; the backend's
 # certificate (backend.example) and a client's signed by the CA, and one
 # signed by the intermediate (served with it).
 $t->write_file('ca.ext', "basicConstraints=critical,CA:TRUE\nkeyUsage=keyCertSign,cRLSign\n");
 $t->write_file('leaf.ext', "basicConstraints=CA:FALSE\nsubjectAltName=DNS:backend.example\n");
-for my $ca ('ca', 'other') {
-	openssl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-		. "-keyout $ca.key -out $ca.crt -days 3 -subj /CN=$ca -addext basicConstraints=critical,CA:TRUE "
-		. "-addext keyUsage=keyCertSign,cRLSign");
-}
-sub signed {
-	my ($name, $by, $ext) = @_;
-	openssl("req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-		. "-keyout $name.key -out $name.csr -subj /CN=$name");
-	openssl("x509 -req -in $name.csr -CA $by.crt -CAkey $by.key -CAcreateserial "
-		. "-days 3 -extfile $ext -out $name.crt");
-}
+ec_ca_in($d, $_) for 'ca', 'other';
+sub signed { ec_signed_in($d, @_) }
 signed('backend', 'ca', 'leaf.ext');
 signed('client', 'ca', 'leaf.ext');
 signed('int', 'ca', 'ca.ext');

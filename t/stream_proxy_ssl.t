@@ -19,27 +19,17 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::Ssl qw/need_openssl need_ssl_client openssl_in/;
+use Test::Sluice::Ssl qw/need_openssl ec_ca_in ec_signed_in/;
 
 need_openssl();
 
 my $t = Test::Sluice->new()->has(qw/stream http/)->plan(12);
 my $d = $t->testdir();
 
-sub openssl { openssl_in($d, @_) }
 
 $t->write_file('leaf.ext', "basicConstraints=CA:FALSE\nsubjectAltName=DNS:backend.example\n");
-for my $ca ('ca', 'other') {
-	openssl("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-		. "-keyout $ca.key -out $ca.crt -days 3 -subj /CN=$ca -addext basicConstraints=critical,CA:TRUE "
-		. "-addext keyUsage=keyCertSign,cRLSign");
-}
-for my $name ('backend', 'client') {
-	openssl("req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-		. "-keyout $name.key -out $name.csr -subj /CN=$name");
-	openssl("x509 -req -in $name.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-		. "-days 3 -extfile leaf.ext -out $name.crt");
-}
+ec_ca_in($d, $_) for 'ca', 'other';
+ec_signed_in($d, $_, 'ca', 'leaf.ext') for 'backend', 'client';
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 

@@ -10,7 +10,8 @@ use strict;
 use Test::More;
 
 use Exporter qw/import/;
-our @EXPORT_OK = qw/need_openssl need_ssl_client openssl_in read_to_end/;
+our @EXPORT_OK = qw/need_openssl need_ssl_client openssl_in read_to_end
+	ec_ca_in ec_signed_in/;
 
 # Skips the whole file without the openssl command.
 sub need_openssl {
@@ -29,6 +30,24 @@ sub openssl_in {
 	my ($dir, $args) = @_;
 	system("cd $dir && openssl $args >/dev/null 2>&1") == 0
 		or die "openssl $args failed\n";
+}
+
+# A self-signed P-256 CA in DIR: NAME.key and NAME.crt, subject /CN=NAME.
+sub ec_ca_in {
+	my ($dir, $name) = @_;
+	openssl_in($dir, "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+		. "-keyout $name.key -out $name.crt -days 3 -subj /CN=$name "
+		. "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=keyCertSign,cRLSign");
+}
+
+# A P-256 certificate in DIR for /CN=NAME, signed by the CA BY (its .crt
+# and .key there), with the extensions in the file EXT.
+sub ec_signed_in {
+	my ($dir, $name, $by, $ext) = @_;
+	openssl_in($dir, "req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+		. "-keyout $name.key -out $name.csr -subj /CN=$name");
+	openssl_in($dir, "x509 -req -in $name.csr -CA $by.crt -CAkey $by.key -CAcreateserial "
+		. "-days 3 -extfile $ext -out $name.crt");
 }
 
 # Reads from the socket until the peer closes or SECS pass; what came.
