@@ -19,23 +19,15 @@ pub const DEFAULT_ERROR_LOG: &str = "logs/error.log";
 /// that lands its module, and not before.
 pub const WITHOUT_MODULES: &[&str] = &[
     "--without-http_charset_module",
-    "--without-http_gzip_module",
     "--without-http_ssi_module",
     "--without-http_userid_module",
-    "--without-http_access_module",
-    "--without-http_auth_basic_module",
     "--without-http_mirror_module",
-    "--without-http_autoindex_module",
-    "--without-http_geo_module",
-    "--without-http_split_clients_module",
     "--without-http_referer_module",
     "--without-http_fastcgi_module",
     "--without-http_uwsgi_module",
     "--without-http_scgi_module",
     "--without-http_grpc_module",
     "--without-http_memcached_module",
-    "--without-http_limit_conn_module",
-    "--without-http_limit_req_module",
     "--without-http_empty_gif_module",
     "--without-http_browser_module",
     "--without-http_upstream_sticky_module",
@@ -118,8 +110,9 @@ pub fn version_line() -> String {
 
 pub fn configure_text() -> String {
     format!(
-        "{}built with Rust\nTLS SNI support enabled\nconfigure arguments: --with-http_ssl_module --with-http_realip_module --with-http_stub_status_module --with-http_api_module --with-stream --with-stream_ssl_module --with-stream_ssl_preread_module {}\n",
+        "{}built with Rust\nTLS SNI support enabled\ncore directives not implemented: {}\nconfigure arguments: --with-http_ssl_module --with-http_realip_module --with-http_stub_status_module --with-http_api_module --with-stream --with-stream_ssl_module --with-stream_ssl_preread_module --with-stream_realip_module {}\n",
         version_line(),
+        crate::conf::build::missing_core().join(" "),
         WITHOUT_MODULES.join(" ")
     )
 }
@@ -194,7 +187,10 @@ pub fn parse(args: &[String], cwd: &Path) -> Result<Cli, CliError> {
     }
     let prefix = match prefix {
         Some(p) => {
-            let p = cwd.join(p);
+            // Absolute, so that a reload finds the same files whatever the
+            // directory; "." and "x/./y" lose their dots (`-p .` names the
+            // directory, not "/cwd/./").
+            let p: PathBuf = cwd.join(p).components().collect();
             let mut s = p.into_os_string();
             if !s.to_string_lossy().ends_with('/') {
                 s.push("/");
@@ -240,6 +236,9 @@ mod tests {
         assert_eq!(c.prefix, PathBuf::from("/cwd/t/"));
         assert_eq!(c.conf_file, PathBuf::from("/cwd/t/x.conf"));
         assert_eq!(c.error_log, Target::Stderr);
+        let c = p(&["-p", ".", "-c", "./x.conf"]).unwrap();
+        assert_eq!(c.prefix, PathBuf::from("/cwd/"));
+        assert_eq!(c.conf_file, PathBuf::from("/cwd/x.conf"));
         let c = p(&["-p/abs/", "-c/etc/s.conf", "-e", "e.log"]).unwrap();
         assert_eq!(c.conf_file, PathBuf::from("/etc/s.conf"));
         assert_eq!(c.error_log, Target::File(PathBuf::from("/abs/e.log")));

@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(60);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(66);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -45,7 +45,7 @@ EOF
 $t->raw_backend(port(8081));
 $t->run();
 
-my @workers = $t->worker_pids();
+my @workers = $t->started_workers();
 
 # Sends raw bytes on a new connection; returns the first response and
 # whether the connection was closed after it (1), or still open (0).
@@ -96,6 +96,10 @@ sub refused {
 
 refused('two Host headers',
 	"GET /dup-host HTTP/1.1\r\nHost: localhost\r\nHost: evil.example\r\n\r\n", 400, '/dup-host');
+refused('an empty Host',
+	"GET /empty-host HTTP/1.1\r\nHost: \r\n\r\n", 400, '/empty-host');
+refused('a Host of a port only',
+	"GET /port-host HTTP/1.1\r\nHost: :80\r\n\r\n", 400, '/port-host');
 ok($t->waitforlog(qr/client sent duplicate host header: "Host: evil.example", previous value: "Host: localhost" while reading client request headers/),
 	'two Host headers: logged as nginx');
 

@@ -87,7 +87,7 @@ my %script = (
 $t->raw_backend(port(8081), %script);
 $t->run();
 
-my @workers = sort $t->worker_pids();
+my @workers = sort $t->started_workers();
 
 # Reads one response (head and Content-Length body, or up to EOF) from $s.
 sub read_response {

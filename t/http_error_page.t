@@ -13,7 +13,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(14);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(16);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -38,6 +38,8 @@ http {
         location /named { error_page 502 @fallback; proxy_pass http://dead; }
         location @fallback { return 200 "fallback"; }
         location /redir { error_page 502 504 redirect; proxy_pass http://dead; }
+        location /ret302 { error_page 302 =200 /page; return 302 /elsewhere; }
+        location /ret302-plain { return 302 /elsewhere; }
         location /redir301 { error_page 404 =301 http://example.com/; return 404; }
 
         location /always {
@@ -62,6 +64,9 @@ like(http_get('/named'), qr!^HTTP/1\.1 502 Bad Gateway\r\n.*fallback$!s, 'named 
 my $r = http_get('/redir');
 like($r, qr!^HTTP/1\.1 302 Moved Temporarily\r\n.*Location: redirect\r\n!s, 'error_page to a non-URI: 302');
 like($r, qr!^X-Http: http\r$!m, 'add_header applies to that 302');
+like(http_get('/ret302'), qr!^HTTP/1\.1 200 OK\r\n.*page for /page$!s, 'error_page applies to a return redirect');
+like(http_get('/ret302-plain'), qr!^HTTP/1\.1 302 .*Location: http://localhost(:\d+)?/elsewhere\r\n!s,
+	'... and without one the redirect is sent');
 like(http_get('/redir301'), qr!^HTTP/1\.1 301 .*Location: http://example\.com/\r\n!s, 'error_page =301 URL');
 
 $r = http_get('/always');

@@ -14,7 +14,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(22);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(25);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -36,6 +36,7 @@ http {
         location /alias/ { alias %%TESTDIR%%/other/; }
         location /idx/ { index first.html second.html; }
         location /noindex/ { }
+        location /noetag/ { alias %%TESTDIR%%/www/; etag off; }
     }
 }
 
@@ -94,6 +95,14 @@ like(range('/index.html', 'bytes=-5'), qr!Content-Range: bytes 4-8/9\r\n.*\r\n\r
 like(range('/index.html', 'bytes=20-'), qr!^HTTP/1\.1 416 .*Content-Range: bytes \*/9\r\n!s, 'unsatisfiable: 416');
 like(range('/big.bin', 'bytes=999990-'), qr!Content-Length: 10\r\n.*\r\n\r\nx{10}$!s, 'range of a streamed file');
 like(http_get('/index.html'), qr!^Accept-Ranges: bytes\r$!mi, 'Accept-Ranges');
+
+# etag off: no ETag, and If-None-Match is not looked at.
+my ($tag) = http_get('/index.html') =~ /^ETag: (\S+)\r$/mi;
+my $r = http_get('/noetag/index.html');
+unlike($r, qr/^ETag:/mi, 'etag off: no ETag');
+like($r, qr/^Last-Modified:/mi, '... Last-Modified still');
+like(http("GET /noetag/index.html HTTP/1.0\nHost: localhost\nIf-None-Match: $tag\n\n"),
+	qr!^HTTP/1\.1 200 !, '... If-None-Match ignored');
 
 my $log = $t->read_file('error.log');
 like($log, qr!\[error\] .*open\(\) "\Q$d\E/www/missing" failed \(2: No such file or directory\), client: 127\.0\.0\.1, server: , request: "GET /missing HTTP/1\.0", host: "localhost"!,

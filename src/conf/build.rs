@@ -52,6 +52,8 @@ pub(super) enum Node<'a> {
     If(&'a mut Vec<Stmt>),
     Stream(&'a mut super::stream::StreamB),
     StreamServer(&'a mut super::stream::StreamServerB),
+    /// A level's `grpc_*` settings, which the `proxy_*` setters fill.
+    Grpc(&'a mut LocB),
 }
 
 impl Node<'_> {
@@ -71,6 +73,17 @@ impl Node<'_> {
             Node::Http(h) => Some(&mut h.settings),
             Node::Server(s) => Some(&mut s.settings),
             Node::Location(l) => Some(&mut l.settings),
+            Node::Grpc(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// The level's `grpc_*` settings.
+    fn grpc_b(&mut self) -> Option<&mut LocB> {
+        match self {
+            Node::Http(h) => Some(&mut h.grpc),
+            Node::Server(s) => Some(&mut s.grpc),
+            Node::Location(l) => Some(&mut l.grpc),
             _ => None,
         }
     }
@@ -86,12 +99,180 @@ pub(super) struct Spec {
     pub(super) set: Setter,
 }
 
+/// The directives of nginx's core modules (main, events, http and stream
+/// core), to tell which sluice does not have: `missing_core`.
+const NGINX_CORE: &[&str] = &[
+    // main
+    "daemon",
+    "debug_points",
+    "env",
+    "error_log",
+    "load_module",
+    "lock_file",
+    "master_process",
+    "pcre_jit",
+    "pid",
+    "ssl_engine",
+    "thread_pool",
+    "timer_resolution",
+    "user",
+    "worker_cpu_affinity",
+    "worker_priority",
+    "worker_processes",
+    "worker_rlimit_core",
+    "worker_rlimit_nofile",
+    "worker_shutdown_timeout",
+    "working_directory",
+    // events
+    "accept_mutex",
+    "accept_mutex_delay",
+    "debug_connection",
+    "multi_accept",
+    "use",
+    "worker_aio_requests",
+    "worker_connections",
+    // http core
+    "absolute_redirect",
+    "aio",
+    "aio_write",
+    "alias",
+    "auth_delay",
+    "chunked_transfer_encoding",
+    "client_body_buffer_size",
+    "client_body_in_file_only",
+    "client_body_in_single_buffer",
+    "client_body_temp_path",
+    "client_body_timeout",
+    "client_header_buffer_size",
+    "client_header_timeout",
+    "client_max_body_size",
+    "connection_pool_size",
+    "default_type",
+    "directio",
+    "directio_alignment",
+    "disable_symlinks",
+    "error_page",
+    "etag",
+    "http",
+    "if_modified_since",
+    "ignore_invalid_headers",
+    "internal",
+    "keepalive_disable",
+    "keepalive_min_timeout",
+    "keepalive_requests",
+    "keepalive_time",
+    "keepalive_timeout",
+    "large_client_header_buffers",
+    "limit_except",
+    "limit_rate",
+    "limit_rate_after",
+    "lingering_close",
+    "lingering_time",
+    "lingering_timeout",
+    "listen",
+    "location",
+    "log_not_found",
+    "log_subrequest",
+    "max_ranges",
+    "merge_slashes",
+    "msie_padding",
+    "msie_refresh",
+    "open_file_cache",
+    "open_file_cache_errors",
+    "open_file_cache_min_uses",
+    "open_file_cache_valid",
+    "output_buffers",
+    "port_in_redirect",
+    "postpone_output",
+    "read_ahead",
+    "recursive_error_pages",
+    "request_pool_size",
+    "reset_timedout_connection",
+    "resolver",
+    "resolver_timeout",
+    "root",
+    "satisfy",
+    "send_lowat",
+    "send_timeout",
+    "sendfile",
+    "sendfile_max_chunk",
+    "server",
+    "server_name",
+    "server_name_in_redirect",
+    "server_names_hash_bucket_size",
+    "server_names_hash_max_size",
+    "server_tokens",
+    "subrequest_output_buffer_size",
+    "tcp_nodelay",
+    "tcp_nopush",
+    "try_files",
+    "types",
+    "types_hash_bucket_size",
+    "types_hash_max_size",
+    "underscores_in_headers",
+    "variables_hash_bucket_size",
+    "variables_hash_max_size",
+    // stream core
+    "preread_buffer_size",
+    "preread_timeout",
+    "proxy_protocol_timeout",
+    "stream",
+];
+
+/// The directives of nginx's core modules that sluice does not know, for
+/// `-V` and the man page: everything else of the core is accepted.
+pub fn missing_core() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = NGINX_CORE
+        .iter()
+        .copied()
+        .filter(|n| !TABLES.iter().flat_map(|t| t.iter()).any(|s| s.name == *n))
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// Every directive table, searched in order.
+/// nginx's grpc module directives that mean what their `proxy_*` namesakes
+/// mean, for a `grpc_pass` location.
+const GRPC_ALIASES: [&str; 22] = [
+    "grpc_set_header",
+    "grpc_hide_header",
+    "grpc_pass_header",
+    "grpc_connect_timeout",
+    "grpc_read_timeout",
+    "grpc_send_timeout",
+    "grpc_next_upstream",
+    "grpc_next_upstream_tries",
+    "grpc_next_upstream_timeout",
+    "grpc_buffer_size",
+    "grpc_intercept_errors",
+    "grpc_socket_keepalive",
+    "grpc_ssl_server_name",
+    "grpc_ssl_verify",
+    "grpc_ssl_session_reuse",
+    "grpc_ssl_name",
+    "grpc_ssl_verify_depth",
+    "grpc_ssl_trusted_certificate",
+    "grpc_ssl_certificate",
+    "grpc_ssl_certificate_key",
+    "grpc_ssl_protocols",
+    "grpc_ssl_ciphers",
+];
+
+/// The `proxy_*` directive a `grpc_*` one stands for.
+fn grpc_alias(name: &str) -> Option<String> {
+    GRPC_ALIASES
+        .contains(&name)
+        .then(|| format!("proxy_{}", &name["grpc_".len()..]))
+}
+
 const TABLES: &[&[Spec]] = &[
     super::rewrite::TABLE,
     TABLE,
     super::http::TABLE,
     super::loc_table::TABLE,
+    super::http2::TABLE,
     super::files::TABLE,
     super::proxy::TABLE,
     super::proxy_ssl::TABLE,
@@ -100,7 +281,19 @@ const TABLES: &[&[Spec]] = &[
     super::resolver::TABLE,
     super::stream::TABLE,
     super::map::TABLE,
+    super::limit::TABLE,
+    super::geo::TABLE,
     super::ssl::TABLE,
+    super::tuning::TABLE,
+    super::try_files::TABLE,
+    super::worker_setup::TABLE,
+    super::gzip::TABLE,
+    super::allow::TABLE,
+    super::health::TABLE,
+    super::expires::TABLE,
+    super::autoindex::TABLE,
+    super::proxy_more::TABLE,
+    super::auth_request::TABLE,
 ];
 
 const TABLE: &[Spec] = &[
@@ -228,12 +421,16 @@ pub(super) struct MainB {
     user: Option<User>,
     worker_rlimit_nofile: Option<u64>,
     worker_shutdown_timeout: Option<Duration>,
+    worker_setup: super::worker_setup::WorkerSetup,
     events: Option<Events>,
     http: Option<HttpB>,
     pub(super) stream: Option<super::stream::StreamB>,
 }
 
 impl MainB {
+    pub(super) fn worker_setup(&mut self) -> &mut super::worker_setup::WorkerSetup {
+        &mut self.worker_setup
+    }
     pub(super) fn http_is_set(&self) -> bool {
         self.http.is_some()
     }
@@ -253,6 +450,10 @@ pub(super) struct Builder<'p> {
     pub(super) maps: Vec<(std::sync::Arc<super::vars::MapVar>, super::map::Map)>,
     /// `ssl_session_cache shared:NAME:SIZE` zones so far.
     pub(super) ssl_zones: Vec<(String, u64)>,
+    /// `limit_req_zone` and `limit_conn_zone` so far, and the zones the
+    /// `limit_*` directives name.
+    pub(super) limit_zones: Vec<super::limit::LimitZoneSpec>,
+    pub(super) limit_uses: Vec<super::limit::ZoneUse>,
 }
 
 /// Builds the typed configuration. `syntax_err` is the first syntax error met while
@@ -271,6 +472,8 @@ pub fn build_with_warnings(
         stream_log_formats: Vec::new(),
         maps: Vec::new(),
         ssl_zones: Vec::new(),
+        limit_zones: Vec::new(),
+        limit_uses: Vec::new(),
     };
     let mut main = MainB::default();
     let mut declared = Vec::new();
@@ -284,6 +487,7 @@ pub fn build_with_warnings(
     if let Some(e) = syntax_err {
         return Err(e);
     }
+    super::limit::check_uses(&b.limit_zones, &b.limit_uses)?;
     let events = main
         .events
         .take()
@@ -328,10 +532,12 @@ pub fn build_with_warnings(
             }),
             worker_rlimit_nofile: main.worker_rlimit_nofile,
             worker_shutdown_timeout: main.worker_shutdown_timeout,
+            worker_setup: main.worker_setup,
         },
         events,
         http,
         stream,
+        limit_zones: std::mem::take(&mut b.limit_zones),
     };
     Ok((cfg, b.warnings))
 }
@@ -344,6 +550,10 @@ impl Builder<'_> {
         ctx: u8,
     ) -> Result<(), ConfError> {
         for d in dirs {
+            if let Some(proxy) = grpc_alias(&d.name) {
+                self.grpc_directive(d, proxy, node, ctx)?;
+                continue;
+            }
             // A name may have one entry per context (`server` in http and upstream).
             let mut named = TABLES
                 .iter()
@@ -383,6 +593,36 @@ impl Builder<'_> {
             (spec.set)(self, d, node)?;
         }
         Ok(())
+    }
+
+    /// A `grpc_*` directive: the `proxy_*` directive of the same meaning,
+    /// with its checks and its setter, filling the level's gRPC settings;
+    /// its errors name the `grpc_*` directive.
+    fn grpc_directive(
+        &mut self,
+        d: &Directive,
+        proxy: String,
+        node: &mut Node<'_>,
+        ctx: u8,
+    ) -> Result<(), ConfError> {
+        let (from, to) = (format!("\"{proxy}\""), format!("\"{}\"", d.name));
+        let rename = |mut e: ConfError| {
+            e.message = e.message.replace(&from, &to);
+            e
+        };
+        let grpc = match node.grpc_b() {
+            Some(g) if ctx & (HTTP | SRV | LOC) != 0 => g,
+            _ => {
+                return Err(ConfError::at(
+                    format!("\"{}\" directive is not allowed here", d.name),
+                    &d.src,
+                ));
+            }
+        };
+        let mut as_proxy = d.clone();
+        as_proxy.name = proxy;
+        self.walk(std::slice::from_ref(&as_proxy), &mut Node::Grpc(grpc), ctx)
+            .map_err(rename)
     }
 
     pub(super) fn path(&self, s: &str) -> PathBuf {
@@ -497,7 +737,8 @@ fn set_error_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
         | Node::Upstream(_)
         | Node::If(_)
         | Node::Stream(_)
-        | Node::StreamServer(_) => return Err(not_here(d)),
+        | Node::StreamServer(_)
+        | Node::Grpc(_) => return Err(not_here(d)),
     };
     if list.iter().any(|s| s.target == spec.target) {
         return Err(duplicate(d));
@@ -762,5 +1003,34 @@ mod tests {
         let (_, w) = try_build("events { use epoll; multi_accept on; }").unwrap();
         assert_eq!(w.len(), 2);
         assert!(w[0].to_string().contains("\"use\" directive is ignored"));
+    }
+}
+
+#[cfg(test)]
+mod core_list {
+    /// The man page's list of core directives not implemented is the one
+    /// the tables give (so neither goes stale).
+    #[test]
+    fn man_page_lists_missing_core() {
+        let man = include_str!("../../man/sluice.conf.5");
+        let start = man
+            .find(".SH CORE DIRECTIVES NOT IMPLEMENTED")
+            .expect("man page section");
+        let body = &man[start..];
+        let list = body
+            .lines()
+            .find(|l| l.starts_with(".BR ") && l.contains("\", \""))
+            .unwrap_or("");
+        let named: Vec<&str> = list
+            .split('"')
+            .filter(|w| !w.trim().is_empty() && !w.contains(','))
+            .map(|w| {
+                w.trim_start_matches(".BR ")
+                    .trim_start_matches(".B ")
+                    .trim()
+            })
+            .filter(|w| !w.is_empty())
+            .collect();
+        assert_eq!(named, super::missing_core());
     }
 }

@@ -4,7 +4,9 @@
 //! chosen here (OpenSSL's cipher list does not touch them either). Pure.
 
 use rustls::SupportedCipherSuite;
-use rustls::crypto::ring::cipher_suite as cs;
+use rustls::crypto::aws_lc_rs::cipher_suite as cs;
+
+use crate::net::tls_crypto as t13;
 
 /// What OpenSSL's keywords look at in a suite.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -70,13 +72,14 @@ const SUITES: [Suite; 6] = [
 ];
 
 /// The TLS 1.3 suites, by the names OpenSSL gives them: always on.
+/// (rustls's aws-lc-rs suites with a cheaper HKDF, `net::tls_crypto`.)
 const TLS13: [(&str, SupportedCipherSuite); 3] = [
-    ("TLS_AES_256_GCM_SHA384", cs::TLS13_AES_256_GCM_SHA384),
+    ("TLS_AES_256_GCM_SHA384", t13::TLS13_AES_256_GCM_SHA384),
     (
         "TLS_CHACHA20_POLY1305_SHA256",
-        cs::TLS13_CHACHA20_POLY1305_SHA256,
+        t13::TLS13_CHACHA20_POLY1305_SHA256,
     ),
-    ("TLS_AES_128_GCM_SHA256", cs::TLS13_AES_128_GCM_SHA256),
+    ("TLS_AES_128_GCM_SHA256", t13::TLS13_AES_128_GCM_SHA256),
 ];
 
 /// The name nginx logs for a suite (`$ssl_cipher`).

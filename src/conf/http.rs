@@ -57,14 +57,19 @@ pub(super) const TABLE: &[Spec] = &[
 #[derive(Default)]
 pub(super) struct HttpB {
     pub(super) settings: LocB,
+    /// The `grpc_*` settings: the `proxy_*` ones of a `grpc_pass` location.
+    pub(super) grpc: LocB,
     pub(super) ssl: super::ssl::SslB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) servers: Vec<ServerB>,
     pub(super) upstreams: Vec<UpstreamB>,
+    /// `match` blocks.
+    pub(super) matches: Vec<Arc<super::health::Match>>,
 }
 
 pub(super) struct ServerB {
     pub(super) settings: LocB,
+    pub(super) grpc: LocB,
     pub(super) ssl: super::ssl::SslB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) listen: Vec<Listen>,
@@ -73,11 +78,13 @@ pub(super) struct ServerB {
     pub(super) names_set: bool,
     pub(super) script: Vec<Stmt>,
     pub(super) locations: Vec<LocationB>,
+    pub(super) try_files: Option<Arc<super::try_files::TryFiles>>,
     pub(super) src: Src,
 }
 
 pub(super) struct LocationB {
     pub(super) settings: LocB,
+    pub(super) grpc: LocB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) modifier: Modifier,
     pub(super) uri: String,
@@ -88,6 +95,9 @@ pub(super) struct LocationB {
     /// `api` or `stub_status`.
     pub(super) handler: Option<Handler>,
     pub(super) locations: Vec<LocationB>,
+    pub(super) try_files: Option<Arc<super::try_files::TryFiles>>,
+    pub(super) internal: bool,
+    pub(super) health_check: Option<super::health::HealthCheckB>,
     pub(super) src: Src,
 }
 
@@ -126,6 +136,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     };
     let mut s = ServerB {
         settings: LocB::default(),
+        grpc: LocB::default(),
         ssl: super::ssl::SslB::default(),
         error_log: Vec::new(),
         listen: Vec::new(),
@@ -134,6 +145,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         names_set: false,
         script: Vec::new(),
         locations: Vec::new(),
+        try_files: None,
         src: d.src.clone(),
     };
     b.walk(
@@ -153,7 +165,9 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             default_server: false,
             reuseport: false,
             ssl: false,
+            http2: false,
             backlog: 511,
+            proxy_protocol: false,
             src: d.src.clone(),
         });
     }
@@ -218,7 +232,7 @@ pub(super) fn parse_listen_addr(a: &str) -> Result<Vec<ListenAddr>, String> {
     Ok(v)
 }
 
-fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+fn set_listen(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let Node::Server(s) = n else {
         return Err(not_here(d));
     };
@@ -226,12 +240,22 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let mut default_server = false;
     let mut reuseport = false;
     let mut ssl = false;
+    let mut http2 = false;
+    let mut proxy_protocol = false;
     let mut backlog = 511;
     for p in &d.args[1..] {
         match p.as_str() {
             "default_server" | "default" => default_server = true,
             "reuseport" => reuseport = true,
             "ssl" => ssl = true,
+            "http2" => {
+                http2 = true;
+                b.warnings.push(ConfError::at(
+                    "the \"listen ... http2\" directive is deprecated, use the \"http2\" directive instead",
+                    &d.src,
+                ));
+            }
+            "proxy_protocol" => proxy_protocol = true,
             _ if p.starts_with("backlog=") => {
                 backlog = p["backlog=".len()..]
                     .parse::<i32>()
@@ -267,7 +291,9 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             default_server,
             reuseport,
             ssl,
+            http2,
             backlog,
+            proxy_protocol,
             src: d.src.clone(),
         });
     }
@@ -380,6 +406,7 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         };
     let mut loc = LocationB {
         settings: LocB::default(),
+        grpc: LocB::default(),
         error_log: Vec::new(),
         modifier,
         uri,
@@ -389,6 +416,9 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         proxy_pass_var: None,
         handler: None,
         locations: Vec::new(),
+        try_files: None,
+        internal: false,
+        health_check: None,
         src: d.src.clone(),
     };
     // Where a location may stand, as nginx checks it.
@@ -503,6 +533,7 @@ pub(super) fn finish(
     let mut profiles = super::proxy_ssl::Profiles::default();
     for mut s in h.servers {
         s.settings.inherit(&h.settings);
+        s.grpc.inherit(&h.grpc);
         s.ssl.inherit(&h.ssl);
         let ssl_listen = s.listen.iter().find(|l| l.ssl).map(|l| &l.src);
         let ssl = Arc::new(super::ssl::finish(
@@ -518,7 +549,7 @@ pub(super) fn finish(
         for l in s.locations {
             locations.push(finish_location(
                 l,
-                &s.settings,
+                (&s.settings, &s.grpc),
                 &defaults,
                 &mut upstreams,
                 &mut Notes {
@@ -526,6 +557,7 @@ pub(super) fn finish(
                     temps: &mut temp_paths,
                     profiles: &mut profiles,
                     warnings,
+                    matches: &h.matches,
                 },
             )?);
         }
@@ -538,6 +570,7 @@ pub(super) fn finish(
             error_log: s.error_log,
             conf,
             ssl,
+            try_files: s.try_files,
             src: s.src,
         });
     }
@@ -577,17 +610,22 @@ struct Notes<'a> {
     temps: &'a mut Vec<PathBuf>,
     profiles: &'a mut super::proxy_ssl::Profiles,
     warnings: &'a mut Vec<ConfError>,
+    matches: &'a [Arc<super::health::Match>],
 }
 
 fn finish_location(
     mut l: LocationB,
-    parent: &LocB,
+    parent: (&LocB, &LocB),
     defaults: &Defaults,
     upstreams: &mut Vec<Upstream>,
     notes: &mut Notes<'_>,
 ) -> Result<Location, ConfError> {
-    l.settings.inherit(parent);
+    l.settings.inherit(parent.0);
+    l.grpc.inherit(parent.1);
     let mut conf = l.settings.finish(defaults);
+    if l.proxy_pass.as_ref().is_some_and(|p| p.grpc) {
+        conf.take_grpc(&l.grpc.finish(defaults));
+    }
     // TLS to the upstream: an https URL, or variables that may make one.
     let tls_src = match (&l.proxy_pass, &l.proxy_pass_var) {
         (Some(p), _) if p.ssl => Some(&p.src),
@@ -595,7 +633,18 @@ fn finish_location(
         _ => None,
     };
     if let Some(src) = tls_src {
-        conf.proxy_ssl = Some(notes.profiles.make(&conf, src, notes.warnings)?);
+        let grpc = l.proxy_pass.as_ref().is_some_and(|p| p.grpc);
+        let made = notes
+            .profiles
+            .make(&conf, src, notes.warnings)
+            .map_err(|mut e| {
+                // A grpc_pass location's settings are the grpc_ssl_* ones.
+                if grpc {
+                    e.message = e.message.replace("proxy_ssl_", "grpc_ssl_");
+                }
+                e
+            })?;
+        conf.proxy_ssl = Some(made);
     }
     let conf = Arc::new(conf);
     note_logs(&conf, notes.logs);
@@ -606,9 +655,38 @@ fn finish_location(
         )?),
         None => None,
     };
+    if let Some(hc) = l.health_check {
+        let target = proxy_pass
+            .as_ref()
+            .map(|p| (p.upstream, p.proxy_host.clone()));
+        let host = conf
+            .proxy_set_header
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("host"))
+            .and_then(|(_, t)| t.as_literal().map(str::to_string));
+        let (connect, read) = (conf.proxy_connect_timeout, conf.proxy_read_timeout);
+        super::health::attach(
+            hc,
+            target.as_ref().and_then(|(i, _)| upstreams.get_mut(*i)),
+            notes.matches,
+            |c| {
+                c.host = host
+                    .or_else(|| target.map(|(_, h)| h))
+                    .unwrap_or_else(|| "localhost".into());
+                c.connect_timeout = connect;
+                c.read_timeout = read;
+            },
+        )?;
+    }
     let mut locations = Vec::with_capacity(l.locations.len());
     for c in l.locations {
-        locations.push(finish_location(c, &l.settings, defaults, upstreams, notes)?);
+        locations.push(finish_location(
+            c,
+            (&l.settings, &l.grpc),
+            defaults,
+            upstreams,
+            notes,
+        )?);
     }
     Ok(Location {
         modifier: l.modifier,
@@ -621,6 +699,8 @@ fn finish_location(
         proxy_pass,
         proxy_pass_var: l.proxy_pass_var,
         handler: l.handler,
+        try_files: l.try_files,
+        internal: l.internal,
         src: l.src,
     })
 }

@@ -54,6 +54,7 @@ loc_settings! {
     access_log: Vec<AccessLog> = |d| vec![AccessLog {
         path: d.prefix.join("logs/access.log"),
         format: d.combined.clone(),
+        cond: None,
     }],
     keepalive_timeout: Duration = |_| Duration::from_secs(75),
     /// The second argument of `keepalive_timeout`: `Keep-Alive: timeout=N`.
@@ -88,10 +89,31 @@ loc_settings! {
     proxy_buffers: (u32, u64) = |_| (8, 4096),
     client_max_body_size: u64 = |_| 1024 * 1024,
     server_tokens: bool = |_| true,
+    /// `http2 on`: HTTP/2 on this server's addresses (ALPN `h2` over TLS,
+    /// prior-knowledge h2c on plain ones). Read at server level.
+    http2: bool = |_| false,
+    /// `http2_max_concurrent_streams`: streams at once on one connection.
+    http2_max_concurrent_streams: u32 = |_| 128,
+    /// `http2_recv_buffer_size` (http level): the request-body bytes one
+    /// connection, and one stream, may have in flight (the flow-control
+    /// windows sluice advertises).
+    http2_recv_buffer_size: u64 = |_| 256 * 1024,
+    /// `http2_chunk_size`: the largest DATA frame a response is cut into.
+    http2_chunk_size: u64 = |_| 8 * 1024,
     default_type: String = |_| "text/plain".to_string(),
     /// `root PATH` or `alias PATH` (with the location prefix alias replaces).
     root: Root = |d| Root { path: d.prefix.join("html"), alias: None },
     index: Vec<String> = |_| vec!["index.html".to_string()],
+    /// `if_modified_since off | exact | before`.
+    if_modified_since: IfModifiedSince = |_| IfModifiedSince::Exact,
+    /// `etag`: static files carry an ETag.
+    etag: bool = |_| true,
+    /// `log_not_found`: 404s from files log their error line.
+    log_not_found: bool = |_| true,
+    /// `underscores_in_headers` (server level; the default server's applies).
+    underscores_in_headers: bool = |_| false,
+    /// `ignore_invalid_headers` (server level; the default server's applies).
+    ignore_invalid_headers: bool = |_| true,
     /// `max_ranges N`: a Range header with more byte ranges gets the whole
     /// file; 0 turns byte ranges off (no `Accept-Ranges` either).
     max_ranges: u32 = |_| u32::MAX,
@@ -105,6 +127,13 @@ loc_settings! {
             .collect(),
     ),
     add_header: Vec<AddHeader> = |_| Vec::new(),
+    /// `autoindex`: a directory without an index file is listed.
+    autoindex: bool = |_| false,
+    autoindex_exact_size: bool = |_| true,
+    autoindex_format: super::autoindex::Format = |_| super::autoindex::Format::Html,
+    autoindex_localtime: bool = |_| false,
+    /// `expires`: `Expires` and `Cache-Control` (`http::expires`).
+    expires: super::expires::ExpiresConf = |_| super::expires::ExpiresConf::default(),
     rewrite_log: bool = |_| false,
     /// `set_real_ip_from`: trusted addresses (address, prefix length); unix
     /// clients are trusted with `unix:`.
@@ -115,11 +144,24 @@ loc_settings! {
     error_page: Vec<ErrorPage> = |_| Vec::new(),
     /// `proxy_set_header NAME VALUE`, names as written.
     proxy_set_header: Vec<(String, Template)> = |_| Vec::new(),
-    /// 10 or 11.
+    /// 10, 11, or 20 (HTTP/2, as `grpc_pass` always speaks).
     proxy_http_version: u8 = |_| 11,
+    /// `proxy_socket_keepalive`: SO_KEEPALIVE on upstream connections.
+    proxy_socket_keepalive: bool = |_| false,
     proxy_pass_request_headers: bool = |_| true,
     proxy_pass_request_body: bool = |_| true,
     proxy_hide_header: Vec<String> = |_| Vec::new(),
+    /// `proxy_cookie_domain` rules (empty: `off`, the default).
+    proxy_cookie_domain: Arc<Vec<super::proxy_more::CookieRewrite>> = |_| Arc::default(),
+    proxy_cookie_path: Arc<Vec<super::proxy_more::CookieRewrite>> = |_| Arc::default(),
+    /// `proxy_ignore_headers`: `super::proxy_more::ignore` bits.
+    proxy_ignore_headers: u32 = |_| 0,
+    /// `proxy_method`: the method sent upstream instead of the client's.
+    proxy_method: Option<Template> = |_| None,
+    proxy_bind: super::proxy_more::Bind = |_| super::proxy_more::Bind::Off,
+    /// `proxy_ignore_client_abort`: the upstream request goes on when the
+    /// client leaves.
+    proxy_ignore_client_abort: bool = |_| false,
     proxy_pass_header: Vec<String> = |_| Vec::new(),
     proxy_set_body: Option<Template> = |_| None,
     proxy_connect_timeout: Duration = |_| Duration::from_secs(60),
@@ -152,9 +194,89 @@ loc_settings! {
     /// None: every TLS 1.2 suite rustls has (nginx's `DEFAULT`).
     proxy_ssl_ciphers: Option<Vec<rustls::SupportedCipherSuite>> = |_| None,
     proxy_ssl_session_reuse: bool = |_| true,
+    /// `proxy_ssl_crl`, read where it is written.
+    proxy_ssl_crl: Option<Arc<super::proxy_ssl::CrlFile>> = |_| None,
+    /// `proxy_ssl_key_log`, opened where it is written.
+    proxy_ssl_key_log: Option<Arc<super::ssl::KeyLogFile>> = |_| None,
+    /// `limit_req` lines of one level (a level with none takes its
+    /// parent's, as nginx's array).
+    limit_req: Vec<super::limit::LimitReq> = |_| Vec::new(),
+    limit_req_status: u16 = |_| 503,
+    limit_req_log_level: crate::log::Level = |_| crate::log::Level::Error,
+    limit_req_dry_run: bool = |_| false,
+    limit_conn: Vec<super::limit::LimitConn> = |_| Vec::new(),
+    limit_conn_status: u16 = |_| 503,
+    limit_conn_log_level: crate::log::Level = |_| crate::log::Level::Error,
+    limit_conn_dry_run: bool = |_| false,
+    /// `allow` and `deny`, in order (also the stream levels' rules).
+    access_rules: Arc<Vec<super::allow::Rule>> = |_| Arc::default(),
+    satisfy: super::allow::Satisfy = |_| super::allow::Satisfy::All,
+    /// `auth_basic REALM`; None is `off`.
+    auth_basic: Option<super::vars::Template> = |_| None,
+    auth_basic_user_file: Option<super::allow::UserFile> = |_| None,
+    /// `auth_request URI`; None is `off`.
+    auth_request: Option<String> = |_| None,
+    /// `auth_request_set $VAR VALUE`, in order.
+    auth_request_set: Arc<Vec<(String, Template)>> = |_| Arc::default(),
+    /// `gzip`: compress responses (`http::gzip`).
+    gzip: bool = |_| false,
+    /// `gzip_types`: `text/html` always, these besides.
+    gzip_types: Arc<super::gzip::GzipTypes> = |_| Arc::default(),
+    gzip_min_length: u64 = |_| 20,
+    gzip_comp_level: u32 = |_| 1,
+    /// `gzip_proxied`: `super::gzip::proxied` bits.
+    gzip_proxied: u32 = |_| super::gzip::proxied::OFF,
+    gzip_vary: bool = |_| false,
+    /// `gzip_buffers NUMBER SIZE`: accepted, not used (flate2 sizes its own).
+    gzip_buffers: (u32, u64) = |_| (32, 4096),
+    /// 10 or 11: the lowest request version compressed for.
+    gzip_http_version: u8 = |_| 11,
+    gzip_disable: Arc<Vec<super::gzip::GzipDisable>> = |_| Arc::default(),
+    gzip_static: super::gzip::GzipStatic = |_| super::gzip::GzipStatic::Off,
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,
+}
+
+impl LocConf {
+    /// A `grpc_pass` location: the `grpc_*` settings (`grpc`, finished as
+    /// the `proxy_*` ones are) stand in for the `proxy_*` ones, and what
+    /// the grpc module has no directive for is fixed: HTTP/2, the response
+    /// streamed as it comes, the request body streamed too (kept for a
+    /// retry while it fits `client_body_buffer_size`), no redirect rewrite.
+    pub fn take_grpc(&mut self, grpc: &LocConf) {
+        self.proxy_set_header = grpc.proxy_set_header.clone();
+        self.proxy_hide_header = grpc.proxy_hide_header.clone();
+        self.proxy_pass_header = grpc.proxy_pass_header.clone();
+        self.proxy_connect_timeout = grpc.proxy_connect_timeout;
+        self.proxy_read_timeout = grpc.proxy_read_timeout;
+        self.proxy_send_timeout = grpc.proxy_send_timeout;
+        self.proxy_next_upstream = grpc.proxy_next_upstream;
+        self.proxy_next_upstream_tries = grpc.proxy_next_upstream_tries;
+        self.proxy_next_upstream_timeout = grpc.proxy_next_upstream_timeout;
+        self.proxy_buffer_size = grpc.proxy_buffer_size;
+        self.proxy_intercept_errors = grpc.proxy_intercept_errors;
+        self.proxy_socket_keepalive = grpc.proxy_socket_keepalive;
+        self.proxy_ssl_server_name = grpc.proxy_ssl_server_name;
+        self.proxy_ssl_name = grpc.proxy_ssl_name.clone();
+        self.proxy_ssl_verify = grpc.proxy_ssl_verify;
+        self.proxy_ssl_verify_depth = grpc.proxy_ssl_verify_depth;
+        self.proxy_ssl_trusted_certificate = grpc.proxy_ssl_trusted_certificate.clone();
+        self.proxy_ssl_certificate = grpc.proxy_ssl_certificate.clone();
+        self.proxy_ssl_certificate_key = grpc.proxy_ssl_certificate_key.clone();
+        self.proxy_ssl_protocols = grpc.proxy_ssl_protocols.clone();
+        self.proxy_ssl_ciphers = grpc.proxy_ssl_ciphers.clone();
+        self.proxy_ssl_session_reuse = grpc.proxy_ssl_session_reuse;
+        self.proxy_ssl_crl = grpc.proxy_ssl_crl.clone();
+        self.proxy_ssl_key_log = grpc.proxy_ssl_key_log.clone();
+        self.proxy_http_version = 20;
+        self.proxy_buffering = false;
+        self.proxy_request_buffering = false;
+        self.proxy_redirect = None;
+        self.proxy_set_body = None;
+        self.proxy_pass_request_headers = true;
+        self.proxy_pass_request_body = true;
+    }
 }
 
 /// Where files come from: `root` (path + URI) or `alias` (path replaces the
@@ -163,6 +285,19 @@ loc_settings! {
 pub struct Root {
     pub path: PathBuf,
     pub alias: Option<String>,
+}
+
+/// `if_modified_since`: how a static file's time is compared with a
+/// request's `If-Modified-Since` for a 304.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IfModifiedSince {
+    /// Never 304 for it.
+    Off,
+    /// 304 when the times are equal.
+    #[default]
+    Exact,
+    /// 304 when the file is not newer.
+    Before,
 }
 
 /// How static files treat symbolic links on their path (`disable_symlinks`).
@@ -277,6 +412,9 @@ pub struct LogFormat {
 pub struct AccessLog {
     pub path: PathBuf,
     pub format: Arc<LogFormat>,
+    /// `if=CONDITION`: the line is written only when it is neither empty
+    /// nor "0".
+    pub cond: Option<Template>,
 }
 
 /// `proxy_next_upstream` conditions as a bit set.
@@ -295,6 +433,16 @@ impl NextUpstream {
     pub const HTTP_404: u32 = 1 << 8;
     pub const HTTP_429: u32 = 1 << 9;
     pub const NON_IDEMPOTENT: u32 = 1 << 10;
+    /// `grpc_status=CODE`: bit `GRPC_STATUS << CODE` per gRPC status
+    /// code (0 to 16) that a Trailers-Only answer may carry.
+    pub const GRPC_STATUS: u32 = 1 << 11;
+    /// `unavailable`: grpc-status 14.
+    pub const UNAVAILABLE: u32 = Self::GRPC_STATUS << 14;
+
+    /// The condition a Trailers-Only answer with gRPC status `code` meets.
+    pub fn for_grpc_status(code: u32) -> Option<u32> {
+        (1..=16).contains(&code).then(|| Self::GRPC_STATUS << code)
+    }
 
     pub fn parse(word: &str) -> Option<u32> {
         Some(match word {
@@ -309,8 +457,17 @@ impl NextUpstream {
             "http_404" => Self::HTTP_404,
             "http_429" => Self::HTTP_429,
             "non_idempotent" => Self::NON_IDEMPOTENT,
+            "unavailable" => Self::UNAVAILABLE,
             "off" => 0,
-            _ => return None,
+            _ => {
+                let list = word.strip_prefix("grpc_status=")?;
+                let mut bits = 0;
+                for code in list.split(',') {
+                    let n: u32 = code.parse().ok()?;
+                    bits |= Self::for_grpc_status(n)?;
+                }
+                bits
+            }
         })
     }
 
@@ -366,5 +523,27 @@ mod tests {
         assert_eq!(c.access_log[0].path, PathBuf::from("/p/logs/access.log"));
         assert!(c.proxy_next_upstream.has(NextUpstream::ERROR));
         assert!(!c.proxy_next_upstream.has(NextUpstream::HTTP_500));
+    }
+
+    #[test]
+    fn grpc_statuses_are_conditions() {
+        assert_eq!(
+            NextUpstream::parse("unavailable"),
+            Some(NextUpstream::UNAVAILABLE)
+        );
+        let both = NextUpstream::parse("grpc_status=14,4").unwrap();
+        assert!(NextUpstream(both).has(NextUpstream::UNAVAILABLE));
+        assert!(NextUpstream(both).has(NextUpstream::for_grpc_status(4).unwrap()));
+        assert!(!NextUpstream(both).has(NextUpstream::for_grpc_status(13).unwrap()));
+        // OK is never a failure; codes end at 16.
+        for bad in [
+            "grpc_status=0",
+            "grpc_status=17",
+            "grpc_status=",
+            "grpc_status=a",
+        ] {
+            assert_eq!(NextUpstream::parse(bad), None, "{bad}");
+        }
+        assert!(NextUpstream::for_status(200).is_none());
     }
 }

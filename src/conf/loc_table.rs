@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::build::{
-    Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here, number, offset_arg,
-    size_arg, time_arg,
+    Args, Builder, HTTP, LOC, Node, SRV, SSRV, STREAM, Spec, duplicate, flag, not_here, number,
+    offset_arg, size_arg, time_arg,
 };
 use super::loc::{
     AddHeader, ErrorPage, ErrorPageStatus, LocB, NextUpstream, Redirect, Root, Trusted,
@@ -18,6 +18,41 @@ const HSL: u8 = HTTP | SRV | LOC;
 const HS: u8 = HTTP | SRV;
 
 pub(super) const TABLE: &[Spec] = &[
+    Spec {
+        name: "if_modified_since",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_if_modified_since,
+    },
+    Spec {
+        name: "etag",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "log_not_found",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "underscores_in_headers",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "ignore_invalid_headers",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
     Spec {
         name: "proxy_redirect",
         ctx: HSL,
@@ -97,7 +132,8 @@ pub(super) const TABLE: &[Spec] = &[
     },
     Spec {
         name: "set_real_ip_from",
-        ctx: HSL,
+        // Stream too: the stream realip module's, for the PROXY protocol.
+        ctx: HSL | STREAM | SSRV,
         args: Args::Exactly(1),
         block: false,
         set: set_real_ip_from,
@@ -265,6 +301,13 @@ pub(super) const TABLE: &[Spec] = &[
     },
     Spec {
         name: "proxy_pass_request_headers",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "proxy_socket_keepalive",
         ctx: HSL,
         args: Args::Exactly(1),
         block: false,
@@ -439,6 +482,11 @@ fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
         "real_ip_recursive" => &mut l.real_ip_recursive,
         "uninitialized_variable_warn" => &mut l.uninitialized_variable_warn,
         "proxy_pass_request_headers" => &mut l.proxy_pass_request_headers,
+        "log_not_found" => &mut l.log_not_found,
+        "etag" => &mut l.etag,
+        "underscores_in_headers" => &mut l.underscores_in_headers,
+        "ignore_invalid_headers" => &mut l.ignore_invalid_headers,
+        "proxy_socket_keepalive" => &mut l.proxy_socket_keepalive,
         _ => &mut l.proxy_pass_request_body,
     };
     once(slot, v, d)
@@ -453,10 +501,11 @@ fn set_http_version(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<
     let v = match d.args[0].as_str() {
         "1.0" => 10,
         "1.1" => 11,
+        "2" | "2.0" => 20,
         other => {
             return Err(ConfError::at(
                 format!(
-                    "invalid value \"{other}\" in \"{}\" directive, it must be \"1.0\" or \"1.1\"",
+                    "invalid value \"{other}\" in \"{}\" directive, it must be \"1.0\", \"1.1\" or \"2\"",
                     d.name
                 ),
                 &d.src,
@@ -596,6 +645,27 @@ fn set_types(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Con
     once(&mut l.types, std::sync::Arc::new(map), d)
 }
 
+fn set_if_modified_since(
+    _: &mut Builder,
+    d: &Directive,
+    n: &mut Node<'_>,
+) -> Result<(), ConfError> {
+    use super::loc::IfModifiedSince;
+    let v = match d.args[0].as_str() {
+        "off" => IfModifiedSince::Off,
+        "exact" => IfModifiedSince::Exact,
+        "before" => IfModifiedSince::Before,
+        a => {
+            return Err(ConfError::at(
+                format!("invalid value \"{a}\" in \"{}\" directive", d.name),
+                &d.src,
+            ));
+        }
+    };
+    let l = loc(n, d)?;
+    once(&mut l.if_modified_since, v, d)
+}
+
 fn set_add_header(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     if !valid_header_name(&d.args[0]) {
         return Err(ConfError::at(
@@ -692,19 +762,18 @@ fn set_real_ip_from(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<
         };
         Trusted::Net(ip, len)
     };
-    loc(n, d)?
-        .set_real_ip_from
-        .get_or_insert_with(Vec::new)
-        .push(t);
+    let l = match n {
+        Node::Stream(st) => &mut st.proxy_ssl,
+        Node::StreamServer(s) => &mut s.proxy_ssl,
+        other => loc(other, d)?,
+    };
+    l.set_real_ip_from.get_or_insert_with(Vec::new).push(t);
     Ok(())
 }
 
 fn set_real_ip_header(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     if d.args[0] == "proxy_protocol" {
-        return Err(ConfError::at(
-            "real_ip_header proxy_protocol needs the PROXY protocol, which is not implemented",
-            &d.src,
-        ));
+        return once(&mut loc(n, d)?.real_ip_header, d.args[0].clone(), d);
     }
     if !valid_header_name(&d.args[0]) {
         return Err(ConfError::at(

@@ -106,17 +106,31 @@ fn set_access_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
             .cloned()
             .ok_or_else(|| ConfError::at(format!("unknown log format \"{name}\""), &d.src))?,
     };
-    // buffer=, flush=, gzip and if= are nginx's; sluice writes each line at once.
-    if let Some(p) = d.args.get(2) {
-        let known = ["buffer=", "flush=", "gzip", "if="]
-            .iter()
-            .any(|k| p.starts_with(k));
-        let msg = if known {
-            format!("access_log parameter \"{p}\" is not supported")
+    // buffer= and flush= are accepted (each line is written at once);
+    // gzip is refused; if= is a condition.
+    let mut cond = None;
+    for p in d.args.iter().skip(2) {
+        if let Some(size) = p.strip_prefix("buffer=") {
+            if super::values::parse_size(size).is_none_or(|n| n == 0) {
+                return Err(ConfError::at(
+                    format!("invalid buffer size \"{size}\""),
+                    &d.src,
+                ));
+            }
+        } else if let Some(t) = p.strip_prefix("flush=") {
+            if super::values::parse_time(t, true).is_none_or(|t| t.is_zero()) {
+                return Err(ConfError::at(format!("invalid flush time \"{t}\""), &d.src));
+            }
+        } else if let Some(c) = p.strip_prefix("if=") {
+            cond = Some(vars::compile(c).map_err(|m| ConfError::at(m, &d.src))?);
+        } else if p == "gzip" || p.starts_with("gzip=") {
+            return Err(ConfError::at(
+                format!("access_log parameter \"{p}\" is not supported"),
+                &d.src,
+            ));
         } else {
-            format!("invalid parameter \"{p}\"")
-        };
-        return Err(ConfError::at(msg, &d.src));
+            return Err(ConfError::at(format!("invalid parameter \"{p}\""), &d.src));
+        }
     }
     let off = d.args[0] == "off";
     if off && d.args.len() > 1 {
@@ -135,7 +149,7 @@ fn set_access_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     if off {
         list.clear();
     } else {
-        list.push(AccessLog { path, format });
+        list.push(AccessLog { path, format, cond });
     }
     Ok(())
 }

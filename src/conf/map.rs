@@ -78,6 +78,8 @@ pub struct Map {
     regexes: Vec<(Regex, usize)>,
     /// None: the empty string.
     default: Option<usize>,
+    /// `geo` or `split_clients`: looked up there instead.
+    special: Option<super::geo::Special>,
 }
 
 /// The captures of the regex that matched, for `$N` and named captures in
@@ -99,6 +101,22 @@ impl Captures {
 }
 
 impl Map {
+    /// A `geo` or `split_clients` variable's map.
+    pub(super) fn special(source: Template, special: super::geo::Special) -> Map {
+        Map {
+            source,
+            volatile: false,
+            hostnames: false,
+            values: Vec::new(),
+            exact: HashMap::new(),
+            head: Vec::new(),
+            tail: Vec::new(),
+            regexes: Vec::new(),
+            default: None,
+            special: Some(special),
+        }
+    }
+
     /// The value `source` maps to, nginx's order: an exact string (case
     /// ignored), the longest `*.`/`.` mask, the longest `.*` mask, the first
     /// regex that matches (not tried on an empty source), the default. None
@@ -232,6 +250,7 @@ impl MapB {
             tail: self.tail,
             regexes: self.regexes,
             default: self.default,
+            special: None,
         }
     }
 }
@@ -349,8 +368,19 @@ pub(super) fn declared(
             "stream" => &mut *stream,
             _ => continue,
         };
-        for d in top.block.iter().flatten().filter(|d| d.name == "map") {
-            let Some(name) = d.args.get(1).and_then(|a| a.strip_prefix('$')) else {
+        for d in top
+            .block
+            .iter()
+            .flatten()
+            .filter(|d| matches!(d.name.as_str(), "map" | "geo" | "split_clients"))
+        {
+            // geo's variable is its last argument.
+            let var = if d.name == "geo" {
+                d.args.last()
+            } else {
+                d.args.get(1)
+            };
+            let Some(name) = var.and_then(|a| a.strip_prefix('$')) else {
                 continue;
             };
             out.push(name.to_string());
@@ -486,7 +516,13 @@ pub fn value(ev: &impl Evaluator, var: &MapVar) -> String {
         return String::new();
     };
     let source = ev.text(&map.source, None);
-    let (value, caps) = map.find(&source);
+    let (value, caps) = match &map.special {
+        Some(sp) => {
+            let forwarded = sp.forwarded().map(|t| ev.text(t, None));
+            (sp.find(&source, forwarded.as_deref()), None)
+        }
+        None => map.find(&source),
+    };
     if let Some(c) = &caps {
         let mut cache = ev.maps().lock();
         for (n, v) in &c.named {

@@ -3,11 +3,20 @@
 //! files; everything else here is pure. Every error names `FILE:LINE` (or
 //! `command line` for `-g`), worded as nginx words it.
 
+pub mod allow;
+pub mod auth_request;
+pub mod autoindex;
 pub mod build;
 pub mod ciphers;
+pub mod expires;
 mod files;
+pub mod geo;
+pub mod gzip;
+pub mod health;
 pub mod http;
+mod http2;
 pub mod lexer;
+pub mod limit;
 pub mod loc;
 mod loc_table;
 mod logs;
@@ -16,6 +25,7 @@ pub mod model;
 #[cfg(test)]
 mod proptests;
 mod proxy;
+pub mod proxy_more;
 pub mod proxy_ssl;
 mod resolver;
 mod rewrite;
@@ -25,8 +35,11 @@ mod stream;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod tree;
+pub mod try_files;
+mod tuning;
 pub mod values;
 pub mod vars;
+pub mod worker_setup;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -13,6 +13,7 @@ use super::vars::Template;
 use super::{Files, Src};
 use crate::log::LogSpec;
 
+pub use super::health::{HealthCheck, Match};
 pub use super::loc::{AccessLog, LocConf, LogFormat, NextUpstream};
 
 #[derive(Debug, Clone)]
@@ -25,6 +26,8 @@ pub struct Config {
     pub events: Events,
     pub http: Option<Http>,
     pub stream: Option<Stream>,
+    /// `limit_req_zone` and `limit_conn_zone` (http and stream).
+    pub limit_zones: Vec<super::limit::LimitZoneSpec>,
 }
 
 /// The `stream` block: TCP servers proxying to upstreams.
@@ -138,6 +141,22 @@ pub struct StreamServer {
     pub ssl_preread: bool,
     pub preread_timeout: Duration,
     pub preread_buffer_size: usize,
+    /// `limit_conn` lines (the stream level's when the server has none),
+    /// `limit_conn_log_level`, `limit_conn_dry_run`.
+    pub limit_conn: Vec<super::limit::LimitConn>,
+    pub limit_conn_log_level: crate::log::Level,
+    pub limit_conn_dry_run: bool,
+    /// `allow` and `deny`, in order.
+    pub access: Arc<Vec<super::allow::Rule>>,
+    /// `proxy_protocol_timeout`: how long the PROXY protocol header of a
+    /// `listen ... proxy_protocol` address may take (30s).
+    pub proxy_protocol_timeout: Duration,
+    /// `proxy_protocol on`: a PROXY protocol (v1) header goes to the
+    /// upstream before anything else, on every attempt.
+    pub proxy_protocol: bool,
+    /// The stream realip module's `set_real_ip_from`: peers whose PROXY
+    /// protocol header names the client.
+    pub set_real_ip_from: Vec<super::loc::Trusted>,
     pub src: Src,
 }
 
@@ -167,6 +186,9 @@ pub struct Main {
     pub user: User,
     pub worker_rlimit_nofile: Option<u64>,
     pub worker_shutdown_timeout: Option<Duration>,
+    /// `worker_priority`, `worker_cpu_affinity`, `worker_rlimit_core`,
+    /// `working_directory`, `env`.
+    pub worker_setup: super::worker_setup::WorkerSetup,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,8 +269,14 @@ pub struct Listen {
     /// `ssl`: connections to this address speak TLS (for all its servers,
     /// when one of them says so, as nginx).
     pub ssl: bool,
+    /// `http2` (nginx 1.22's way): HTTP/2 on this address, for all its
+    /// servers, as `http2 on` in each of them.
+    pub http2: bool,
     /// `backlog=N`, default 511 as nginx.
     pub backlog: i32,
+    /// `proxy_protocol`: connections to this address start with a PROXY
+    /// protocol header (for all its servers, when one of them says so).
+    pub proxy_protocol: bool,
     pub src: Src,
 }
 
@@ -280,6 +308,8 @@ pub struct Server {
     pub conf: Arc<LocConf>,
     /// TLS settings and certificates (`ssl_*`).
     pub ssl: Arc<super::ssl::ServerSsl>,
+    /// `try_files` for requests no location matches.
+    pub try_files: Option<Arc<super::try_files::TryFiles>>,
     pub src: Src,
 }
 
@@ -314,8 +344,12 @@ pub struct Location {
     pub proxy_pass: Option<ProxyPass>,
     /// `proxy_pass` with variables: the URL, evaluated per request.
     pub proxy_pass_var: Option<Template>,
-    /// `api` or `stub_status` (not inherited either).
+    /// `api`, `stub_status` or `metrics` (not inherited either).
     pub handler: Option<Handler>,
+    /// `try_files` (not inherited).
+    pub try_files: Option<Arc<super::try_files::TryFiles>>,
+    /// `internal`: only internal redirects and rewrites reach it.
+    pub internal: bool,
     pub src: Src,
 }
 
@@ -326,6 +360,8 @@ pub enum Handler {
     Api { write: bool },
     /// `stub_status`: nginx's text status.
     StubStatus,
+    /// `metrics`: the Prometheus text exposition.
+    Metrics,
 }
 
 /// One rewrite-module directive.
@@ -432,6 +468,8 @@ pub struct UpstreamServer {
     pub service: Option<String>,
     /// `weight=` was written (an SRV record's weight is used otherwise).
     pub weight_set: bool,
+    /// `slow_start=`: how long a recovered peer takes to reach its weight.
+    pub slow_start: Duration,
 }
 
 impl UpstreamServer {
@@ -451,6 +489,7 @@ impl UpstreamServer {
             port: 0,
             service: None,
             weight_set: false,
+            slow_start: Duration::ZERO,
         }
     }
 }
@@ -540,6 +579,8 @@ pub struct Upstream {
     pub servers: Vec<UpstreamServer>,
     pub balancer: Balancer,
     pub keepalive: Keepalive,
+    /// `http2_ping_interval`: liveness of its HTTP/2 connections.
+    pub ping: Option<Ping>,
     /// `zone NAME`: the shared zone holding its peers.
     pub zone: Option<String>,
     /// The resolver for its `resolve` servers (the upstream's own, else
@@ -549,7 +590,16 @@ pub struct Upstream {
     pub state: Option<PathBuf>,
     /// Made by `proxy_pass http://host:port`, not by an `upstream` block.
     pub implicit: bool,
+    /// `health_check` (in a location or stream server proxying to it).
+    pub health: Option<Arc<HealthCheck>>,
     pub src: Src,
+}
+
+/// `http2_ping_interval TIME [timeout=TIME]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ping {
+    pub interval: Duration,
+    pub timeout: Duration,
 }
 
 /// `proxy_pass http://NAME[:PORT][URI]`.
@@ -560,6 +610,8 @@ pub struct ProxyPass {
     pub dynamic: bool,
     /// `https://`: TLS to the upstream (the location's `proxy_ssl`).
     pub ssl: bool,
+    /// `grpc_pass`: gRPC over HTTP/2.
+    pub grpc: bool,
     /// Index into `Http::upstreams`.
     pub upstream: usize,
     /// The URI part, when given: it replaces the matched location prefix.

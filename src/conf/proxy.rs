@@ -120,6 +120,20 @@ pub(super) const TABLE: &[Spec] = &[
         block: false,
         set: set_proxy_pass,
     },
+    Spec {
+        name: "grpc_pass",
+        ctx: LOC,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_proxy_pass,
+    },
+    Spec {
+        name: "http2_ping_interval",
+        ctx: UPS,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_ping,
+    },
 ];
 
 pub(super) struct UpstreamB {
@@ -130,6 +144,8 @@ pub(super) struct UpstreamB {
     balancer: Option<(Balancer, Src)>,
     keepalive: Keepalive,
     keepalive_set: [bool; 5],
+    /// `http2_ping_interval TIME [timeout=TIME]`.
+    ping: Option<Ping>,
     /// `zone NAME [SIZE]`, where it was written.
     zone: Option<(String, Option<u64>, Src)>,
     pub(super) resolver: Option<Resolver>,
@@ -142,8 +158,10 @@ pub(super) struct UpstreamB {
 
 /// `proxy_pass` as written, before upstreams are known.
 pub(super) struct ProxyPassB {
-    /// `https://`.
+    /// `https://` (`grpcs://`).
     pub(super) ssl: bool,
+    /// `grpc_pass`.
+    pub(super) grpc: bool,
     host: String,
     port: Option<u16>,
     uri: Option<String>,
@@ -193,6 +211,7 @@ pub(super) fn new_upstream(
         balancer: None,
         keepalive: default_keepalive(),
         keepalive_set: [false; 5],
+        ping: None,
         zone: None,
         resolver: None,
         resolver_timeout: None,
@@ -310,6 +329,8 @@ fn set_server(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             s.fail_timeout = super::values::parse_time(v, false).ok_or_else(|| invalid(p))?;
         } else if let Some(v) = p.strip_prefix("max_conns=") {
             s.max_conns = number(v).ok_or_else(|| invalid(p))?;
+        } else if let Some(v) = p.strip_prefix("slow_start=") {
+            s.slow_start = super::values::parse_time(v, false).ok_or_else(|| invalid(p))?;
         } else if p == "backup" {
             if let Some((b, _)) = &u.balancer {
                 if !b.allows_backup() {
@@ -414,6 +435,35 @@ fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Resul
         }
         _ => u.keepalive.timeout = time_arg(d, 0)?,
     }
+    Ok(())
+}
+
+/// `http2_ping_interval TIME [timeout=TIME]`: a PING on each HTTP/2
+/// connection every TIME; no answer within the timeout (by default TIME
+/// again) closes it.
+fn set_ping(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Upstream(u) = n else {
+        return Err(not_here(d));
+    };
+    if u.stream {
+        return Err(not_here(d));
+    }
+    if u.ping.is_some() {
+        return Err(duplicate(d));
+    }
+    let interval = time_arg(d, 0)?;
+    if interval.is_zero() {
+        return Err(super::build::invalid_value(d));
+    }
+    let timeout = match d.args.get(1) {
+        None => interval,
+        Some(p) => p
+            .strip_prefix("timeout=")
+            .and_then(|v| values::parse_time(v, true))
+            .filter(|t| !t.is_zero())
+            .ok_or_else(|| ConfError::at(format!("invalid parameter \"{p}\""), &d.src))?,
+    };
+    u.ping = Some(Ping { interval, timeout });
     Ok(())
 }
 
@@ -556,6 +606,13 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
         return Err(duplicate(d));
     }
     let url = &d.args[0];
+    let grpc = d.name == "grpc_pass";
+    if grpc && url.contains('$') {
+        return Err(ConfError::at(
+            "variables in \"grpc_pass\" are not supported",
+            &d.src,
+        ));
+    }
     if url.contains('$') {
         // Evaluated per request: an upstream name, an address, or a name
         // the location's resolver looks up.
@@ -563,7 +620,20 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
         l.proxy_pass_var = Some(t);
         return Ok(());
     }
-    let (ssl, rest) = if let Some(r) = url.strip_prefix("http://") {
+    let (ssl, rest) = if grpc {
+        match (url.strip_prefix("grpc://"), url.strip_prefix("grpcs://")) {
+            (Some(r), _) => (false, r),
+            (_, Some(r)) => (true, r),
+            // nginx: a bare address is grpc://.
+            _ if !url.contains("://") => (false, url.as_str()),
+            _ => {
+                return Err(ConfError::at(
+                    format!("invalid URL prefix in \"{url}\""),
+                    &d.src,
+                ));
+            }
+        }
+    } else if let Some(r) = url.strip_prefix("http://") {
         (false, r)
     } else if let Some(r) = url.strip_prefix("https://") {
         (true, r)
@@ -587,7 +657,13 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     };
     if hostport.is_empty() {
         return Err(ConfError::at(
-            format!("no host in \"{url}\" of the \"proxy_pass\" directive"),
+            format!("no host in \"{url}\" of the \"{}\" directive", d.name),
+            &d.src,
+        ));
+    }
+    if grpc && uri.is_some() {
+        return Err(ConfError::at(
+            format!("invalid host in \"{url}\" of the \"grpc_pass\" directive"),
             &d.src,
         ));
     }
@@ -602,6 +678,7 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     };
     l.proxy_pass = Some(ProxyPassB {
         ssl,
+        grpc,
         host,
         port,
         uri,
@@ -713,9 +790,11 @@ pub(super) fn finish_upstreams(
             servers: u.servers,
             balancer: u.balancer.map(|(b, _)| b).unwrap_or(Balancer::RoundRobin),
             keepalive: u.keepalive,
+            ping: u.ping,
             zone: u.zone.map(|(name, _, _)| name),
             resolver,
             implicit: false,
+            health: None,
             src: u.src,
         });
     }
@@ -771,10 +850,12 @@ pub(super) fn resolve_proxy_pass(
                     servers: vec![UpstreamServer::new(proxy_host.clone(), addrs)],
                     balancer: Balancer::RoundRobin,
                     keepalive: default_keepalive(),
+                    ping: None,
                     zone: None,
                     resolver: None,
                     state: None,
                     implicit: true,
+                    health: None,
                     src: p.src.clone(),
                 });
                 upstreams.len() - 1
@@ -784,6 +865,7 @@ pub(super) fn resolve_proxy_pass(
     Ok(ProxyPass {
         dynamic: false,
         ssl: p.ssl,
+        grpc: p.grpc,
         upstream: index,
         uri: p.uri,
         proxy_host,

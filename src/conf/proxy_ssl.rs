@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, SupportedCipherSuite};
-use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, CertificateRevocationListDer};
 
 use super::build::{
     Args, Builder, HTTP, LOC, Node, SRV, SSRV, STREAM, Spec, flag, not_here, number, set_once,
@@ -99,7 +99,43 @@ pub(super) const TABLE: &[Spec] = &[
         block: false,
         set: set_ciphers,
     },
+    Spec {
+        name: "proxy_ssl_crl",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_crl,
+    },
+    Spec {
+        name: "proxy_ssl_key_log",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_key_log,
+    },
+    Spec {
+        name: "proxy_ssl_password_file",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: super::ssl::refuse,
+    },
+    Spec {
+        name: "proxy_ssl_conf_command",
+        ctx: HSL,
+        args: Args::Exactly(2),
+        block: false,
+        set: super::ssl::refuse,
+    },
 ];
+
+/// `proxy_ssl_crl`: revocation lists an upstream's chain is checked
+/// against.
+#[derive(Debug)]
+pub struct CrlFile {
+    pub path: PathBuf,
+    pub crls: Vec<CertificateRevocationListDer<'static>>,
+}
 
 /// `proxy_ssl_trusted_certificate`: the CA certificates an upstream's
 /// certificate must chain to.
@@ -131,6 +167,13 @@ pub struct ProxySsl {
     /// The TLS 1.2 suites `proxy_ssl_ciphers` selects; None: all of them.
     pub ciphers: Option<Vec<SupportedCipherSuite>>,
     pub session_reuse: bool,
+    /// `proxy_ssl_key_log`.
+    pub key_log: Option<Arc<super::ssl::KeyLogFile>>,
+    /// `proxy_ssl_crl` (checked with `proxy_ssl_verify on`).
+    pub crl: Option<Arc<CrlFile>>,
+    /// HTTP/2 (`grpc_pass grpcs://`, `proxy_http_version 2`): ALPN offers
+    /// `h2`.
+    pub h2: bool,
 }
 
 fn loc<'a>(n: &'a mut Node<'_>, d: &Directive) -> Result<&'a mut LocB, ConfError> {
@@ -220,6 +263,22 @@ fn load_trusted(path: PathBuf, src: &Src) -> Result<TrustedCerts, ConfError> {
     })
 }
 
+fn set_crl(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let path = file_arg(b, d)?;
+    let crls = super::ssl::load_crls(&path, &d.src)?;
+    set_once(
+        &mut loc(n, d)?.proxy_ssl_crl,
+        Some(Arc::new(CrlFile { path, crls })),
+        d,
+    )
+}
+
+fn set_key_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let path = file_arg(b, d)?;
+    let f = super::ssl::open_key_log(&path, &d.src)?;
+    set_once(&mut loc(n, d)?.proxy_ssl_key_log, Some(f), d)
+}
+
 fn set_certificate(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let path = file_arg(b, d)?;
     let l = loc(n, d)?;
@@ -282,7 +341,7 @@ impl Profiles {
         };
         // What tells two locations' settings apart.
         let sig = format!(
-            "{} {:?} {} {} {:?} {:?} {:?} {:?} {:?} {}",
+            "{} {:?} {} {} {:?} {:?} {:?} {:?} {:?} {} {} {:?} {:?}",
             c.proxy_ssl_server_name,
             c.proxy_ssl_name,
             c.proxy_ssl_verify,
@@ -293,6 +352,9 @@ impl Profiles {
             c.proxy_ssl_protocols,
             c.proxy_ssl_ciphers,
             c.proxy_ssl_session_reuse,
+            c.proxy_http_version,
+            c.proxy_ssl_crl.as_ref().map(|f| &f.path),
+            c.proxy_ssl_key_log.as_ref().map(|f| &f.path),
         );
         if let Some((_, p)) = self.made.iter().find(|(s, _)| *s == sig) {
             return Ok(p.clone());
@@ -308,6 +370,9 @@ impl Profiles {
             protocols: c.proxy_ssl_protocols.clone(),
             ciphers: c.proxy_ssl_ciphers.clone(),
             session_reuse: c.proxy_ssl_session_reuse,
+            crl: c.proxy_ssl_crl.clone(),
+            key_log: c.proxy_ssl_key_log.clone(),
+            h2: c.proxy_http_version == 20,
         });
         self.made.push((sig, p.clone()));
         Ok(p)

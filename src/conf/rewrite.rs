@@ -231,7 +231,7 @@ fn set_if(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfEr
 /// compiles any text, so a use may come before the `set`.
 pub(super) fn declared(dirs: &[Directive], out: &mut Vec<String>) {
     for d in dirs {
-        if d.name == "set" {
+        if d.name == "set" || d.name == "auth_request_set" {
             if let Some(v) = d.args.first().and_then(|a| a.strip_prefix('$')) {
                 out.push(v.to_string());
             }

@@ -12,10 +12,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::SupportedCipherSuite;
+use rustls::crypto::SupportedKxGroup;
 use rustls::sign::CertifiedKey;
+use rustls::{NamedGroup, SupportedCipherSuite};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
+use x509_parser::prelude::FromDer;
 
 use super::build::{Args, Builder, HTTP, Node, SRV, SSRV, STREAM, Spec, flag, not_here, set_once};
 use super::tree::Directive;
@@ -123,6 +125,90 @@ pub(super) const TABLE: &[Spec] = &[
         block: false,
         set: set_verify_depth,
     },
+    Spec {
+        name: "ssl_crl",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_file,
+    },
+    Spec {
+        name: "ssl_key_log",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_file,
+    },
+    Spec {
+        name: "ssl_stapling",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_stapling,
+    },
+    Spec {
+        name: "ssl_stapling_verify",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
+    Spec {
+        name: "ssl_stapling_file",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_file,
+    },
+    Spec {
+        name: "ssl_dhparam",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_dhparam,
+    },
+    Spec {
+        name: "ssl_conf_command",
+        ctx: HS,
+        args: Args::Exactly(2),
+        block: false,
+        set: refuse,
+    },
+    Spec {
+        name: "ssl_password_file",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: refuse,
+    },
+    Spec {
+        name: "ssl_early_data",
+        ctx: HTTP | SRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: refuse,
+    },
+    Spec {
+        name: "ssl_ecdh_curve",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_ecdh_curve,
+    },
+    Spec {
+        name: "ssl_buffer_size",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_buffer_size,
+    },
+    Spec {
+        name: "ssl_reject_handshake",
+        ctx: HS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
 ];
 
 /// `ssl_verify_client`: whether clients are asked for a certificate and
@@ -189,6 +275,53 @@ pub struct ServerSsl {
     pub client_cas: Vec<CertificateDer<'static>>,
     /// `ssl_trusted_certificate`: CAs that verify clients, not named.
     pub trusted_cas: Vec<CertificateDer<'static>>,
+    /// `ssl_ecdh_curve`: the key exchange groups, in order; None: `auto`
+    /// (the provider's defaults).
+    pub kx_groups: Option<Vec<NamedGroup>>,
+    /// `ssl_buffer_size`: the most plaintext in one record.
+    pub buffer_size: usize,
+    /// `ssl_reject_handshake`: handshakes that pick this server are
+    /// refused with an `unrecognized_name` alert.
+    pub reject_handshake: bool,
+    /// `ssl_crl`: revocation lists client certificates are checked
+    /// against (every certificate of the chain, as nginx's
+    /// `X509_V_FLAG_CRL_CHECK_ALL`).
+    pub crls: Vec<CertificateRevocationListDer<'static>>,
+    /// `ssl_key_log`: where the handshakes' secrets are appended.
+    pub key_log: Option<Arc<KeyLogFile>>,
+}
+
+/// A key log file (`ssl_key_log`, `proxy_ssl_key_log`), opened for
+/// appending by the master when the configuration is loaded; the workers
+/// inherit the descriptor and append NSS key log lines to it.
+#[derive(Debug)]
+pub struct KeyLogFile {
+    pub path: PathBuf,
+    pub file: std::fs::File,
+}
+
+/// Opens a key log file for appending (created 0600: it holds secrets).
+pub(super) fn open_key_log(path: &PathBuf, src: &Src) -> Result<Arc<KeyLogFile>, ConfError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| {
+            ConfError::at(
+                format!(
+                    "open() \"{}\" failed ({})",
+                    path.display(),
+                    crate::log::errno_text(&e)
+                ),
+                src,
+            )
+        })?;
+    Ok(Arc::new(KeyLogFile {
+        path: path.clone(),
+        file,
+    }))
 }
 
 /// The settings while parsing, one per http or server level.
@@ -208,6 +341,14 @@ pub(super) struct SslB {
     trusted_certificate: Option<(PathBuf, Src)>,
     verify_client: Option<(VerifyClient, Src)>,
     verify_depth: Option<u32>,
+    ecdh_curve: Option<Option<Vec<NamedGroup>>>,
+    buffer_size: Option<usize>,
+    reject_handshake: Option<bool>,
+    crl: Option<(PathBuf, Src)>,
+    key_log: Option<(PathBuf, Src)>,
+    stapling: Option<(bool, Src)>,
+    stapling_verify: Option<bool>,
+    stapling_file: Option<(PathBuf, Src)>,
 }
 
 fn ssl_b<'a>(n: &'a mut Node<'_>, d: &Directive) -> Result<&'a mut SslB, ConfError> {
@@ -311,10 +452,11 @@ pub(super) fn ciphers(d: &Directive) -> Result<Vec<SupportedCipherSuite>, ConfEr
 fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let v = flag(d)?;
     let s = ssl_b(n, d)?;
-    let slot = if d.name == "ssl_prefer_server_ciphers" {
-        &mut s.prefer_server_ciphers
-    } else {
-        &mut s.session_tickets
+    let slot = match d.name.as_str() {
+        "ssl_prefer_server_ciphers" => &mut s.prefer_server_ciphers,
+        "ssl_reject_handshake" => &mut s.reject_handshake,
+        "ssl_stapling_verify" => &mut s.stapling_verify,
+        _ => &mut s.session_tickets,
     };
     set_once(slot, v, d)
 }
@@ -353,6 +495,9 @@ fn set_file(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
             Ok(())
         }
         "ssl_client_certificate" => set_once(&mut s.client_certificate, v, d),
+        "ssl_crl" => set_once(&mut s.crl, v, d),
+        "ssl_key_log" => set_once(&mut s.key_log, v, d),
+        "ssl_stapling_file" => set_once(&mut s.stapling_file, v, d),
         _ => set_once(&mut s.trusted_certificate, v, d),
     }
 }
@@ -376,10 +521,153 @@ fn set_verify_client(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result
     set_once(&mut ssl_b(n, d)?.verify_client, (v, d.src.clone()), d)
 }
 
+/// `ssl_dhparam`: rustls has no DHE suites, so the parameters would never
+/// be used; the file is still read, as nginx reads it, so a missing one
+/// fails as there.
+fn set_dhparam(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    ssl_b(n, d)?;
+    let a = &d.args[0];
+    let path = super::tree::full_name(&b.paths.conf_prefix(), a);
+    read(&path).map_err(|why| {
+        ConfError::at(
+            format!(
+                "PEM_read_bio_DHparams(\"{}\") failed ({why})",
+                path.display()
+            ),
+            &d.src,
+        )
+    })?;
+    b.warnings.push(ConfError::at(
+        "\"ssl_dhparam\" has no effect: rustls offers no DHE cipher suites",
+        &d.src,
+    ));
+    Ok(())
+}
+
+/// What sluice refuses with a reason: directives of OpenSSL's own, of
+/// encrypted keys, of 0-RTT.
+pub(super) fn refuse(_: &mut Builder, d: &Directive, _: &mut Node<'_>) -> Result<(), ConfError> {
+    let why = match d.name.as_str() {
+        "ssl_conf_command" | "proxy_ssl_conf_command" => {
+            "OpenSSL configuration commands have no meaning for rustls"
+        }
+        "ssl_password_file" | "proxy_ssl_password_file" => {
+            "encrypted keys are not supported: decrypt the key (openssl pkey -in KEY -out KEY.plain)"
+        }
+        _ => "0-RTT (TLS 1.3 early data) is not offered",
+    };
+    Err(ConfError::at(
+        format!("\"{}\" is not supported: {why}", d.name),
+        &d.src,
+    ))
+}
+
+fn set_stapling(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = flag(d)?;
+    set_once(&mut ssl_b(n, d)?.stapling, (v, d.src.clone()), d)
+}
+
+/// `ssl_stapling_file`: a DER OCSP response, stapled as it is.
+fn load_ocsp(path: &PathBuf, src: &Src) -> Result<Vec<u8>, ConfError> {
+    let err = |why: String| {
+        ConfError::at(
+            format!("cannot load OCSP response \"{}\": {why}", path.display()),
+            src,
+        )
+    };
+    let bytes = read(path).map_err(err)?;
+    // An OCSPResponse is a DER SEQUENCE that is the whole file.
+    match der(&bytes) {
+        Some((0x30, _, [])) => Ok(bytes),
+        _ => Err(err(
+            "d2i_OCSP_RESPONSE_bio() failed (not a DER OCSP response)".into(),
+        )),
+    }
+}
+
 fn set_verify_depth(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let v =
         super::build::number::<u32>(&d.args[0]).ok_or_else(|| super::build::invalid_value(d))?;
     set_once(&mut ssl_b(n, d)?.verify_depth, v, d)
+}
+
+/// The key exchange group an OpenSSL group name stands for (OpenSSL
+/// compares them without case).
+fn named_group(name: &str) -> Option<NamedGroup> {
+    let n = name.to_ascii_lowercase();
+    Some(match n.as_str() {
+        "x25519" => NamedGroup::X25519,
+        "prime256v1" | "secp256r1" | "p-256" => NamedGroup::secp256r1,
+        "secp384r1" | "p-384" => NamedGroup::secp384r1,
+        "secp521r1" | "p-521" => NamedGroup::secp521r1,
+        "x448" => NamedGroup::X448,
+        "ffdhe2048" => NamedGroup::FFDHE2048,
+        "ffdhe3072" => NamedGroup::FFDHE3072,
+        "ffdhe4096" => NamedGroup::FFDHE4096,
+        "ffdhe6144" => NamedGroup::FFDHE6144,
+        "ffdhe8192" => NamedGroup::FFDHE8192,
+        "mlkem512" => NamedGroup::MLKEM512,
+        "mlkem768" => NamedGroup::MLKEM768,
+        "mlkem1024" => NamedGroup::MLKEM1024,
+        "secp256r1mlkem768" => NamedGroup::secp256r1MLKEM768,
+        "x25519mlkem768" => NamedGroup::X25519MLKEM768,
+        _ => return None,
+    })
+}
+
+/// The provider's key exchange group for `g`, if it has one.
+pub fn kx_group(g: NamedGroup) -> Option<&'static dyn SupportedKxGroup> {
+    rustls::crypto::aws_lc_rs::ALL_KX_GROUPS
+        .iter()
+        .find(|k| k.name() == g)
+        .copied()
+}
+
+/// `ssl_ecdh_curve auto | NAME:NAME...`: OpenSSL's group names as the
+/// provider's key exchange groups, in order.
+fn set_ecdh_curve(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let spec = &d.args[0];
+    let v = if spec == "auto" {
+        None
+    } else {
+        let fail = |why: String| {
+            ConfError::at(
+                format!("SSL_CTX_set1_curves_list(\"{spec}\") failed ({why})"),
+                &d.src,
+            )
+        };
+        let mut groups = Vec::new();
+        for name in spec.split(':') {
+            let g = named_group(name).ok_or_else(|| fail(format!("unknown group \"{name}\"")))?;
+            if kx_group(g).is_none() {
+                return Err(fail(format!(
+                    "group \"{name}\" is not supported by the TLS library (rustls with aws-lc-rs)"
+                )));
+            }
+            if !groups.contains(&g) {
+                groups.push(g);
+            }
+        }
+        Some(groups)
+    };
+    set_once(&mut ssl_b(n, d)?.ecdh_curve, v, d)
+}
+
+/// `ssl_buffer_size`: at most 16k (a record holds no more, as OpenSSL's),
+/// at least what rustls allows (32 bytes with the record's header).
+fn set_buffer_size(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = super::values::parse_size(&d.args[0]).ok_or_else(|| super::build::invalid_value(d))?;
+    if v < 27 {
+        return Err(ConfError::at(
+            format!(
+                "\"{}\" must be at least 27 bytes (rustls' smallest record)",
+                d.name
+            ),
+            &d.src,
+        ));
+    }
+    let v = usize::try_from(v).unwrap_or(usize::MAX).min(16384);
+    set_once(&mut ssl_b(n, d)?.buffer_size, v, d)
 }
 
 fn set_session_cache(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -457,7 +745,15 @@ impl SslB {
             client_certificate,
             trusted_certificate,
             verify_client,
-            verify_depth
+            verify_depth,
+            ecdh_curve,
+            buffer_size,
+            reject_handshake,
+            crl,
+            key_log,
+            stapling,
+            stapling_verify,
+            stapling_file
         );
     }
 }
@@ -497,8 +793,10 @@ pub(super) fn finish(
     loaded: &mut Loaded,
     warnings: &mut Vec<ConfError>,
 ) -> Result<ServerSsl, ConfError> {
+    let reject_handshake = s.reject_handshake.unwrap_or(false);
     if let Some(src) = ssl_src {
-        if s.certificate.is_empty() {
+        // A server that refuses every handshake needs no certificate.
+        if s.certificate.is_empty() && !reject_handshake {
             return Err(ConfError::at(
                 "no \"ssl_certificate\" is defined for the \"listen ... ssl\" directive",
                 src,
@@ -535,6 +833,30 @@ pub(super) fn finish(
     let client_cas = load_cas(&s.client_certificate, loaded)?;
     let trusted_cas = load_cas(&s.trusted_certificate, loaded)?;
     let ticket_keys = load_ticket_keys(&s.ticket_keys)?;
+    let crls = match &s.crl {
+        Some((path, src)) => load_crls(path, src)?,
+        None => Vec::new(),
+    };
+    let mut certs = certs;
+    match (&s.stapling, &s.stapling_file) {
+        (Some((true, _)), Some((path, src))) => {
+            let ocsp = load_ocsp(path, src)?;
+            for c in &mut certs {
+                let mut ck = (**c).clone();
+                ck.ocsp = Some(ocsp.clone());
+                *c = Arc::new(ck);
+            }
+        }
+        (Some((true, src)), None) => warnings.push(ConfError::at(
+            "\"ssl_stapling\" ignored: stapling is off without \"ssl_stapling_file\" (sluice does not query OCSP responders)",
+            src,
+        )),
+        _ => {}
+    }
+    let key_log = match &s.key_log {
+        Some((path, src)) => Some(open_key_log(path, src)?),
+        None => None,
+    };
     if let Some((key, src)) = s.certificate_key.get(s.certificate.len()) {
         return Err(ConfError::at(
             format!(
@@ -564,6 +886,11 @@ pub(super) fn finish(
         verify_depth: s.verify_depth.unwrap_or(1),
         client_cas,
         trusted_cas,
+        kx_groups: s.ecdh_curve.clone().flatten(),
+        buffer_size: s.buffer_size.unwrap_or(16384),
+        reject_handshake,
+        crls,
+        key_log,
     })
 }
 
@@ -604,6 +931,36 @@ fn load_cas(
     }
     loaded.1.insert(path.clone(), certs.clone());
     Ok(certs)
+}
+
+/// A file of PEM certificate revocation lists (`ssl_crl`,
+/// `proxy_ssl_crl`), at least one.
+pub(super) fn load_crls(
+    path: &PathBuf,
+    src: &Src,
+) -> Result<Vec<CertificateRevocationListDer<'static>>, ConfError> {
+    let err = |why: String| {
+        ConfError::at(
+            format!(
+                "X509_LOOKUP_load_file(\"{}\") failed ({why})",
+                path.display()
+            ),
+            src,
+        )
+    };
+    let pem = read(path).map_err(err)?;
+    let crls = CertificateRevocationListDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(format!("bad PEM: {e}")))?;
+    if crls.is_empty() {
+        return Err(err("no CRL in the file".into()));
+    }
+    // Each must parse as a CRL webpki can use.
+    for c in &crls {
+        x509_parser::revocation_list::CertificateRevocationList::from_der(c.as_ref())
+            .map_err(|e| err(format!("bad CRL: {e}")))?;
+    }
+    Ok(crls)
 }
 
 /// `ssl_session_ticket_key` files: 80 or 48 bytes each, as nginx's.
@@ -665,7 +1022,7 @@ fn load_pair(
         ));
     }
     let der = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| key_err(format!("bad PEM ({e})")))?;
-    let signer = rustls::crypto::ring::sign::any_supported_type(&der)
+    let signer = rustls::crypto::aws_lc_rs::sign::any_supported_type(&der)
         .map_err(|e| key_err(format!("unsupported key ({e})")))?;
     let ck = CertifiedKey::new(chain, signer);
     match ck.keys_match() {
@@ -799,6 +1156,27 @@ mod tests {
         assert_eq!(b.verify_client, VerifyClient::Off);
         assert_eq!(b.verify_depth, 1);
         assert!(b.ticket_keys.is_empty() && b.client_cas.is_empty());
+        assert_eq!((b.kx_groups.clone(), b.buffer_size), (None, 16384));
+        assert!(!b.reject_handshake && b.crls.is_empty() && b.key_log.is_none());
+    }
+
+    #[test]
+    fn groups_in_order() {
+        let (c, _) = try_build(
+            "events {}\nhttp {\nssl_ecdh_curve X25519MLKEM768:P-384:x25519:X25519;\n\
+             ssl_buffer_size 64k;\nserver { }\n}",
+        )
+        .unwrap();
+        let s = &c.http.unwrap().servers[0].ssl;
+        assert_eq!(
+            s.kx_groups,
+            Some(vec![
+                NamedGroup::X25519MLKEM768,
+                NamedGroup::secp384r1,
+                NamedGroup::X25519
+            ])
+        );
+        assert_eq!(s.buffer_size, 16384);
     }
 
     #[test]
@@ -871,6 +1249,22 @@ mod tests {
         assert_eq!(
             e("ssl_session_ticket_key /proc/self/stat;"),
             "\"/proc/self/stat\" must be 80 or 48 bytes in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_ecdh_curve prime256v1:brainpoolP256r1;"),
+            "SSL_CTX_set1_curves_list(\"prime256v1:brainpoolP256r1\") failed (unknown group \"brainpoolP256r1\") in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_ecdh_curve secp521r1;"),
+            "SSL_CTX_set1_curves_list(\"secp521r1\") failed (group \"secp521r1\" is not supported by the TLS library (rustls with aws-lc-rs)) in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_buffer_size 1x;"),
+            "\"ssl_buffer_size\" directive invalid value in /t.conf:4"
+        );
+        assert_eq!(
+            e("ssl_early_data on;"),
+            "\"ssl_early_data\" is not supported: 0-RTT (TLS 1.3 early data) is not offered in /t.conf:4"
         );
         assert_eq!(
             e("ssl_handshake_timeout 1x;"),

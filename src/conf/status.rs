@@ -1,5 +1,6 @@
-//! `api [write=on|off]` and `stub_status`: a location's built-in status
-//! handlers. Only parsing here; the handlers are `http::status`.
+//! `api [write=on|off]`, `stub_status` and `metrics`: a location's built-in
+//! status handlers. Only parsing here; the handlers are `http::status` and
+//! `http::metrics`.
 
 use super::ConfError;
 use super::build::{Args, Builder, LOC, Node, Spec, duplicate, not_here};
@@ -18,6 +19,13 @@ pub(super) const TABLE: &[Spec] = &[
         name: "stub_status",
         ctx: LOC,
         args: Args::Range(0, 1),
+        block: false,
+        set: set_handler,
+    },
+    Spec {
+        name: "metrics",
+        ctx: LOC,
+        args: Args::Exactly(0),
         block: false,
         set: set_handler,
     },
@@ -50,6 +58,7 @@ fn set_handler(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
             }
             Handler::Api { write }
         }
+        "metrics" => Handler::Metrics,
         // nginx takes and ignores an argument (the old `stub_status on`).
         _ => Handler::StubStatus,
     };
@@ -87,5 +96,22 @@ mod tests {
                 .contains("\"api\" directive is duplicate")
         );
         assert!(err("events {} http { server { stub_status; } }").contains("is not allowed here"));
+    }
+
+    #[test]
+    fn metrics() {
+        assert_eq!(
+            handler("events {} http { server { location /m { metrics; } } }"),
+            Some(Handler::Metrics)
+        );
+        assert!(
+            err("events {} http { server { location /m { metrics on; } } }")
+                .contains("invalid number of arguments in \"metrics\" directive")
+        );
+        assert!(
+            err("events {} http { server { location /m { metrics; stub_status; } } }")
+                .contains("\"stub_status\" directive is duplicate")
+        );
+        assert!(err("events {} http { server { metrics; } }").contains("is not allowed here"));
     }
 }

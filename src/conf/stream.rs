@@ -137,6 +137,20 @@ pub(super) const TABLE: &[Spec] = &[
         block: false,
         set: set_setting,
     },
+    Spec {
+        name: "proxy_protocol",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
+        name: "proxy_protocol_timeout",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
 ];
 
 /// Settings a stream server takes from the stream level when it has none.
@@ -153,6 +167,8 @@ pub(super) struct Settings {
     ssl_preread: Option<bool>,
     preread_timeout: Option<Duration>,
     preread_buffer_size: Option<u64>,
+    proxy_protocol: Option<bool>,
+    proxy_protocol_timeout: Option<Duration>,
 }
 
 #[derive(Default)]
@@ -167,6 +183,9 @@ pub(super) struct StreamB {
     pub(super) ssl: super::ssl::SslB,
     /// The `proxy_ssl_*` directives (the http location settings' fields).
     pub(super) proxy_ssl: super::loc::LocB,
+    /// `match` blocks and `health_check_timeout`.
+    pub(super) matches: Vec<std::sync::Arc<super::health::Match>>,
+    pub(super) health_check_timeout: Option<Duration>,
 }
 
 pub(super) struct StreamServerB {
@@ -178,6 +197,8 @@ pub(super) struct StreamServerB {
     proxy_pass_var: Option<vars::Template>,
     ret: Option<vars::Template>,
     settings: Settings,
+    pub(super) health_check: Option<super::health::HealthCheckB>,
+    pub(super) health_check_timeout: Option<Duration>,
     src: Src,
 }
 
@@ -221,6 +242,8 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         proxy_pass_var: None,
         ret: None,
         settings: Settings::default(),
+        health_check: None,
+        health_check_timeout: None,
         src: d.src.clone(),
     };
     b.walk(
@@ -239,10 +262,13 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let addrs = super::http::parse_listen_addr(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
     let mut reuseport = false;
     let mut ssl = false;
+    let mut proxy_protocol = false;
     let mut backlog = 511;
     for p in &d.args[1..] {
         if p == "reuseport" {
             reuseport = true;
+        } else if p == "proxy_protocol" {
+            proxy_protocol = true;
         } else if p == "ssl" {
             if matches!(addrs.first(), Some(ListenAddr::Unix(_))) {
                 return Err(ConfError::at(
@@ -264,7 +290,9 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             default_server: false,
             reuseport,
             ssl,
+            http2: false,
             backlog,
+            proxy_protocol,
             src: d.src.clone(),
         });
     }
@@ -333,6 +361,8 @@ fn set_setting(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
         "ssl_preread" => once(&mut set.ssl_preread, on_off()?, d),
         "preread_timeout" => once(&mut set.preread_timeout, time_arg(d, 0)?, d),
         "preread_buffer_size" => once(&mut set.preread_buffer_size, size_arg(d, 0)?, d),
+        "proxy_protocol" => once(&mut set.proxy_protocol, on_off()?, d),
+        "proxy_protocol_timeout" => once(&mut set.proxy_protocol_timeout, time_arg(d, 0)?, d),
         _ => {
             let n = number::<u32>(&d.args[0]).ok_or_else(|| {
                 ConfError::at(format!("\"{}\" directive invalid number", d.name), &d.src)
@@ -394,6 +424,11 @@ pub(super) fn finish(
             }
             _ => None,
         };
+        let limits = {
+            let mut l = s.proxy_ssl.clone();
+            l.inherit(&st.proxy_ssl);
+            l.finish(&defaults)
+        };
         let get = |f: fn(&Settings) -> Option<Duration>, default: Duration| {
             f(&s.settings).or(f(&st.settings)).unwrap_or(default)
         };
@@ -410,6 +445,20 @@ pub(super) fn finish(
                 ));
             }
         };
+        if let Some(hc) = s.health_check {
+            let i = match &target {
+                StreamTarget::Upstream(i) => Some(*i),
+                _ => None,
+            };
+            let timeout = s
+                .health_check_timeout
+                .or(st.health_check_timeout)
+                .unwrap_or(Duration::from_secs(5));
+            super::health::attach(hc, i.and_then(|i| upstreams.get_mut(i)), &st.matches, |c| {
+                c.connect_timeout = timeout;
+                c.read_timeout = timeout;
+            })?;
+        }
         if s.listen.is_empty() {
             return Err(ConfError::at("no \"listen\" is defined for server", &s.src));
         }
@@ -423,7 +472,14 @@ pub(super) fn finish(
                 access_log_paths.push(l.path.clone());
             }
         }
+        let access = s
+            .proxy_ssl
+            .access_rules
+            .clone()
+            .or_else(|| st.proxy_ssl.access_rules.clone())
+            .unwrap_or_default();
         servers.push(StreamServer {
+            access,
             access_log,
             listen: s.listen,
             target,
@@ -455,6 +511,16 @@ pub(super) fn finish(
                 .preread_buffer_size
                 .or(st.settings.preread_buffer_size)
                 .map_or(16 * 1024, |n| usize::try_from(n).unwrap_or(usize::MAX)),
+            limit_conn: limits.limit_conn,
+            limit_conn_log_level: limits.limit_conn_log_level,
+            limit_conn_dry_run: limits.limit_conn_dry_run,
+            proxy_protocol_timeout: get(|x| x.proxy_protocol_timeout, Duration::from_secs(30)),
+            proxy_protocol: s
+                .settings
+                .proxy_protocol
+                .or(st.settings.proxy_protocol)
+                .unwrap_or(false),
+            set_real_ip_from: limits.set_real_ip_from,
             src: s.src,
         });
     }
@@ -495,10 +561,12 @@ fn upstream_for(name: &str, src: &Src, upstreams: &mut Vec<Upstream>) -> Result<
         servers: vec![UpstreamServer::new(name.to_string(), addrs)],
         balancer: Balancer::RoundRobin,
         keepalive: super::proxy::default_keepalive(),
+        ping: None,
         zone: None,
         resolver: None,
         state: None,
         implicit: true,
+        health: None,
         src: src.clone(),
     });
     Ok(upstreams.len() - 1)
@@ -608,6 +676,53 @@ mod tests {
         assert_eq!(
             err("events {}\nstream {\nproxy_ssl on;\nproxy_ssl off;\n}"),
             "\"proxy_ssl\" directive is duplicate in /t.conf:4"
+        );
+    }
+
+    #[test]
+    fn proxy_protocol_settings() {
+        let (c, _) = try_build(
+            "events {} stream { proxy_protocol_timeout 5s; set_real_ip_from 10.0.0.0/8; \
+             server { listen 127.0.0.1:9000 proxy_protocol; proxy_pass 127.0.0.1:9001; \
+             proxy_protocol on; } \
+             server { listen 127.0.0.1:9002; proxy_pass 127.0.0.1:9001; \
+             proxy_protocol_timeout 1s; set_real_ip_from unix:; } }",
+        )
+        .expect("config");
+        let st = c.stream.expect("stream");
+        let (a, b) = (&st.servers[0], &st.servers[1]);
+        assert!(a.listen[0].proxy_protocol && !b.listen[0].proxy_protocol);
+        assert!(a.proxy_protocol && !b.proxy_protocol);
+        assert_eq!(a.proxy_protocol_timeout, Duration::from_secs(5));
+        assert_eq!(b.proxy_protocol_timeout, Duration::from_secs(1));
+        assert_eq!(a.set_real_ip_from.len(), 1);
+        assert!(a.set_real_ip_from[0].contains(Some("10.1.2.3".parse().unwrap())));
+        assert!(b.set_real_ip_from[0].contains(None));
+        let (c, _) = try_build(
+            "events {} stream { server { listen 127.0.0.1:9000; proxy_pass 127.0.0.1:9001; } }",
+        )
+        .expect("config");
+        let st = c.stream.expect("stream");
+        assert_eq!(
+            st.servers[0].proxy_protocol_timeout,
+            Duration::from_secs(30)
+        );
+        assert!(!st.servers[0].proxy_protocol);
+        assert_eq!(
+            err("events {}\nstream {\nproxy_protocol yes;\n}"),
+            "invalid value \"yes\" in \"proxy_protocol\" directive, it must be \"on\" or \"off\" in /t.conf:3"
+        );
+        assert_eq!(
+            err("events {}\nstream {\nserver {\nproxy_protocol_timeout 1x;\n}\n}"),
+            "\"proxy_protocol_timeout\" directive invalid value in /t.conf:4"
+        );
+        assert_eq!(
+            err("events {}\nstream {\nset_real_ip_from 1.2.3.4/40;\n}"),
+            "invalid parameter \"1.2.3.4/40\" in /t.conf:3"
+        );
+        assert_eq!(
+            err("events {}\nstream {\nserver {\nlisten 127.0.0.1:1 proxy_protocolx;\n}\n}"),
+            "invalid parameter \"proxy_protocolx\" in /t.conf:4"
         );
     }
 }

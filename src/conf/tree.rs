@@ -257,7 +257,8 @@ pub fn full_name(prefix: &Path, name: &str) -> PathBuf {
     if p.is_absolute() {
         p.to_path_buf()
     } else {
-        prefix.join(p)
+        // "./x" is "x" under the prefix, written without the dot.
+        prefix.join(p.strip_prefix(".").unwrap_or(p))
     }
 }
 

@@ -36,6 +36,8 @@ pub enum Var {
     Cookie(String),
     BinaryRemoteAddr,
     RemoteUser,
+    /// `$gzip_ratio`: set once a compressed body has ended.
+    GzipRatio,
     Status,
     BodyBytesSent,
     BytesSent,
@@ -48,6 +50,8 @@ pub enum Var {
     UpstreamAddr,
     UpstreamStatus,
     UpstreamConnectTime,
+    /// `$upstream_queue_time`: the wait for a name's first DNS answer.
+    UpstreamQueueTime,
     UpstreamHeaderTime,
     UpstreamResponseTime,
     UpstreamResponseLength,
@@ -63,6 +67,8 @@ pub enum Var {
     UpstreamHttp(String),
     /// `$https`: "on" over TLS, else empty.
     Https,
+    /// `$http2`: "h2" over TLS, "h2c" in clear, empty for HTTP/1.
+    Http2,
     SslProtocol,
     SslCipher,
     SslServerName,
@@ -86,14 +92,76 @@ pub enum Var {
     RequestFilename,
     /// `$document_root`.
     DocumentRoot,
+    /// `$realpath_root`: the root with symbolic links resolved.
+    RealpathRoot,
+    /// `$request_id`: 32 hex digits, random, one per request.
+    RequestId,
+    /// `$connection_requests`: this request's number on its connection.
+    ConnectionRequests,
+    /// `$sent_http_NAME`: a header of the response sent (for logs).
+    SentHttp(String),
     /// `$realip_remote_addr`: the peer's address before the realip module.
     RealipRemoteAddr,
+    /// `$realip_remote_port`: the peer's port before the realip module.
+    RealipRemotePort,
+    /// `$proxy_protocol_addr`, `_port`, `_server_addr`, `_server_port`:
+    /// what the PROXY protocol header said (empty without one).
+    ProxyProtocolAddr,
+    ProxyProtocolPort,
+    ProxyProtocolServerAddr,
+    ProxyProtocolServerPort,
+    /// `$proxy_protocol_tlv_NAME`: a TLV of a version 2 header.
+    ProxyProtocolTlv(ProxyTlv),
+    /// `$limit_req_status` and `$limit_conn_status` (stream: the latter).
+    LimitReqStatus,
+    LimitConnStatus,
     /// A variable `set` declares.
     User(String),
     /// `$1`..`$9`: a capture of the last regex that matched.
     Capture(usize),
     /// A variable a `map` block makes.
     Map(Arc<MapVar>),
+}
+
+/// Which TLV `$proxy_protocol_tlv_NAME` names: a type, at the top level or
+/// inside the SSL TLV (`ssl_*`), or the SSL TLV's verify field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyTlv {
+    Top(u8),
+    Ssl(u8),
+    SslVerify,
+}
+
+impl ProxyTlv {
+    /// nginx's names (`alpn`, `ssl_cn`, ...), or the type in hex after `0x`
+    /// (`ssl_0x` for one inside the SSL TLV).
+    pub fn from_name(name: &str) -> Option<ProxyTlv> {
+        let hex = |h: &str| {
+            (!h.is_empty() && h.len() <= 2)
+                .then(|| u8::from_str_radix(h, 16).ok())
+                .flatten()
+        };
+        Some(match name {
+            "alpn" => ProxyTlv::Top(0x01),
+            "authority" => ProxyTlv::Top(0x02),
+            "unique_id" => ProxyTlv::Top(0x05),
+            "ssl" => ProxyTlv::Top(0x20),
+            "netns" => ProxyTlv::Top(0x30),
+            "ssl_verify" => ProxyTlv::SslVerify,
+            "ssl_version" => ProxyTlv::Ssl(0x21),
+            "ssl_cn" => ProxyTlv::Ssl(0x22),
+            "ssl_cipher" => ProxyTlv::Ssl(0x23),
+            "ssl_sig_alg" => ProxyTlv::Ssl(0x24),
+            "ssl_key_alg" => ProxyTlv::Ssl(0x25),
+            _ => {
+                if let Some(h) = name.strip_prefix("ssl_0x") {
+                    ProxyTlv::Ssl(hex(h)?)
+                } else {
+                    ProxyTlv::Top(hex(name.strip_prefix("0x")?)?)
+                }
+            }
+        })
+    }
 }
 
 /// A `map` variable: known by name before any text is compiled (so a use may
@@ -222,6 +290,9 @@ impl Var {
         if let Some(h) = name.strip_prefix("upstream_http_") {
             return Some(Var::UpstreamHttp(h.to_ascii_lowercase()));
         }
+        if let Some(h) = name.strip_prefix("sent_http_") {
+            return Some(Var::SentHttp(h.to_ascii_lowercase()));
+        }
         if let Some(h) = name.strip_prefix("http_") {
             return Some(Var::Http(h.to_ascii_lowercase()));
         }
@@ -230,6 +301,9 @@ impl Var {
         }
         if let Some(c) = name.strip_prefix("cookie_") {
             return Some(Var::Cookie(c.to_string()));
+        }
+        if let Some(t) = name.strip_prefix("proxy_protocol_tlv_") {
+            return ProxyTlv::from_name(t).map(Var::ProxyProtocolTlv);
         }
         Some(match name {
             "args" | "query_string" => Var::Args,
@@ -254,8 +328,19 @@ impl Var {
             "binary_remote_addr" => Var::BinaryRemoteAddr,
             "request_filename" => Var::RequestFilename,
             "document_root" => Var::DocumentRoot,
+            "realpath_root" => Var::RealpathRoot,
+            "request_id" => Var::RequestId,
+            "connection_requests" => Var::ConnectionRequests,
             "realip_remote_addr" => Var::RealipRemoteAddr,
+            "realip_remote_port" => Var::RealipRemotePort,
+            "proxy_protocol_addr" => Var::ProxyProtocolAddr,
+            "proxy_protocol_port" => Var::ProxyProtocolPort,
+            "proxy_protocol_server_addr" => Var::ProxyProtocolServerAddr,
+            "proxy_protocol_server_port" => Var::ProxyProtocolServerPort,
+            "limit_req_status" => Var::LimitReqStatus,
+            "limit_conn_status" => Var::LimitConnStatus,
             "remote_user" => Var::RemoteUser,
+            "gzip_ratio" => Var::GzipRatio,
             "status" => Var::Status,
             "body_bytes_sent" => Var::BodyBytesSent,
             "bytes_sent" => Var::BytesSent,
@@ -268,6 +353,7 @@ impl Var {
             "upstream_addr" => Var::UpstreamAddr,
             "upstream_status" => Var::UpstreamStatus,
             "upstream_connect_time" => Var::UpstreamConnectTime,
+            "upstream_queue_time" => Var::UpstreamQueueTime,
             "upstream_header_time" => Var::UpstreamHeaderTime,
             "upstream_response_time" => Var::UpstreamResponseTime,
             "upstream_response_length" => Var::UpstreamResponseLength,
@@ -278,6 +364,7 @@ impl Var {
             "session_time" => Var::SessionTime,
             "upstream_bytes_sent" => Var::UpstreamBytesSent,
             "https" => Var::Https,
+            "http2" => Var::Http2,
             "ssl_protocol" => Var::SslProtocol,
             "ssl_cipher" => Var::SslCipher,
             "ssl_server_name" => Var::SslServerName,

@@ -103,19 +103,30 @@ impl PartialEq<&str> for Value<'_> {
 }
 
 impl Headers {
+    /// How many bytes the head took on the wire (request line included).
+    pub fn wire_len(&self) -> usize {
+        self.head.len()
+    }
+
     /// Headers of a head sluice builds (tests, subrequests): each line a
     /// name and a value. A line that is not a valid header is left out.
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Headers {
+        Headers::from_byte_pairs(pairs.into_iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())))
+    }
+
+    /// The same from bytes (an HTTP/2 request's fields, whose values may
+    /// hold obs-text).
+    pub fn from_byte_pairs<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Headers {
         let mut text = Vec::new();
         let mut spans = Vec::new();
         for (n, v) in pairs {
-            if n.is_empty() || !n.bytes().all(is_token) || !valid_value(v.as_bytes()) {
+            if n.is_empty() || !n.iter().copied().all(is_token) || !valid_value(v) {
                 continue;
             }
             let at = text.len();
-            text.extend_from_slice(n.as_bytes());
+            text.extend_from_slice(n);
             let vat = text.len();
-            text.extend_from_slice(v.as_bytes());
+            text.extend_from_slice(v);
             spans.push((at..vat, vat..text.len()));
         }
         Headers {

@@ -16,6 +16,12 @@ use crate::log::escape::{escape_default, escape_json};
 /// Writes the request's line to each of its access logs.
 pub fn write(req: &Req) {
     for log in &req.conf.access_log {
+        if let Some(c) = &log.cond {
+            let v = req.eval(c);
+            if v.is_empty() || v == "0" {
+                continue;
+            }
+        }
         let Some(file) = crate::log::files::get(&log.path) else {
             continue;
         };
@@ -55,11 +61,21 @@ impl LoggedBody {
             .map_or(std::time::Duration::from_secs(60), |r| r.conf.send_timeout)
     }
 
+    /// The request's `http2_chunk_size`.
+    pub(crate) fn http2_chunk_size(&self) -> usize {
+        self.req
+            .as_ref()
+            .map_or(8192, |r| r.conf.http2_chunk_size as usize)
+    }
+
     fn finish(&mut self) {
-        if let Some(req) = self.req.take() {
+        if let Some(mut req) = self.req.take() {
             // The inner body goes first: a proxied body records the upstream's
             // response time and length when it ends.
             self.inner = None;
+            if let Some(f) = &self.flight {
+                req.request_length += f.body_read();
+            }
             write(&req);
         }
         self.flight = None;

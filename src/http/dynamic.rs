@@ -61,6 +61,7 @@ pub(crate) async fn run(
         _ => host.to_string(),
     };
     let pp = |upstream| ProxyPass {
+        grpc: false,
         dynamic: true,
         ssl,
         upstream,
@@ -79,6 +80,9 @@ pub(crate) async fn run(
         if let Some(i) = named {
             if let Some(ups) = shared.upstreams.get(i) {
                 let ups = ups.clone();
+                if r.conf.proxy_http_version == 20 {
+                    return super::proxy_h2::run(r, ups, &pp(i), body, shared).await;
+                }
                 return proxy::run(r, ups, &pp(i), location_id, body, upgrade, shared).await;
             }
         }
@@ -119,5 +123,8 @@ pub(crate) async fn run(
         }
     };
     let ups = UpstreamRt::for_addresses(hostport, host, port, addrs);
+    if r.conf.proxy_http_version == 20 {
+        return super::proxy_h2::run(r, ups, &pp(usize::MAX), body, shared).await;
+    }
     proxy::run(r, ups, &pp(usize::MAX), location_id, body, upgrade, shared).await
 }

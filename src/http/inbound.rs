@@ -1,9 +1,10 @@
-//! A client connection's read side: the socket, the bytes read and not yet
+//! A client connection's read side (HTTP/1): the socket, the bytes read and not yet
 //! used (a buffer from `h1::pool`, held only while there is something to
 //! read), and the request body's decoder. The connection reads heads from it,
 //! a handler reads the body through `ReqBody`, and a protocol switch hands
 //! the socket over as `Upgraded`; they take turns, so the lock is never
-//! contended and never held across an await.
+//! contended and never held across an await. `ReqBody` is also what an
+//! HTTP/2 stream's body looks like to a handler (`h2.rs`).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -162,6 +163,11 @@ impl Inbound {
         !st.broken && (st.body.is_done() || st.body.is_ending())
     }
 
+    /// The request body's data bytes read so far.
+    pub(crate) fn body_read(&self) -> u64 {
+        self.lock().taken
+    }
+
     /// The body could not be read (bad framing, a failed read).
     pub(crate) fn body_broken(&self) -> bool {
         self.lock().broken
@@ -200,20 +206,32 @@ impl std::fmt::Display for BodyReadError {
 
 impl std::error::Error for BodyReadError {}
 
-/// The request body as a handler reads it.
-pub struct ReqBody {
-    inb: Arc<Inbound>,
+/// The request body as a handler reads it, whichever protocol carries it.
+pub struct ReqBody(Source);
+
+enum Source {
+    /// Decoded from the HTTP/1 connection's bytes.
+    H1(Arc<Inbound>),
+    /// An HTTP/2 stream's DATA frames (and trailers).
+    H2(super::h2::StreamBody),
 }
 
 impl ReqBody {
     pub(crate) fn new(inb: Arc<Inbound>) -> ReqBody {
-        ReqBody { inb }
+        ReqBody(Source::H1(inb))
+    }
+
+    pub(crate) fn h2(body: super::h2::StreamBody) -> ReqBody {
+        ReqBody(Source::H2(body))
     }
 
     /// `client_max_body_size`: a chunk that would take the body past it
     /// fails the read as soon as its size is known (`TooLarge`).
     pub fn limit(&self, max: u64) {
-        self.inb.lock().limit = max;
+        match &self.0 {
+            Source::H1(inb) => inb.lock().limit = max,
+            Source::H2(b) => b.limit(max),
+        }
     }
 }
 
@@ -295,16 +313,27 @@ impl http_body::Body for ReqBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        poll_body(&self.inb, cx)
+        match &mut self.get_mut().0 {
+            Source::H1(inb) => poll_body(inb, cx),
+            Source::H2(b) => b.poll_frame(cx),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        let st = self.inb.lock();
+        let inb = match &self.0 {
+            Source::H1(inb) => inb,
+            Source::H2(b) => return b.is_end_stream(),
+        };
+        let st = inb.lock();
         st.body.is_done() || st.body.is_ending()
     }
 
     fn size_hint(&self) -> SizeHint {
-        let st = self.inb.lock();
+        let inb = match &self.0 {
+            Source::H1(inb) => inb,
+            Source::H2(b) => return b.size_hint(),
+        };
+        let st = inb.lock();
         match st.body.left() {
             Some(n) => SizeHint::with_exact(n),
             None => {

@@ -21,6 +21,7 @@ use crate::log::Level;
 use crate::net::tls_client::Clients;
 use crate::upstream::attempt::Failure;
 use crate::upstream::clock::Clock;
+use crate::upstream::h2set::{self, Opener};
 use crate::upstream::peers::{Ms, PeerId, Peers};
 use crate::upstream::pool::ANY_LOCATION;
 use crate::upstream::tls::Tls;
@@ -36,7 +37,11 @@ pub fn wants_keeper(u: &Upstream) -> bool {
 
 /// The connections this worker keeps open to each peer.
 pub fn wanted(u: &Upstream, peers: &Peers, now: Ms) -> Vec<(PeerId, usize)> {
-    let min = u.keepalive.min;
+    wanted_with(u, u.keepalive.min, peers, now)
+}
+
+/// `wanted` with `min` for `keepalive_min` (HTTP/2 keeps at least one).
+fn wanted_with(u: &Upstream, min: usize, peers: &Peers, now: Ms) -> Vec<(PeerId, usize)> {
     let id = |index| PeerId {
         backup: false,
         index,
@@ -90,7 +95,7 @@ pub(crate) fn tls_for(http: &Http, index: usize, clients: &Arc<Clients>) -> Opti
 /// drains). `timeout` bounds each connect (and each TLS handshake).
 pub(crate) async fn keep(u: Arc<UpstreamRt>, timeout: Duration, clock: Clock, tls: Option<Tls>) {
     keep_with(u, clock, move |addr, max_age| {
-        open(addr, timeout, max_age, ANY_LOCATION, tls.clone())
+        open(addr, timeout, max_age, ANY_LOCATION, tls.clone(), None)
     })
     .await
 }
@@ -160,6 +165,87 @@ where
                         crate::log!(
                             Level::Info,
                             "{} while keeping connections open to {} in upstream \"{}\"",
+                            f.text,
+                            addr,
+                            u.cfg.name
+                        );
+                        resting.insert(addr, clock.now() + BACK_OFF);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The HTTP/2 settings of the first location that proxies to upstream
+/// `index` over HTTP/2, with its TLS (as `tls_for`), if any does.
+pub(crate) fn h2_for(
+    http: &Http,
+    index: usize,
+    u: &UpstreamRt,
+    clients: &Arc<Clients>,
+) -> Option<Opener> {
+    let (conf, p) = super::case::all_passes(http)
+        .into_iter()
+        .find(|(c, p)| p.upstream == index && c.proxy_http_version == 20)?;
+    let tls = if p.ssl {
+        conf.proxy_ssl.clone().map(|ssl| {
+            let name = match ssl.name.as_ref() {
+                Some(t) => t.as_literal().unwrap_or(&p.proxy_host).to_string(),
+                None => p.proxy_host.clone(),
+            };
+            Tls::new(clients.clone(), ssl, &name)
+        })
+    } else {
+        None
+    };
+    Some(super::proxy_h2::opener(u, conf, tls))
+}
+
+/// Keeps `u`'s HTTP/2 connection sets filled until the task is aborted:
+/// `keepalive_min` (at least 1) connections to each peer `wanted` names,
+/// counting those past `keepalive_time` as gone so that their replacement
+/// opens before they close; a peer it could not connect to is left alone
+/// for `BACK_OFF`.
+pub(crate) async fn keep_h2(u: Arc<UpstreamRt>, o: Opener, clock: Clock) {
+    let mut tick = tokio::time::interval(KEEP_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut opening: JoinSet<(PeerAddr, Result<h2set::Opened, Failure>)> = JoinSet::new();
+    let mut resting: HashMap<PeerAddr, tokio::time::Instant> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let peers = u.tidy();
+                let want = wanted_with(&u.cfg, o.target, &peers, clock.now_ms());
+                let now = clock.now();
+                resting.retain(|_, until| *until > now);
+                for (id, n) in want {
+                    let addr = peers.get(id).addr.clone();
+                    if resting.contains_key(&addr) {
+                        continue;
+                    }
+                    let key = o.key(&addr);
+                    let (fresh, pending) = u.h2.count(&key);
+                    for _ in fresh + pending..n {
+                        u.h2.opening(&key, 1);
+                        let (addr, o) = (addr.clone(), o.clone());
+                        opening.spawn(async move { (addr.clone(), h2set::open(addr, o).await) });
+                    }
+                }
+            }
+            Some(done) = opening.join_next(), if !opening.is_empty() => {
+                let Ok((addr, result)) = done else { continue };
+                let key = o.key(&addr);
+                u.h2.opening(&key, -1);
+                match result {
+                    Ok(c) => {
+                        let peers = u.peers();
+                        u.h2.insert(&key, c, &u.reg, &peers);
+                    }
+                    Err(f) => {
+                        crate::log!(
+                            Level::Info,
+                            "{} while keeping HTTP/2 connections open to {} in upstream \"{}\"",
                             f.text,
                             addr,
                             u.cfg.name

@@ -1,5 +1,6 @@
 //! The HTTP server of a worker: accepts on the inherited listeners, serves
-//! HTTP/1.0 and 1.1 on its own codec (`crate::h1`), routes each request to a server and location
+//! HTTP/1.0 and 1.1 on its own codec (`crate::h1`) and HTTP/2 on the `h2`
+//! crate (`h2.rs`), routes each request to a server and location
 //! and runs its handler. Shutdown is driven by a `Phase` watch the worker
 //! sets from signals: graceful (stop accepting, close idle connections, let
 //! requests finish) or fast. Called by `process::worker` only. Here: the
@@ -7,17 +8,30 @@
 //! alive, parking, drain), `pipeline.rs` a request's (route, handle, finish).
 
 pub mod access;
+mod access_phase;
+mod auth_basic;
+mod autoindex;
 pub mod case;
 mod conn;
+mod dashboard;
 mod dynamic;
+mod expires;
 mod framing;
+pub mod gzip;
+mod h2;
+pub mod htpasswd;
 pub(crate) mod inbound;
 pub mod keeper;
+pub mod limit;
+pub mod metrics;
 mod open_file;
 mod pipeline;
 pub mod proxy;
 mod proxy_body;
+mod proxy_cookie;
+mod proxy_h2;
 mod proxy_plan;
+mod proxy_protocol;
 mod proxy_stream;
 pub mod range;
 pub mod realip;
@@ -27,6 +41,7 @@ pub mod script;
 pub mod static_files;
 pub mod status;
 mod tls;
+mod try_files;
 mod tunnel;
 pub mod uri;
 pub mod vars;
@@ -86,6 +101,8 @@ pub(crate) struct Shared {
     conns: Arc<crate::net::track::Tracker>,
     /// `stub_status` counters, when a location has it.
     stats: Option<Arc<status::Stats>>,
+    /// `limit_req_zone` and `limit_conn_zone` zones.
+    limits: Arc<crate::net::limit::LimitZones>,
     /// The master's generation number for this configuration.
     generation: u64,
     /// Names looked up for `proxy_pass` with variables.

@@ -58,11 +58,11 @@ fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
         return Err(());
     }
     let host = host.strip_suffix('.').unwrap_or(host);
-    Ok(if host.is_empty() {
-        None
-    } else {
-        Some(host.to_ascii_lowercase())
-    })
+    // A Host that names nothing ("", ".", ":80") is refused, as nginx does.
+    if host.is_empty() {
+        return Err(());
+    }
+    Ok(Some(host.to_ascii_lowercase()))
 }
 
 /// `ssl_verify_client` of the request's server: 495 for a certificate that
@@ -198,7 +198,15 @@ pub(super) async fn handle(
         uri_changed: false,
         realip: None,
         maps: Default::default(),
+        request_id: Default::default(),
+        conn_requests: nth,
+        sent_headers: None,
+        limits: Default::default(),
+        gzip_ratio: None,
+        www_authenticate: None,
+        subrequest: false,
     };
+    r.request_length = r.headers.wire_len() as u64;
     flight.keepalive(r.conf.keepalive_timeout);
     let mut closing = false;
     let bad = framing::request_problem(&r, host.is_ok());
@@ -222,6 +230,8 @@ pub(super) async fn handle(
             r.conn.number,
             "client sent invalid host header while reading client request headers"
         );
+        // A 400 ends the connection, as nginx's does.
+        closing = true;
         Ok(Reply::Status(400))
     } else if normalized.is_none() {
         Ok(Reply::Status(400))
@@ -286,9 +296,19 @@ pub(super) async fn handle(
         }
     }
     r.status = resp.status().as_u16();
-    // Only an access log reads $bytes_sent.
+    // Only an access log reads $bytes_sent and $sent_http_NAME.
     if !r.conf.access_log.is_empty() {
         r.bytes_sent = header_bytes(&resp);
+        if r.conf.access_log.iter().any(|a| {
+            a.format.template.segments.iter().any(|s| {
+                matches!(
+                    s,
+                    crate::conf::vars::Segment::Var(crate::conf::vars::Var::SentHttp(_))
+                )
+            })
+        }) {
+            r.sent_headers = Some(resp.headers().clone());
+        }
     }
     let (parts, body) = resp.into_parts();
     Ok(Response::from_parts(
@@ -328,31 +348,91 @@ async fn dispatch(
     let mut location = named.or_else(|| router::find_location(&server.locations, &r.uri));
     let mut searches = 0;
     loop {
-        r.conf = location
-            .map(|l| l.conf.clone())
-            .unwrap_or_else(|| server.conf.clone());
-        let Some(l) = location else { break };
-        match script::run(&l.script, r) {
-            script::Flow::Done(reply) => return reply,
-            script::Flow::Last => {
-                searches += 1;
-                if searches > 10 {
-                    crate::log_conn!(
-                        Level::Error,
-                        r.conn.number,
-                        "rewrite or internal redirection cycle while processing \"{}\"{}",
-                        r.uri,
-                        r.log_context(None)
-                    );
-                    return Ok(Reply::Status(500));
-                }
-                location = router::find_location(&server.locations, &r.uri);
+        loop {
+            r.conf = location
+                .map(|l| l.conf.clone())
+                .unwrap_or_else(|| server.conf.clone());
+            let Some(l) = location else { break };
+            // Only internal redirects and rewrites reach an `internal` one.
+            if l.internal && !r.uri_changed {
+                return Ok(Reply::Status(404));
             }
-            script::Flow::Next | script::Flow::Break => break,
+            match script::run(&l.script, r) {
+                script::Flow::Done(reply) => return reply,
+                script::Flow::Last => {
+                    if let Some(reply) = redirect_cycle(r, &mut searches, "processing") {
+                        return Ok(reply);
+                    }
+                    location = router::find_location(&server.locations, &r.uri);
+                }
+                script::Flow::Next | script::Flow::Break => break,
+            }
+        }
+        // Else with the location's (nginx's preaccess phase).
+        realip::apply(r);
+        // limit_req, then limit_conn (a delayed request holds no connection
+        // while it waits), as nginx runs its preaccess handlers; once per
+        // request, however often try_files sends it round.
+        // A subrequest has neither (nginx runs them for the main request).
+        // The phases that may wait are boxed and entered only when
+        // configured: their state stays out of every request's future.
+        if !r.subrequest {
+            if !r.conf.limit_req.is_empty() {
+                if let Some(code) = Box::pin(super::limit::limit_req(shared, r)).await {
+                    drop(body);
+                    return Ok(Reply::Status(code));
+                }
+            }
+            if let Some(code) = super::limit::limit_conn(shared, r) {
+                drop(body);
+                return Ok(Reply::Status(code));
+            }
+            // allow/deny and auth_basic (nginx's access phase), again for
+            // the location an internal redirect leads to; then auth_request.
+            if !r.conf.access_rules.is_empty() || r.conf.auth_basic.is_some() {
+                if let Some(code) = Box::pin(super::access_phase::check(r)).await {
+                    drop(body);
+                    return Ok(Reply::Status(code));
+                }
+            }
+            if let Some(uri) = r.conf.auth_request.clone() {
+                if let Some(code) = Box::pin(auth_request(shared, r, server, &uri)).await {
+                    drop(body);
+                    return Ok(Reply::Status(code));
+                }
+            }
+        }
+        // try_files (nginx's precontent phase): the first file that exists
+        // becomes the URI this location serves; else the last argument.
+        let tried = match location {
+            Some(l) => l.try_files.as_deref(),
+            None => server.try_files.as_deref(),
+        };
+        let Some(tf) = tried else { break };
+        match super::try_files::run(r, tf) {
+            super::try_files::Tried::Found => break,
+            super::try_files::Tried::Code(code) => return Ok(Reply::Status(code)),
+            super::try_files::Tried::Redirect(target) => {
+                if let Some(reply) = redirect_cycle(r, &mut searches, "internally redirecting to") {
+                    return Ok(reply);
+                }
+                // The method and the body stay, as nginx's internal redirect
+                // keeps them.
+                // A URI starts over at the server's rewrite directives, as
+                // nginx's internal redirect does; a named location does not.
+                location = match redirect_to(r, server, &target) {
+                    Ok(Some(named)) => Some(named),
+                    Ok(None) => {
+                        if let script::Flow::Done(reply) = script::run(&server.script, r) {
+                            return reply;
+                        }
+                        router::find_location(&server.locations, &r.uri)
+                    }
+                    Err(()) => return Ok(Reply::Status(500)),
+                };
+            }
         }
     }
-    // Else with the location's (nginx's preaccess phase).
-    realip::apply(r);
     if let Some(l) = location {
         match l.handler {
             Some(crate::conf::model::Handler::Api { .. }) => {
@@ -362,6 +442,7 @@ async fn dispatch(
                     &l.uri,
                     &shared.upstreams,
                     &shared.stream_upstreams,
+                    shared.stats.as_deref(),
                     shared.generation,
                 ));
             }
@@ -369,22 +450,152 @@ async fn dispatch(
                 drop(body);
                 return Ok(status::stub_status(r, shared.stats.as_deref()));
             }
+            Some(crate::conf::model::Handler::Metrics) => {
+                drop(body);
+                let main = &shared.cfg.main;
+                let process = super::metrics::Process {
+                    workers: if main.master_process {
+                        main.worker_processes
+                    } else {
+                        1
+                    },
+                    generation: shared.generation,
+                    master: if main.master_process {
+                        nix::unistd::getppid().as_raw()
+                    } else {
+                        std::process::id() as i32
+                    },
+                };
+                return Ok(super::metrics::serve(
+                    r,
+                    &shared.upstreams,
+                    &shared.stream_upstreams,
+                    shared.stats.as_deref(),
+                    &process,
+                ));
+            }
             None => {}
+        }
+        if l.proxy_pass_var.is_some() || l.proxy_pass.is_some() {
+            r.conn.ignore_abort.store(
+                r.conf.proxy_ignore_client_abort,
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
         if let Some(t) = &l.proxy_pass_var {
             let id = l as *const Location as usize;
-            return Ok(dynamic::run(r, t, id, body, upgrade, shared).await);
+            return Ok(Box::pin(dynamic::run(r, t, id, body, upgrade, shared)).await);
         }
         if let Some(pp) = &l.proxy_pass {
             let Some(ups) = shared.upstreams.get(pp.upstream) else {
                 return Ok(Reply::Status(500));
             };
+            if r.conf.proxy_http_version == 20 {
+                return Ok(Box::pin(super::proxy_h2::run(r, ups.clone(), pp, body, shared)).await);
+            }
             let id = l as *const Location as usize;
             return Ok(proxy::run(r, ups.clone(), pp, id, body, upgrade, shared).await);
         }
     }
     drop(body);
     Ok(static_files::serve(r).await)
+}
+
+/// `auth_request`: a GET subrequest to `uri` with the request's headers
+/// and no body, answered in full (its body dropped). 2xx lets the request
+/// on; 401 (with the subrequest's `WWW-Authenticate`) and 403 are the
+/// answer; any other status is logged and 500. `auth_request_set` takes
+/// its values from the subrequest whatever it answered, as nginx's.
+async fn auth_request(
+    shared: &Arc<Shared>,
+    r: &mut Req,
+    server: &Server,
+    uri: &str,
+) -> Option<u16> {
+    let mut sub = Req {
+        conn: r.conn.clone(),
+        start: std::time::Instant::now(),
+        method: http::Method::GET,
+        version: r.version,
+        request_uri: r.request_uri.clone(),
+        uri: r.uri.clone(),
+        args: r.args.clone(),
+        headers: r.headers.clone(),
+        host: r.host.clone(),
+        server_name: r.server_name.clone(),
+        conf: r.conf.clone(),
+        status: 0,
+        body_bytes_sent: 0,
+        bytes_sent: 0,
+        request_length: 0,
+        proxy_host: String::new(),
+        proxy_port: 0,
+        upstream: Arc::default(),
+        vars: r.vars.clone(),
+        captures: Vec::new(),
+        uri_changed: false,
+        realip: r.realip,
+        maps: Default::default(),
+        request_id: r.request_id.clone(),
+        conn_requests: r.conn_requests,
+        sent_headers: None,
+        limits: Default::default(),
+        gzip_ratio: None,
+        www_authenticate: None,
+        subrequest: true,
+    };
+    let status = match redirect_to(&mut sub, server, uri) {
+        Err(()) => 500,
+        Ok(named) => {
+            let reply = Box::pin(dispatch(
+                shared,
+                &mut sub,
+                server,
+                named,
+                ClientBody::Empty,
+                None,
+            ))
+            .await;
+            let resp = match reply {
+                Ok(reply) => Box::pin(finish(shared, &mut sub, server, reply)).await,
+                Err(e) => Err(e),
+            };
+            match resp {
+                Ok(resp) => {
+                    if let Some(v) = resp
+                        .headers()
+                        .get(http::header::WWW_AUTHENTICATE)
+                        .and_then(|v| v.to_str().ok())
+                    {
+                        r.www_authenticate = Some(v.to_string());
+                    }
+                    resp.status().as_u16()
+                }
+                Err(CloseConnection) => 500,
+            }
+        }
+    };
+    for (name, t) in r.conf.auth_request_set.iter() {
+        let v = sub.eval(t);
+        match r.vars.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = v,
+            None => r.vars.push((name.clone(), v)),
+        }
+    }
+    match status {
+        200..=299 => None,
+        401 | 403 => Some(status),
+        _ => {
+            crate::log_conn!(
+                Level::Error,
+                r.conn.number,
+                "auth request unexpected status: {}{}",
+                status,
+                r.log_context(None)
+            );
+            Some(500)
+        }
+    }
 }
 
 /// Statuses `add_header` applies to without `always`, as nginx's.
@@ -414,7 +625,7 @@ async fn finish(
                     .cloned();
                 break match page {
                     None => response::status_page(code, tokens),
-                    Some(page) => error_page(shared, r, server, code, &page).await?,
+                    Some(page) => Box::pin(error_page(shared, r, server, code, &page)).await?,
                 };
             }
             Reply::Internal(target) => {
@@ -434,6 +645,16 @@ async fn finish(
         }
     };
     let status = resp.status().as_u16();
+    if status == 401 {
+        if let Some(v) = r
+            .www_authenticate
+            .as_deref()
+            .and_then(|v| http::header::HeaderValue::from_str(v).ok())
+        {
+            resp.headers_mut().insert(http::header::WWW_AUTHENTICATE, v);
+        }
+    }
+    super::expires::apply(r, &mut resp);
     for h in &r.conf.add_header {
         if !h.always && !ADD_HEADER_STATUSES.contains(&status) {
             continue;
@@ -457,7 +678,7 @@ async fn finish(
             }
         }
     }
-    Ok(resp)
+    Ok(super::gzip::filter(r, resp))
 }
 
 /// Sets a response's status with nginx's reason phrase.
@@ -511,19 +732,61 @@ async fn internal_redirect(
     if r.method != http::Method::HEAD {
         r.method = http::Method::GET;
     }
-    let named = if target.starts_with('@') {
-        router::named_location(server, target)
-    } else {
-        let (path, args) = match target.split_once('?') {
-            Some((p, a)) => (p.to_string(), Some(a.to_string())),
-            None => (target.to_string(), None),
-        };
-        r.uri = uri::normalize(&path).unwrap_or(path);
-        r.args = args;
-        r.uri_changed = true;
-        None
+    let Ok(named) = redirect_to(r, server, target) else {
+        return Ok(Reply::Status(500));
     };
     Box::pin(dispatch(shared, r, server, named, ClientBody::Empty, None)).await
+}
+
+/// Points the request at an internal redirect's target: a named location
+/// (Err when the server has none of that name, logged as nginx logs it) or
+/// a URI with its own arguments (none when it has no `?`), whose location
+/// the caller looks up.
+fn redirect_to<'s>(
+    r: &mut Req,
+    server: &'s Server,
+    target: &str,
+) -> Result<Option<&'s Location>, ()> {
+    if target.starts_with('@') {
+        return match router::named_location(server, target) {
+            Some(l) => Ok(Some(l)),
+            None => {
+                crate::log_conn!(
+                    Level::Error,
+                    r.conn.number,
+                    "could not find named location \"{}\"{}",
+                    target,
+                    r.log_context(None)
+                );
+                Err(())
+            }
+        };
+    }
+    let (path, args) = match target.split_once('?') {
+        Some((p, a)) => (p.to_string(), Some(a.to_string())),
+        None => (target.to_string(), None),
+    };
+    r.uri = uri::normalize(&path).unwrap_or(path);
+    r.args = args;
+    r.uri_changed = true;
+    Ok(None)
+}
+
+/// The cycle nginx stops after ten URI changes: logged, then 500.
+fn redirect_cycle(r: &Req, searches: &mut u32, what: &str) -> Option<Reply> {
+    *searches += 1;
+    if *searches <= 10 {
+        return None;
+    }
+    crate::log_conn!(
+        Level::Error,
+        r.conn.number,
+        "rewrite or internal redirection cycle while {} \"{}\"{}",
+        what,
+        r.uri,
+        r.log_context(None)
+    );
+    Some(Reply::Status(500))
 }
 
 pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection> {
@@ -533,6 +796,13 @@ pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection>
     let tokens = r.conf.server_tokens;
     let text = ret.text.as_ref().map(|t| r.eval(t));
     match (ret.code, text) {
+        // A redirect's status goes through error_page like any other (nginx
+        // sends it as a special response); the page replaces it.
+        (code @ (301 | 302 | 303 | 307 | 308), Some(_))
+            if r.conf.error_page.iter().any(|p| p.codes.contains(&code)) =>
+        {
+            Ok(Reply::Status(code))
+        }
         (301 | 302 | 303 | 307 | 308, Some(loc)) => {
             // absolute_redirect on, port_in_redirect on: as nginx builds it.
             let loc = script::absolute(r, &loc);

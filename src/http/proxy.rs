@@ -22,6 +22,7 @@ use super::response;
 use super::vars::{Attempt, Req};
 use super::{ClientBody, Reply};
 use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
+use crate::conf::proxy_more::ignore;
 use crate::conf::vars::Template;
 use crate::h1::body::{Decoder, Framing};
 use crate::h1::head::{Names, Reason, ResponseHead};
@@ -45,7 +46,7 @@ const HIDDEN_BY_DEFAULT: [&str; 8] = [
 ];
 
 /// Adds one attempt to the request's `$upstream_*` record.
-fn record(r: &Req, a: Attempt) {
+pub(super) fn record(r: &Req, a: Attempt) {
     r.upstream
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -54,7 +55,7 @@ fn record(r: &Req, a: Attempt) {
 }
 
 /// The request's TLS to the upstream (`proxy_pass https://`).
-fn tls_for_request(r: &Req, pp: &ProxyPass, shared: &super::Shared) -> Option<Tls> {
+pub(super) fn tls_for_request(r: &Req, pp: &ProxyPass, shared: &super::Shared) -> Option<Tls> {
     if !pp.ssl {
         return None;
     }
@@ -70,14 +71,56 @@ fn tls_for_request(r: &Req, pp: &ProxyPass, shared: &super::Shared) -> Option<Tl
 
 /// Opens a connection to a peer within `proxy_connect_timeout`, and makes
 /// its TLS handshake (within `proxy_connect_timeout` again, as nginx).
-async fn connect(addr: &PeerAddr, timeout: Duration, tls: Option<&Tls>) -> Result<H1, Failure> {
-    let s = crate::net::stream::connect(addr, timeout)
+async fn connect(
+    addr: &PeerAddr,
+    timeout: Duration,
+    tls: Option<&Tls>,
+    bind: Option<std::net::IpAddr>,
+) -> Result<H1, Failure> {
+    let s = crate::net::stream::connect_from(addr, bind, timeout)
         .await
         .map_err(|e| Failure::connect(addr, e))?;
     match tls {
         None => Ok(H1::new(s)),
         Some(t) => t.handshake(addr, s, timeout).await.map(H1::new),
     }
+}
+
+/// `proxy_bind` for this request: None when off or empty; Err (logged as
+/// nginx logs it) for a value that is no address.
+fn local_address(r: &Req) -> Result<Option<std::net::IpAddr>, ()> {
+    let crate::conf::proxy_more::Bind::Addr(t) = &r.conf.proxy_bind else {
+        return Ok(None);
+    };
+    let v = r.eval(t);
+    if v.is_empty() {
+        return Ok(None);
+    }
+    match v.parse() {
+        Ok(ip) => Ok(Some(ip)),
+        Err(_) => {
+            crate::log_conn!(
+                Level::Error,
+                r.conn.number,
+                "invalid local address \"{}\"{}",
+                v,
+                r.log_context(None)
+            );
+            Err(())
+        }
+    }
+}
+
+/// The keep-alive cache's key besides the peer and location: the TLS
+/// settings and the `proxy_bind` address, so that a connection is reused
+/// only by a request that would have opened the same one.
+fn pool_key(tls: Option<&Tls>, bind: Option<std::net::IpAddr>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let key = tls.map_or(0, |t| t.key);
+    let Some(ip) = bind else { return key };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ip.hash(&mut h);
+    key ^ h.finish()
 }
 
 /// Opens a connection for the keep-alive cache: `connect` with its record.
@@ -87,9 +130,10 @@ pub(crate) async fn open(
     max_age: Duration,
     location: usize,
     tls: Option<Tls>,
+    bind: Option<std::net::IpAddr>,
 ) -> Result<Pooled, Failure> {
-    let h1 = connect(&addr, timeout, tls.as_ref()).await?;
-    let key = tls.map_or(0, |t| t.key);
+    let h1 = connect(&addr, timeout, tls.as_ref(), bind).await?;
+    let key = pool_key(tls.as_ref(), bind);
     Ok(Pooled::new(
         h1,
         addr,
@@ -107,13 +151,15 @@ struct Cache {
     location: usize,
     timeout: Duration,
     tls: Option<Tls>,
+    /// `proxy_bind`: the local address of new connections.
+    bind: Option<std::net::IpAddr>,
 }
 
 impl Connector for Cache {
     type Conn = Pooled;
 
     fn cached(&self, addr: &PeerAddr) -> Option<Pooled> {
-        let key = self.tls.as_ref().map_or(0, |t| t.key);
+        let key = pool_key(self.tls.as_ref(), self.bind);
         self.ups
             .pool()
             .take(addr, self.location, key, Instant::now())
@@ -128,17 +174,24 @@ impl Connector for Cache {
             .cfg
             .keepalive
             .age_limit(crate::upstream::random::next_u64());
-        open(addr, self.timeout, max_age, self.location, self.tls.clone())
+        open(
+            addr,
+            self.timeout,
+            max_age,
+            self.location,
+            self.tls.clone(),
+            self.bind,
+        )
     }
 }
 
 /// A request as the attempt engine sees it: its key, its log context with
 /// the upstream URL, and its `$upstream_*` record.
-struct Asking<'a> {
-    r: &'a Req,
-    uri: &'a str,
+pub(super) struct Asking<'a> {
+    pub(super) r: &'a Req,
+    pub(super) uri: &'a str,
     /// `http` or `https`.
-    scheme: &'static str,
+    pub(super) scheme: &'static str,
 }
 
 impl Requester for Asking<'_> {
@@ -196,17 +249,23 @@ pub(crate) async fn run(
         race: conf.proxy_connect_race,
         non_idempotent: matches!(r.method.as_str(), "POST" | "LOCK" | "PATCH"),
     };
+    let bind = match local_address(r) {
+        Ok(b) => b,
+        Err(()) => return Reply::Status(500),
+    };
     let cache = Cache {
         ups: ups.clone(),
         location: location_id,
         timeout: conf.proxy_connect_timeout,
         tls: tls_for_request(r, pp, shared),
+        bind,
     };
     let scheme = if pp.ssl { "https" } else { "http" };
     // The peers as this request sees them, for all its tries (a name with
     // no answer yet: wait for it, bounded, not a 502 at once).
     let uri = &plan.uri;
     let mut attempts = Attempts::new(&ups, policy, &Asking { r, uri, scheme }).await;
+    r.upstream.lock().unwrap_or_else(|e| e.into_inner()).queued = Some(attempts.queued);
     let snap = attempts.snap.clone();
     loop {
         let connected = attempts
@@ -522,6 +581,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         .get("x-accel-redirect")
         .and_then(|v| v.to_str().ok())
         .filter(|t| t.starts_with('/') || t.starts_with('@'))
+        .filter(|_| conf.proxy_ignore_headers & ignore::X_ACCEL_REDIRECT == 0)
         .map(str::to_string);
     let intercepted = conf.proxy_intercept_errors
         && status >= 300
@@ -537,19 +597,22 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     {
         let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
         // Kept only for a log format that reads $upstream_http_*.
-        if conf.access_log.iter().any(|l| {
-            l.format.template.segments.iter().any(|s| {
-                matches!(
-                    s,
-                    crate::conf::vars::Segment::Var(crate::conf::vars::Var::UpstreamHttp(_))
-                )
+        if r.subrequest
+            || conf.access_log.iter().any(|l| {
+                l.format.template.segments.iter().any(|s| {
+                    matches!(
+                        s,
+                        crate::conf::vars::Segment::Var(crate::conf::vars::Var::UpstreamHttp(_))
+                    )
+                })
             })
-        }) {
+        {
             log.headers = Some(parts.headers.clone());
         }
         log.attempts.push(answered);
     }
     redirect_headers(r, pp, &mut parts.headers);
+    super::proxy_cookie::rewrite(r, &mut parts.headers);
     filter_response_headers(
         &mut parts.headers,
         &conf.proxy_hide_header,
@@ -623,7 +686,7 @@ fn keep_spelling(parts: &mut http::response::Parts, reason: Bytes, names: Names)
 
 /// `proxy_redirect`: rewrites the prefix of the upstream's `Location` and
 /// `Refresh` headers.
-fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
+pub(super) fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
     use crate::conf::loc::Redirect;
     let Some(rules) = &r.conf.proxy_redirect else {
         return;
@@ -678,7 +741,12 @@ const HOP_BY_HOP_RESPONSE: [&str; 7] = [
     "upgrade",
 ];
 
-fn filter_response_headers(h: &mut HeaderMap, hide: &[String], pass: &[String], tokens: bool) {
+pub(super) fn filter_response_headers(
+    h: &mut HeaderMap,
+    hide: &[String],
+    pass: &[String],
+    tokens: bool,
+) {
     // One pass over the (few) headers present, instead of a lookup for each
     // name that might be: names are already lowercase here.
     let drop: Vec<HeaderName> = h

@@ -101,11 +101,16 @@ fn declared_length(r: &Req) -> Result<Option<u64>, u16> {
 /// `client_body_timeout` passed between two reads of the body: logged, and
 /// the status to answer with.
 pub(super) fn body_timed_out(r: &Req) -> u16 {
+    body_timed_out_at(r.conn.number, &r.log_context(None))
+}
+
+/// `body_timed_out` for request `number` with its log context `ctx`.
+pub(super) fn body_timed_out_at(number: u64, ctx: &str) -> u16 {
     crate::log_conn!(
         Level::Info,
-        r.conn.number,
+        number,
         "client timed out (110: Connection timed out) while reading client request body{}",
-        r.log_context(None)
+        ctx
     );
     408
 }
@@ -113,14 +118,13 @@ pub(super) fn body_timed_out(r: &Req) -> u16 {
 /// The body could not be read (over `client_max_body_size`, bad chunks, the
 /// client gone): logged as nginx logs it, and the status to answer with.
 pub(super) fn body_failed(r: &Req, e: &super::response::BoxError) -> u16 {
+    body_failed_at(r.conn.number, &r.log_context(None), e)
+}
+
+/// `body_failed` for request `number` with its log context `ctx`.
+pub(super) fn body_failed_at(number: u64, ctx: &str, e: &super::response::BoxError) -> u16 {
     if let Some(big) = e.downcast_ref::<super::inbound::TooLarge>() {
-        crate::log_conn!(
-            Level::Error,
-            r.conn.number,
-            "{}{}",
-            big,
-            r.log_context(None)
-        );
+        crate::log_conn!(Level::Error, number, "{}{}", big, ctx);
         return 413;
     }
     let level = if e.is::<super::inbound::BodyReadError>() && e.to_string().contains("invalid") {
@@ -130,10 +134,10 @@ pub(super) fn body_failed(r: &Req, e: &super::response::BoxError) -> u16 {
     };
     crate::log_conn!(
         level,
-        r.conn.number,
+        number,
         "{} while reading client request body{}",
         e,
-        r.log_context(None)
+        ctx
     );
     400
 }
@@ -275,7 +279,7 @@ pub(super) fn upstream_head(
             .iter()
             .any(|(h, _)| h.as_bytes().eq_ignore_ascii_case(n))
     };
-    write::request_line(&r.method, uri.as_bytes(), version, out);
+    write::request_line(&upstream_method(r), uri.as_bytes(), version, out);
     let line = |n: &[u8], v: &[u8], out: &mut Vec<u8>| {
         out.extend_from_slice(n);
         out.extend_from_slice(b": ");
@@ -335,6 +339,18 @@ pub(super) fn upstream_head(
     close
 }
 
+/// The method sent upstream: `proxy_method`'s when set (and valid), else
+/// the client's.
+pub(super) fn upstream_method(r: &Req) -> http::Method {
+    r.conf
+        .proxy_method
+        .as_ref()
+        .map(|t| r.eval(t))
+        .filter(|m| !m.is_empty())
+        .and_then(|m| http::Method::from_bytes(m.as_bytes()).ok())
+        .unwrap_or_else(|| r.method.clone())
+}
+
 /// Everything an attempt needs that stays the same across attempts.
 pub(super) struct Plan {
     pub(super) uri: String,
@@ -375,6 +391,20 @@ fn streamed_framing(r: &Req, incoming: bool) -> Option<Framing> {
         || !incoming
     {
         return None;
+    }
+    // HTTP/2 frames any body: one whose length nobody declared (chunked,
+    // or from an HTTP/2 client) goes as it comes.
+    if conf.proxy_http_version == 20 {
+        return Some(
+            match r
+                .headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| crate::h1::body::content_length(v.as_bytes()))
+            {
+                Some(n) => Framing::Length(n),
+                None => Framing::Chunked,
+            },
+        );
     }
     // The connection refused any other framing before the handler ran.
     if r.headers.contains_key(header::TRANSFER_ENCODING) {
@@ -560,6 +590,7 @@ mod tests {
     fn uri_rules() {
         let mut r = super::super::vars::tests::req();
         let pp = |uri: Option<&str>, prefix: &str| ProxyPass {
+            grpc: false,
             dynamic: false,
             ssl: false,
             upstream: 0,

@@ -16,9 +16,9 @@ use crate::upstream::h1conn::{self, H1};
 
 /// A client body still to be sent as it arrives.
 pub(super) struct Streamed {
-    body: ReqBody,
+    pub(super) body: ReqBody,
     /// Sent in chunks (the client's was chunked).
-    chunked: bool,
+    pub(super) chunked: bool,
     /// Body bytes sent upstream so far.
     pub(super) sent: u64,
 }

@@ -16,6 +16,10 @@ struct AddrServers {
     default: usize,
     /// Connections to the address speak TLS (one `listen ... ssl` says so).
     ssl: bool,
+    /// HTTP/2 on the address (one `listen ... http2` says so, as nginx).
+    http2: bool,
+    /// Connections to the address start with a PROXY protocol header.
+    proxy_protocol: bool,
 }
 
 #[derive(Debug)]
@@ -34,8 +38,12 @@ impl Router {
                         servers: Vec::new(),
                         default: i,
                         ssl: false,
+                        http2: false,
+                        proxy_protocol: false,
                     });
                 e.ssl |= l.ssl;
+                e.http2 |= l.http2;
+                e.proxy_protocol |= l.proxy_protocol;
                 if !e.servers.contains(&i) {
                     e.servers.push(i);
                 }
@@ -89,11 +97,39 @@ impl Router {
         self.entry(listen, local).is_some_and(|e| e.ssl)
     }
 
+    /// Whether HTTP/2 is on for a connection to `local` through the socket
+    /// bound for `listen`: its `listen ... http2`, or `http2 on` in
+    /// `server` (the default server, or the one SNI chose), as nginx 1.25.
+    pub fn http2(
+        &self,
+        listen: &ListenAddr,
+        local: Option<SocketAddr>,
+        server: Option<&Server>,
+    ) -> bool {
+        self.entry(listen, local).is_some_and(|e| e.http2) || server.is_some_and(|s| s.conf.http2)
+    }
+
     /// Whether any address the socket bound for `listen` takes connections
     /// for speaks TLS (else its connections need no look).
     pub fn ssl_on(&self, listen: &ListenAddr) -> bool {
+        self.any_on(listen, |e| e.ssl)
+    }
+
+    /// Whether a connection to `local` through the socket bound for
+    /// `listen` starts with a PROXY protocol header.
+    pub fn proxy_protocol(&self, listen: &ListenAddr, local: Option<SocketAddr>) -> bool {
+        self.entry(listen, local).is_some_and(|e| e.proxy_protocol)
+    }
+
+    /// Whether any address the socket bound for `listen` takes connections
+    /// for expects a PROXY protocol header.
+    pub fn proxy_protocol_on(&self, listen: &ListenAddr) -> bool {
+        self.any_on(listen, |e| e.proxy_protocol)
+    }
+
+    fn any_on(&self, listen: &ListenAddr, on: impl Fn(&AddrServers) -> bool) -> bool {
         self.by_addr.iter().any(|(a, e)| {
-            e.ssl
+            on(e)
                 && match (a, listen) {
                     _ if a == listen => true,
                     (ListenAddr::Inet(a), ListenAddr::Inet(w)) => {

@@ -30,7 +30,8 @@ use super::open_file::{self, OpenError};
 use super::range::{self, Piece, Ranges, Span};
 use super::response::{self, BoxError};
 use super::vars::Req;
-use crate::conf::loc::Symlinks;
+use crate::conf::gzip::GzipStatic;
+use crate::conf::loc::{IfModifiedSince, Symlinks};
 use crate::log::Level;
 
 /// Files up to this size are read at once; larger ones are streamed.
@@ -53,20 +54,22 @@ fn not_found(r: &Req, what: &str, e: &std::io::Error) -> Reply {
     } else {
         404
     };
-    crate::log_conn!(
-        Level::Error,
-        r.conn.number,
-        "{} ({}){}",
-        what,
-        crate::log::errno_text(e),
-        r.log_context(None)
-    );
+    if code != 404 || r.conf.log_not_found {
+        crate::log_conn!(
+            Level::Error,
+            r.conn.number,
+            "{} ({}){}",
+            what,
+            crate::log::errno_text(e),
+            r.log_context(None)
+        );
+    }
     Reply::Status(code)
 }
 
 /// Opens a file the request maps to under `disable_symlinks` (its `from=`
 /// worked out for this path), with what `fstat` says of it.
-fn open(r: &Req, path: &Path) -> Result<(File, Metadata), OpenError> {
+pub(super) fn open(r: &Req, path: &Path) -> Result<(File, Metadata), OpenError> {
     let ds = &r.conf.disable_symlinks;
     let (mode, from) = match &ds.from {
         Some(t) if ds.mode != Symlinks::Off => {
@@ -99,13 +102,14 @@ pub async fn serve(r: &Req) -> Reply {
         for index in &r.conf.index {
             let p = path.join(index);
             match open(r, &p) {
-                Ok((f, m)) if m.is_file() => return send_file(r, &p, f, m).await,
+                Ok((f, m)) if m.is_file() => return send_file(r, &p, f, m, false).await,
                 Ok(_) => continue,
                 Err(e) if e.err.kind() == ErrorKind::NotFound => continue,
                 Err(e) => return open_failed(r, &p, &e),
             }
         }
         return match open(r, &path) {
+            Ok((_, m)) if m.is_dir() && r.conf.autoindex => super::autoindex::serve(r, &path),
             Ok((_, m)) if m.is_dir() => {
                 crate::log_conn!(
                     Level::Error,
@@ -128,6 +132,97 @@ pub async fn serve(r: &Req) -> Reply {
             }
         };
     }
+    let mut vary = false;
+    if r.conf.gzip_static != GzipStatic::Off {
+        match gzip_static(r, &path).await {
+            Static::Served(reply) => return reply,
+            Static::Declined { vary: v } => vary = v,
+        }
+    }
+    let mut reply = plain(r, &path).await;
+    if let (true, Reply::Full(resp)) = (vary, &mut reply) {
+        resp.extensions_mut().insert(super::gzip::Vary);
+    }
+    reply
+}
+
+/// What `gzip_static` made of a request.
+enum Static {
+    Served(Reply),
+    /// The plain file is served; with `vary`, `gzip_vary` applies to it.
+    Declined {
+        vary: bool,
+    },
+}
+
+/// `gzip_static`: the file's `.gz` beside it, sent with `Content-Encoding:
+/// gzip` to a client that takes gzip (`on`) or to any (`always`), as
+/// nginx's gzip_static handler does.
+async fn gzip_static(r: &Req, path: &Path) -> Static {
+    let on = r.conf.gzip_static == GzipStatic::On;
+    let ok = !on || super::gzip::client_ok(r, &http::HeaderMap::new());
+    if !r.conf.gzip_vary && !ok {
+        return Static::Declined { vary: false };
+    }
+    let mut gz = path.as_os_str().to_owned();
+    gz.push(".gz");
+    let gz = std::path::PathBuf::from(gz);
+    let (f, m) = match open(r, &gz) {
+        Ok(x) => x,
+        Err(e) => {
+            let errno = e.err.raw_os_error().map(Errno::from_raw);
+            if !matches!(
+                errno,
+                Some(Errno::ENOENT | Errno::ENOTDIR | Errno::ENAMETOOLONG)
+            ) {
+                let level = if matches!(errno, Some(Errno::EACCES | Errno::ELOOP | Errno::EMLINK)) {
+                    Level::Error
+                } else {
+                    Level::Crit
+                };
+                crate::log_conn!(
+                    level,
+                    r.conn.number,
+                    "{} \"{}\" failed ({}){}",
+                    e.call,
+                    gz.display(),
+                    crate::log::errno_text(&e.err),
+                    r.log_context(None)
+                );
+            }
+            return Static::Declined { vary: false };
+        }
+    };
+    if !ok {
+        return Static::Declined { vary: on };
+    }
+    if m.is_dir() {
+        return Static::Declined { vary: on };
+    }
+    if !m.is_file() {
+        crate::log_conn!(
+            Level::Crit,
+            r.conn.number,
+            "\"{}\" is not a regular file{}",
+            gz.display(),
+            r.log_context(None)
+        );
+        return Static::Served(Reply::Status(404));
+    }
+    let mut reply = send_file(r, path, f, m, true).await;
+    if let Reply::Full(resp) = &mut reply {
+        resp.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        if on {
+            resp.extensions_mut().insert(super::gzip::Vary);
+        }
+    }
+    Static::Served(reply)
+}
+
+/// A URI without the final slash: its file, or a directory's redirect.
+async fn plain(r: &Req, path: &Path) -> Reply {
+    let path = path.to_path_buf();
     match open(r, &path) {
         Err(e) => open_failed(r, &path, &e),
         Ok((_, m)) if m.is_dir() => {
@@ -149,7 +244,23 @@ pub async fn serve(r: &Req) -> Reply {
             );
             Reply::Status(404)
         }
-        Ok((f, m)) => send_file(r, &path, f, m).await,
+        Ok((f, m)) => send_file(r, &path, f, m, false).await,
+    }
+}
+
+/// Whether `If-Modified-Since: ims` makes a file of time `mtime` (seconds)
+/// a 304 under `if_modified_since`, as nginx's not-modified filter judges.
+fn unmodified(mode: IfModifiedSince, ims: &str, mtime: u64) -> bool {
+    let Some(t) = chrono::DateTime::parse_from_rfc2822(ims)
+        .ok()
+        .and_then(|t| u64::try_from(t.timestamp()).ok())
+    else {
+        return false;
+    };
+    match mode {
+        IfModifiedSince::Off => false,
+        IfModifiedSince::Exact => t == mtime,
+        IfModifiedSince::Before => t >= mtime,
     }
 }
 
@@ -158,7 +269,9 @@ pub async fn serve(r: &Req) -> Reply {
 /// counts per worker).
 static BOUNDARY: AtomicU64 = AtomicU64::new(0);
 
-async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata) -> Reply {
+/// Sends an open file; `path` names it for its type and in errors. `gz`: it
+/// is a `gzip_static` `.gz`, sent as it is.
+async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata, gz: bool) -> Reply {
     let tokens = r.conf.server_tokens;
     let size = meta.len();
     let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
@@ -166,12 +279,19 @@ async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata) -> Reply {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let etag = format!("\"{secs:x}-{size:x}\"");
+    // `etag off`: none sent, and If-None-Match and If-Range's tags match
+    // nothing.
+    let etag = if r.conf.etag {
+        format!("\"{secs:x}-{size:x}\"")
+    } else {
+        String::new()
+    };
     let last_modified = http_date(mtime);
     let not_modified = match r
         .headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
+        .filter(|_| r.conf.etag)
     {
         Some(inm) => inm.split(',').any(|t| {
             let t = t.trim();
@@ -181,7 +301,7 @@ async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata) -> Reply {
             .headers
             .get(header::IF_MODIFIED_SINCE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|ims| ims == last_modified),
+            .is_some_and(|ims| unmodified(r.conf.if_modified_since, ims, secs)),
     };
     let ctype = path
         .extension()
@@ -196,7 +316,22 @@ async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata) -> Reply {
             .insert(header::SERVER, response::server_header(tokens));
         resp
     } else {
-        let ranges = ranges(r, size, &etag, secs);
+        let mut ranges = ranges(r, size, &etag, secs);
+        if !gz && r.conf.gzip && matches!(ranges, Some(Ranges::Parts(_) | Ranges::Unsatisfiable)) {
+            // nginx's range filter gives way when gzip compresses the 200.
+            let mut h = http::HeaderMap::new();
+            for (n, v) in [
+                (header::LAST_MODIFIED, &last_modified),
+                (header::ETAG, &etag),
+            ] {
+                if let Ok(v) = HeaderValue::from_str(v) {
+                    h.insert(n, v);
+                }
+            }
+            if super::gzip::would_compress(r, &ctype, size, &h) {
+                ranges = Some(Ranges::Whole);
+            }
+        }
         let (code, content_type, pieces, content_range) = match &ranges {
             Some(Ranges::Unsatisfiable) => {
                 let mut resp = response::status_page(416, tokens);
@@ -258,8 +393,10 @@ async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata) -> Reply {
     if let Ok(v) = HeaderValue::from_str(&last_modified) {
         h.insert(header::LAST_MODIFIED, v);
     }
-    if let Ok(v) = HeaderValue::from_str(&etag) {
-        h.insert(header::ETAG, v);
+    if r.conf.etag {
+        if let Ok(v) = HeaderValue::from_str(&etag) {
+            h.insert(header::ETAG, v);
+        }
     }
     Reply::Full(resp)
 }
@@ -394,5 +531,23 @@ impl HttpBody for PiecesBody {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_modified_since_modes() {
+        let t = 1_764_558_147; // Mon, 01 Dec 2025 03:02:27 GMT
+        let same = "Mon, 01 Dec 2025 03:02:27 GMT";
+        let later = "Mon, 01 Dec 2025 04:00:00 GMT";
+        assert!(unmodified(IfModifiedSince::Exact, same, t));
+        assert!(!unmodified(IfModifiedSince::Exact, later, t));
+        assert!(unmodified(IfModifiedSince::Before, later, t));
+        assert!(!unmodified(IfModifiedSince::Before, same, t + 1));
+        assert!(!unmodified(IfModifiedSince::Off, same, t));
+        assert!(!unmodified(IfModifiedSince::Before, "yesterday", t));
     }
 }

@@ -30,6 +30,8 @@ pub struct Shm {
     pub saved: Option<Arc<tokio::sync::Notify>>,
     /// Session cache zones and ticket keys.
     pub tls: crate::net::tls::TlsShared,
+    /// `limit_req_zone` and `limit_conn_zone` zones.
+    pub limits: Arc<crate::net::limit::LimitZones>,
 }
 
 /// `stub_status` counters shared by the workers of a generation.
@@ -80,7 +82,7 @@ pub fn stub_status(r: &Req, stats: Option<&Stats>) -> Reply {
     Reply::Full(resp)
 }
 
-fn no_cache(resp: &mut http::Response<response::Body>) {
+pub(super) fn no_cache(resp: &mut http::Response<response::Body>) {
     resp.headers_mut().insert(
         http::header::CACHE_CONTROL,
         http::header::HeaderValue::from_static("no-cache"),
@@ -117,11 +119,15 @@ fn json_reply(r: &Req, status: u16, v: &Value) -> Reply {
 /// `api`: the path after the location's prefix names the endpoint.
 /// `api`: the path after the location's prefix names the endpoint.
 /// `stream` holds the stream block's upstreams (their state is the zones').
+/// `stats`: the `stub_status` counters, for `connections` and
+/// `http/requests`. `dashboard.html` (or the bare prefix asked for with
+/// `Accept: text/html`) is the dashboard page.
 pub fn api(
     r: &Req,
     prefix: &str,
     upstreams: &Upstreams,
     stream: &Upstreams,
+    stats: Option<&Stats>,
     generation: u64,
 ) -> Reply {
     if r.method != Method::GET && r.method != Method::HEAD {
@@ -130,20 +136,49 @@ pub fn api(
     let rest = r.uri.strip_prefix(prefix).unwrap_or(&r.uri);
     let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
     let Some((version, path)) = parts.split_first() else {
+        if wants_html(r) {
+            return super::dashboard::page(r, prefix);
+        }
         return json_reply(r, 200, &json!(VERSIONS.collect::<Vec<u32>>()));
     };
+    if *version == "dashboard.html" && path.is_empty() {
+        return super::dashboard::page(r, prefix);
+    }
     if !version.parse::<u32>().is_ok_and(|v| VERSIONS.contains(&v)) {
         return api_error(r, 404, "unknown version", "UnknownVersion");
     }
+    let counters = stats.and_then(Stats::counters);
     let (list, is_stream, rest) = match path {
-        [] => return json_reply(r, 200, &json!(["nginx", "http", "stream"])),
+        [] => {
+            return json_reply(r, 200, &json!(["nginx", "connections", "http", "stream"]));
+        }
         ["nginx"] => return json_reply(r, 200, &nginx_info(generation)),
+        ["connections"] => {
+            return match counters {
+                Some(c) => json_reply(r, 200, &connections_info(c)),
+                None => api_error(r, 404, "path not found", "PathNotFound"),
+            };
+        }
+        ["http", "requests"] => {
+            return match counters {
+                Some(c) => json_reply(
+                    r,
+                    200,
+                    &json!({
+                        "total": c.requests.load(Relaxed),
+                        "current": c.writing.load(Relaxed),
+                    }),
+                ),
+                None => api_error(r, 404, "path not found", "PathNotFound"),
+            };
+        }
         ["http", rest @ ..] => (upstreams, false, rest),
         ["stream", rest @ ..] => (stream, true, rest),
         _ => return api_error(r, 404, "path not found", "PathNotFound"),
     };
     let zoned = |u: &&Arc<UpstreamRt>| u.zone().is_some();
     match rest {
+        [] if !is_stream => json_reply(r, 200, &json!(["requests", "upstreams"])),
         [] => json_reply(r, 200, &json!(["upstreams"])),
         ["upstreams"] => {
             let mut all = Map::new();
@@ -158,6 +193,29 @@ pub fn api(
         },
         _ => api_error(r, 404, "path not found", "PathNotFound"),
     }
+}
+
+/// A browser's request for a page rather than JSON.
+fn wants_html(r: &Req) -> bool {
+    r.headers
+        .get("accept")
+        .and_then(|a| a.to_str().ok())
+        .and_then(|a| a.split(',').next())
+        .is_some_and(|m| m.trim().starts_with("text/html"))
+}
+
+/// NGINX Plus's `/connections`: accepted, dropped (accepted but not
+/// handled), active (reading or writing) and idle.
+fn connections_info(c: &StatusCounters) -> Value {
+    let accepted = c.accepted.load(Relaxed);
+    let active = c.active.load(Relaxed);
+    let busy = c.reading.load(Relaxed) + c.writing.load(Relaxed);
+    json!({
+        "accepted": accepted,
+        "dropped": accepted.saturating_sub(c.handled.load(Relaxed)),
+        "active": busy.min(active),
+        "idle": active.saturating_sub(busy),
+    })
 }
 
 fn nginx_info(generation: u64) -> Value {
@@ -192,6 +250,25 @@ fn iso(t: std::time::SystemTime) -> Value {
     Value::String(t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
 }
 
+/// The states a peer shows, in the API's words.
+pub(super) const PEER_STATES: [&str; 5] = ["up", "down", "unavail", "unhealthy", "checking"];
+
+/// A peer's state as NGINX Plus names it: `down` by config, `unhealthy` or
+/// `checking` by active health checks, `unavail` after `max_fails`, else `up`.
+pub(super) fn peer_state(p: &crate::upstream::peers::Peer, now: u64) -> &'static str {
+    if p.down {
+        "down"
+    } else if p.live.health.load(Relaxed) == crate::upstream::health::UNHEALTHY {
+        "unhealthy"
+    } else if !p.health_ok() {
+        "checking"
+    } else if p.failed(now) {
+        "unavail"
+    } else {
+        "up"
+    }
+}
+
 /// One upstream in the API's shape; a stream one counts `connections`
 /// where HTTP counts `requests` and `responses`.
 fn upstream_json(u: &UpstreamRt, stream: bool) -> Value {
@@ -200,13 +277,7 @@ fn upstream_json(u: &UpstreamRt, stream: bool) -> Value {
     let mut list = Vec::new();
     for (id, p) in peers.primary.iter().chain(peers.backup.iter()).enumerate() {
         let l = &p.live;
-        let state = if p.down {
-            "down"
-        } else if p.failed(now) {
-            "unavail"
-        } else {
-            "up"
-        };
+        let state = peer_state(p, now);
         let r = &l.responses;
         let mut peer = json!({
             "id": id,
@@ -229,8 +300,8 @@ fn upstream_json(u: &UpstreamRt, stream: bool) -> Value {
             "received": l.received.load(Relaxed),
             "fails": l.fails.load(Relaxed),
             "unavail": l.unavail.load(Relaxed),
-            "health_checks": { "checks": 0, "fails": 0, "unhealthy": 0 },
-            "downtime": downtime(l, now),
+            "health_checks": health_checks(l),
+            "downtime": downtime_ms(l, now),
         });
         if let Some(o) = peer.as_object_mut() {
             if stream {
@@ -242,7 +313,10 @@ fn upstream_json(u: &UpstreamRt, stream: bool) -> Value {
             if p.max_conns > 0 {
                 o.insert("max_conns".into(), json!(p.max_conns));
             }
-            let since = l.down_since.load(Relaxed);
+            let since = match l.hc.downstart.load(Relaxed) {
+                0 => l.down_since.load(Relaxed),
+                hc => hc,
+            };
             if since != 0 {
                 o.insert("downstart".into(), iso_ms(since));
             }
@@ -344,13 +418,38 @@ fn resolve_json(u: &UpstreamRt, peers: &Peers) -> Value {
     Value::Array(list)
 }
 
-/// Milliseconds unavailable, the current stretch included.
-fn downtime(l: &crate::upstream::peers::PeerLive, now: u64) -> u64 {
-    let since = l.down_since.load(Relaxed);
-    l.downtime.load(Relaxed)
-        + if since != 0 {
+/// Milliseconds unavailable or unhealthy, the current stretches included.
+pub(super) fn downtime_ms(l: &crate::upstream::peers::PeerLive, now: u64) -> u64 {
+    let stretch = |since: u64| {
+        if since != 0 {
             now.saturating_sub(since)
         } else {
             0
         }
+    };
+    l.downtime.load(Relaxed)
+        + stretch(l.down_since.load(Relaxed))
+        + l.hc.downtime.load(Relaxed)
+        + stretch(l.hc.downstart.load(Relaxed))
+}
+
+/// A peer's `health_checks` object, as NGINX Plus shows it: `last_passed`
+/// once a check ran.
+fn health_checks(l: &crate::upstream::peers::PeerLive) -> Value {
+    let h = &l.hc;
+    let checks = h.checks.load(Relaxed);
+    let mut v = json!({
+        "checks": checks,
+        "fails": h.fails.load(Relaxed),
+        "unhealthy": h.unhealthy.load(Relaxed),
+    });
+    if let Some(o) = v.as_object_mut() {
+        if checks > 0 {
+            o.insert(
+                "last_passed".into(),
+                Value::Bool(h.last_passed.load(Relaxed) == 1),
+            );
+        }
+    }
+    v
 }

@@ -20,8 +20,14 @@ use super::vars::{ConnInfo, ConnTls};
 use super::{Phase, Shared};
 
 /// A server's rustls configuration, and its client-certificate settings
-/// when it asks for certificates.
-type Config = (Arc<ServerConfig>, Option<Arc<crate::net::tls::ClientAuth>>);
+/// when it asks for certificates; the same configuration offering ALPN
+/// `h2` before `http/1.1` (same sessions and tickets), for addresses where
+/// HTTP/2 is on.
+type Config = (
+    Arc<ServerConfig>,
+    Option<Arc<crate::net::tls::ClientAuth>>,
+    Arc<ServerConfig>,
+);
 
 /// Each server's rustls configuration, by its index in `http.servers`
 /// (None: it has no certificate). Made once per worker.
@@ -40,7 +46,11 @@ impl Configs {
                         return None;
                     }
                     match crate::net::tls::server_config(&s.ssl, shared, &[b"http/1.1"]) {
-                        Ok(c) => Some(c),
+                        Ok((c, auth)) => {
+                            let mut h2 = (*c).clone();
+                            h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+                            Some((c, auth, Arc::new(h2)))
+                        }
                         Err(e) => {
                             crate::log!(
                                 Level::Alert,
@@ -103,13 +113,29 @@ pub(super) async fn serve_conn_tls(
         let local = info.local;
         let mut auth = None;
         let r = crate::net::tls::accept(tcp, |sni| {
+            use crate::net::tls::HandshakeError;
             let name = sni.map(str::to_ascii_lowercase);
             let i = shared
                 .router
-                .server_index(http, &listen, local, name.as_deref())?;
-            let (config, a) = shared.tls.0.get(i).cloned().flatten()?;
+                .server_index(http, &listen, local, name.as_deref())
+                .ok_or(HandshakeError::NoCertificate)?;
+            if http.servers.get(i).is_some_and(|s| s.ssl.reject_handshake) {
+                return Err(HandshakeError::Rejected);
+            }
+            let (config, a, h2) = shared
+                .tls
+                .0
+                .get(i)
+                .cloned()
+                .flatten()
+                .ok_or(HandshakeError::NoCertificate)?;
             auth = a;
-            Some(config)
+            // nginx's ALPN choice: h2 when the address or the server SNI
+            // chose has HTTP/2 on.
+            if shared.router.http2(&listen, local, http.servers.get(i)) {
+                return Ok(h2);
+            }
+            Ok(config)
         })
         .await;
         Some(Ok(r.map(|t| (t, auth))))
@@ -155,6 +181,11 @@ pub(super) async fn serve_conn_tls(
     };
     let (tls, auth) = tls;
     info.tls = ConnTls::Tls(Box::new(tls.details(auth.as_deref())));
+    if tls.alpn_h2() {
+        let ctx = super::conn::conn_ctx(info, listen, &shared, open);
+        Box::pin(super::h2::serve(Stream::Tls(Box::new(tls)), ctx, phase)).await;
+        return;
+    }
     start(
         Stream::Tls(Box::new(tls)),
         info,

@@ -26,6 +26,11 @@ pub struct ConnInfo {
     pub slot: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
     /// Whether it speaks TLS.
     pub tls: ConnTls,
+    /// What its PROXY protocol header said (`listen ... proxy_protocol`).
+    pub proxy: Option<Box<crate::net::proxy_protocol::Addrs>>,
+    /// The request being handled proxies with `proxy_ignore_client_abort
+    /// on`: a client that goes away does not end it (HTTP/1).
+    pub ignore_abort: std::sync::atomic::AtomicBool,
 }
 
 /// A connection's TLS, as the `$ssl_*` variables see it.
@@ -68,6 +73,9 @@ pub struct Attempt {
 #[derive(Debug, Default)]
 pub struct UpstreamLog {
     pub attempts: Vec<Attempt>,
+    /// How long the request waited for peers before its first attempt
+    /// (a `resolve` name's first answer).
+    pub queued: Option<Duration>,
     pub headers: Option<HeaderMap>,
 }
 
@@ -100,10 +108,28 @@ pub struct Req {
     pub captures: Vec<String>,
     /// A `rewrite` changed `$uri`: the proxy then sends it, not `$request_uri`.
     pub uri_changed: bool,
-    /// The client address the realip module found, replacing the peer's.
-    pub realip: Option<std::net::IpAddr>,
+    /// The client address the realip module found, replacing the peer's
+    /// (port 0 when it came from a header, as nginx: `$remote_port` empty).
+    pub realip: Option<std::net::SocketAddr>,
     /// The `map` variables evaluated so far.
     pub maps: MapCache,
+    /// `$request_id`, made when first asked for.
+    pub request_id: std::sync::OnceLock<String>,
+    /// `$connection_requests`.
+    pub conn_requests: u64,
+    /// The response headers sent, kept for `$sent_http_NAME` when an access
+    /// log asks for them.
+    pub sent_headers: Option<http::HeaderMap>,
+    /// What `limit_req` and `limit_conn` decided, and the connections the
+    /// request holds (released when it ends).
+    pub limits: super::limit::State,
+    /// The compressed body's sizes, for `$gzip_ratio`.
+    pub gzip_ratio: Option<Arc<super::gzip::Ratio>>,
+    /// `auth_basic`'s challenge, sent with a 401.
+    pub www_authenticate: Option<String>,
+    /// An `auth_request` subrequest: no access phase, its upstream's
+    /// headers kept for `auth_request_set`.
+    pub subrequest: bool,
 }
 
 impl Evaluator for Req {
@@ -155,16 +181,21 @@ impl Req {
 
     /// The client's address: the realip module's, else the connection's peer.
     pub fn client_ip(&self) -> Option<std::net::IpAddr> {
-        self.realip.or(self.conn.remote.map(|a| a.ip()))
+        self.realip.or(self.conn.remote).map(|a| a.ip())
     }
 
     /// The file the URI maps to under `root` (path + URI) or `alias` (the
     /// location prefix replaced).
     pub fn filename(&self) -> std::path::PathBuf {
+        self.filename_of(&self.uri)
+    }
+
+    /// The file a URI maps to under this location's `root` or `alias`.
+    pub fn filename_of(&self, uri: &str) -> std::path::PathBuf {
         let root = &self.conf.root;
         let rel = match &root.alias {
-            Some(prefix) => self.uri.strip_prefix(prefix.as_str()).unwrap_or(&self.uri),
-            None => &self.uri,
+            Some(prefix) => uri.strip_prefix(prefix.as_str()).unwrap_or(uri),
+            None => uri,
         };
         let mut p = root.path.clone().into_os_string();
         if root.alias.is_some()
@@ -225,7 +256,7 @@ impl Req {
         Some(s)
     }
 
-    fn arg(&self, name: &str) -> Option<String> {
+    pub(super) fn arg(&self, name: &str) -> Option<String> {
         self.args
             .as_deref()?
             .split('&')
@@ -274,7 +305,43 @@ impl Req {
                 .remote
                 .map(|a| a.ip().to_string())
                 .unwrap_or_else(|| "unix:".into()),
-            Var::RemotePort => c.remote.map(|a| a.port().to_string()).unwrap_or_default(),
+            Var::RemotePort => self
+                .realip
+                .or(c.remote)
+                .map(|a| a.port())
+                .filter(|p| *p > 0)
+                .map(|p| p.to_string())
+                .unwrap_or_default(),
+            Var::RealipRemotePort => c.remote.map(|a| a.port().to_string()).unwrap_or_default(),
+            Var::ProxyProtocolAddr => c
+                .proxy
+                .as_ref()
+                .map_or_else(String::new, |p| p.src_addr.clone()),
+            Var::ProxyProtocolPort => c
+                .proxy
+                .as_ref()
+                .map_or_else(String::new, |p| p.src_port.to_string()),
+            Var::ProxyProtocolServerAddr => c
+                .proxy
+                .as_ref()
+                .map_or_else(String::new, |p| p.dst_addr.clone()),
+            Var::ProxyProtocolServerPort => c
+                .proxy
+                .as_ref()
+                .map_or_else(String::new, |p| p.dst_port.to_string()),
+            Var::ProxyProtocolTlv(k) => match c.proxy.as_ref().map(|p| p.tlv(*k)) {
+                None | Some(Ok(None)) => String::new(),
+                Some(Ok(Some(v))) => String::from_utf8_lossy(&v).into_owned(),
+                Some(Err(_)) => {
+                    crate::log_conn!(
+                        crate::log::Level::Error,
+                        c.number,
+                        "broken PROXY protocol TLV{}",
+                        self.log_context(None)
+                    );
+                    String::new()
+                }
+            },
             Var::BinaryRemoteAddr => match self.client_ip() {
                 Some(std::net::IpAddr::V4(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
                 Some(std::net::IpAddr::V6(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
@@ -285,6 +352,12 @@ impl Req {
             Var::RequestUri => self.request_uri.clone(),
             Var::Scheme => if c.tls().is_some() { "https" } else { "http" }.to_string(),
             Var::Https => if c.tls().is_some() { "on" } else { "" }.to_string(),
+            Var::Http2 => match (self.version, c.tls().is_some()) {
+                (Version::HTTP_2, true) => "h2",
+                (Version::HTTP_2, false) => "h2c",
+                _ => "",
+            }
+            .to_string(),
             Var::SslProtocol
             | Var::SslCipher
             | Var::SslServerName
@@ -314,7 +387,17 @@ impl Req {
             Var::Http(h) => self.header(h).unwrap_or_default(),
             Var::Arg(a) => self.arg(a).unwrap_or_default(),
             Var::Cookie(k) => self.cookie(k).unwrap_or_default(),
-            Var::RemoteUser => String::new(),
+            Var::RemoteUser => self
+                .headers
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| super::htpasswd::basic_credentials(v.as_bytes()))
+                .map(|(u, _)| String::from_utf8_lossy(&u).into_owned())
+                .unwrap_or_default(),
+            Var::GzipRatio => self
+                .gzip_ratio
+                .as_ref()
+                .map(|r| r.text())
+                .unwrap_or_default(),
             Var::Status => format!("{:03}", self.status),
             Var::BodyBytesSent => self.body_bytes_sent.to_string(),
             Var::BytesSent => self.bytes_sent.to_string(),
@@ -334,6 +417,17 @@ impl Req {
                 self.upstream_list(|a| a.status.map_or("-".into(), |s| s.to_string()))
             }
             Var::UpstreamConnectTime => self.upstream_list(|a| secs(a.connect)),
+            Var::UpstreamQueueTime => {
+                let u = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
+                // The first attempt waited; the retries did not.
+                (0..u.attempts.len())
+                    .map(|i| match i {
+                        0 => secs(Some(u.queued.unwrap_or_default())),
+                        _ => secs(Some(Duration::ZERO)),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
             Var::UpstreamHeaderTime => self.upstream_list(|a| secs(a.header)),
             Var::UpstreamResponseTime => self.upstream_list(|a| secs(a.response)),
             Var::UpstreamResponseLength => {
@@ -349,6 +443,8 @@ impl Req {
             | Var::SslPrereadAlpnProtocols
             | Var::SslPrereadProtocol => String::new(),
             Var::UpstreamBytesSent => self.upstream_list(|a| a.sent.to_string()),
+            Var::LimitReqStatus => self.limits.req_status.unwrap_or_default().to_string(),
+            Var::LimitConnStatus => self.limits.conn_status.unwrap_or_default().to_string(),
             Var::Map(m) => crate::conf::map::value(self, m),
             Var::User(name) => match self
                 .vars
@@ -374,6 +470,30 @@ impl Req {
             },
             Var::RequestFilename => self.filename().to_string_lossy().into_owned(),
             Var::DocumentRoot => self.conf.root.path.to_string_lossy().into_owned(),
+            Var::RealpathRoot => std::fs::canonicalize(&self.conf.root.path)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            Var::RequestId => self
+                .request_id
+                .get_or_init(|| {
+                    use crate::upstream::random::next_u64;
+                    format!("{:016x}{:016x}", next_u64(), next_u64())
+                })
+                .clone(),
+            Var::ConnectionRequests => self.conn_requests.to_string(),
+            Var::SentHttp(h) => self
+                .sent_headers
+                .as_ref()
+                .map(|m| {
+                    let name = h.replace('_', "-");
+                    let vals: Vec<&str> = m
+                        .get_all(name.as_str())
+                        .iter()
+                        .filter_map(|v| v.to_str().ok())
+                        .collect();
+                    vals.join(if name == "cookie" { "; " } else { ", " })
+                })
+                .unwrap_or_default(),
             Var::Capture(i) => self.captures.get(*i).cloned().unwrap_or_default(),
             Var::UpstreamHttp(h) => {
                 let u = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
@@ -421,6 +541,8 @@ pub(crate) mod tests {
             listen_text: Arc::from(""),
             slot: Default::default(),
             tls: Default::default(),
+            proxy: None,
+            ignore_abort: Default::default(),
         });
         let headers = crate::h1::head::Headers::from_pairs([
             ("X-Forwarded-For", "1.2.3.4"),
@@ -455,6 +577,13 @@ pub(crate) mod tests {
             uri_changed: false,
             realip: None,
             maps: MapCache::default(),
+            request_id: Default::default(),
+            conn_requests: 1,
+            sent_headers: None,
+            limits: Default::default(),
+            gzip_ratio: None,
+            www_authenticate: None,
+            subrequest: false,
         }
     }
 
@@ -490,5 +619,8 @@ pub(crate) mod tests {
         }
         let t = compile("$upstream_addr|$upstream_status|$upstream_connect_time").unwrap();
         assert_eq!(r.eval(&t), "127.0.0.1:1, 127.0.0.1:2|502, 200|-, 0.001");
+        r.upstream.lock().unwrap().queued = Some(Duration::from_millis(1250));
+        let t = compile("$upstream_queue_time").unwrap();
+        assert_eq!(r.eval(&t), "1.250, 0.000");
     }
 }

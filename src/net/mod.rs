@@ -7,13 +7,16 @@
 pub mod accept;
 pub mod copy;
 pub mod idle;
+pub mod limit;
 pub mod park;
 pub mod preread;
+pub mod proxy_protocol;
 pub mod slots;
 pub mod stream;
 pub mod tls;
 pub mod tls_cache;
 pub mod tls_client;
+pub mod tls_crypto;
 pub mod tls_tickets;
 pub mod tls_verify;
 pub mod track;
@@ -255,7 +258,9 @@ mod tests {
             default_server: false,
             reuseport: false,
             ssl: false,
+            http2: false,
             backlog: 511,
+            proxy_protocol: false,
             src: Src {
                 file: None,
                 line: 1,

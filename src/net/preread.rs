@@ -200,6 +200,8 @@ macro_rules! peek_more {
     };
 }
 
+pub(super) use peek_more;
+
 /// How the preread phase ended.
 #[derive(Debug)]
 pub enum Outcome {
@@ -245,7 +247,7 @@ pub async fn preread(s: &Stream, limit: usize, timeout: Duration) -> Outcome {
 }
 
 /// One non-blocking peek (0: the peer closed with nothing pending).
-fn peek(s: &impl std::os::fd::AsFd, buf: &mut [u8]) -> io::Result<usize> {
+pub(super) fn peek(s: &impl std::os::fd::AsFd, buf: &mut [u8]) -> io::Result<usize> {
     use nix::sys::socket::{MsgFlags, recv};
     use std::os::fd::AsRawFd;
     recv(
@@ -268,7 +270,7 @@ mod tests {
             &[&rustls::version::TLS12]
         };
         let mut cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
+            rustls::crypto::aws_lc_rs::default_provider(),
         ))
         .with_protocol_versions(versions)
         .unwrap()

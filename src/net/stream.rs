@@ -333,11 +333,34 @@ pub enum ConnectError {
 
 /// Connects to a peer within `timeout` (TCP with `TCP_NODELAY`).
 pub async fn connect(addr: &PeerAddr, timeout: Duration) -> Result<Stream, ConnectError> {
-    let attempt = match addr {
-        PeerAddr::Inet(a) => tokio::time::timeout(timeout, TcpStream::connect(a))
+    connect_from(addr, None, timeout).await
+}
+
+/// A TCP connection from the local address `from` (any port).
+async fn tcp_from(from: std::net::IpAddr, to: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    let s = if from.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    s.bind(std::net::SocketAddr::new(from, 0))?;
+    s.connect(to).await
+}
+
+/// `connect`, from the local address `from` for a TCP peer (`proxy_bind`).
+pub async fn connect_from(
+    addr: &PeerAddr,
+    from: Option<std::net::IpAddr>,
+    timeout: Duration,
+) -> Result<Stream, ConnectError> {
+    let attempt = match (addr, from) {
+        (PeerAddr::Inet(a), Some(ip)) => tokio::time::timeout(timeout, tcp_from(ip, *a))
             .await
             .map(|r| r.map(Stream::Tcp)),
-        PeerAddr::Unix(p) => tokio::time::timeout(timeout, UnixStream::connect(p))
+        (PeerAddr::Inet(a), None) => tokio::time::timeout(timeout, TcpStream::connect(a))
+            .await
+            .map(|r| r.map(Stream::Tcp)),
+        (PeerAddr::Unix(p), _) => tokio::time::timeout(timeout, UnixStream::connect(p))
             .await
             .map(|r| r.map(Stream::Unix)),
     };

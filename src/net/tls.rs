@@ -1,4 +1,4 @@
-//! Server-side TLS on an accepted TCP connection (rustls, ring provider):
+//! Server-side TLS on an accepted TCP connection (rustls, aws-lc-rs provider):
 //! a server's `rustls::ServerConfig` made from its `ssl_*` settings (its
 //! certificates chosen by the client's signature schemes, sessions kept for
 //! `ssl_session_timeout`), the handshake that picks that config by SNI, and
@@ -10,7 +10,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
-use rustls::crypto::ring as provider;
+use rustls::crypto::aws_lc_rs as provider;
 use rustls::server::{
     Acceptor, ClientHello, NoServerSessionStorage, ProducesTickets, ResolvesServerCert,
     ServerConfig, ServerSessionMemoryCache, StoresServerSessions,
@@ -134,6 +134,31 @@ impl StoresServerSessions for Sessions {
     }
 }
 
+/// `ssl_key_log`, `proxy_ssl_key_log`: NSS key log lines appended to the
+/// file the master opened, each with one write (O_APPEND keeps the
+/// workers' lines whole).
+#[derive(Debug)]
+pub(crate) struct NssKeyLog(pub(crate) Arc<crate::conf::ssl::KeyLogFile>);
+
+impl rustls::KeyLog for NssKeyLog {
+    fn log(&self, label: &str, client_random: &[u8], secret: &[u8]) {
+        use std::fmt::Write as _;
+        let mut line =
+            String::with_capacity(label.len() + 2 * (client_random.len() + secret.len()) + 3);
+        line.push_str(label);
+        line.push(' ');
+        for b in client_random {
+            let _ = write!(line, "{b:02x}");
+        }
+        line.push(' ');
+        for b in secret {
+            let _ = write!(line, "{b:02x}");
+        }
+        line.push('\n');
+        let _ = (&self.0.file).write(line.as_bytes());
+    }
+}
+
 /// A server's rustls configuration, with its client-certificate settings
 /// when it asks for certificates. `alpn`: the protocols it offers (none
 /// for stream servers, which pass bytes on and negotiate nothing).
@@ -151,6 +176,12 @@ pub fn server_config(
         suites.extend(s.ciphers.iter().copied());
     }
     p.cipher_suites = suites;
+    if let Some(groups) = &s.kx_groups {
+        p.kx_groups = groups
+            .iter()
+            .filter_map(|g| crate::conf::ssl::kx_group(*g))
+            .collect();
+    }
     let versions: Vec<&'static rustls::SupportedProtocolVersion> = s
         .protocols
         .iter()
@@ -168,6 +199,11 @@ pub fn server_config(
     };
     let mut cfg = builder.with_cert_resolver(Arc::new(Certs(s.certs.clone())));
     cfg.ignore_client_order = s.prefer_server_ciphers;
+    if let Some(f) = &s.key_log {
+        cfg.key_log = Arc::new(NssKeyLog(f.clone()));
+    }
+    // rustls counts the record's 5-byte header in.
+    cfg.max_fragment_size = Some(s.buffer_size + 5);
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let lifetime = s.session_timeout.as_secs();
     let zone = s
@@ -322,6 +358,8 @@ pub enum HandshakeError {
     Tls(rustls::Error),
     /// The server the client asked for has no certificate.
     NoCertificate,
+    /// The server the client asked for has `ssl_reject_handshake on`.
+    Rejected,
 }
 
 impl std::fmt::Display for HandshakeError {
@@ -336,6 +374,9 @@ impl std::fmt::Display for HandshakeError {
             HandshakeError::Tls(e) => write!(f, "SSL_do_handshake() failed (rustls: {e})"),
             HandshakeError::NoCertificate => {
                 f.write_str("no \"ssl_certificate\" is defined in server listening on SSL port")
+            }
+            HandshakeError::Rejected => {
+                f.write_str("SSL_do_handshake() failed (handshake rejected)")
             }
         }
     }
@@ -372,10 +413,11 @@ pub(super) async fn recv_some(
 
 /// Runs the server side of a handshake (the caller bounds it in time).
 /// `choose` gets the SNI name and gives the config of the server it picks,
-/// None when that server has no certificate.
+/// or why there is none (`Rejected`: the `unrecognized_name` alert goes
+/// out, as nginx's `ssl_reject_handshake`).
 pub async fn accept(
     tcp: TcpStream,
-    choose: impl FnOnce(Option<&str>) -> Option<Arc<ServerConfig>>,
+    choose: impl FnOnce(Option<&str>) -> Result<Arc<ServerConfig>, HandshakeError>,
 ) -> Result<TlsStream, HandshakeError> {
     let mut acceptor = Acceptor::default();
     let accepted = loop {
@@ -394,8 +436,14 @@ pub async fn accept(
             }
         }
     };
-    let Some(config) = choose(accepted.client_hello().server_name()) else {
-        return Err(HandshakeError::NoCertificate);
+    let config = match choose(accepted.client_hello().server_name()) {
+        Ok(c) => c,
+        Err(HandshakeError::Rejected) => {
+            // Seven bytes on a socket that has sent nothing yet.
+            let _ = tcp.try_write(UNRECOGNIZED_NAME);
+            return Err(HandshakeError::Rejected);
+        }
+        Err(e) => return Err(e),
     };
     let conn = match accepted.into_connection(config) {
         Ok(c) => c,
@@ -412,6 +460,10 @@ pub async fn accept(
     })?;
     Ok(TlsStream::new(tcp, conn))
 }
+
+/// A fatal `unrecognized_name` alert record, in the clear (no keys are
+/// agreed yet when it is sent).
+const UNRECOGNIZED_NAME: &[u8] = &[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 112];
 
 /// Why a handshake stopped short.
 pub(super) enum Stop {
@@ -513,6 +565,11 @@ impl TlsStream {
 
     pub fn tcp(&self) -> &TcpStream {
         &self.tcp
+    }
+
+    /// The handshake chose HTTP/2 (ALPN `h2`).
+    pub fn alpn_h2(&self) -> bool {
+        self.lock().conn.alpn_protocol() == Some(b"h2")
     }
 
     /// The socket and the TLS state apart (to park the connection).

@@ -65,14 +65,6 @@ fn span(len: usize) -> usize {
     len.div_ceil(SLOT_DATA).max(1)
 }
 
-/// (slots, buckets, offset of the slots) for a zone of `size` bytes.
-fn geometry(size: usize) -> (usize, usize, usize) {
-    let slots = size.saturating_sub(HEADER + 64) / (size_of::<SessionSlot>() + 4);
-    let buckets = slots.max(1);
-    let slots_off = (HEADER + buckets * 4).div_ceil(64) * 64;
-    (slots, buckets, slots_off)
-}
-
 impl SessionZone {
     /// A new zone of `size` bytes, as a memfd mapped shared.
     pub fn create(name: &str, size: usize) -> Result<SessionZone, ShmError> {
@@ -86,7 +78,8 @@ impl SessionZone {
     }
 
     fn init(name: &str, region: Region) -> Result<SessionZone, ShmError> {
-        let (slots, buckets, slots_off) = geometry(region.len());
+        let (slots, buckets, slots_off) =
+            crate::shm::records::table_geometry(region.len(), HEADER, size_of::<SessionSlot>());
         let z = SessionZone {
             name: name.to_string(),
             region,
@@ -132,32 +125,9 @@ impl SessionZone {
 
     /// The lock, pushing out a dead holder; then the cache is cleared.
     fn lock(&self) -> Option<Guard<'_>> {
-        let h = self.header()?;
-        let pid = std::process::id();
-        let start = std::time::Instant::now();
-        let mut spins = 0u32;
-        loop {
-            if let Some(g) = h.lock.try_lock(pid) {
-                return Some(g);
-            }
-            let holder = h.lock.owner();
-            if holder != 0 && !crate::shm::lock::alive(holder) && h.lock.force_unlock(holder) {
-                // Take it first, so that no one reads while it is cleared.
-                if let Some(g) = h.lock.try_lock(pid) {
-                    self.clear();
-                    return Some(g);
-                }
-                continue;
-            }
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else if start.elapsed() >= LOCK_WAIT {
-                return None;
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        self.header()?
+            .lock
+            .lock_repairing(std::process::id(), LOCK_WAIT, || self.clear())
     }
 
     /// The master, reaping `pid`: true when it held the lock, which is then

@@ -1,4 +1,4 @@
-//! TLS to upstreams, the client side (rustls, ring provider): the client
+//! TLS to upstreams, the client side (rustls, aws-lc-rs provider): the client
 //! config of a location's `proxy_ssl_*` settings, made in each worker, with
 //! session resumption kept per peer address; the upstream's certificate
 //! check as nginx does it (anything goes with `proxy_ssl_verify off`, though
@@ -16,7 +16,7 @@ use rustls::client::{
     ClientConfig, ClientConnection, ResolvesClientCert, Resumption,
     verify_server_cert_signed_by_trust_anchor, verify_server_name,
 };
-use rustls::crypto::{WebPkiSupportedAlgorithms, ring as provider};
+use rustls::crypto::{WebPkiSupportedAlgorithms, aws_lc_rs as provider};
 use rustls::server::ParsedCertificate;
 use rustls::sign::CertifiedKey;
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
@@ -41,6 +41,9 @@ struct Verifier {
     trusted: Option<Arc<TrustedCerts>>,
     depth: u32,
     algs: WebPkiSupportedAlgorithms,
+    /// webpki with `proxy_ssl_crl`'s lists, run after the chain and the
+    /// name passed: it says whether a certificate is revoked.
+    revocation: Option<Arc<dyn ServerCertVerifier>>,
 }
 
 /// A chain longer than `proxy_ssl_verify_depth` allows.
@@ -122,7 +125,7 @@ impl ServerCertVerifier for Verifier {
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
         server_name: &ServerName<'_>,
-        _ocsp: &[u8],
+        ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
         let Some(trusted) = &self.trusted else {
@@ -131,6 +134,9 @@ impl ServerCertVerifier for Verifier {
         let cert = ParsedCertificate::try_from(end_entity)?;
         self.chain(trusted, &cert, intermediates, now)?;
         verify_server_name(&cert, server_name)?;
+        if let Some(r) = &self.revocation {
+            r.verify_server_cert(end_entity, intermediates, server_name, ocsp, now)?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
@@ -205,10 +211,24 @@ pub fn client_config(s: &ProxySsl) -> Result<ClientConfig, rustls::Error> {
             Protocol::Tls13 => &rustls::version::TLS13,
         })
         .collect();
+    let revocation = match (&s.crl, &s.trusted) {
+        (Some(crl), Some(t)) if s.verify => Some(
+            rustls::client::WebPkiServerVerifier::builder_with_provider(
+                t.roots.clone(),
+                Arc::new(provider::default_provider()),
+            )
+            .with_crls(crl.crls.clone())
+            .build()
+            .map_err(|e| rustls::Error::General(e.to_string()))?
+                as Arc<dyn ServerCertVerifier>,
+        ),
+        _ => None,
+    };
     let verifier = Arc::new(Verifier {
         trusted: if s.verify { s.trusted.clone() } else { None },
         depth: s.verify_depth,
         algs: p.signature_verification_algorithms,
+        revocation,
     });
     let b = ClientConfig::builder_with_provider(Arc::new(p))
         .with_protocol_versions(&versions)?
@@ -219,6 +239,12 @@ pub fn client_config(s: &ProxySsl) -> Result<ClientConfig, rustls::Error> {
         None => b.with_no_client_auth(),
     };
     cfg.enable_sni = s.server_name;
+    if let Some(f) = &s.key_log {
+        cfg.key_log = Arc::new(super::tls::NssKeyLog(f.clone()));
+    }
+    if s.h2 {
+        cfg.alpn_protocols = vec![b"h2".to_vec()];
+    }
     cfg.resumption = Resumption::disabled();
     Ok(cfg)
 }
@@ -339,6 +365,9 @@ fn verify_reason(e: &CertificateError) -> String {
         }
         CertificateError::BadSignature => "7:certificate signature failure".into(),
         CertificateError::Revoked => "23:certificate revoked".into(),
+        CertificateError::UnknownRevocationStatus => "3:unable to get certificate CRL".into(),
+        CertificateError::ExpiredRevocationList
+        | CertificateError::ExpiredRevocationListContext { .. } => "12:CRL has expired".into(),
         CertificateError::Other(o) => o.to_string(),
         other => rustls::Error::InvalidCertificate(other.clone())
             .to_string()

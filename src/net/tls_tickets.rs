@@ -6,10 +6,10 @@
 //!
 //! A ticket is `name (16) | nonce (12) | AES-256-GCM(state) with the name
 //! as associated data`; the AEAD key is HKDF-SHA256 of the key's secret
-//! bytes (ring does both). No I/O.
+//! bytes (aws-lc-rs does both). No I/O.
 
-use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
-use ring::rand::{SecureRandom, SystemRandom};
+use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 
 const NAME: usize = 16;
 
@@ -38,7 +38,8 @@ fn key(material: &[u8]) -> Option<Key> {
     }
     let mut name = [0u8; NAME];
     name.copy_from_slice(&material[..NAME]);
-    let prk = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, &[]).extract(&material[NAME..]);
+    let prk =
+        aws_lc_rs::hkdf::Salt::new(aws_lc_rs::hkdf::HKDF_SHA256, &[]).extract(&material[NAME..]);
     let okm = prk
         .expand(&[b"sluice session ticket key"], &AES_256_GCM)
         .ok()?;

@@ -44,7 +44,7 @@ impl ClientAuth {
         if s.verify_client == VerifyClient::Off {
             return Ok(None);
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut hints_store = rustls::RootCertStore::empty();
         for c in &s.client_cas {
             hints_store.add(c.clone())?;
@@ -59,6 +59,7 @@ impl ClientAuth {
             Some(
                 WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                     .allow_unauthenticated()
+                    .with_crls(s.crls.clone())
                     .build()
                     .map_err(|e| rustls::Error::General(e.to_string()))?,
             )
@@ -210,6 +211,9 @@ fn openssl_error(
             (9, "certificate is not yet valid")
         }
         CertificateError::Revoked => (23, "certificate revoked"),
+        CertificateError::UnknownRevocationStatus => (3, "unable to get certificate CRL"),
+        CertificateError::ExpiredRevocationList
+        | CertificateError::ExpiredRevocationListContext { .. } => (12, "CRL has expired"),
         CertificateError::BadSignature => (7, "certificate signature failure"),
         CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. } => {
             (26, "unsupported certificate purpose")
@@ -267,7 +271,8 @@ pub struct ClientCert {
 
 impl ClientCert {
     pub fn new(der: &CertificateDer<'_>) -> ClientCert {
-        let fp = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, der.as_ref());
+        let fp =
+            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY, der.as_ref());
         let mut c = ClientCert {
             fingerprint: hex(fp.as_ref(), false),
             pem: pem(der.as_ref()),

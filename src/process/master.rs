@@ -763,6 +763,16 @@ impl Master {
                         );
                     }
                 }
+                for z in g.shm.limits.values() {
+                    if z.repair(raw) {
+                        crate::log!(
+                            Level::Alert,
+                            "shared memory zone \"{}\" was locked by {}",
+                            z.name,
+                            pid
+                        );
+                    }
+                }
                 for z in g.shm.tls.caches.values() {
                     if z.repair(raw) {
                         crate::log!(

@@ -97,6 +97,45 @@ fn ssl_caches(
     Ok(caches)
 }
 
+/// The `limit_req_zone` and `limit_conn_zone` zones: those of `prev` whose
+/// name and size stay are kept with their state, as nginx keeps a zone
+/// across a reload (a changed size makes a new, empty one, as in nginx); a
+/// kept zone whose key changed is nginx's `[emerg]`.
+fn limit_zones(cfg: &Config, prev: Option<&Shm>) -> Result<crate::net::limit::LimitZones, String> {
+    use crate::conf::limit::ZoneKind;
+    use crate::net::limit::LimitZone;
+    let mut out = crate::net::limit::LimitZones::new();
+    for z in &cfg.limit_zones {
+        let size =
+            usize::try_from(z.size).map_err(|_| format!("zone \"{}\" is too large", z.name))?;
+        let kept = prev
+            .and_then(|p| p.limits.get(&z.name))
+            .filter(|old| old.size() == size);
+        let zone = match kept {
+            Some(old) => {
+                if old.key != z.key_text {
+                    let what = match z.kind {
+                        ZoneKind::Req { .. } => "limit_req",
+                        _ => "limit_conn_zone",
+                    };
+                    return Err(format!(
+                        "{what} \"{}\" uses the \"{}\" key while previously it used the \"{}\" key",
+                        z.name, z.key_text, old.key
+                    ));
+                }
+                old.clone()
+            }
+            None => Arc::new(
+                LimitZone::create(&z.name, size)
+                    .map_err(|e| format!("shared memory zone \"{}\": {e}", z.name))?
+                    .with_key(&z.key_text),
+            ),
+        };
+        out.insert(z.name.clone(), zone);
+    }
+    Ok(out)
+}
+
 /// The generation's shared memory, or `[emerg]` and Err. `prev`: the
 /// running generation's; `tickets`: the master's ticket keys.
 pub(super) fn make_shm(
@@ -125,19 +164,28 @@ pub(super) fn make_shm(
     let caches = ssl_caches(cfg, prev).map_err(|e| {
         crate::log!(Level::Emerg, "{}", e);
     })?;
+    let limits = limit_zones(cfg, prev).map_err(|e| {
+        crate::log!(Level::Emerg, "{}", e);
+    })?;
     Ok(Shm {
         zones,
         stats,
         generation,
         saved: None,
         tls: TlsShared { caches, tickets },
+        limits: Arc::new(limits),
     })
 }
 
 pub(super) fn has_stub_status(http: &crate::conf::model::Http) -> bool {
     fn any(ls: &[crate::conf::model::Location]) -> bool {
+        use crate::conf::model::Handler;
+        // `metrics` and the `api` dashboard show the same counters.
         ls.iter().any(|l| {
-            l.handler == Some(crate::conf::model::Handler::StubStatus) || any(&l.locations)
+            matches!(
+                l.handler,
+                Some(Handler::StubStatus | Handler::Metrics | Handler::Api { .. })
+            ) || any(&l.locations)
         })
     }
     http.servers.iter().any(|s| any(&s.locations))

@@ -56,3 +56,39 @@ pub unsafe fn own_fd(fd: RawFd) -> OwnedFd {
     // SAFETY: the caller's contract above is exactly `from_raw_fd`'s.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
+
+/// `setpriority(PRIO_PROCESS, 0, nice)`: this process's nice value.
+#[allow(unsafe_code)]
+pub fn set_priority(nice: i32) -> nix::Result<()> {
+    // SAFETY: setpriority(2) takes integers only and touches no memory of
+    // this process.
+    let rc = unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, 0, nice) };
+    if rc == -1 {
+        return Err(nix::Error::last());
+    }
+    Ok(())
+}
+
+/// Keeps only the environment variables `keep` accepts, then sets `set`.
+/// Called by a new worker before its runtime starts.
+#[allow(unsafe_code)]
+pub fn set_environment<'a>(
+    keep: impl Fn(&std::ffi::OsStr) -> bool,
+    set: impl Iterator<Item = (&'a str, &'a str)>,
+) {
+    let drop: Vec<std::ffi::OsString> = std::env::vars_os()
+        .map(|(k, _)| k)
+        .filter(|k| !keep(k))
+        .collect();
+    for k in drop {
+        // SAFETY: changing the environment is unsound only while another
+        // thread may read it. A worker calls this right after fork from the
+        // single-threaded master (see `fork`), before its runtime or any
+        // thread starts.
+        unsafe { std::env::remove_var(k) };
+    }
+    for (k, v) in set {
+        // SAFETY: as above, no other thread exists yet.
+        unsafe { std::env::set_var(k, v) };
+    }
+}

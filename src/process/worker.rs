@@ -28,19 +28,62 @@ pub struct Creds {
 /// Exit code for a worker that cannot run at all: the master does not respawn it.
 pub const FATAL: i32 = 2;
 
-fn set_limits(cfg: &Config) -> Result<(), String> {
+/// The worker's limits, priority, CPUs, directory and environment, as
+/// nginx sets them up in a new worker; each failure is logged at
+/// `[alert]` and the worker goes on, as nginx's does.
+fn set_up(cfg: &Config, slot: usize) {
+    use nix::sys::resource::{Resource, setrlimit};
+    let err = |what: String, e: nix::Error| {
+        crate::log!(Level::Alert, "{what} failed ({}: {})", e as i32, e.desc());
+    };
+    let s = &cfg.main.worker_setup;
     if let Some(n) = cfg.main.worker_rlimit_nofile {
-        nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, n).map_err(
-            |e| {
-                format!(
-                    "setrlimit(RLIMIT_NOFILE, {n}) failed ({}: {})",
-                    e as i32,
-                    e.desc()
-                )
-            },
-        )?;
+        if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, n, n) {
+            err(format!("setrlimit(RLIMIT_NOFILE, {n})"), e);
+        }
     }
-    Ok(())
+    if let Some(n) = s.rlimit_core {
+        if let Err(e) = setrlimit(Resource::RLIMIT_CORE, n, n) {
+            err(format!("setrlimit(RLIMIT_CORE, {n})"), e);
+        }
+    }
+    if let Some(p) = s.priority {
+        if let Err(e) = super::sys::set_priority(p) {
+            err(format!("setpriority({p})"), e);
+        }
+    }
+    if let Some(a) = &s.affinity {
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = a.cpus_for(slot, online);
+        let mut set = nix::sched::CpuSet::new();
+        for &c in &cpus {
+            crate::log!(Level::Notice, "sched_setaffinity(): using cpu #{c}");
+            if let Err(e) = set.set(c) {
+                err(format!("CPU #{c}"), e);
+            }
+        }
+        if !cpus.is_empty() {
+            if let Err(e) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
+                err("sched_setaffinity()".into(), e);
+            }
+        }
+    }
+    if let Some(dir) = &s.working_directory {
+        if let Err(e) = nix::unistd::chdir(dir.as_path()) {
+            err(format!("chdir(\"{}\")", dir.display()), e);
+        }
+    }
+    set_environment(&s.env);
+}
+
+/// What a worker keeps of the environment: `TZ` and the `env` names, with
+/// the values `env NAME=VALUE` gives, as nginx's workers.
+fn set_environment(env: &[(String, Option<String>)]) {
+    super::sys::set_environment(
+        |k| k == "TZ" || env.iter().any(|(n, _)| k == n.as_str()),
+        env.iter()
+            .filter_map(|(k, v)| v.as_deref().map(|v| (k.as_str(), v))),
+    );
 }
 
 fn drop_privileges(creds: &Creds) -> Result<(), String> {
@@ -62,9 +105,7 @@ pub fn run(
     shm: crate::http::status::Shm,
     slot: usize,
 ) -> i32 {
-    if let Err(e) = set_limits(&cfg) {
-        crate::log!(Level::Alert, "{}", e);
-    }
+    set_up(&cfg, slot);
     if let Some(c) = &creds {
         if let Err(e) = drop_privileges(c) {
             crate::log!(Level::Emerg, "{}", e);
@@ -144,6 +185,7 @@ async fn serve(
         next_conn.clone(),
         slots.clone(),
         shm.tls.clone(),
+        shm.limits.clone(),
     ));
     let mut server = tokio::spawn(async move {
         http::serve(cfg, listeners, phase_rx, next_conn, slots, shm, slot).await;

@@ -72,6 +72,40 @@ impl PidLock {
         }
     }
 
+    /// As `lock`, but when it had to push out a holder that no longer
+    /// exists, `repair` runs first, with the lock held, so that no one sees
+    /// what the dead holder left half written.
+    pub fn lock_repairing(
+        &self,
+        pid: u32,
+        limit: Duration,
+        repair: impl FnOnce(),
+    ) -> Option<Guard<'_>> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if let Some(g) = self.try_lock(pid) {
+                return Some(g);
+            }
+            let holder = self.owner();
+            if holder != 0 && !alive(holder) && self.force_unlock(holder) {
+                if let Some(g) = self.try_lock(pid) {
+                    repair();
+                    return Some(g);
+                }
+                continue;
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else if start.elapsed() >= limit {
+                return None;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// The pid holding the lock, 0 when free.
     pub fn owner(&self) -> u32 {
         self.owner.load(Ordering::Acquire)

@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU16, AtomicU32, AtomicU64};
 
 pub use lease::Lease;
 pub use lock::{Guard, PidLock};
@@ -33,6 +33,9 @@ pub unsafe trait Shared: Sync {}
 // SAFETY: atomics are valid when zero and safe to share and mutate.
 #[allow(unsafe_code)]
 unsafe impl Shared for AtomicU8 {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl Shared for AtomicU16 {}
 // SAFETY: as above.
 #[allow(unsafe_code)]
 unsafe impl Shared for AtomicU32 {}

@@ -3,13 +3,13 @@
 //! time. Here because implementing [`Shared`] is the unsafe promise this
 //! module keeps; the logic over them is `upstream::zone`.
 
-use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU16, AtomicU32, AtomicU64};
 
 use super::{Lease, PidLock, SeqLock, Shared};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SLUICEZN");
 /// Bumped whenever a record here changes shape.
-pub const LAYOUT: u32 = 2;
+pub const LAYOUT: u32 = 3;
 /// Longest upstream name a zone records.
 pub(crate) const NAME_MAX: usize = 64;
 pub(crate) const BACKUP: u32 = 1;
@@ -43,6 +43,8 @@ pub(crate) struct Header {
     pub(crate) unlinked: AtomicU32,
     /// The resolver lease: the one worker that resolves this zone's names.
     pub(crate) lease: Lease,
+    /// The health-check lease: the one worker that checks this zone's peers.
+    pub(crate) hc_lease: Lease,
 }
 
 #[repr(C)]
@@ -118,7 +120,9 @@ pub struct PeerLive {
     pub received: AtomicU64,
     /// Times it became unavailable (`max_fails` reached).
     pub unavail: AtomicU32,
-    _pad: AtomicU32,
+    /// Active health checks' verdict: 0 not checked yet, 1 healthy,
+    /// 2 unhealthy (see `upstream::health`).
+    pub health: AtomicU32,
     /// Total milliseconds unavailable so far, and since when (0: available).
     pub downtime: AtomicU64,
     pub down_since: AtomicU64,
@@ -130,13 +134,40 @@ pub struct PeerLive {
     pub created_sum: AtomicU64,
     pub oldest: AtomicU64,
     pub recycled: AtomicU64,
+    /// Active health checks' counters and runs.
+    pub hc: HealthLive,
+}
+
+/// A peer's active health-check record: written by the checking worker,
+/// read by every worker and the API.
+#[repr(C)]
+#[derive(Default, Debug)]
+pub struct HealthLive {
+    pub checks: AtomicU64,
+    pub fails: AtomicU64,
+    /// Times it became unhealthy.
+    pub unhealthy: AtomicU64,
+    /// Since when it is unhealthy (monotonic ms, 0: it is not), and the
+    /// total milliseconds of earlier stretches.
+    pub downstart: AtomicU64,
+    pub downtime: AtomicU64,
+    /// Consecutive failed and passed checks.
+    pub fail_run: AtomicU32,
+    pub pass_run: AtomicU32,
+    /// 1 when the last check passed, 0 when it failed or none ran.
+    pub last_passed: AtomicU32,
+    _pad: AtomicU32,
+    /// When it last came back (healthy again, or available again after
+    /// `max_fails`), for `slow_start` (monotonic ms, 0: never).
+    pub recovered: AtomicU64,
 }
 
 // SAFETY: repr(C), atomics only.
 #[allow(unsafe_code)]
 unsafe impl Shared for PeerLive {}
 
-const _: () = assert!(std::mem::size_of::<PeerLive>() == 176);
+const _: () = assert!(std::mem::size_of::<HealthLive>() == 64);
+const _: () = assert!(std::mem::size_of::<PeerLive>() == 240);
 
 impl PeerLive {
     pub fn with_weight(weight: i64) -> PeerLive {
@@ -185,11 +216,11 @@ unsafe impl Shared for ServerRec {}
 #[allow(unsafe_code)]
 unsafe impl Shared for PeerSlot {}
 
-const _: () = assert!(size_of::<Header>() == 96);
+const _: () = assert!(size_of::<Header>() == 120);
 const _: () = assert!(size_of::<Ack>() == 16);
 const _: () = assert!(size_of::<UpstreamRec>() == 112);
 const _: () = assert!(size_of::<ServerRec>() == 376);
-const _: () = assert!(size_of::<PeerSlot>() == 240);
+const _: () = assert!(size_of::<PeerSlot>() == 304);
 
 /// Connection and request counters every worker adds to, for `stub_status`.
 #[repr(C)]
@@ -258,3 +289,83 @@ unsafe impl Shared for SessionSlot {}
 
 const _: () = assert!(size_of::<SessionHeader>() == 32);
 const _: () = assert!(size_of::<SessionSlot>() == 256);
+
+/// The records of a `limit_req_zone` or `limit_conn_zone` (the logic is
+/// `net::limit`): a header, a table of buckets (`AtomicU32`, the first
+/// slot of a chain + 1), then the slots, one per key.
+pub const LIMIT_MAGIC: u64 = u64::from_le_bytes(*b"SLUICELZ");
+pub const LIMIT_LAYOUT: u32 = 1;
+/// Key bytes a slot keeps; a longer key is known by its hash, its length
+/// and these first bytes.
+pub const LIMIT_KEY_WORDS: usize = 8;
+/// Processes that may hold `limit_conn` counts in one zone at once (the
+/// workers of the running generation and of those still draining); the
+/// last column is shared by any further ones.
+pub const LIMIT_HOLDERS: usize = 32;
+
+#[repr(C)]
+pub struct LimitHeader {
+    pub magic: AtomicU64,
+    pub layout: AtomicU32,
+    pub slots: AtomicU32,
+    pub buckets: AtomicU32,
+    /// Held by the process that reads or changes the table.
+    pub lock: PidLock,
+    /// Least and most recently used slots (index + 1; 0: none), linked
+    /// through `LimitSlot::older`/`newer`.
+    pub oldest: AtomicU32,
+    pub newest: AtomicU32,
+    /// Free slots, linked through `LimitSlot::chain` (index + 1).
+    pub free: AtomicU32,
+    /// Slots never used yet, from the end: the pages stay untouched until
+    /// keys need them.
+    pub fresh: AtomicU32,
+    pub used: AtomicU32,
+    pub _pad: AtomicU32,
+    /// The pid each `limit_conn` column belongs to (0: free).
+    pub holders: [AtomicU32; LIMIT_HOLDERS],
+}
+
+#[repr(C)]
+pub struct LimitSlot {
+    pub hash: AtomicU64,
+    /// `limit_req`: when the key was last accounted (CLOCK_MONOTONIC ms,
+    /// 0: not yet) and its excess in thousandths of a request.
+    pub last: AtomicU64,
+    pub excess: AtomicU64,
+    pub key_len: AtomicU32,
+    /// `limit_req`: requests between their lookup and their accounting
+    /// (such a slot is not evicted).
+    pub count: AtomicU32,
+    pub older: AtomicU32,
+    pub newer: AtomicU32,
+    /// The next slot in its bucket's chain, or in the free list.
+    pub chain: AtomicU32,
+    /// 1: holds a key.
+    pub used: AtomicU32,
+    pub key: [AtomicU64; LIMIT_KEY_WORDS],
+    /// `limit_conn`: connections each holder has open for the key.
+    pub conns: [AtomicU16; LIMIT_HOLDERS],
+    pub _pad: [AtomicU64; 2],
+}
+
+// SAFETY: repr(C), atomics only.
+#[allow(unsafe_code)]
+unsafe impl Shared for LimitHeader {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl Shared for LimitSlot {}
+
+const _: () = assert!(size_of::<LimitHeader>() == 176);
+const _: () = assert!(size_of::<LimitSlot>() == 192);
+
+/// How a keyed table zone (the TLS session cache, the limit zones) lays
+/// out `size` bytes: a `header`, one `u32` bucket per slot, then the
+/// 64-byte-aligned slots of `slot` bytes. (slots, buckets, offset of the
+/// slots).
+pub fn table_geometry(size: usize, header: usize, slot: usize) -> (usize, usize, usize) {
+    let slots = size.saturating_sub(header + 64) / (slot + 4);
+    let buckets = slots.max(1);
+    let slots_off = (header + buckets * 4).div_ceil(64) * 64;
+    (slots, buckets, slots_off)
+}

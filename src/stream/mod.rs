@@ -47,6 +47,8 @@ struct Shared {
     tls: Vec<Option<ssl::Config>>,
     /// Client configurations for `proxy_ssl`.
     upstream_tls: Arc<crate::net::tls_client::Clients>,
+    /// `limit_conn_zone` zones.
+    limits: Arc<crate::net::limit::LimitZones>,
 }
 
 /// Serves the stream listeners until the phase leaves `Running`, then waits
@@ -62,6 +64,7 @@ pub async fn serve(
     next_conn: Arc<AtomicU64>,
     slots: Arc<Slots>,
     tls: crate::net::tls::TlsShared,
+    limits: Arc<crate::net::limit::LimitZones>,
 ) {
     let Some(stream) = cfg.stream.as_ref() else {
         return;
@@ -75,6 +78,7 @@ pub async fn serve(
         dns: crate::upstream::dns::Cache::new(),
         tls: ssl::configs(stream, &tls),
         upstream_tls: Arc::new(crate::net::tls_client::Clients::new()),
+        limits,
     });
     if !zones.is_empty() {
         crate::upstream::resolve::start_upkeep(&shared.upstreams, slot, saved);
@@ -88,7 +92,11 @@ pub async fn serve(
             .servers
             .get(server)
             .is_some_and(|s| ssl::is_ssl(s, &l.addr));
-        accepts.spawn(accept_loop(l, server, tls, shared.clone()));
+        let pp = stream
+            .servers
+            .get(server)
+            .is_some_and(|s| ssl::listen_has(s, &l.addr, |l| l.proxy_protocol));
+        accepts.spawn(accept_loop(l, server, Flags { tls, pp }, shared.clone()));
     }
     running(&mut phase).await;
     wind_down(
@@ -126,7 +134,16 @@ pub fn is_stream_listener(cfg: &Config, addr: &ListenAddr) -> bool {
         .is_some_and(|st| server_for(&st.servers, addr).is_some())
 }
 
-async fn accept_loop(l: Listener, server: usize, tls: bool, shared: Arc<Shared>) {
+/// What a listener's connections start with.
+#[derive(Clone, Copy)]
+struct Flags {
+    /// A TLS handshake (`listen ... ssl`).
+    tls: bool,
+    /// A PROXY protocol header (`listen ... proxy_protocol`), before TLS.
+    pp: bool,
+}
+
+async fn accept_loop(l: Listener, server: usize, flags: Flags, shared: Arc<Shared>) {
     let listen = l.addr.to_string();
     let Some(sock) = Sock::adopt(l) else {
         return;
@@ -139,6 +156,8 @@ async fn accept_loop(l: Listener, server: usize, tls: bool, shared: Arc<Shared>)
         let session = Session {
             number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
             remote,
+            peer: remote,
+            proxy: None,
             local,
             listen: listen.clone(),
             start: Instant::now(),
@@ -150,11 +169,13 @@ async fn accept_loop(l: Listener, server: usize, tls: bool, shared: Arc<Shared>)
             maps: Default::default(),
             tls: None,
             preread: None,
+            limit_status: None,
+            holds: Vec::new(),
         };
         let shared2 = shared.clone();
         tokio::spawn(async move {
             let (_permit, _guard) = (permit, guard);
-            run(io, session, server, tls, &shared2).await;
+            run(io, session, server, flags, &shared2).await;
         });
     }
 }
@@ -162,7 +183,13 @@ async fn accept_loop(l: Listener, server: usize, tls: bool, shared: Arc<Shared>)
 /// One client session, and what its access log line says.
 struct Session {
     number: u64,
+    /// The client: the peer, or the address its PROXY protocol header
+    /// names when the peer is trusted (`set_real_ip_from`).
     remote: Option<SocketAddr>,
+    /// The peer itself (`$realip_remote_addr`, `_port`).
+    peer: Option<SocketAddr>,
+    /// What its PROXY protocol header said.
+    proxy: Option<Box<crate::net::proxy_protocol::Addrs>>,
     local: Option<SocketAddr>,
     listen: String,
     start: Instant,
@@ -180,6 +207,17 @@ struct Session {
     tls: Option<Box<crate::net::tls::Details>>,
     /// What `ssl_preread` read of the ClientHello.
     preread: Option<crate::net::preread::Hello>,
+    /// `$limit_conn_status`, and the counts the session holds.
+    limit_status: Option<&'static str>,
+    holds: Vec<(Arc<crate::net::limit::LimitZone>, crate::net::limit::Held)>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for (z, h) in self.holds.drain(..) {
+            z.conn_release(h);
+        }
+    }
 }
 
 impl Evaluator for Session {
@@ -234,6 +272,12 @@ impl Session {
     fn var(&self, v: &Var) -> String {
         match v {
             Var::RemoteAddr => self.client(),
+            // The address's bytes, one char each (as `http::vars`).
+            Var::BinaryRemoteAddr => match self.remote.map(|a| a.ip()) {
+                Some(std::net::IpAddr::V4(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
+                Some(std::net::IpAddr::V6(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
+                None => String::new(),
+            },
             Var::RemotePort => self
                 .remote
                 .map(|a| a.port().to_string())
@@ -276,11 +320,38 @@ impl Session {
             Var::SslPrereadServerName => self.hello(|h| &h.server_name),
             Var::SslPrereadAlpnProtocols => self.hello(|h| &h.alpn),
             Var::SslPrereadProtocol => self.hello(|h| h.protocol),
+            Var::LimitConnStatus => self.limit_status.unwrap_or_default().to_string(),
+            Var::RealipRemoteAddr => self
+                .peer
+                .map(|a| a.ip().to_string())
+                .unwrap_or_else(|| "unix:".into()),
+            Var::RealipRemotePort => self.peer.map(|a| a.port().to_string()).unwrap_or_default(),
+            Var::ProxyProtocolAddr => self.pp(|p| p.src_addr.clone()),
+            Var::ProxyProtocolPort => self.pp(|p| p.src_port.to_string()),
+            Var::ProxyProtocolServerAddr => self.pp(|p| p.dst_addr.clone()),
+            Var::ProxyProtocolServerPort => self.pp(|p| p.dst_port.to_string()),
+            Var::ProxyProtocolTlv(k) => match self.proxy.as_ref().map(|p| p.tlv(*k)) {
+                None | Some(Ok(None)) => String::new(),
+                Some(Ok(Some(v))) => String::from_utf8_lossy(&v).into_owned(),
+                Some(Err(_)) => {
+                    crate::log_conn!(
+                        crate::log::Level::Error,
+                        self.number,
+                        "broken PROXY protocol TLV{}",
+                        self.short_context()
+                    );
+                    String::new()
+                }
+            },
             Var::Map(m) => crate::conf::map::value(self, m),
             // A named capture of a map regex.
             Var::User(n) => self.maps.named(n).unwrap_or_default(),
             _ => String::new(),
         }
+    }
+
+    fn pp(&self, f: impl Fn(&crate::net::proxy_protocol::Addrs) -> String) -> String {
+        self.proxy.as_deref().map(f).unwrap_or_default()
     }
 
     fn hello(&self, f: impl Fn(&crate::net::preread::Hello) -> &str) -> String {
@@ -301,6 +372,18 @@ impl Session {
     fn log(&self, logs: &[crate::conf::loc::AccessLog]) {
         use crate::conf::loc::Escape;
         for l in logs {
+            if let Some(c) = &l.cond {
+                let mut v = String::new();
+                for seg in &c.segments {
+                    match seg {
+                        Segment::Lit(s) => v.push_str(s),
+                        Segment::Var(var) => v.push_str(&self.var(var)),
+                    }
+                }
+                if v.is_empty() || v == "0" {
+                    continue;
+                }
+            }
             let Some(file) = crate::log::files::get(&l.path) else {
                 continue;
             };
@@ -331,7 +414,7 @@ fn secs(d: Duration) -> String {
     format!("{}.{:03}", d.as_secs(), d.subsec_millis())
 }
 
-async fn run(mut client: Stream, mut s: Session, server: usize, tls: bool, shared: &Shared) {
+async fn run(mut client: Stream, mut s: Session, server: usize, flags: Flags, shared: &Shared) {
     let Some(conf) = shared
         .cfg
         .stream
@@ -340,8 +423,27 @@ async fn run(mut client: Stream, mut s: Session, server: usize, tls: bool, share
     else {
         return;
     };
-    // nginx's phases: ssl, then preread, then content.
-    if tls {
+    // The PROXY protocol header comes before the session's phases; then
+    // nginx's phases: post-accept (realip), preaccess (limit_conn), access,
+    // ssl, preread, content.
+    if flags.pp && !proxy_protocol(&mut client, &mut s, conf).await {
+        return end(&mut s, conf);
+    }
+    if !limit_conn(&mut s, conf, shared) {
+        s.status = 503;
+        return end(&mut s, conf);
+    }
+    if crate::conf::allow::allowed(&conf.access, s.remote.map(|a| a.ip())) == Some(false) {
+        crate::log_conn!(
+            crate::log::Level::Error,
+            s.number,
+            "access forbidden by rule{}",
+            s.short_context()
+        );
+        s.status = 403;
+        return end(&mut s, conf);
+    }
+    if flags.tls {
         let config = shared.tls.get(server).and_then(Option::as_ref);
         match ssl::handshake(client, &mut s, conf, config).await {
             Some(c) => client = c,
@@ -371,6 +473,122 @@ async fn run(mut client: Stream, mut s: Session, server: usize, tls: bool, share
         }
     }
     end(&mut s, conf);
+}
+
+/// Reads the PROXY protocol header within `proxy_protocol_timeout`, and
+/// applies the realip module: a trusted peer's header names the client.
+/// False (logged, status set as nginx) to end the session.
+async fn proxy_protocol(client: &mut Stream, s: &mut Session, conf: &StreamServer) -> bool {
+    use crate::net::proxy_protocol::{Outcome, read};
+    match read(client, conf.proxy_protocol_timeout).await {
+        Outcome::Done(addrs) => s.proxy = addrs.map(Box::new),
+        Outcome::Broken(b) => {
+            if b.logged() {
+                crate::log_conn!(
+                    crate::log::Level::Error,
+                    s.number,
+                    "{} while reading PROXY protocol{}",
+                    b,
+                    s.short_context()
+                );
+            }
+            s.status = 400;
+            return false;
+        }
+        Outcome::Closed => {
+            s.status = 400;
+            return false;
+        }
+        Outcome::TimedOut => {
+            crate::log_conn!(
+                crate::log::Level::Info,
+                s.number,
+                "client timed out (110: Connection timed out) while reading PROXY protocol{}",
+                s.short_context()
+            );
+            return false;
+        }
+    }
+    let trusted = conf
+        .set_real_ip_from
+        .iter()
+        .any(|t| t.contains(s.peer.map(|a| a.ip())));
+    if trusted {
+        if let Some(p) = &s.proxy {
+            if let Ok(ip) = p.src_addr.parse::<std::net::IpAddr>() {
+                s.remote = Some(SocketAddr::new(ip, p.src_port));
+            }
+        }
+    }
+    true
+}
+
+/// nginx's stream `limit_conn`: false to close the session (503).
+fn limit_conn(s: &mut Session, conf: &StreamServer, shared: &Shared) -> bool {
+    use crate::net::limit::Acquire;
+    for l in &conf.limit_conn {
+        let (Some(zone), Some(spec)) = (
+            shared.limits.get(&l.zone),
+            shared.cfg.limit_zones.iter().find(|z| z.name == l.zone),
+        ) else {
+            continue;
+        };
+        let key = s.eval(&spec.key);
+        if key.is_empty() {
+            continue;
+        }
+        if key.len() > 255 {
+            crate::log_conn!(
+                crate::log::Level::Error,
+                s.number,
+                "the value of the \"{}\" key is more than 255 bytes: \"{}\"{}",
+                spec.key_text,
+                key,
+                s.short_context()
+            );
+            continue;
+        }
+        s.limit_status = Some("PASSED");
+        let busy = match zone.conn_acquire(key.as_bytes(), l.conn) {
+            Acquire::Held(h) => {
+                s.holds.push((zone.clone(), h));
+                continue;
+            }
+            Acquire::Skipped => continue,
+            Acquire::Busy => true,
+            Acquire::NoMemory => false,
+        };
+        if busy {
+            crate::log_conn!(
+                conf.limit_conn_log_level,
+                s.number,
+                "limiting connections{} by zone \"{}\"{}",
+                if conf.limit_conn_dry_run {
+                    ", dry run,"
+                } else {
+                    ""
+                },
+                l.zone,
+                s.short_context()
+            );
+        } else {
+            crate::log!(
+                crate::log::Level::Crit,
+                "ngx_slab_alloc() failed: no memory in limit_conn zone \"{}\"",
+                l.zone
+            );
+        }
+        for (z, h) in s.holds.drain(..) {
+            z.conn_release(h);
+        }
+        if conf.limit_conn_dry_run {
+            s.limit_status = Some("REJECTED_DRY_RUN");
+            return true;
+        }
+        s.limit_status = Some("REJECTED");
+        return false;
+    }
+    true
 }
 
 /// The session's end: its access log lines.
@@ -430,6 +648,7 @@ async fn proxy(
                     t.close_notify();
                 }
             }
+            c.held.account(s.copied.ab, s.copied.ba);
             c.held.finish(Outcome::Ok);
         }
     }
@@ -543,6 +762,9 @@ async fn connect(
     let plain = Plain {
         timeout: conf.proxy_connect_timeout,
         tls,
+        proxy_protocol: conf
+            .proxy_protocol
+            .then(|| crate::net::proxy_protocol::v1_header(s.remote, s.local).into()),
     };
     let c = attempts.connect(&plain, s).await.ok()?;
     s.attempts

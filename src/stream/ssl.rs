@@ -53,12 +53,22 @@ pub(super) fn configs(stream: &StreamConf, shared: &TlsShared) -> Vec<Option<Con
 
 /// Whether connections to `addr` (a listener of `server`) speak TLS.
 pub(super) fn is_ssl(server: &StreamServer, addr: &ListenAddr) -> bool {
+    listen_has(server, addr, |l| l.ssl)
+}
+
+/// Whether a `listen` of `server` for `addr` (or its port, bound as a
+/// wildcard) has a parameter.
+pub(super) fn listen_has(
+    server: &StreamServer,
+    addr: &ListenAddr,
+    has: impl Fn(&crate::conf::model::Listen) -> bool,
+) -> bool {
     let port = |a: &ListenAddr| match a {
         ListenAddr::Inet(a) => Some(a.port()),
         ListenAddr::Unix(_) => None,
     };
     server.listen.iter().any(|l| {
-        l.ssl && (&l.addr == addr || (port(&l.addr).is_some() && port(&l.addr) == port(addr)))
+        has(l) && (&l.addr == addr || (port(&l.addr).is_some() && port(&l.addr) == port(addr)))
     })
 }
 
@@ -75,9 +85,12 @@ pub(super) async fn handshake(
     };
     let mut auth = None;
     let accept = crate::net::tls::accept(tcp, |_| {
-        let (c, a) = config?.clone();
+        if conf.ssl.reject_handshake {
+            return Err(HandshakeError::Rejected);
+        }
+        let (c, a) = config.ok_or(HandshakeError::NoCertificate)?.clone();
         auth = a;
-        Some(c)
+        Ok(c)
     });
     let why = match tokio::time::timeout(conf.ssl.handshake_timeout, accept).await {
         Ok(Ok(t)) => {

@@ -167,6 +167,9 @@ pub trait Connector {
 pub struct Plain {
     pub timeout: Duration,
     pub tls: Option<super::tls::Tls>,
+    /// A PROXY protocol header to send first (`proxy_protocol on`), before
+    /// any TLS, on every connection opened.
+    pub proxy_protocol: Option<Arc<[u8]>>,
 }
 
 impl Connector for Plain {
@@ -182,10 +185,22 @@ impl Connector for Plain {
     ) -> impl Future<Output = Result<Stream, Failure>> + Send + 'static {
         let timeout = self.timeout;
         let tls = self.tls.clone();
+        let header = self.proxy_protocol.clone();
         async move {
             let s = crate::net::stream::connect(&addr, timeout)
                 .await
                 .map_err(|e| Failure::connect(&addr, e))?;
+            if let Some(h) = header {
+                s.write_all_ref(&h, timeout).await.map_err(|e| {
+                    Failure::upstream(
+                        Kind::Error,
+                        format!(
+                            "could not send PROXY protocol header ({})",
+                            crate::log::errno_text(&e)
+                        ),
+                    )
+                })?;
+            }
             match tls {
                 None => Ok(s),
                 Some(t) => t.handshake(&addr, s, timeout).await,
@@ -250,6 +265,16 @@ impl Held {
 
     /// The attempt ended well (or its end was not the peer's doing):
     /// releases the peer with `outcome`, which counts no failure.
+    /// Adds a session's bytes to the peer's counters (the API's `sent` and
+    /// `received`).
+    pub fn account(&self, sent: u64, received: u64) {
+        let live = &self.snap.get(self.id).live;
+        live.sent
+            .fetch_add(sent, std::sync::atomic::Ordering::Relaxed);
+        live.received
+            .fetch_add(received, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn finish(mut self, outcome: Outcome) {
         self.armed = false;
         self.snap.release(self.id, outcome, now_ms());
@@ -306,13 +331,17 @@ pub struct Attempts {
     addr_key: Vec<u8>,
     first: bool,
     number: u64,
+    /// How long `new` waited for a name's first answer.
+    pub queued: std::time::Duration,
 }
 
 impl Attempts {
     /// Takes the request's snapshot (waiting, bounded, for a name's first
     /// answer) and its balancer key.
     pub async fn new(ups: &Arc<UpstreamRt>, policy: Policy, who: &impl Requester) -> Attempts {
+        let waiting = Instant::now();
         let snap = ups.peers_ready().await;
+        let queued = waiting.elapsed();
         let n = snap.count();
         let tries_left = match policy.tries {
             0 => n,
@@ -345,6 +374,7 @@ impl Attempts {
             addr_key,
             first: true,
             number: who.number(),
+            queued,
         }
     }
 

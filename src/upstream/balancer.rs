@@ -269,7 +269,7 @@ impl Peers {
             // Ties from the first best on go to smooth weighted round robin.
             let (bc, bw) = (i64::from(self.primary[b].conns()), self.primary[b].weight);
             let first = b;
-            if let Some(t) = smooth_pick(&self.primary, |i, p| {
+            if let Some(t) = smooth_pick(&self.primary, now, |i, p| {
                 i >= first
                     && !tried.has(PeerId {
                         backup: false,
@@ -339,7 +339,7 @@ impl Peers {
         });
         loop {
             let server = self.points[pos % n].1;
-            let pick = smooth_pick(&self.primary, |i, p| {
+            let pick = smooth_pick(&self.primary, now, |i, p| {
                 p.server == server
                     && !tried.has(PeerId {
                         backup: false,

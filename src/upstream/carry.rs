@@ -1,6 +1,7 @@
 //! What a new generation takes over from the one before, at a reload or a
 //! binary upgrade: each `resolve` line's peers and its answer's expiry
-//! (nginx's preresolve), and `pick_first`'s choice. The master calls it
+//! (nginx's preresolve), `pick_first`'s choice and the active health
+//! checks' verdicts. The master calls it
 //! after building the new zones and before the state files seed what is
 //! left (`state.rs`).
 
@@ -69,7 +70,67 @@ pub fn preresolve(
         }
     }
     carry_choices(new, nb, old, ob);
+    carry_health(new, nb, old, ob);
     carried
+}
+
+/// Active health checks across a reload or an upgrade: a peer of a
+/// checked upstream that the old generation had checked keeps its verdict
+/// and counters, except under `mandatory` without `persistent`, where
+/// every peer starts in `checking` again (NGINX Plus's rule).
+fn carry_health(new: &Zones, nb: &[&UpstreamBlocks], old: &Zones, ob: &[&UpstreamBlocks]) {
+    for (name, z) in new {
+        let Some(oz) = old.get(name) else { continue };
+        for (i, up_name) in z.upstream_names().iter().enumerate() {
+            let (Some(nu), Some(ou), Some(j)) = (
+                zone_upstream(nb, name, up_name),
+                zone_upstream(ob, name, up_name),
+                oz.upstream(up_name),
+            ) else {
+                continue;
+            };
+            let Some(hc) = &nu.health else { continue };
+            if hc.mandatory && !hc.persistent {
+                continue;
+            }
+            let (Some(before), Some(now)) = (oz.snapshot(j, ou), z.snapshot(i, nu)) else {
+                continue;
+            };
+            let was = |p: &super::peers::Peer| {
+                before
+                    .primary
+                    .iter()
+                    .chain(before.backup.iter())
+                    .find(|o| o.addr == p.addr)
+                    .map(|o| o.live.clone())
+            };
+            for p in now.primary.iter().chain(now.backup.iter()) {
+                let Some(o) = was(p) else { continue };
+                let state = o.health.load(Relaxed);
+                if state == super::health::UNCHECKED {
+                    continue;
+                }
+                let (a, b) = (&o.hc, &p.live.hc);
+                for (from, to) in [
+                    (&a.checks, &b.checks),
+                    (&a.fails, &b.fails),
+                    (&a.unhealthy, &b.unhealthy),
+                    (&a.downstart, &b.downstart),
+                    (&a.downtime, &b.downtime),
+                ] {
+                    to.store(from.load(Relaxed), Relaxed);
+                }
+                for (from, to) in [
+                    (&a.fail_run, &b.fail_run),
+                    (&a.pass_run, &b.pass_run),
+                    (&a.last_passed, &b.last_passed),
+                ] {
+                    to.store(from.load(Relaxed), Relaxed);
+                }
+                p.live.health.store(state, Relaxed);
+            }
+        }
+    }
 }
 
 /// `pick_first` across a reload or an upgrade: a new zone upstream whose

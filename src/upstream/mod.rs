@@ -12,6 +12,8 @@ pub mod clock;
 mod crc32;
 pub mod dns;
 pub mod h1conn;
+pub mod h2set;
+pub mod health;
 pub mod peer_list;
 pub mod peers;
 pub mod pool;
@@ -54,6 +56,8 @@ pub struct UpstreamRt {
     pool: Mutex<Pool>,
     /// The connections this worker has open to each peer.
     pub reg: Arc<Registry>,
+    /// Its HTTP/2 connections (`grpc_pass`, `proxy_http_version 2`).
+    pub h2: Arc<h2set::H2Sets>,
 }
 
 impl UpstreamRt {
@@ -81,10 +85,12 @@ impl UpstreamRt {
             servers: vec![server],
             balancer: Balancer::RoundRobin,
             keepalive: Keepalive::off(),
+            ping: None,
             zone: None,
             resolver: None,
             state: None,
             implicit: true,
+            health: None,
             src: crate::conf::Src {
                 file: None,
                 line: 0,
@@ -118,6 +124,7 @@ impl UpstreamRt {
             }),
             pool: Mutex::new(pool),
             reg: Arc::new(Registry::default()),
+            h2: Arc::new(h2set::H2Sets::default()),
         }
     }
 
@@ -209,6 +216,7 @@ impl UpstreamRt {
             .prune(std::time::Instant::now(), &self.reg, &peers, |a| {
                 peers.find(a)
             });
+        self.h2.prune(|a| peers.find(a));
         self.reg.restate(&peers);
         peers
     }
@@ -255,6 +263,11 @@ impl Upstreams {
             if let Some(z) = u.zone() {
                 if u.cfg.servers.iter().any(|s| s.resolve) {
                     if let Some(l) = z.lease() {
+                        l.hold(me, now, resolve::LEASE_STALE);
+                    }
+                }
+                if u.cfg.health.is_some() {
+                    if let Some(l) = z.hc_lease() {
                         l.hold(me, now, resolve::LEASE_STALE);
                     }
                 }

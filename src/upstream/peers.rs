@@ -76,6 +76,10 @@ pub struct Peer {
     pub max_conns: u32,
     pub down: bool,
     pub backup: bool,
+    /// `health_check ... mandatory`: not used before its first check passed.
+    pub hc_mandatory: bool,
+    /// `slow_start=` (0: off).
+    pub slow_start: Ms,
     pub live: Live,
 }
 
@@ -97,14 +101,36 @@ impl Peer {
             && now.saturating_sub(checked) <= self.fail_timeout
     }
 
-    /// Neither `down` nor failed (`max_conns` aside).
+    /// Neither `down` nor failed nor kept out by health checks
+    /// (`max_conns` aside).
     pub fn alive(&self, now: Ms) -> bool {
-        !self.down && !self.failed(now)
+        !self.down && !self.failed(now) && self.health_ok()
     }
 
     pub(super) fn usable(&self, now: Ms) -> bool {
         let full = self.max_conns > 0 && self.conns() >= self.max_conns;
-        !(self.down || full || self.failed(now))
+        !(self.down || full || self.failed(now)) && self.health_ok()
+    }
+
+    /// What the active health checks say: unhealthy peers get no traffic,
+    /// nor (with `mandatory`) peers not checked yet.
+    pub fn health_ok(&self) -> bool {
+        match self.live.health.load(Relaxed) {
+            super::health::UNHEALTHY => false,
+            super::health::UNCHECKED => !self.hc_mandatory,
+            _ => true,
+        }
+    }
+
+    /// `slow_start`: within that time after it came back, its weight grows
+    /// from 1 in proportion to the time passed.
+    pub(super) fn slowed(&self, weight: i64, now: Ms) -> i64 {
+        let back = self.live.hc.recovered.load(Relaxed);
+        let since = now.saturating_sub(back);
+        if self.slow_start == 0 || back == 0 || since >= self.slow_start {
+            return weight;
+        }
+        (weight * since as i64 / self.slow_start as i64).max(1)
     }
 
     /// nginx: a pick opens a new failure window once the last one is over.
@@ -122,7 +148,11 @@ impl Peer {
 /// With the state in a zone, two workers may pick at once: every step is an
 /// atomic update, so the weights still add up and the shares stay right.
 /// The caller marks the pick (`mark_chosen`).
-pub(super) fn smooth_pick(set: &[Peer], eligible: impl Fn(usize, &Peer) -> bool) -> Option<usize> {
+pub(super) fn smooth_pick(
+    set: &[Peer],
+    now: Ms,
+    eligible: impl Fn(usize, &Peer) -> bool,
+) -> Option<usize> {
     let mut best: Option<(usize, i64)> = None;
     let mut total: i64 = 0;
     for (i, p) in set.iter().enumerate() {
@@ -130,10 +160,11 @@ pub(super) fn smooth_pick(set: &[Peer], eligible: impl Fn(usize, &Peer) -> bool)
             continue;
         }
         let l = &p.live;
-        let eff = l.effective_weight.load(Relaxed);
+        let full = l.effective_weight.load(Relaxed);
+        let eff = p.slowed(full, now);
         let cur = l.current_weight.fetch_add(eff, Relaxed) + eff;
         total += eff;
-        if eff < p.weight {
+        if full < p.weight {
             let _ = l
                 .effective_weight
                 .fetch_update(Relaxed, Relaxed, |e| (e < p.weight).then_some(e + 1));
@@ -242,6 +273,8 @@ impl Peer {
             max_conns: s.max_conns,
             down: s.down,
             backup: s.backup,
+            hc_mandatory: false,
+            slow_start: s.slow_start.as_millis() as Ms,
             live,
         }
     }
@@ -271,7 +304,14 @@ impl Peers {
 
     /// Peers in `server` order, split into primary and backup.
     pub fn assemble(u: &Upstream, peers: Vec<Peer>, config: u64) -> Peers {
-        let (backup, primary): (Vec<Peer>, Vec<Peer>) = peers.into_iter().partition(|p| p.backup);
+        let mandatory = u.health.as_ref().is_some_and(|h| h.mandatory);
+        let (backup, primary): (Vec<Peer>, Vec<Peer>) = peers
+            .into_iter()
+            .map(|mut p| {
+                p.hc_mandatory = mandatory;
+                p
+            })
+            .partition(|p| p.backup);
         let servers: Vec<String> = u.servers.iter().map(|s| s.text.clone()).collect();
         let points = match &u.balancer {
             crate::conf::model::Balancer::Hash {
@@ -325,7 +365,7 @@ impl Peers {
     /// Smooth weighted round robin over the usable, untried peers of one set.
     pub(super) fn pick_in(&self, backup: bool, tried: &Tried, now: Ms) -> Option<PeerId> {
         let set = if backup { &self.backup } else { &self.primary };
-        let b = smooth_pick(set, |i, p| {
+        let b = smooth_pick(set, now, |i, p| {
             !tried.has(PeerId { backup, index: i }) && p.usable(now)
         })?;
         set[b].mark_chosen(now);
@@ -337,7 +377,7 @@ impl Peers {
     pub fn pick_round_robin(&self, tried: &Tried, now: Ms) -> Option<PeerId> {
         if self.single() {
             let p = &self.primary[0];
-            if p.down || (p.max_conns > 0 && p.conns() >= p.max_conns) {
+            if p.down || (p.max_conns > 0 && p.conns() >= p.max_conns) || !p.health_ok() {
                 return None;
             }
             return Some(PeerId {
@@ -406,6 +446,7 @@ impl Peers {
                     let since = l.down_since.swap(0, Relaxed);
                     if since != 0 {
                         l.downtime.fetch_add(now.saturating_sub(since), Relaxed);
+                        l.hc.recovered.store(now.max(1), Relaxed);
                     }
                 }
                 Released::Quiet
@@ -438,10 +479,12 @@ pub(crate) fn test_upstream(
             .collect(),
         balancer,
         keepalive: Keepalive::off(),
+        ping: None,
         zone: None,
         resolver: None,
         state: None,
         implicit: false,
+        health: None,
         src: Src {
             file: None,
             line: 0,
@@ -456,6 +499,28 @@ mod tests {
 
     fn upstream(servers: &[(&str, u32, bool)]) -> Upstream {
         test_upstream(servers, Balancer::RoundRobin)
+    }
+
+    /// slow_start: a peer back at t=1000 with slow_start=4s weighs 1 at
+    /// first, a quarter of its weight a second later, all of it after 4 s;
+    /// round robin follows.
+    #[test]
+    fn slow_start_grows_the_weight() {
+        let mut u = upstream(&[("127.0.0.1:1", 8, false), ("127.0.0.1:2", 8, false)]);
+        u.servers[0].slow_start = std::time::Duration::from_secs(4);
+        let p = Peers::from_config(&u);
+        let a = &p.primary[0];
+        assert_eq!(a.slowed(8, 5000), 8, "never recovered");
+        a.live.hc.recovered.store(1000, Relaxed);
+        assert_eq!(a.slowed(8, 1000), 1);
+        assert_eq!(a.slowed(8, 2000), 2);
+        assert_eq!(a.slowed(8, 5000), 8);
+        let mut first = 0;
+        for _ in 0..18 {
+            let id = p.pick_round_robin(&Tried::new(&p), 1000).unwrap();
+            first += usize::from(id.index == 0);
+        }
+        assert_eq!(first, 2, "weight 1 against 8");
     }
 
     fn run(p: &Peers, n: usize) -> Vec<usize> {

@@ -105,7 +105,7 @@ impl Pooled {
 }
 
 /// One open connection's share of its peer's live counters.
-struct Track {
+pub(crate) struct Track {
     reg: Arc<Registry>,
     peers: Arc<Peers>,
     id: PeerId,
@@ -117,6 +117,19 @@ struct Track {
 }
 
 impl Track {
+    /// Counts a new connection to peer `id`, created at `created` (shared
+    /// clock), in the worker's registry and the peer's counters.
+    pub(crate) fn start(reg: Arc<Registry>, peers: Arc<Peers>, id: PeerId, created: Ms) -> Track {
+        let peer = peers.get(id).addr.clone();
+        reg.add(&peer, created);
+        Track::open(reg, peers, id, created)
+    }
+
+    /// It closes because of its age (`keepalive_time`).
+    pub(crate) fn recycled(&self) {
+        self.live().recycled.fetch_add(1, Relaxed);
+    }
+
     fn open(reg: Arc<Registry>, peers: Arc<Peers>, id: PeerId, created: Ms) -> Track {
         let t = Track {
             reg,
@@ -137,7 +150,7 @@ impl Track {
         &self.peers.get(self.id).live
     }
 
-    fn set_idle(&mut self, idle: bool) {
+    pub(crate) fn set_idle(&mut self, idle: bool) {
         if idle != self.idle {
             self.idle = idle;
             let l = self.live();
@@ -381,6 +394,20 @@ impl Pool {
     }
 }
 
+/// Keep-alive settings for unit tests: no cache, an hour of life.
+#[cfg(test)]
+pub(crate) fn tests_keepalive() -> Keepalive {
+    Keepalive {
+        min: 0,
+        max: 0,
+        local: false,
+        requests: 1000,
+        time: Duration::from_secs(3600),
+        timeout: Duration::from_secs(60),
+        jitter: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,13 +429,9 @@ mod tests {
 
     fn cfg(max: usize, min: usize) -> Keepalive {
         Keepalive {
-            min,
             max,
-            local: false,
-            requests: 1000,
-            time: Duration::from_secs(3600),
-            timeout: Duration::from_secs(60),
-            jitter: 0,
+            min,
+            ..tests_keepalive()
         }
     }
 

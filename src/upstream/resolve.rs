@@ -28,6 +28,7 @@ pub const LEASE_STALE: u64 = 1500;
 /// `Upstreams::tick`) for worker slot `slot`.
 pub fn start_upkeep(upstreams: &Upstreams, slot: usize, saved: Option<Arc<tokio::sync::Notify>>) {
     spawn_all(upstreams, saved);
+    super::health::spawn_all(upstreams);
     let upstreams = upstreams.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(LEASE_TICK);

@@ -227,10 +227,12 @@ impl Zone {
             servers,
             balancer: crate::conf::model::Balancer::RoundRobin,
             keepalive: crate::conf::model::Keepalive::off(),
+            ping: None,
             zone: Some(self.name.clone()),
             resolver: None,
             state: None,
             implicit: false,
+            health: None,
             src: crate::conf::Src {
                 file: None,
                 line: 0,

@@ -237,6 +237,7 @@ impl Zone {
         }
         let Ok(h) = self.header() else { return false };
         h.lease.release(pid);
+        h.hc_lease.release(pid);
         let held = h.writer.force_unlock(pid);
         if held {
             for u in 0..self.upstreams.len() {
@@ -286,6 +287,21 @@ fn reset(l: &PeerLive, weight: i64) {
         r.store(0, Relaxed);
     }
     l.unavail.store(0, Relaxed);
+    l.health.store(0, Relaxed);
+    let hc = &l.hc;
+    for a in [
+        &hc.checks,
+        &hc.fails,
+        &hc.unhealthy,
+        &hc.downstart,
+        &hc.downtime,
+        &hc.recovered,
+    ] {
+        a.store(0, Relaxed);
+    }
+    for a in [&hc.fail_run, &hc.pass_run, &hc.last_passed] {
+        a.store(0, Relaxed);
+    }
     l.open.store(0, Relaxed);
     l.idle.store(0, Relaxed);
 }

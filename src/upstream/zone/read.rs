@@ -106,6 +106,11 @@ impl Zone {
         self.header().map(|h| h.version.load(Acquire)).unwrap_or(0)
     }
 
+    /// The health-check lease of this zone.
+    pub fn hc_lease(&self) -> Option<&crate::shm::Lease> {
+        self.header().ok().map(|h| &h.hc_lease)
+    }
+
     /// The resolver lease of this zone.
     pub fn lease(&self) -> Option<&crate::shm::Lease> {
         self.header().ok().map(|h| &h.lease)

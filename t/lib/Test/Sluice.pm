@@ -523,6 +523,21 @@ sub worker_pids {
 	return sort { $a <=> $b } @pids;
 }
 
+# The workers once at least $n (default 1) have started: the pid file is
+# written before the master forks them, so worker_pids() right after run()
+# may see none yet. Waits up to 5 s.
+sub started_workers {
+	my ($self, $n) = @_;
+	$n //= 1;
+	my @w;
+	for (1 .. 100) {
+		@w = $self->worker_pids();
+		last if @w >= $n;
+		select(undef, undef, undef, 0.05);
+	}
+	return @w;
+}
+
 sub _check_alerts {
 	my ($self) = @_;
 	my @lines = $self->read_file('error.log') =~ /^.*\[(?:alert|crit|emerg)\].*$/mg;

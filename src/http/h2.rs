@@ -1,0 +1,762 @@
+//! HTTP/2 from clients, on the `h2` crate (frames, HPACK, flow control):
+//! the prior-knowledge preface told from an HTTP/1 request on a plain port,
+//! the connection's loop (accept streams, GOAWAY after `keepalive_requests`
+//! streams, when idle for `keepalive_timeout` and when the worker drains),
+//! and each stream turned into the same `Incoming` the HTTP/1 side builds,
+//! run through `pipeline::handle`, its response sent in DATA frames of
+//! `http2_chunk_size` as the client's windows allow. Called from `conn.rs`
+//! (h2c) and `tls.rs` (ALPN `h2`).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, HeaderValue, TRANSFER_ENCODING, UPGRADE};
+use http::{Method, Response, Version};
+use http_body::{Body as _, Frame, SizeHint};
+use tokio::sync::watch;
+
+use crate::conf::model::ListenAddr;
+use crate::log::Level;
+
+use super::access::LoggedBody;
+use super::conn::{ConnCtx, InFlight, Io, Waited, wait_for_bytes};
+use super::inbound::{Inbound, ReqBody, TooLarge};
+use super::response::BoxError;
+use super::vars::ConnInfo;
+use super::{Phase, Shared};
+
+/// The client connection preface of RFC 9113.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// What a plain connection with HTTP/2 on starts with.
+pub(super) enum Preface {
+    Http2,
+    Http1,
+    /// Closed, timed out or the worker stops, before it was known.
+    Closed,
+}
+
+/// Reads the first bytes of a plain connection until they are known to be
+/// the HTTP/2 preface or not (nginx 1.25's test: as many bytes as came,
+/// compared with the preface), within `client_header_timeout`. The bytes
+/// stay unread, for whichever protocol it is.
+pub(super) async fn sniff_preface(
+    ctx: &ConnCtx,
+    inb: &Inbound,
+    phase: &mut watch::Receiver<Phase>,
+) -> Preface {
+    let start = Instant::now();
+    match wait_for_bytes(inb, &ctx.shared, phase, ctx.head_limit, start, None).await {
+        Waited::Bytes => {}
+        Waited::Close | Waited::Park => return Preface::Closed,
+    }
+    let deadline = tokio::time::Instant::from_std(start + ctx.head_limit);
+    loop {
+        let seen = inb.with_buf(|b| {
+            let n = b.len().min(PREFACE.len());
+            if b[..n] != PREFACE[..n] {
+                Some(Preface::Http1)
+            } else if n == PREFACE.len() {
+                Some(Preface::Http2)
+            } else {
+                None
+            }
+        });
+        if let Some(p) = seen {
+            return p;
+        }
+        let fill = std::future::poll_fn(|cx| inb.poll_fill(cx, 64));
+        match tokio::time::timeout_at(deadline, fill).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Preface::Closed,
+        }
+    }
+}
+
+/// What a connection's streams share.
+struct Conn {
+    shared: Arc<Shared>,
+    info: Arc<ConnInfo>,
+    listen: Arc<ListenAddr>,
+    /// Which header names requests keep (the default server's settings).
+    names: super::conn::HeaderNames,
+    /// Streams being handled or answered.
+    active: AtomicUsize,
+    /// Streams the client reset before their response was sent, and
+    /// responses sent whole: the rapid-reset check compares them.
+    resets: AtomicU64,
+    done: AtomicU64,
+    /// When the last stream ended, in milliseconds since `born`.
+    last: AtomicU64,
+    born: Instant,
+}
+
+impl Conn {
+    fn since_last(&self) -> Duration {
+        let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
+        self.born.elapsed().saturating_sub(last)
+    }
+}
+
+/// Counts a stream as active while held.
+struct Active(Arc<Conn>);
+
+impl Active {
+    fn new(c: &Arc<Conn>) -> Active {
+        c.active.fetch_add(1, Ordering::Relaxed);
+        Active(c.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        let c = &self.0;
+        c.last
+            .store(c.born.elapsed().as_millis() as u64, Ordering::Relaxed);
+        c.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The most request-header bytes h2 itself decodes for one request
+/// (beyond it, h2 answers 431): twice what `large_client_header_buffers`
+/// allows, so that nginx's own checks (`too_large`) decide first.
+fn header_list_max(count: u32, size: u64) -> u32 {
+    (u64::from(count) * size * 2).clamp(16 * 1024, 16 << 20) as u32
+}
+
+/// nginx's limits on a request's fields: each name and value at most one
+/// large header buffer, all of them at most NUMBER of them. Some(log line)
+/// when the request passes them.
+fn too_large(req: &http::Request<h2::RecvStream>, count: u32, size: u64) -> Option<&'static str> {
+    let size = size as usize;
+    let mut total = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if total > size {
+        return Some("client sent too large header field");
+    }
+    for (n, v) in req.headers() {
+        if n.as_str().len() > size || v.len() > size {
+            return Some("client sent too large header field");
+        }
+        total += n.as_str().len() + v.len();
+    }
+    (total > count as usize * size).then_some("client sent too large header")
+}
+
+/// Serves an HTTP/2 connection (after its preface was seen, or ALPN chose
+/// `h2`) until the client or a GOAWAY ends it.
+pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver<Phase>) {
+    let shared = ctx.shared.clone();
+    let Some(http) = shared.cfg.http.as_ref() else {
+        return;
+    };
+    // The server whose settings the connection has: SNI's, else the
+    // address's default (nginx's connection config).
+    let sni = ctx
+        .info
+        .tls()
+        .and_then(|t| t.server_name.as_deref())
+        .map(|n| n.strip_suffix('.').unwrap_or(n).to_ascii_lowercase());
+    let Some(server) = shared
+        .router
+        .server(http, &ctx.listen, ctx.info.local, sni.as_deref())
+    else {
+        return;
+    };
+    let conf = server.conf.clone();
+    let number = ctx.info.number;
+    let streams = conf.http2_max_concurrent_streams;
+    // The client may have this much request body in flight, on the whole
+    // connection and on each stream (a window below 65535 cannot be
+    // advertised for the connection).
+    let window = conf.http2_recv_buffer_size.clamp(65_535, (1 << 31) - 1) as u32;
+    let (count, size) = conf.large_client_header_buffers;
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(streams)
+        .initial_window_size(window)
+        .initial_connection_window_size(window)
+        .max_header_list_size(header_list_max(count, size))
+        .max_send_buffer_size((conf.http2_chunk_size as usize).max(64 * 1024))
+        // CVE-2023-44487: streams the client resets before they are
+        // accepted (nginx allows 2 x max_concurrent_streams new streams at
+        // once), and streams h2 had to reset for the client's errors.
+        .max_pending_accept_reset_streams((2 * streams as usize).max(20))
+        .max_local_error_reset_streams(Some((2 * streams as usize).max(100)));
+    let handshake = builder.handshake::<T, Bytes>(io);
+    let mut h2c = match tokio::time::timeout(ctx.head_limit, handshake).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            crate::log_conn!(
+                Level::Info,
+                number,
+                "client sent invalid HTTP/2 preface ({e})"
+            );
+            return;
+        }
+        Err(_) => {
+            crate::log_conn!(
+                Level::Info,
+                number,
+                "client timed out (110: Connection timed out) while reading client request headers"
+            );
+            return;
+        }
+    };
+    let conn = Arc::new(Conn {
+        shared: shared.clone(),
+        info: ctx.info.clone(),
+        listen: ctx.listen.clone(),
+        names: ctx.names,
+        active: AtomicUsize::new(0),
+        resets: AtomicU64::new(0),
+        done: AtomicU64::new(0),
+        last: AtomicU64::new(0),
+        born: Instant::now(),
+    });
+    let keepalive = conf.keepalive_timeout;
+    let max_requests = conf.keepalive_requests;
+    let flood = u64::from(streams).max(50) * 2;
+    let mut accepted: u64 = 0;
+    // Set once a GOAWAY went: when it went.
+    let mut going: Option<Instant> = None;
+    let timer = tokio::time::sleep(keepalive);
+    tokio::pin!(timer);
+    loop {
+        // Idle: no stream for `keepalive_timeout` (nginx 1.19.7's
+        // `http2_idle_timeout`); going away: once the last stream ended,
+        // the client gets a moment to read the GOAWAY.
+        let idle = conn.active.load(Ordering::Relaxed) == 0;
+        let wait = match going {
+            Some(at) if idle => GONE.saturating_sub(at.elapsed().min(conn.since_last())),
+            None if idle => keepalive.saturating_sub(conn.since_last()),
+            _ => keepalive.max(Duration::from_secs(1)),
+        };
+        timer
+            .as_mut()
+            .reset(tokio::time::Instant::now() + wait.max(Duration::from_millis(10)));
+        tokio::select! {
+            r = h2c.accept() => match r {
+                Some(Ok((req, respond))) => {
+                    accepted += 1;
+                    if let Some(why) = too_large(&req, count, size) {
+                        crate::log_conn!(Level::Info, number, "{why}");
+                        h2c.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                        going.get_or_insert_with(Instant::now);
+                        continue;
+                    }
+                    let active = Active::new(&conn);
+                    tokio::spawn(serve_stream(conn.clone(), active, req, respond, accepted));
+                    // Rapid reset: far more streams reset by the client
+                    // than answered.
+                    let resets = conn.resets.load(Ordering::Relaxed);
+                    if resets > flood && resets > 2 * conn.done.load(Ordering::Relaxed) {
+                        crate::log_conn!(Level::Info, number, "http2 flood detected");
+                        h2c.abrupt_shutdown(h2::Reason::ENHANCE_YOUR_CALM);
+                        going.get_or_insert_with(Instant::now);
+                    } else if accepted >= max_requests && going.is_none() {
+                        // keepalive_requests: no stream after this one.
+                        h2c.graceful_shutdown();
+                        going = Some(Instant::now());
+                    }
+                }
+                Some(Err(e)) => {
+                    if e.is_go_away() && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM) {
+                        crate::log_conn!(Level::Info, number, "http2 flood detected");
+                    } else if !e.is_io() || !is_reset(&e) {
+                        crate::log_conn!(Level::Info, number, "client closed HTTP/2 connection: {e}");
+                    }
+                    break;
+                }
+                None => break,
+            },
+            ch = phase.changed() => {
+                if ch.is_err() {
+                    break;
+                }
+                match *phase.borrow() {
+                    Phase::Running => {}
+                    Phase::Graceful => {
+                        // In-flight streams finish; then the connection
+                        // closes.
+                        if going.is_none() {
+                            h2c.graceful_shutdown();
+                            going = Some(Instant::now());
+                        }
+                    }
+                    Phase::Fast => break,
+                }
+            }
+            () = &mut timer => {
+                if conn.active.load(Ordering::Relaxed) > 0 {
+                    continue;
+                }
+                match going {
+                    None if conn.since_last() >= keepalive => {
+                        h2c.graceful_shutdown();
+                        going = Some(Instant::now());
+                    }
+                    // The client did not close after the GOAWAY.
+                    Some(at) if at.elapsed().min(conn.since_last()) >= GONE => break,
+                    _ => {}
+                }
+            }
+        }
+    }
+    drop(h2c);
+    drop(ctx);
+}
+
+/// How long a connection that sent its final GOAWAY, with no stream left,
+/// waits for the client to close.
+const GONE: Duration = Duration::from_secs(2);
+
+fn is_reset(e: &h2::Error) -> bool {
+    e.get_io().is_some_and(|io| {
+        matches!(
+            io.kind(),
+            std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::UnexpectedEof
+        )
+    })
+}
+
+/// The request head as the pipeline reads it: the fields as they came,
+/// cookies joined into one `Cookie` with "; " (nginx's), `:authority` as
+/// `Host` when there is none; names `underscores_in_headers` and
+/// `ignore_invalid_headers` refuse dropped and logged.
+fn request_headers(
+    parts: &http::request::Parts,
+    number: u64,
+    names: super::conn::HeaderNames,
+) -> crate::h1::head::Headers {
+    let h = &parts.headers;
+    let cookies: Vec<&[u8]> = h
+        .get_all(http::header::COOKIE)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    let cookie = cookies.join(&b"; "[..]);
+    let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+    let host = (!h.contains_key(http::header::HOST))
+        .then_some(authority)
+        .flatten()
+        .map(|a| (&b"host"[..], a));
+    let mut cookie_done = false;
+    let fields = h.iter().filter_map(|(n, v)| {
+        if names.drops(n.as_str().as_bytes()) {
+            crate::log_conn!(
+                Level::Info,
+                number,
+                "client sent invalid header line: \"{}\" while reading client request headers",
+                n.as_str()
+            );
+            return None;
+        }
+        if n == http::header::COOKIE {
+            if cookie_done {
+                return None;
+            }
+            cookie_done = true;
+            return Some((n.as_str().as_bytes(), cookie.as_slice()));
+        }
+        Some((n.as_str().as_bytes(), v.as_bytes()))
+    });
+    crate::h1::head::Headers::from_byte_pairs(host.into_iter().chain(fields))
+}
+
+/// One stream: its request through the pipeline, its response sent.
+async fn serve_stream(
+    conn: Arc<Conn>,
+    _active: Active,
+    req: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    nth: u64,
+) {
+    let number = conn.info.number;
+    let id = respond.stream_id().as_u32();
+    let (parts, recv) = req.into_parts();
+    let is_head = parts.method == Method::HEAD;
+    let headers = request_headers(&parts, number, conn.names);
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| crate::h1::body::content_length(v.as_bytes()));
+    let uri = parts
+        .uri
+        .path_and_query()
+        .and_then(|p| http::Uri::try_from(p.as_str()).ok())
+        .unwrap_or_else(|| http::Uri::from_static("/"));
+    let req = super::pipeline::Incoming {
+        method: parts.method,
+        uri,
+        version: Version::HTTP_2,
+        headers,
+        body: ReqBody::h2(StreamBody::new(recv, declared)),
+        // WebSocket over HTTP/2 (RFC 8441) is not offered: a request that
+        // asks to switch protocols is handled as a plain one, as nginx.
+        upgrade: None,
+    };
+    let shared = &conn.shared;
+    let flight = InFlight::start(None, shared.stats.as_ref());
+    let handled = tokio::select! {
+        biased;
+        r = super::pipeline::handle(shared, conn.info.clone(), &conn.listen, req, nth, flight) => r,
+        reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
+            client_reset(&conn, id, reason.ok());
+            return;
+        }
+    };
+    let Ok(resp) = handled else {
+        // `return 444`: the stream ends without a response.
+        respond.send_reset(h2::Reason::INTERNAL_ERROR);
+        return;
+    };
+    match send_response(&mut respond, resp, is_head, number).await {
+        Ok(()) => {
+            conn.done.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(Stop::Reset(reason)) => client_reset(&conn, id, reason),
+        Err(Stop::Failed) => {}
+    }
+}
+
+/// The client reset a stream before its response was sent: counted (the
+/// rapid-reset check) and logged as nginx logs it.
+fn client_reset(conn: &Conn, id: u32, reason: Option<h2::Reason>) {
+    conn.resets.fetch_add(1, Ordering::Relaxed);
+    crate::log_conn!(
+        Level::Info,
+        conn.info.number,
+        "client terminated stream {} with status {}",
+        id,
+        reason.map_or(0, u32::from)
+    );
+}
+
+/// Why a response stopped before its end.
+enum Stop {
+    /// The client reset the stream (with this code, when known).
+    Reset(Option<h2::Reason>),
+    /// The body failed, a send timed out, or the connection went.
+    Failed,
+}
+
+/// Response headers that mean nothing on HTTP/2 (RFC 9113 8.2.2): h2
+/// refuses to send them.
+const CONNECTION_SPECIFIC: [&str; 5] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Sends a response on a stream: HEADERS (with END_STREAM when there is
+/// no body: HEAD, 204, 304, or a body that is already empty, such as a
+/// gRPC Trailers-Only answer), then DATA frames of `http2_chunk_size` as
+/// the windows allow, then trailers or an empty END_STREAM frame.
+async fn send_response(
+    respond: &mut h2::server::SendResponse<Bytes>,
+    resp: Response<LoggedBody>,
+    is_head: bool,
+    number: u64,
+) -> Result<(), Stop> {
+    let (mut parts, mut body) = resp.into_parts();
+    let send_timeout = body.send_timeout();
+    let chunk = body.http2_chunk_size();
+    let code = parts.status.as_u16();
+    let bodiless = is_head || code < 200 || code == 204 || code == 304;
+    let h = &mut parts.headers;
+    for name in [CONNECTION, TRANSFER_ENCODING, UPGRADE] {
+        h.remove(name);
+    }
+    for name in CONNECTION_SPECIFIC {
+        h.remove(name);
+    }
+    // `TE` may only say "trailers".
+    if h.get(http::header::TE).is_some_and(|v| v != "trailers") {
+        h.remove(http::header::TE);
+    }
+    if !h.contains_key(DATE) {
+        let mut d = Vec::with_capacity(32);
+        crate::h1::write::date(&mut d);
+        if let Ok(v) = HeaderValue::from_bytes(&d) {
+            h.insert(DATE, v);
+        }
+    }
+    if !bodiless && !h.contains_key(CONTENT_LENGTH) {
+        if let Some(n) = body.size_hint().exact() {
+            h.insert(CONTENT_LENGTH, HeaderValue::from(n));
+        }
+    }
+    // The status line's reason and the header names' case are HTTP/1's.
+    parts.extensions.clear();
+    let head = Response::from_parts(parts, ());
+    // The body's first frame, when it is there already: an empty body goes
+    // in the HEADERS frame.
+    let first = std::future::poll_fn(|cx| match Pin::new(&mut body).poll_frame(cx) {
+        Poll::Pending => Poll::Ready(None),
+        Poll::Ready(f) => Poll::Ready(Some(f)),
+    })
+    .await;
+    if bodiless || matches!(first, Some(None)) {
+        return match respond.send_response(head, true) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(stopped(&e)),
+        };
+    }
+    let mut stream = respond
+        .send_response(head, false)
+        .map_err(|e| stopped(&e))?;
+    let mut next = first;
+    loop {
+        let frame = match next.take() {
+            Some(f) => f,
+            None => {
+                // Waits for the body, watching for the client's reset.
+                std::future::poll_fn(|cx| {
+                    if let Poll::Ready(r) = stream.poll_reset(cx) {
+                        return Poll::Ready(Err(Stop::Reset(r.ok())));
+                    }
+                    Pin::new(&mut body).poll_frame(cx).map(Ok)
+                })
+                .await?
+            }
+        };
+        match frame {
+            None => {
+                return stream
+                    .send_data(Bytes::new(), true)
+                    .map_err(|e| stopped(&e));
+            }
+            Some(Err(_)) => {
+                stream.send_reset(h2::Reason::INTERNAL_ERROR);
+                return Err(Stop::Failed);
+            }
+            Some(Ok(f)) => match f.into_data() {
+                Ok(d) => {
+                    let end = body.is_end_stream();
+                    send_data(&mut stream, d, chunk, end, send_timeout, number).await?;
+                    if end {
+                        return Ok(());
+                    }
+                }
+                Err(f) => {
+                    if let Ok(t) = f.into_trailers() {
+                        return stream.send_trailers(t).map_err(|e| stopped(&e));
+                    }
+                }
+            },
+        }
+    }
+}
+
+fn stopped(e: &h2::Error) -> Stop {
+    if e.is_reset() && e.is_remote() {
+        Stop::Reset(e.reason())
+    } else {
+        Stop::Failed
+    }
+}
+
+/// Sends `d` in frames of at most `chunk` bytes, each once the client's
+/// windows have room for it (within `send_timeout`); `end`: the last
+/// frame ends the stream.
+async fn send_data(
+    stream: &mut h2::SendStream<Bytes>,
+    mut d: Bytes,
+    chunk: usize,
+    end: bool,
+    send_timeout: Duration,
+    number: u64,
+) -> Result<(), Stop> {
+    if d.is_empty() {
+        return if end {
+            stream.send_data(d, true).map_err(|e| stopped(&e))
+        } else {
+            Ok(())
+        };
+    }
+    while !d.is_empty() {
+        stream.reserve_capacity(d.len().min(chunk));
+        let room = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = stream.poll_reset(cx) {
+                return Poll::Ready(Err(Stop::Reset(r.ok())));
+            }
+            loop {
+                if stream.capacity() > 0 {
+                    return Poll::Ready(Ok(stream.capacity()));
+                }
+                match std::task::ready!(stream.poll_capacity(cx)) {
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Poll::Ready(Err(stopped(&e))),
+                    None => return Poll::Ready(Err(Stop::Failed)),
+                }
+            }
+        });
+        let n = match tokio::time::timeout(send_timeout, room).await {
+            Ok(r) => r?,
+            Err(_) => {
+                crate::log_conn!(
+                    Level::Info,
+                    number,
+                    "client timed out (110: Connection timed out) while sending response to client"
+                );
+                stream.send_reset(h2::Reason::PROTOCOL_ERROR);
+                return Err(Stop::Failed);
+            }
+        };
+        let piece = d.split_to(n.min(chunk).min(d.len()));
+        stream
+            .send_data(piece, end && d.is_empty())
+            .map_err(|e| stopped(&e))?;
+    }
+    Ok(())
+}
+
+/// A stream's request body: DATA frames handed out as they come, their
+/// window given back to the client as the handler takes them; then the
+/// trailers, if any.
+pub(crate) struct StreamBody {
+    recv: h2::RecvStream,
+    /// `client_max_body_size` (0: none).
+    limit: AtomicU64,
+    taken: u64,
+    /// The request's `Content-Length`.
+    declared: Option<u64>,
+    data_done: bool,
+    ended: bool,
+}
+
+/// The client reset the stream or the connection went while the body
+/// was read.
+#[derive(Debug)]
+pub struct StreamGone;
+
+impl std::fmt::Display for StreamGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("client prematurely closed stream")
+    }
+}
+
+impl std::error::Error for StreamGone {}
+
+impl StreamBody {
+    fn new(recv: h2::RecvStream, declared: Option<u64>) -> StreamBody {
+        let ended = recv.is_end_stream();
+        StreamBody {
+            recv,
+            limit: AtomicU64::new(0),
+            taken: 0,
+            declared,
+            data_done: ended,
+            ended,
+        }
+    }
+
+    pub(crate) fn limit(&self, max: u64) {
+        self.limit.store(max, Ordering::Relaxed);
+    }
+
+    pub(crate) fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        if !self.data_done {
+            match std::task::ready!(self.recv.poll_data(cx)) {
+                Some(Ok(d)) => {
+                    let n = d.len();
+                    let _ = self.recv.flow_control().release_capacity(n);
+                    self.taken += n as u64;
+                    let max = self.limit.load(Ordering::Relaxed);
+                    if max > 0 && self.taken > max {
+                        self.ended = true;
+                        return Poll::Ready(Some(Err(Box::new(TooLarge(self.taken)))));
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(d))));
+                }
+                Some(Err(_)) => {
+                    self.ended = true;
+                    return Poll::Ready(Some(Err(Box::new(StreamGone))));
+                }
+                None => self.data_done = true,
+            }
+        }
+        let t = std::task::ready!(self.recv.poll_trailers(cx));
+        self.ended = true;
+        match t {
+            Ok(Some(t)) => Poll::Ready(Some(Ok(Frame::trailers(t)))),
+            Ok(None) => Poll::Ready(None),
+            Err(_) => Poll::Ready(Some(Err(Box::new(StreamGone)))),
+        }
+    }
+
+    pub(crate) fn is_end_stream(&self) -> bool {
+        self.ended || self.recv.is_end_stream()
+    }
+
+    pub(crate) fn size_hint(&self) -> SizeHint {
+        if self.is_end_stream() {
+            return SizeHint::with_exact(0);
+        }
+        match self.declared {
+            Some(n) => SizeHint::with_exact(n.saturating_sub(self.taken)),
+            None => SizeHint::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(pairs: &[(&str, &str)]) -> http::request::Parts {
+        let mut b = http::Request::builder()
+            .method("GET")
+            .uri("https://example.com:8443/p?q=1");
+        for (n, v) in pairs {
+            b = b.header(*n, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn authority_becomes_host_and_cookies_join() {
+        let h = request_headers(
+            &req(&[("cookie", "a=1"), ("x-y", "z"), ("cookie", "b=2")]),
+            1,
+            Default::default(),
+        );
+        assert_eq!(h.get("host").unwrap(), "example.com:8443");
+        assert_eq!(h.get("cookie").unwrap(), "a=1; b=2");
+        assert_eq!(h.get_all("cookie").count(), 1);
+        assert_eq!(h.get("x-y").unwrap(), "z");
+    }
+
+    #[test]
+    fn a_host_field_wins_over_authority() {
+        let h = request_headers(&req(&[("host", "other.example")]), 1, Default::default());
+        assert_eq!(h.get_all("host").count(), 1);
+        assert_eq!(h.get("host").unwrap(), "other.example");
+    }
+
+    #[test]
+    fn underscores_are_dropped() {
+        let h = request_headers(&req(&[("x_a", "1"), ("x-b", "2")]), 1, Default::default());
+        assert!(h.get("x_a").is_none());
+        assert!(h.get("x-b").is_some());
+    }
+
+    #[test]
+    fn header_limits_are_nginx_buffers() {
+        assert_eq!(header_list_max(4, 8192), 65536);
+        assert_eq!(header_list_max(1, 64), 16 * 1024);
+    }
+}

@@ -1,0 +1,993 @@
+//! The proxy over HTTP/2 (`grpc_pass`, `proxy_http_version 2`): the same
+//! plan and attempt engine as `proxy::run`, each attempt one stream on the
+//! upstream's HTTP/2 connection set (`upstream::h2set`). The request body
+//! goes as it comes (flow control respected, trailers passed) and is kept
+//! for a retry while it fits `client_body_buffer_size`; the response
+//! streams back with its trailers. A stream the peer never processed
+//! (after its GOAWAY, or refused) goes to another connection without
+//! counting a failure. With `grpc_next_upstream unavailable` (or
+//! `grpc_status=`) a Trailers-Only answer with that status fails the peer
+//! over; a gRPC request that gets no answer gets a Trailers-Only one.
+
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
+
+use super::proxy::{Asking, filter_response_headers, record, redirect_headers, tls_for_request};
+use super::proxy_body::UpstreamBodyError;
+use super::proxy_plan::{Plan, body_failed_at, body_timed_out_at, plan};
+use super::response::{self, BoxError};
+use super::vars::{Attempt, Req, UpstreamLog};
+use super::{ClientBody, Reply};
+use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
+use crate::log::Level;
+use crate::upstream::attempt::{Attempts, Connector, Failure, Kind, Policy};
+use crate::upstream::body::Payload;
+use crate::upstream::h2set::{H2Sets, Opener, Slot};
+use crate::upstream::peers::now_ms;
+use crate::upstream::{Outcome, PeerId, Peers, UpstreamRt};
+
+/// Request headers never sent over HTTP/2 (connection-specific), whatever
+/// sets them; `te` only as `trailers`.
+const NOT_OVER_H2: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+    "host",
+    "content-length",
+];
+
+/// The HTTP/2 connector: a slot on the set's best connection, else one
+/// waited for (or a connection opened) within the connect timeout.
+struct H2Cache {
+    ups: Arc<UpstreamRt>,
+    peers: Arc<Peers>,
+    opener: Opener,
+}
+
+impl Connector for H2Cache {
+    type Conn = Slot;
+
+    fn cached(&self, addr: &PeerAddr) -> Option<Slot> {
+        self.ups.h2.take(&self.opener.key(addr))
+    }
+
+    fn open(
+        &self,
+        addr: PeerAddr,
+    ) -> impl std::future::Future<Output = Result<Slot, Failure>> + Send + 'static {
+        H2Sets::acquire(
+            self.ups.h2.clone(),
+            addr,
+            self.opener.clone(),
+            self.ups.reg.clone(),
+            self.peers.clone(),
+        )
+    }
+}
+
+/// How the upstream's connections to `ups` are opened for a location.
+pub(crate) fn opener(
+    ups: &UpstreamRt,
+    conf: &crate::conf::loc::LocConf,
+    tls: Option<crate::upstream::tls::Tls>,
+) -> Opener {
+    Opener {
+        timeout: conf.proxy_connect_timeout,
+        tls,
+        ping: ups.cfg.ping,
+        keepalive: conf.proxy_socket_keepalive,
+        target: ups.cfg.keepalive.min.max(1),
+        keepalive_time: ups.cfg.keepalive.clone(),
+    }
+}
+
+/// A gRPC request (`content-type: application/grpc...`).
+fn is_grpc(r: &Req) -> bool {
+    r.headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// A gRPC request that got no answer gets a Trailers-Only one: status
+/// 200, `grpc-status` 14 (UNAVAILABLE) for 502 and 503, 4
+/// (DEADLINE_EXCEEDED) for 504, no body.
+pub(super) fn grpc_error(r: &Req, reply: Reply) -> Reply {
+    let Reply::Status(code @ (502..=504)) = reply else {
+        return reply;
+    };
+    if !is_grpc(r) {
+        return reply;
+    }
+    let (status, message) = match code {
+        504 => ("4", "upstream timed out"),
+        _ => ("14", "upstream unavailable"),
+    };
+    let mut resp = Response::new(response::full(Bytes::new()));
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert("grpc-status", HeaderValue::from_static(status));
+    h.insert("grpc-message", HeaderValue::from_static(message));
+    h.insert(
+        header::SERVER,
+        response::server_header(r.conf.server_tokens),
+    );
+    Reply::Full(resp)
+}
+
+/// The request as every attempt sends it: `:authority` from
+/// `proxy_set_header Host` (`grpc_set_header`), else the client's `Host`
+/// for gRPC, else `$proxy_host`; the configured headers, then the client's,
+/// less the connection-specific ones.
+fn request_head(r: &Req, pp: &ProxyPass, uri: &str, length: Option<u64>) -> Option<Request<()>> {
+    let conf = &r.conf;
+    let user_sets = |n: &[u8]| {
+        conf.proxy_set_header
+            .iter()
+            .any(|(h, _)| h.as_bytes().eq_ignore_ascii_case(n))
+    };
+    let mut authority = if pp.grpc {
+        r.headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .unwrap_or_else(|| r.proxy_host.clone())
+    } else {
+        r.proxy_host.clone()
+    };
+    let mut h = HeaderMap::new();
+    let passes = |name: &[u8], value: &[u8]| {
+        let lower = name.to_ascii_lowercase();
+        if NOT_OVER_H2.iter().any(|n| n.as_bytes() == lower) {
+            return false;
+        }
+        lower != b"te" || value.eq_ignore_ascii_case(b"trailers")
+    };
+    for (name, t) in &conf.proxy_set_header {
+        let v = r.eval(t);
+        if v.is_empty() {
+            continue;
+        }
+        if name.eq_ignore_ascii_case("host") {
+            authority = v;
+            continue;
+        }
+        if !passes(name.as_bytes(), v.as_bytes()) {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&v),
+        ) {
+            h.append(n, v);
+        }
+    }
+    if conf.proxy_pass_request_headers {
+        for (name, value) in r.headers.iter() {
+            if !passes(name, value.as_bytes())
+                || (!conf.proxy_set_header.is_empty() && user_sets(name))
+            {
+                continue;
+            }
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name),
+                HeaderValue::from_bytes(value.as_bytes()),
+            ) {
+                h.append(n, v);
+            }
+        }
+    }
+    if let Some(n) = length {
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    let scheme = if pp.ssl { "https" } else { "http" };
+    let target: http::Uri = format!("{scheme}://{authority}{uri}").parse().ok()?;
+    let mut req = Request::new(());
+    *req.method_mut() = super::proxy_plan::upstream_method(r);
+    *req.uri_mut() = target;
+    *req.version_mut() = http::Version::HTTP_2;
+    *req.headers_mut() = h;
+    Some(req)
+}
+
+pub(crate) async fn run(
+    r: &mut Req,
+    ups: Arc<UpstreamRt>,
+    pp: &ProxyPass,
+    body: ClientBody,
+    shared: &Arc<super::Shared>,
+) -> Reply {
+    let reply = attempts(r, ups, pp, body, shared).await;
+    grpc_error(r, reply)
+}
+
+/// What the body sender reports when it is done.
+struct BodySent {
+    /// The whole body, when it fitted `client_body_buffer_size`: a retry
+    /// sends it again.
+    kept: Option<Bytes>,
+}
+
+enum BodyBroken {
+    /// The client's side failed (logged): the status to answer with.
+    Client(u16),
+    Upstream(Failure),
+}
+
+/// Where an attempt's request body comes from.
+enum Source {
+    /// Read whole before (or kept from an earlier attempt).
+    Whole(Payload),
+    /// The client's, as it comes.
+    Client(super::inbound::ReqBody),
+}
+
+async fn attempts(
+    r: &mut Req,
+    ups: Arc<UpstreamRt>,
+    pp: &ProxyPass,
+    body: ClientBody,
+    shared: &Arc<super::Shared>,
+) -> Reply {
+    let mut plan: Plan = match plan(r, pp, body).await {
+        Ok(p) => p,
+        Err(status) => return Reply::Status(status),
+    };
+    if plan.uri.is_empty() || plan.uri.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Reply::Status(400);
+    }
+    let conf = r.conf.clone();
+    let policy = Policy {
+        mask: conf.proxy_next_upstream,
+        tries: conf.proxy_next_upstream_tries,
+        timeout: conf.proxy_next_upstream_timeout,
+        race: conf.proxy_connect_race,
+        non_idempotent: matches!(r.method.as_str(), "POST" | "LOCK" | "PATCH"),
+    };
+    // As nginx's log lines name the upstream.
+    let scheme = match (pp.grpc, pp.ssl) {
+        (true, false) => "grpc",
+        (true, true) => "grpcs",
+        (false, false) => "http",
+        (false, true) => "https",
+    };
+    let uri = plan.uri.clone();
+    let mut attempts = Attempts::new(
+        &ups,
+        policy,
+        &Asking {
+            r,
+            uri: &uri,
+            scheme,
+        },
+    )
+    .await;
+    r.upstream.lock().unwrap_or_else(|e| e.into_inner()).queued = Some(attempts.queued);
+    let snap = attempts.snap.clone();
+    let cache = H2Cache {
+        ups: ups.clone(),
+        peers: snap.clone(),
+        opener: opener(&ups, &conf, tls_for_request(r, pp, shared)),
+    };
+    // The body: whole, or the client's as it comes (then kept, if it fits,
+    // for another attempt).
+    let mut source = match plan.stream.take() {
+        Some(s) => Some(Source::Client(s.body)),
+        None => Some(Source::Whole(std::mem::take(&mut plan.body))),
+    };
+    let whole = match &source {
+        Some(Source::Whole(p)) => Some(p.clone()),
+        _ => None,
+    };
+    let length = match (&source, &r.headers.get(header::CONTENT_LENGTH)) {
+        (Some(Source::Whole(p)), _) => Some(p.len()).filter(|n| *n > 0 || r.method != "GET"),
+        (_, Some(v)) => crate::h1::body::content_length(v.as_bytes()),
+        _ => None,
+    };
+    let Some(head) = request_head(r, pp, &uri, length) else {
+        return Reply::Status(400);
+    };
+    let url = |name: &str| format!("{scheme}://{name}{uri}");
+    // Streams the peer never processed, sent again for free at most so many
+    // times.
+    let mut stale_left: u32 = 4;
+    loop {
+        let connected = attempts
+            .connect(
+                &cache,
+                &mut Asking {
+                    r,
+                    uri: &uri,
+                    scheme,
+                },
+            )
+            .await;
+        let mut c = match connected {
+            Ok(c) => c,
+            Err(status) => return Reply::Status(status),
+        };
+        let connect_time = c.began.elapsed();
+        let ex = exchange(&c.conn, r, &head, source.take()).await;
+        let (resp, state) = match ex {
+            Ok(x) => x,
+            Err((Failed::Client(status), _)) => {
+                c.held.done();
+                attempts.release(c.id, Outcome::Ok, || r.log_context(Some(&url(&c.name))));
+                record(
+                    r,
+                    Attempt {
+                        addr: c.name.clone(),
+                        connect: Some(connect_time),
+                        ..Attempt::default()
+                    },
+                );
+                return Reply::Status(status);
+            }
+            Err((
+                Failed::Upstream {
+                    f,
+                    stage,
+                    unprocessed,
+                },
+                back,
+            )) => {
+                // Kept for another attempt: the whole body, or what the
+                // sender kept of the client's.
+                source = back;
+                let can_retry = source.is_some();
+                // A peer that refuses every stream is not retried for ever.
+                let stale = unprocessed && can_retry && stale_left > 0;
+                stale_left = stale_left.saturating_sub(1);
+                let level = if stale { Level::Info } else { Level::Error };
+                let ctx = r.log_context(Some(&url(&c.name)));
+                crate::log_conn!(level, r.conn.number, "{} while {}{}", f.text, stage, ctx);
+                c.held.done();
+                let outcome = if stale {
+                    Outcome::Next
+                } else {
+                    Outcome::Failed
+                };
+                attempts.release(c.id, outcome, || ctx);
+                if stale {
+                    attempts.stale();
+                }
+                record(
+                    r,
+                    Attempt {
+                        addr: c.name.clone(),
+                        status: Some(f.status()),
+                        connect: Some(connect_time),
+                        ..Attempt::default()
+                    },
+                );
+                if can_retry && (stale || attempts.retry(f.condition(), !unprocessed)) {
+                    continue;
+                }
+                return Reply::Status(f.status());
+            }
+        };
+        let status = resp.status().as_u16();
+        snap.responded(c.id, status);
+        let answered = Attempt {
+            addr: c.name.clone(),
+            status: Some(status),
+            connect: Some(connect_time),
+            header: Some(c.began.elapsed()),
+            ..Attempt::default()
+        };
+        // Another try needs the body again: whole, or kept whole.
+        let again = whole.is_some()
+            || match &state {
+                BodyState::Kept(k) => k.is_some(),
+                BodyState::Going(t) => t.is_finished(),
+            };
+        let by_status = NextUpstream::for_status(status);
+        if let Some(bits) = by_status
+            .or_else(|| trailers_only_status(&resp))
+            .filter(|_| again)
+        {
+            // A Trailers-Only gRPC status: by gRPC's rules the call was
+            // not processed, so it may go on even for a POST.
+            if attempts.retry(bits, by_status.is_some()) {
+                let next = match (&whole, state) {
+                    (Some(p), _) => Some(Source::Whole(p.clone())),
+                    (None, BodyState::Kept(k)) => k.map(|k| Source::Whole(Payload::Mem(k))),
+                    (None, BodyState::Going(t)) => match t.await {
+                        Ok(Ok(BodySent { kept: Some(k), .. })) => {
+                            Some(Source::Whole(Payload::Mem(k)))
+                        }
+                        _ => None,
+                    },
+                };
+                let outcome = if bits == NextUpstream::HTTP_403 || bits == NextUpstream::HTTP_404 {
+                    Outcome::Next
+                } else {
+                    Outcome::Failed
+                };
+                if by_status.is_none() {
+                    crate::log_conn!(
+                        Level::Error,
+                        r.conn.number,
+                        "upstream answered {} while reading response header from upstream{}",
+                        describe(&resp),
+                        r.log_context(Some(&url(&c.name)))
+                    );
+                }
+                c.held.done();
+                attempts.release(c.id, outcome, || r.log_context(Some(&url(&c.name))));
+                // A gRPC status that fails the peer is logged as the 502 it
+                // counts as (the HTTP status was 200).
+                let status = if by_status.is_none() {
+                    Some(502)
+                } else {
+                    answered.status
+                };
+                record(r, Attempt { status, ..answered });
+                if let Some(next) = next {
+                    source = Some(next);
+                    continue;
+                }
+                return Reply::Status(502);
+            }
+        }
+        let sender = match state {
+            BodyState::Going(t) => Some(t),
+            BodyState::Kept(_) => None,
+        };
+        let (parts, recv) = resp.into_parts();
+        let intercepted = conf.proxy_intercept_errors
+            && status >= 300
+            && conf.error_page.iter().any(|p| p.codes.contains(&status));
+        if intercepted {
+            c.held.finish(Outcome::Ok);
+            record(r, answered);
+            return Reply::Status(status);
+        }
+        let mut parts = parts;
+        parts.version = http::Version::HTTP_11;
+        {
+            let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
+            log.attempts.push(answered);
+        }
+        redirect_headers(r, pp, &mut parts.headers);
+        super::proxy_cookie::rewrite(r, &mut parts.headers);
+        filter_response_headers(
+            &mut parts.headers,
+            &conf.proxy_hide_header,
+            &conf.proxy_pass_header,
+            conf.server_tokens,
+        );
+        c.held.done();
+        let ended = recv.is_end_stream();
+        let body = H2Body {
+            recv,
+            slot: Some(c.conn),
+            peer: Some((snap.clone(), c.id)),
+            log: r.upstream.clone(),
+            attempt_start: c.began,
+            received: 0,
+            read_timeout: conf.proxy_read_timeout,
+            timer: None,
+            data_done: ended,
+            ended: false,
+            url: url(&c.name),
+            _sender: sender,
+        };
+        return Reply::Full(Response::from_parts(parts, body.boxed()));
+    }
+}
+
+/// A Trailers-Only answer's gRPC status as a next-upstream condition: a
+/// `grpc-status` in the response head (HEADERS with END_STREAM, or a head
+/// that carries it, as only a Trailers-Only answer does; what body follows
+/// is dropped).
+fn trailers_only_status(resp: &Response<h2::RecvStream>) -> Option<u32> {
+    let code: u32 = resp
+        .headers()
+        .get("grpc-status")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    NextUpstream::for_grpc_status(code)
+}
+
+/// An answer for the error log: its status, and its gRPC status if any.
+fn describe(resp: &Response<h2::RecvStream>) -> String {
+    match resp
+        .headers()
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(g) => format!("with grpc-status {g}"),
+        None => format!("{}", resp.status().as_u16()),
+    }
+}
+
+/// Why an exchange ended without a response head.
+enum Failed {
+    Client(u16),
+    Upstream {
+        f: Failure,
+        stage: &'static str,
+        /// The peer never processed the stream (refused, or after its
+        /// GOAWAY): another connection may take it at no cost.
+        unprocessed: bool,
+    },
+}
+
+type Sender = tokio::task::JoinHandle<Result<BodySent, BodyBroken>>;
+
+/// The request body once the response head came.
+enum BodyState {
+    /// Still going (a gRPC stream), in its task.
+    Going(Sender),
+    /// All gone; the client's kept whole if it fitted.
+    Kept(Option<Bytes>),
+}
+
+const SENDING: &str = "sending request to upstream";
+const READING: &str = "reading response header from upstream";
+
+/// Opens the stream, starts the body on its way (a task of its own: the
+/// response may come before the body has all gone, as in a gRPC stream),
+/// and waits for the response head (`proxy_read_timeout` once the body has
+/// gone). Err also gives back the body source when it can go again.
+async fn exchange(
+    slot: &Slot,
+    r: &Req,
+    head: &Request<()>,
+    source: Option<Source>,
+) -> Result<(Response<h2::RecvStream>, BodyState), (Failed, Option<Source>)> {
+    let conf = &r.conf;
+    let empty = match &source {
+        Some(Source::Whole(p)) => p.is_empty(),
+        Some(Source::Client(_)) => false,
+        None => true,
+    };
+    let unprocessed = |f: Failure, id: Option<u32>, e: Option<&h2::Error>| {
+        let refused = e.is_some_and(|e| e.reason() == Some(h2::Reason::REFUSED_STREAM))
+            || id.is_some_and(|id| slot.state.refused(id))
+            || id.is_none();
+        Failed::Upstream {
+            f,
+            stage: READING,
+            unprocessed: refused,
+        }
+    };
+    let closed = |e: &h2::Error| {
+        Failure::upstream(
+            Kind::Closed,
+            format!("upstream prematurely closed connection ({e})"),
+        )
+    };
+    let mut req = Request::new(());
+    *req.method_mut() = head.method().clone();
+    *req.uri_mut() = head.uri().clone();
+    *req.version_mut() = http::Version::HTTP_2;
+    *req.headers_mut() = head.headers().clone();
+    let ready = match tokio::time::timeout(conf.proxy_send_timeout, slot.send.clone().ready()).await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err((unprocessed(closed(&e), None, Some(&e)), source)),
+        Err(_) => {
+            let f = Failure::upstream(
+                Kind::Timeout,
+                "upstream timed out (110: Connection timed out)",
+            );
+            return Err((
+                Failed::Upstream {
+                    f,
+                    stage: SENDING,
+                    unprocessed: false,
+                },
+                source,
+            ));
+        }
+    };
+    let mut ready = ready;
+    let (resp, tx) = match ready.send_request(req, empty) {
+        Ok(x) => x,
+        Err(e) => return Err((unprocessed(closed(&e), None, Some(&e)), source)),
+    };
+    let id = resp.stream_id().as_u32();
+    // The whole body stays here for another attempt; the client's goes
+    // with the task.
+    let (kept_whole, sender) = match source {
+        Some(Source::Whole(p)) if !p.is_empty() => {
+            let task = tokio::spawn(send_whole(tx, p.clone(), conf.proxy_send_timeout));
+            (Some(p), Some(task))
+        }
+        Some(Source::Whole(p)) => (Some(p), None),
+        Some(Source::Client(b)) => {
+            let limits = Limits {
+                send_timeout: conf.proxy_send_timeout,
+                body_timeout: conf.client_body_timeout,
+                max: conf.client_max_body_size,
+                keep: conf.client_body_buffer_size,
+                number: r.conn.number,
+                ctx: r.log_context(None),
+            };
+            (None, Some(tokio::spawn(send_client(tx, b, limits))))
+        }
+        None => (None, None),
+    };
+    let no_body = sender.is_none();
+    let back = |kept: Option<Bytes>| -> Option<Source> {
+        match (&kept_whole, kept) {
+            (Some(p), _) => Some(Source::Whole(p.clone())),
+            (None, Some(k)) => Some(Source::Whole(Payload::Mem(k))),
+            (None, None) if no_body => Some(Source::Whole(Payload::default())),
+            _ => None,
+        }
+    };
+    let mut resp = resp;
+    let mut sender = sender;
+    let mut body_done = sender.is_none();
+    let mut kept: Option<Bytes> = None;
+    let mut deadline = tokio::time::Instant::now() + conf.proxy_read_timeout;
+    loop {
+        let waiting_body = !body_done;
+        tokio::select! {
+            got = &mut resp => {
+                return match got {
+                    Ok(resp) => Ok((resp, match sender {
+                        Some(t) => BodyState::Going(t),
+                        None => BodyState::Kept(kept.take()),
+                    })),
+                    Err(e) => {
+                        let f = closed(&e);
+                        let failed = unprocessed(f, Some(id), Some(&e));
+                        // Nothing went for certain only when refused.
+                        Err((failed, back(kept.take())))
+                    }
+                };
+            }
+            done = async { sender.as_mut().expect("checked").await }, if waiting_body => {
+                body_done = true;
+                sender = None;
+                match done {
+                    Ok(Ok(s)) => {
+                        kept = s.kept;
+                        deadline = tokio::time::Instant::now() + conf.proxy_read_timeout;
+                    }
+                    Ok(Err(BodyBroken::Client(status))) => {
+                        return Err((Failed::Client(status), None));
+                    }
+                    Ok(Err(BodyBroken::Upstream(f))) => {
+                        let refused = slot.state.refused(id);
+                        return Err((
+                            Failed::Upstream { f, stage: SENDING, unprocessed: refused },
+                            back(None),
+                        ));
+                    }
+                    Err(_) => {
+                        let f = Failure::upstream(Kind::Error, "request body task ended");
+                        return Err((Failed::Upstream { f, stage: SENDING, unprocessed: false }, None));
+                    }
+                }
+            }
+            () = tokio::time::sleep_until(deadline), if !waiting_body => {
+                let f = Failure::upstream(Kind::Timeout, "upstream timed out (110: Connection timed out)");
+                return Err((Failed::Upstream { f, stage: READING, unprocessed: false }, back(kept.take())));
+            }
+        }
+    }
+}
+
+/// Sends `data` on the stream as the peer's flow control lets it, each
+/// wait for room within `timeout`; `end`: the stream ends with it.
+async fn send_data(
+    tx: &mut h2::SendStream<Bytes>,
+    mut data: Bytes,
+    end: bool,
+    timeout: Duration,
+) -> Result<(), Failure> {
+    let closed = |e: h2::Error| {
+        Failure::upstream(
+            Kind::Closed,
+            format!("upstream closed the stream while the request was sent ({e})"),
+        )
+    };
+    if data.is_empty() {
+        return if end {
+            tx.send_data(data, true).map_err(closed)
+        } else {
+            Ok(())
+        };
+    }
+    while !data.is_empty() {
+        tx.reserve_capacity(data.len());
+        let room = tokio::time::timeout(timeout, poll_fn(|cx| tx.poll_capacity(cx))).await;
+        let n = match room {
+            Err(_) => {
+                return Err(Failure::upstream(
+                    Kind::Timeout,
+                    "upstream timed out (110: Connection timed out)",
+                ));
+            }
+            Ok(None) => {
+                return Err(Failure::upstream(
+                    Kind::Closed,
+                    "upstream closed the stream while the request was sent",
+                ));
+            }
+            Ok(Some(Err(e))) => return Err(closed(e)),
+            Ok(Some(Ok(n))) => n,
+        };
+        if n == 0 {
+            continue;
+        }
+        let piece = data.split_to(n.min(data.len()));
+        tx.send_data(piece, end && data.is_empty())
+            .map_err(closed)?;
+    }
+    Ok(())
+}
+
+/// Sends a body read whole before.
+async fn send_whole(
+    mut tx: h2::SendStream<Bytes>,
+    p: Payload,
+    timeout: Duration,
+) -> Result<BodySent, BodyBroken> {
+    let mut b = p.body();
+    let mut next = b
+        .next_chunk()
+        .map_err(|e| BodyBroken::Upstream(Failure::upstream(Kind::Error, e.to_string())))?;
+    while let Some(d) = next.take() {
+        next = b
+            .next_chunk()
+            .map_err(|e| BodyBroken::Upstream(Failure::upstream(Kind::Error, e.to_string())))?;
+        send_data(&mut tx, d, next.is_none(), timeout)
+            .await
+            .map_err(BodyBroken::Upstream)?;
+    }
+    Ok(BodySent { kept: None })
+}
+
+/// The limits the client's body is read under, and the request's log
+/// context for its errors.
+struct Limits {
+    send_timeout: Duration,
+    body_timeout: Duration,
+    max: u64,
+    keep: u64,
+    number: u64,
+    ctx: String,
+}
+
+/// Sends the client's body as it comes (`client_body_timeout` between
+/// reads, `client_max_body_size`), and its trailers; keeps a copy while it
+/// fits `client_body_buffer_size`.
+async fn send_client(
+    mut tx: h2::SendStream<Bytes>,
+    mut body: super::inbound::ReqBody,
+    l: Limits,
+) -> Result<BodySent, BodyBroken> {
+    body.limit(l.max);
+    let mut total: u64 = 0;
+    let mut kept: Option<Vec<Bytes>> = Some(Vec::new());
+    loop {
+        let next = tokio::time::timeout(l.body_timeout, body.frame()).await;
+        let frame = match next {
+            Err(_) => return Err(BodyBroken::Client(body_timed_out_at(l.number, &l.ctx))),
+            Ok(None) => {
+                send_data(&mut tx, Bytes::new(), true, l.send_timeout)
+                    .await
+                    .map_err(BodyBroken::Upstream)?;
+                break;
+            }
+            Ok(Some(Err(e))) => {
+                let e: BoxError = e;
+                return Err(BodyBroken::Client(body_failed_at(l.number, &l.ctx, &e)));
+            }
+            Ok(Some(Ok(f))) => f,
+        };
+        let d = match frame.into_data() {
+            Ok(d) => d,
+            Err(f) => {
+                if let Ok(t) = f.into_trailers() {
+                    tx.send_trailers(t).map_err(|e| {
+                        BodyBroken::Upstream(Failure::upstream(Kind::Closed, e.to_string()))
+                    })?;
+                    // Trailers end the body: the copy cannot carry them.
+                    kept = None;
+                    break;
+                }
+                continue;
+            }
+        };
+        if d.is_empty() {
+            continue;
+        }
+        total += d.len() as u64;
+        if let Some(k) = &mut kept {
+            if total <= l.keep {
+                k.push(d.clone());
+            } else {
+                kept = None;
+            }
+        }
+        send_data(&mut tx, d, false, l.send_timeout)
+            .await
+            .map_err(BodyBroken::Upstream)?;
+    }
+    Ok(BodySent {
+        kept: kept.map(|k| Bytes::from(k.concat())),
+    })
+}
+
+/// The upstream's response body over HTTP/2: data as it comes (its flow
+/// control window given back as it is passed on), then its trailers;
+/// `proxy_read_timeout` between frames. At its end the stream's slot is
+/// free and the peer released.
+struct H2Body {
+    recv: h2::RecvStream,
+    slot: Option<Slot>,
+    peer: Option<(Arc<Peers>, PeerId)>,
+    log: Arc<Mutex<UpstreamLog>>,
+    attempt_start: Instant,
+    received: u64,
+    read_timeout: Duration,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    data_done: bool,
+    ended: bool,
+    url: String,
+    /// The request body still going (a gRPC stream).
+    _sender: Option<Sender>,
+}
+
+impl H2Body {
+    fn finish(&mut self, _complete: bool) {
+        self.slot = None;
+        let Some((peers, id)) = self.peer.take() else {
+            return;
+        };
+        if let Some(a) = self
+            .log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .attempts
+            .last_mut()
+        {
+            a.response = Some(self.attempt_start.elapsed());
+            a.length = Some(self.received);
+            a.received = self.received;
+        }
+        if self.received > 0 {
+            peers
+                .get(id)
+                .live
+                .received
+                .fetch_add(self.received, std::sync::atomic::Ordering::Relaxed);
+        }
+        peers.release(id, Outcome::Ok, now_ms());
+    }
+
+    fn failed(&mut self, kind: Kind) -> BoxError {
+        self.finish(false);
+        self.ended = true;
+        Box::new(UpstreamBodyError {
+            message: if kind == Kind::Timeout {
+                "upstream timed out (110: Connection timed out) while reading upstream"
+            } else {
+                "upstream prematurely closed connection while reading upstream"
+            },
+            url: self.url.clone(),
+            kind,
+        })
+    }
+
+    fn wait(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let timeout = self.read_timeout;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        if timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(self.failed(Kind::Timeout))));
+        }
+        Poll::Pending
+    }
+}
+
+impl HttpBody for H2Body {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        if !this.data_done {
+            match this.recv.poll_data(cx) {
+                Poll::Ready(Some(Ok(d))) => {
+                    let _ = this.recv.flow_control().release_capacity(d.len());
+                    this.received += d.len() as u64;
+                    this.timer = None;
+                    return Poll::Ready(Some(Ok(Frame::data(d))));
+                }
+                Poll::Ready(Some(Err(_))) => {
+                    return Poll::Ready(Some(Err(this.failed(Kind::Closed))));
+                }
+                Poll::Ready(None) => this.data_done = true,
+                Poll::Pending => return this.wait(cx),
+            }
+        }
+        match this.recv.poll_trailers(cx) {
+            Poll::Ready(Ok(t)) => {
+                this.ended = true;
+                this.finish(true);
+                Poll::Ready(t.map(|t| Ok(Frame::trailers(t))))
+            }
+            Poll::Ready(Err(_)) => Poll::Ready(Some(Err(this.failed(Kind::Closed)))),
+            Poll::Pending => this.wait(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || (self.data_done && self.recv.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.ended || (self.data_done && self.recv.is_end_stream()) {
+            return SizeHint::with_exact(0);
+        }
+        SizeHint::default()
+    }
+}
+
+impl Drop for H2Body {
+    fn drop(&mut self) {
+        let complete = self.ended;
+        self.finish(complete);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_errors_are_trailers_only() {
+        let mut r = super::super::vars::tests::req();
+        r.headers = crate::h1::head::Headers::from_pairs([("content-type", "application/grpc")]);
+        for (code, want) in [(502, "14"), (503, "14"), (504, "4")] {
+            let Reply::Full(resp) = grpc_error(&r, Reply::Status(code)) else {
+                panic!("{code}: not turned into a gRPC answer");
+            };
+            assert_eq!(resp.status(), 200);
+            assert_eq!(resp.headers()["grpc-status"], want);
+            assert_eq!(resp.headers()["content-type"], "application/grpc");
+            assert_eq!(resp.body().size_hint().exact(), Some(0));
+        }
+        assert!(matches!(
+            grpc_error(&r, Reply::Status(404)),
+            Reply::Status(404)
+        ));
+        r.headers = crate::h1::head::Headers::from_pairs([("content-type", "text/plain")]);
+        assert!(matches!(
+            grpc_error(&r, Reply::Status(502)),
+            Reply::Status(502)
+        ));
+    }
+}

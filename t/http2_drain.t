@@ -1,0 +1,123 @@
+#!/usr/bin/perl
+
+# HTTP/2 connections and the worker's life: a reload (HUP) while an h2
+# stream is in flight lets it finish on the old generation (GOAWAY, then
+# close) while a new connection goes to the new one; an idle connection
+# gets GOAWAY after keepalive_timeout; a rapid-reset flood
+# (CVE-2023-44487: streams opened and reset at once) ends in GOAWAY
+# ENHANCE_YOUR_CALM and the worker goes on serving; the HTTP/2 directives'
+# errors name file and line. Needs curl with HTTP/2.
+
+use warnings;
+use strict;
+
+use Test::More;
+use Time::HiRes qw/time sleep/;
+
+BEGIN { use FindBin; chdir($FindBin::Bin); }
+
+use lib 'lib';
+use Test::Sluice qw/:all/;
+use Test::Sluice::H2 qw/h2_connect h2_request h2_rst h2_frames/;
+
+plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /HTTP2/;
+
+my $t = Test::Sluice->new()->has(qw/http/)->plan(14);
+my $d = $t->testdir();
+
+my $conf = <<'EOF';
+
+%%TEST_GLOBALS%%
+
+events {
+}
+
+http {
+    access_log off;
+
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+        http2 on;
+        location / { return 200 "GEN"; }
+        location /slow/ { proxy_pass http://127.0.0.1:%%PORT_8082%%; }
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8081%%;
+        http2 on;
+        keepalive_timeout 1s;
+        location / { return 200 "idle"; }
+    }
+}
+EOF
+
+(my $first = $conf) =~ s/GEN/first/;
+$t->write_file_expand('sluice.conf', $first);
+$t->backend(port(8082));
+$t->run();
+my $p = port(8080);
+
+is(`curl -s --http2-prior-knowledge http://127.0.0.1:$p/`, 'first', 'h2c served');
+my @old = $t->worker_pids();
+
+# A slow stream in flight across a reload.
+open(my $slow, '-|', "curl -s --max-time 20 --http2-prior-knowledge -w ' %{http_code} %{http_version}' http://127.0.0.1:$p/slow/2/x")
+	or die "curl: $!\n";
+sleep 0.5;
+(my $second = $conf) =~ s/GEN/second/;
+$t->write_file_expand('sluice.conf', $second);
+my $t0 = time();
+ok($t->reload(), 'reloaded with a stream in flight');
+ok(poll_until(sub { `curl -s --http2-prior-knowledge http://127.0.0.1:$p/` eq 'second' }, 5),
+	'a new connection goes to the new generation');
+my $got = join '', <$slow>;
+close $slow;
+like($got, qr/^\d+ \/slow\/2\/x 200 2$/, 'the in-flight stream completed on the old generation');
+ok($t->waitforlog(sub {
+	my $log = shift;
+	!grep { $log !~ /worker process $_ exited with code 0/ } @old;
+}, 10), 'then the old worker exited');
+
+# keepalive_timeout closes an idle HTTP/2 connection with GOAWAY.
+{
+	my $s = h2_connect(port(8081));
+	h2_request($s, 1, '/');
+	my $t1 = time();
+	my ($f, $closed) = h2_frames($s, undef, 6);
+	ok((grep { $_->{type} eq 'GOAWAY' } @$f) && $closed, 'idle connection: GOAWAY, then closed');
+	my $took = time() - $t1;
+	ok($took > 0.8 && $took < 5, "after keepalive_timeout ($took s)");
+}
+
+# Rapid reset: 2000 streams opened and reset in one go.
+{
+	my $s = h2_connect($p);
+	my $out = '';
+	for my $i (0 .. 1999) {
+		my $sid = 2 * $i + 1;
+		$out .= h2_request(undef, $sid, '/') . h2_rst(undef, $sid);
+	}
+	syswrite($s, $out);
+	my ($f, $closed) = h2_frames($s, undef, 10);
+	my ($ga) = grep { $_->{type} eq 'GOAWAY' } @$f;
+	ok($ga, 'a rapid-reset flood gets GOAWAY');
+	my $code = $ga ? unpack('N', substr($ga->{payload}, 4, 4)) : -1;
+	is($code, 11, 'with ENHANCE_YOUR_CALM');
+	ok($closed, 'and the connection closed');
+	is(`curl -s --http2-prior-knowledge http://127.0.0.1:$p/`, 'second', 'the worker still serves');
+}
+
+# The directives' errors name file and line.
+sub conf_error {
+	my ($body) = @_;
+	$t->write_file('bad.conf', "events {}\nhttp {\n$body\n}\n");
+	my (undef, undef, $err) = $t->run_binary('-t', '-p', "$d/", '-c', 'bad.conf', '-e', 'bad.log');
+	return $err;
+}
+like(conf_error("http2_chunk_size 0;"),
+	qr/\[emerg\] "http2_chunk_size" directive value is too small in \S+bad\.conf:3/, 'http2_chunk_size 0');
+like(conf_error("server { http2_recv_buffer_size 1m; }"),
+	qr/\[emerg\] "http2_recv_buffer_size" directive is not allowed here in \S+bad\.conf:3/, 'http2_recv_buffer_size in server');
+like(conf_error("http2_max_field_size 4k; http2_idle_timeout 3m;"),
+	qr/\[warn\] the "http2_max_field_size" directive is obsolete, use the "large_client_header_buffers" directive instead in \S+bad\.conf:3/,
+	'obsolete http2_max_field_size warns');

@@ -1,0 +1,143 @@
+#!/usr/bin/perl
+
+# The api location's dashboard: one self-contained page at
+# PREFIX/dashboard.html (and at the bare prefix for Accept: text/html), with
+# no external asset; the API endpoints it polls (connections,
+# http/requests). Its JavaScript renders live API data: run with node
+# (render and track, on two polls' answers) and, when chromium is installed,
+# in headless chromium against the running server.
+
+use warnings;
+use strict;
+
+use Test::More;
+use JSON::PP;
+
+BEGIN { use FindBin; chdir($FindBin::Bin); }
+
+use lib 'lib';
+use Test::Sluice qw/:all/;
+
+my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(17);
+my $d = $t->testdir();
+
+$t->write_file_expand('sluice.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+worker_processes 2;
+
+events {
+}
+
+http {
+    access_log off;
+
+    upstream app {
+        zone apps 64k;
+        server 127.0.0.1:%%PORT_8081%%;
+        server 127.0.0.1:%%PORT_8089%% max_fails=1 fail_timeout=60s;
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8080%% reuseport;
+        location /app/ { proxy_pass http://app/; }
+        location /status/ { api; }
+    }
+}
+
+stream {
+    upstream tcp { zone tcps 32k; server 127.0.0.1:%%PORT_8081%%; }
+    server { listen 127.0.0.1:%%PORT_8070%%; proxy_pass tcp; }
+}
+
+EOF
+
+$t->backend(port(8081));
+$t->run();
+
+my ($p1, $dead) = (port(8081), port(8089));
+
+my $ok = 0;
+$ok++ for grep { http_get("/app/n$_") =~ /^HTTP\/1.1 200/ } 1 .. 5;
+is($ok, 5, 'traffic answered');
+
+my $r = http_get('/status/dashboard.html');
+like($r, qr/^HTTP\/1.1 200/, 'dashboard: 200');
+like($r, qr/^Content-Type: text\/html; charset=utf-8\r$/mi, 'dashboard: text/html');
+my ($page) = $r =~ /\r\n\r\n(.*)\z/s;
+$page //= '';
+unlike($page, qr/https?:\/\//, 'no http(s):// URL in the page');
+unlike($page, qr/<link|<img|\ssrc=|\@import|url\(/i, 'no external asset of any kind');
+like($page, qr/const BASE = "\/status\/";/, 'the API base is the location prefix');
+
+like(http("GET /status/ HTTP/1.0\nHost: localhost\nAccept: text/html,*/*\n\n"),
+	qr/^Content-Type: text\/html.*<!DOCTYPE html>/msi, 'bare prefix, Accept: text/html: the page');
+like(http_get('/status/'), qr/\r\n\r\n\[1,2,3,4,5,6,7,8,9\]\z/, 'bare prefix otherwise: the versions');
+
+sub json_of {
+	my ($body) = http_get($_[0]) =~ /\r\n\r\n(.*)\z/s;
+	return eval { decode_json($body // '') } // {};
+}
+
+my $c = json_of('/status/9/connections');
+ok($c->{accepted} >= 9 && $c->{dropped} == 0 && $c->{active} == 1 && exists $c->{idle},
+	'connections: accepted, dropped, active, idle');
+my $q = json_of('/status/9/http/requests');
+ok($q->{total} >= 10 && $q->{current} == 1, 'http/requests: total, current');
+
+# The page's script under node: render() of live answers shows both peers
+# with their states, and track() turns two polls into a request rate.
+my ($script) = $page =~ /<script>(.*)<\/script>/s;
+$t->write_file('dashboard.js', $script // '');
+my %data = (
+	nginx => json_of('/status/9/nginx'),
+	connections => json_of('/status/9/connections'),
+	requests => json_of('/status/9/http/requests'),
+	http => json_of('/status/9/http/upstreams'),
+	stream => json_of('/status/9/stream/upstreams'),
+);
+$t->write_file('poll1.json', encode_json(\%data));
+http_get("/app/more$_") for 1 .. 4;
+$data{http} = json_of('/status/9/http/upstreams');
+$t->write_file('poll2.json', encode_json(\%data));
+$t->write_file('run.js', <<'EOF');
+const fs = require('fs'), vm = require('vm');
+const dir = process.argv[2];
+const sandbox = { module: { exports: {} } };
+vm.runInNewContext(fs.readFileSync(dir + '/dashboard.js', 'utf8'), sandbox);
+const { render, track } = sandbox.module.exports;
+const history = {};
+const one = JSON.parse(fs.readFileSync(dir + '/poll1.json', 'utf8'));
+const two = JSON.parse(fs.readFileSync(dir + '/poll2.json', 'utf8'));
+track(history, one, 1000);
+track(history, two, 3000);
+process.stdout.write(render(two, history));
+EOF
+
+SKIP: {
+	my $node = (grep { -x } '/usr/bin/node', '/usr/bin/nodejs')[0];
+	skip 'no node', 4 unless $node;
+	my $html = `$node $d/run.js $d 2>&1`;
+	like($html, qr/<div class="peer state-up" data-peer="127\.0\.0\.1:$p1">/,
+		'node: live peer rendered, state up');
+	like($html, qr/<div class="peer state-unavail" data-peer="127\.0\.0\.1:$dead">/,
+		'node: failing peer rendered, state unavail');
+	like($html, qr/data-peer="127\.0\.0\.1:$p1">.*?<b>2\.0<\/b>\/s/s,
+		'node: 4 requests in 2 s make 2.0/s');
+	like($html, qr/<h2>stream tcp<\/h2>.*zone <b>tcps<\/b>/s, 'node: stream upstream and its zone');
+}
+
+# Headless chromium: the page polls the live API and renders the peers.
+SKIP: {
+	my $chromium = (grep { -x } '/usr/bin/chromium', '/usr/bin/chromium-browser')[0];
+	skip 'no chromium', 3 unless $chromium;
+	my $url = 'http://127.0.0.1:' . port(8080) . '/status/dashboard.html';
+	my $dom = `HOME=$d timeout 60 $chromium --headless --no-sandbox --disable-gpu --user-data-dir=$d/chromium --virtual-time-budget=3000 --dump-dom $url 2>/dev/null`;
+	like($dom, qr/<div class="peer state-up" data-peer="127\.0\.0\.1:$p1">/,
+		'chromium: live peer rendered from the API');
+	like($dom, qr/<div class="peer state-unavail" data-peer="127\.0\.0\.1:$dead">/,
+		'chromium: failing peer in its colour class');
+	like($dom, qr/generation <b id="generation">1<\/b>.*<span id="error"><\/span>/s,
+		'chromium: generation shown, no error');
+}

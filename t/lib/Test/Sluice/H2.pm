@@ -1,0 +1,113 @@
+package Test::Sluice::H2;
+
+# A minimal HTTP/2 client over a plain socket, for what curl and h2load
+# cannot do: reset a stream mid-response, flood a connection with streams
+# it resets at once, and see which frames came. Requests are HPACK
+# literals without indexing (no table state); frames are read raw. Core
+# Perl modules only.
+
+use warnings;
+use strict;
+
+use IO::Socket::INET;
+use IO::Select;
+use Time::HiRes qw/time/;
+
+use Exporter qw/import/;
+our @EXPORT_OK = qw/h2_connect h2_request h2_rst h2_frames h2_data_of/;
+
+our %TYPE = (0 => 'DATA', 1 => 'HEADERS', 3 => 'RST_STREAM', 4 => 'SETTINGS',
+	6 => 'PING', 7 => 'GOAWAY', 8 => 'WINDOW_UPDATE');
+
+my %BUF;
+
+sub frame {
+	my ($type, $flags, $sid, $payload) = @_;
+	my $len = length $payload;
+	return pack('CnCCN', $len >> 16, $len & 0xffff, $type, $flags, $sid) . $payload;
+}
+
+# Connects, sends the preface and empty SETTINGS (and a large connection
+# window when asked: window => BYTES).
+sub h2_connect {
+	my ($port, %opts) = @_;
+	my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Proto => 'tcp')
+		or die "h2 connect: $!\n";
+	binmode $s;
+	my $out = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" . frame(4, 0, 0, '');
+	$out .= frame(8, 0, 0, pack('N', $opts{window})) if $opts{window};
+	syswrite($s, $out);
+	return $s;
+}
+
+sub literal {
+	my ($n, $v) = @_;
+	die "h2: field too long\n" if length($n) > 126 || length($v) > 126;
+	return pack('CC', 0, length $n) . $n . pack('C', length $v) . $v;
+}
+
+# Opens stream $sid with a GET (or method => M) of $path; end => 0 leaves
+# the stream open for a body. Returns the bytes (so that a caller can
+# batch), or sends them when $s is given.
+sub h2_request {
+	my ($s, $sid, $path, %opts) = @_;
+	my $block = literal(':method', $opts{method} // 'GET')
+		. literal(':scheme', 'http') . literal(':path', $path)
+		. literal(':authority', 'localhost');
+	my $flags = 0x4 | (($opts{end} // 1) ? 0x1 : 0);
+	my $f = frame(1, $flags, $sid, $block);
+	syswrite($s, $f) if $s;
+	return $f;
+}
+
+# RST_STREAM on $sid with CANCEL (8).
+sub h2_rst {
+	my ($s, $sid) = @_;
+	my $f = frame(3, 0, $sid, pack('N', 8));
+	syswrite($s, $f) if $s;
+	return $f;
+}
+
+# Reads frames until $until->(frame) is true, the peer closes, or $secs
+# pass; answers SETTINGS with an ACK. Returns the frames as hashes
+# (type, flags, sid, payload), and whether the peer closed.
+sub h2_frames {
+	my ($s, $until, $secs) = @_;
+	# Bytes read past the frame that ended the last call stay for the next.
+	my $buf = delete $BUF{$s} // '';
+	my (@frames, $closed);
+	my $sel = IO::Select->new($s);
+	my $end = time() + ($secs // 5);
+	while (time() < $end) {
+		while (length $buf >= 9) {
+			my ($l1, $l2, $type, $flags, $sid) = unpack('CnCCN', $buf);
+			my $len = ($l1 << 16) | $l2;
+			last if length $buf < 9 + $len;
+			my $f = { type => $TYPE{$type} // $type, flags => $flags,
+				sid => $sid & 0x7fffffff, payload => substr($buf, 9, $len) };
+			substr($buf, 0, 9 + $len) = '';
+			push @frames, $f;
+			syswrite($s, frame(4, 1, 0, '')) if $type == 4 && !($flags & 1);
+			if ($until && $until->($f)) {
+				$BUF{$s} = $buf;
+				return (\@frames, 0);
+			}
+		}
+		last unless $sel->can_read($end - time());
+		my $n = sysread($s, my $chunk, 65536);
+		unless ($n) {
+			$closed = 1;
+			last;
+		}
+		$buf .= $chunk;
+	}
+	return (\@frames, $closed);
+}
+
+# The DATA bytes frames carry on stream $sid.
+sub h2_data_of {
+	my ($frames, $sid) = @_;
+	return join '', map { $_->{payload} } grep { $_->{type} eq 'DATA' && $_->{sid} == $sid } @$frames;
+}
+
+1;

@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+# A gRPC backend for the tests, on grpcio's generic handlers with raw bytes
+# (no protobuf): service test.Echo, methods Unary, ServerStream (three
+# answers), ClientStream (the messages joined by "|") and Bidi (one answer
+# per message). Every answer starts with the backend's NAME and ":", and
+# every call ends with trailer x-backend: NAME, so a test sees which backend
+# answered.
+#
+# usage: /usr/bin/python3 grpc_backend.py PORT MODE NAME [READY_FILE]
+#   MODE ok:          answers
+#   MODE unavailable: every call ends at once with UNAVAILABLE (Trailers-Only)
+#   MODE slow:        answers after 3 seconds
+# READY_FILE is created once the server listens. SIGTERM stops it
+# gracefully, as a rolling restart does: no new call, GOAWAY on its
+# connections, the calls in flight finish (for at most a second).
+
+import signal
+import sys
+import time
+from concurrent import futures
+
+import grpc
+
+port, mode, name = sys.argv[1], sys.argv[2], sys.argv[3]
+ready = sys.argv[4] if len(sys.argv) > 4 else None
+tag = name.encode()
+
+
+def check(ctx):
+    ctx.set_trailing_metadata((('x-backend', name),))
+    if mode == 'unavailable':
+        ctx.abort(grpc.StatusCode.UNAVAILABLE, name + ' unavailable')
+    if mode == 'slow':
+        time.sleep(3)
+
+
+def unary(req, ctx):
+    check(ctx)
+    return tag + b':' + req
+
+
+def server_stream(req, ctx):
+    check(ctx)
+    for i in range(3):
+        yield tag + b':' + str(i).encode() + b':' + req
+
+
+def client_stream(it, ctx):
+    check(ctx)
+    return tag + b':' + b'|'.join(it)
+
+
+def bidi(it, ctx):
+    check(ctx)
+    for m in it:
+        yield tag + b':' + m
+
+
+handlers = {
+    'Unary': grpc.unary_unary_rpc_method_handler(unary),
+    'ServerStream': grpc.unary_stream_rpc_method_handler(server_stream),
+    'ClientStream': grpc.stream_unary_rpc_method_handler(client_stream),
+    'Bidi': grpc.stream_stream_rpc_method_handler(bidi),
+}
+
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
+server.add_generic_rpc_handlers(
+    (grpc.method_handlers_generic_handler('test.Echo', handlers),))
+server.add_insecure_port('127.0.0.1:' + port)
+server.start()
+signal.signal(signal.SIGTERM, lambda *_: server.stop(1))
+if ready:
+    open(ready, 'w').close()
+server.wait_for_termination()
