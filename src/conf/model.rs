@@ -592,7 +592,19 @@ pub struct Upstream {
     pub implicit: bool,
     /// `health_check` (in a location or stream server proxying to it).
     pub health: Option<Arc<HealthCheck>>,
+    /// `queue N [timeout=TIME]`: requests that find no peer wait.
+    pub queue: Option<Queue>,
     pub src: Src,
+}
+
+/// `queue N [timeout=TIME]` (NGINX Plus's): a request whose first pick finds
+/// no peer (all down, failed, unhealthy or at `max_conns`, or a `resolve`
+/// name not answered yet) waits for one, up to `max` such requests per
+/// worker and for `timeout`; past either it gets 502.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queue {
+    pub max: usize,
+    pub timeout: Duration,
 }
 
 /// `http2_ping_interval TIME [timeout=TIME]`.

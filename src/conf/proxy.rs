@@ -128,6 +128,13 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_proxy_pass,
     },
     Spec {
+        name: "queue",
+        ctx: UPS,
+        args: Args::Range(1, 2),
+        block: false,
+        set: set_queue,
+    },
+    Spec {
         name: "http2_ping_interval",
         ctx: UPS,
         args: Args::Range(1, 2),
@@ -146,6 +153,8 @@ pub(super) struct UpstreamB {
     keepalive_set: [bool; 5],
     /// `http2_ping_interval TIME [timeout=TIME]`.
     ping: Option<Ping>,
+    /// `queue N [timeout=TIME]`.
+    queue: Option<Queue>,
     /// `zone NAME [SIZE]`, where it was written.
     zone: Option<(String, Option<u64>, Src)>,
     pub(super) resolver: Option<Resolver>,
@@ -212,6 +221,7 @@ pub(super) fn new_upstream(
         keepalive: default_keepalive(),
         keepalive_set: [false; 5],
         ping: None,
+        queue: None,
         zone: None,
         resolver: None,
         resolver_timeout: None,
@@ -464,6 +474,32 @@ fn set_ping(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
             .ok_or_else(|| ConfError::at(format!("invalid parameter \"{p}\""), &d.src))?,
     };
     u.ping = Some(Ping { interval, timeout });
+    Ok(())
+}
+
+/// `queue N [timeout=TIME]` (http upstreams only, as NGINX Plus has it).
+fn set_queue(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Upstream(u) = n else {
+        return Err(not_here(d));
+    };
+    if u.stream {
+        return Err(not_here(d));
+    }
+    if u.queue.is_some() {
+        return Err(duplicate(d));
+    }
+    let max = number(&d.args[0])
+        .filter(|n: &usize| *n > 0)
+        .ok_or_else(|| super::build::invalid_value(d))?;
+    let timeout = match d.args.get(1) {
+        None => Duration::from_secs(60),
+        Some(p) => p
+            .strip_prefix("timeout=")
+            .and_then(|v| values::parse_time(v, true))
+            .filter(|t| !t.is_zero())
+            .ok_or_else(|| ConfError::at(format!("invalid parameter \"{p}\""), &d.src))?,
+    };
+    u.queue = Some(Queue { max, timeout });
     Ok(())
 }
 
@@ -795,6 +831,7 @@ pub(super) fn finish_upstreams(
             resolver,
             implicit: false,
             health: None,
+            queue: u.queue,
             src: u.src,
         });
     }
@@ -856,6 +893,7 @@ pub(super) fn resolve_proxy_pass(
                     state: None,
                     implicit: true,
                     health: None,
+                    queue: None,
                     src: p.src.clone(),
                 });
                 upstreams.len() - 1

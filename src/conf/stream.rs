@@ -567,6 +567,7 @@ fn upstream_for(name: &str, src: &Src, upstreams: &mut Vec<Upstream>) -> Result<
         state: None,
         implicit: true,
         health: None,
+        queue: None,
         src: src.clone(),
     });
     Ok(upstreams.len() - 1)

@@ -15,13 +15,14 @@
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use super::balancer::{Key, PickState};
 use super::peers::now_ms;
 use super::race::{Ended, Race};
 use super::{Outcome, PeerId, Peers, Released, Tried, UpstreamRt, in_time};
-use crate::conf::model::{Balancer, NextUpstream, PeerAddr};
+use crate::conf::model::{Balancer, NextUpstream, PeerAddr, Queue};
 use crate::conf::vars::Template;
 use crate::log::Level;
 use crate::net::stream::{ConnectError, Stream};
@@ -331,22 +332,57 @@ pub struct Attempts {
     addr_key: Vec<u8>,
     first: bool,
     number: u64,
-    /// How long `new` waited for a name's first answer.
+    /// How long `new` waited for a name's first answer or in the queue.
     pub queued: std::time::Duration,
+    /// `queue`: the peer the first pick took while the request waited.
+    pending: Undecided,
+    /// `queue`: why the request got no peer (full, timed out).
+    refused: Option<&'static str>,
+}
+
+/// How often a request in the queue looks for a peer.
+const QUEUE_TICK: Duration = Duration::from_millis(10);
+
+/// The tries a request has on `snap`: `proxy_next_upstream_tries`, at most
+/// the number of peers.
+fn tries(policy: &Policy, snap: &Peers) -> usize {
+    let n = snap.count();
+    match policy.tries {
+        0 => n,
+        limit => n.min(limit as usize),
+    }
+}
+
+/// One of an upstream's `queue` places in this worker, freed when dropped.
+struct QueuePlace(Arc<UpstreamRt>);
+
+impl QueuePlace {
+    fn enter(ups: &Arc<UpstreamRt>, max: usize) -> Option<QueuePlace> {
+        ups.queued
+            .fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| QueuePlace(ups.clone()))
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        self.0.queued.fetch_sub(1, Relaxed);
+    }
 }
 
 impl Attempts {
     /// Takes the request's snapshot (waiting, bounded, for a name's first
-    /// answer) and its balancer key.
+    /// answer) and its balancer key. With `queue` the first pick is made
+    /// here: a request that finds no peer waits in the queue for one.
     pub async fn new(ups: &Arc<UpstreamRt>, policy: Policy, who: &impl Requester) -> Attempts {
         let waiting = Instant::now();
-        let snap = ups.peers_ready().await;
-        let queued = waiting.elapsed();
-        let n = snap.count();
-        let tries_left = match policy.tries {
-            0 => n,
-            limit => n.min(limit as usize),
+        // The queue waits for a first answer too.
+        let snap = match ups.cfg.queue {
+            Some(_) => ups.peers(),
+            None => ups.peers_ready().await,
         };
+        let tries_left = tries(&policy, &snap);
         let hash_text = match &ups.cfg.balancer {
             Balancer::Hash { key, .. } => who.hash_text(key),
             _ => String::new(),
@@ -362,9 +398,13 @@ impl Attempts {
             Balancer::Random { .. } => super::random::next_u64(),
             _ => 0,
         };
-        Attempts {
+        let mut a = Attempts {
             ups: ups.clone(),
             tried: Tried::new(&snap),
+            pending: Undecided {
+                snap: snap.clone(),
+                ids: Vec::new(),
+            },
             snap,
             tries_left,
             pick: PickState::new(seed),
@@ -374,7 +414,50 @@ impl Attempts {
             addr_key,
             first: true,
             number: who.number(),
-            queued,
+            queued: Duration::ZERO,
+            refused: None,
+        };
+        if let Some(q) = ups.cfg.queue {
+            match a.take() {
+                Some(id) => a.pending.ids.push(id),
+                None => match a.queue(q).await {
+                    Ok(id) => a.pending.ids.push(id),
+                    Err(why) => a.refused = Some(why),
+                },
+            }
+            // proxy_next_upstream_timeout counts from the first attempt.
+            a.started = Instant::now();
+        }
+        a.queued = waiting.elapsed();
+        a
+    }
+
+    /// `queue`: waits, in one of the upstream's queue places in this
+    /// worker, until the balancer finds a peer (looking at the zone's peers
+    /// every `QUEUE_TICK`, as other workers' requests, checks and answers
+    /// change them) or the queue's timeout passes. Err: why not, in the
+    /// error log's words.
+    async fn queue(&mut self, q: Queue) -> Result<PeerId, &'static str> {
+        let Some(_place) = QueuePlace::enter(&self.ups, q.max) else {
+            return Err("upstream queue is full");
+        };
+        let deadline = Instant::now() + q.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(QUEUE_TICK.min(left)).await;
+            let latest = self.ups.peers();
+            if latest.config != self.snap.config || self.snap.count() == 0 {
+                self.tries_left = tries(&self.policy, &latest);
+                self.tried = Tried::new(&latest);
+                self.pending.snap = latest.clone();
+                self.snap = latest;
+            }
+            if let Some(id) = self.take() {
+                return Ok(id);
+            }
+            if Instant::now() >= deadline {
+                return Err("upstream queue timed out");
+            }
         }
     }
 
@@ -433,16 +516,21 @@ impl Attempts {
             // nginx: a retry after the zone's peer list changed is refused.
             let moved = !self.first && self.ups.peers().config != self.snap.config;
             self.first = false;
-            let pick = if moved { None } else { self.take() };
+            let pick = match self.pending.ids.pop() {
+                Some(id) => Some(id),
+                None if moved => None,
+                None => self.take(),
+            };
             let Some(id) = pick else {
                 let name: Arc<str> = self.ups.cfg.name.as_str().into();
+                let why = self.refused.take().unwrap_or("no live upstreams");
                 crate::log_conn!(
                     Level::Error,
                     self.number,
-                    "no live upstreams while connecting to upstream{}",
+                    "{why} while connecting to upstream{}",
                     who.context(&name)
                 );
-                who.record_failed(&name, &Failure::upstream(Kind::Error, "no live upstreams"));
+                who.record_failed(&name, &Failure::upstream(Kind::Error, why));
                 return Err(502);
             };
             let now = Instant::now();

@@ -58,6 +58,8 @@ pub struct UpstreamRt {
     pub reg: Arc<Registry>,
     /// Its HTTP/2 connections (`grpc_pass`, `proxy_http_version 2`).
     pub h2: Arc<h2set::H2Sets>,
+    /// Requests of this worker in its `queue`.
+    pub queued: std::sync::atomic::AtomicUsize,
 }
 
 impl UpstreamRt {
@@ -91,6 +93,7 @@ impl UpstreamRt {
             state: None,
             implicit: true,
             health: None,
+            queue: None,
             src: crate::conf::Src {
                 file: None,
                 line: 0,
@@ -125,6 +128,7 @@ impl UpstreamRt {
             pool: Mutex::new(pool),
             reg: Arc::new(Registry::default()),
             h2: Arc::new(h2set::H2Sets::default()),
+            queued: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 

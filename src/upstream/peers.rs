@@ -485,6 +485,7 @@ pub(crate) fn test_upstream(
         state: None,
         implicit: false,
         health: None,
+        queue: None,
         src: Src {
             file: None,
             line: 0,

@@ -233,6 +233,7 @@ impl Zone {
             state: None,
             implicit: false,
             health: None,
+            queue: None,
             src: crate::conf::Src {
                 file: None,
                 line: 0,
