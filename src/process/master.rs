@@ -91,6 +91,7 @@ pub fn start(cli: &Cli) -> i32 {
         );
         return 1;
     }
+    super::title::init();
     // A binary upgrade hands over the listeners and zones. Read before
     // anything else opens a descriptor: adopting them is sound only while
     // the process has no sockets or zones of its own (`upgrade::adopt`).
@@ -203,6 +204,7 @@ pub fn start(cli: &Cli) -> i32 {
     if !cfg.main.master_process {
         return single_process(cfg, bound, creds, shm, &pid_path);
     }
+    super::title::master();
     let (sig_read, sig_write) = match UnixStream::pair() {
         Ok(p) => p,
         Err(e) => {

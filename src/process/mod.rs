@@ -6,6 +6,7 @@ mod daemon;
 mod master;
 mod setup;
 mod sys;
+mod title;
 mod upgrade;
 mod worker;
 

@@ -69,6 +69,21 @@ pub fn set_priority(nice: i32) -> nix::Result<()> {
     Ok(())
 }
 
+/// Sets every environment variable again, so that the C library holds each
+/// in memory of its own and none in the strings the process started with,
+/// which the process title then overwrites (see `title`). Called by the
+/// master while it is single-threaded.
+#[allow(unsafe_code)]
+pub fn relocate_environment() {
+    let vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+    for (k, v) in vars {
+        // SAFETY: changing the environment is unsound only while another
+        // thread may read it; the master calls this at start, before any
+        // thread exists (`start` checks `thread_count`).
+        unsafe { std::env::set_var(k, v) };
+    }
+}
+
 /// Keeps only the environment variables `keep` accepts, then sets `set`.
 /// Called by a new worker before its runtime starts.
 #[allow(unsafe_code)]

@@ -301,7 +301,8 @@ pub fn exec_new_binary(
     for (name, fd) in zones {
         zone_list.push_str(&format!("{name}:{};", fd.as_raw_fd()));
     }
-    let args: Vec<std::ffi::CString> = std::env::args_os()
+    let args: Vec<std::ffi::CString> = super::title::original_args()
+        .into_iter()
         .filter_map(|a| std::ffi::CString::new(a.into_encoded_bytes()).ok())
         .collect();
     let exe = std::env::current_exe()

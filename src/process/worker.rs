@@ -106,6 +106,10 @@ pub fn run(
     slot: usize,
 ) -> i32 {
     set_up(&cfg, slot);
+    // Before privileges go: the title's writes need /proc/self/mem open.
+    if channel.is_some() {
+        super::title::worker();
+    }
     if let Some(c) = &creds {
         if let Err(e) = drop_privileges(c) {
             crate::log!(Level::Emerg, "{}", e);
@@ -229,6 +233,7 @@ async fn serve(
             _ = quit.recv() => {
                 if *phase_tx.borrow() == Phase::Running {
                     crate::log!(Level::Notice, "gracefully shutting down");
+                    super::title::worker_shutting_down();
                     let _ = phase_tx.send(Phase::Graceful);
                 }
             }
@@ -247,6 +252,7 @@ async fn serve(
                 master_alive = false;
                 if *phase_tx.borrow() == Phase::Running {
                     crate::log!(Level::Notice, "the master process is gone, gracefully shutting down");
+                    super::title::worker_shutting_down();
                     let _ = phase_tx.send(Phase::Graceful);
                 }
             }
