@@ -5,8 +5,9 @@
 # traffic through two workers: requests and responses by class, a failing
 # peer's fails, unavail and state, bytes, the zone, the stub_status
 # counters, a stream upstream's connections, the process figures; a hostile
-# upstream name's label round-trips; a reload starts the counters again at
-# generation 2, and a binary upgrade at generation 1 of the new master. Config
+# upstream name's label round-trips; a reload goes to generation 2, and a
+# binary upgrade to generation 1 of the new master, both keeping the
+# counters of the peers that stay. Config
 # errors with file:line.
 
 use warnings;
@@ -174,17 +175,19 @@ ok(value($m, 'sluice_process_uptime_seconds') >= 0
 my $r = http("POST /metrics HTTP/1.0\nHost: localhost\nContent-Length: 0\n\n");
 like($r, qr/^HTTP\/1.1 405/, 'POST: 405');
 
-# A reload: new zones, new counters, generation 2.
+# A reload: new zones, generation 2; the peers that stay keep their
+# counters.
 ok($t->reload(), 'reloaded');
 ok(poll_until(sub { value((scrape())[1], 'sluice_process_generation') == 2 }), 'generation 2');
 http_get('/app/after');
 ($raw, $m) = scrape();
 is(value($m, 'sluice_process_reloads_total') . ' '
-	. value($m, 'sluice_upstream_peer_requests_total', %live), '1 1',
-	'after a reload: one reload counted, peer counters start again');
+	. value($m, 'sluice_upstream_peer_requests_total', %live), '1 14',
+	'after a reload: one reload counted, the peer\'s counters carried');
 
 # A binary upgrade: the new master's generations count from 1, its start
-# time is its own, its zones start from zero (the peers carried over).
+# time is its own, its zones are new (the peers and their counters carried
+# over).
 my $start1 = value($m, 'sluice_process_start_time_seconds');
 my $old = $t->master();
 sub pid_in { my $p = $t->read_file($_[0]) // ''; chomp $p; $p }
@@ -197,8 +200,8 @@ ok($t->wait_exit(10), 'old master gone');
 http_get('/app/upgraded') for 1 .. 2;
 ($raw, $m) = scrape();
 is(value($m, 'sluice_process_generation') . ' ' . value($m, 'sluice_process_reloads_total') . ' '
-	. value($m, 'sluice_upstream_peer_requests_total', %live), '1 0 2',
-	'after an upgrade: generation 1, no reloads, counters from zero');
+	. value($m, 'sluice_upstream_peer_requests_total', %live), '1 0 16',
+	'after an upgrade: generation 1, no reloads, the peer\'s counters carried');
 ok(value($m, 'sluice_process_start_time_seconds') > $start1, 'the new master\'s start time');
 kill 'QUIT', $new;
 poll_until(sub { !kill 0, $new }, 10);

@@ -1,7 +1,7 @@
 //! What a new generation takes over from the one before, at a reload or a
 //! binary upgrade: each `resolve` line's peers and its answer's expiry
-//! (nginx's preresolve), `pick_first`'s choice and the active health
-//! checks' verdicts. The master calls it
+//! (nginx's preresolve), `pick_first`'s choice, the active health
+//! checks' verdicts and the peers' counters. The master calls it
 //! after building the new zones and before the state files seed what is
 //! left (`state.rs`).
 
@@ -71,14 +71,22 @@ pub fn preresolve(
     }
     carry_choices(new, nb, old, ob);
     carry_health(new, nb, old, ob);
+    carry_counters(new, nb, old, ob);
     carried
 }
 
-/// Active health checks across a reload or an upgrade: a peer of a
-/// checked upstream that the old generation had checked keeps its verdict
-/// and counters, except under `mandatory` without `persistent`, where
-/// every peer starts in `checking` again (NGINX Plus's rule).
-fn carry_health(new: &Zones, nb: &[&UpstreamBlocks], old: &Zones, ob: &[&UpstreamBlocks]) {
+/// Calls `f` with each peer of each zone upstream of the new generation
+/// that `want` accepts and its counterpart in the old one (same zone and
+/// upstream names): the old peer of the same address, the k-th of that
+/// address for the k-th, primary peers before backups.
+fn each_carried_peer(
+    new: &Zones,
+    nb: &[&UpstreamBlocks],
+    old: &Zones,
+    ob: &[&UpstreamBlocks],
+    want: impl Fn(&crate::conf::model::Upstream) -> bool,
+    mut f: impl FnMut(&super::peers::Peer, &super::peers::Peer),
+) {
     for (name, z) in new {
         let Some(oz) = old.get(name) else { continue };
         for (i, up_name) in z.upstream_names().iter().enumerate() {
@@ -89,48 +97,100 @@ fn carry_health(new: &Zones, nb: &[&UpstreamBlocks], old: &Zones, ob: &[&Upstrea
             ) else {
                 continue;
             };
-            let Some(hc) = &nu.health else { continue };
-            if hc.mandatory && !hc.persistent {
+            if !want(nu) {
                 continue;
             }
             let (Some(before), Some(now)) = (oz.snapshot(j, ou), z.snapshot(i, nu)) else {
                 continue;
             };
-            let was = |p: &super::peers::Peer| {
-                before
-                    .primary
-                    .iter()
-                    .chain(before.backup.iter())
-                    .find(|o| o.addr == p.addr)
-                    .map(|o| o.live.clone())
-            };
+            let olds: Vec<&super::peers::Peer> =
+                before.primary.iter().chain(before.backup.iter()).collect();
+            let mut taken = vec![false; olds.len()];
             for p in now.primary.iter().chain(now.backup.iter()) {
-                let Some(o) = was(p) else { continue };
-                let state = o.health.load(Relaxed);
-                if state == super::health::UNCHECKED {
+                let Some(k) = (0..olds.len()).find(|&k| !taken[k] && olds[k].addr == p.addr) else {
                     continue;
-                }
-                let (a, b) = (&o.hc, &p.live.hc);
-                for (from, to) in [
-                    (&a.checks, &b.checks),
-                    (&a.fails, &b.fails),
-                    (&a.unhealthy, &b.unhealthy),
-                    (&a.downstart, &b.downstart),
-                    (&a.downtime, &b.downtime),
-                ] {
-                    to.store(from.load(Relaxed), Relaxed);
-                }
-                for (from, to) in [
-                    (&a.fail_run, &b.fail_run),
-                    (&a.pass_run, &b.pass_run),
-                    (&a.last_passed, &b.last_passed),
-                ] {
-                    to.store(from.load(Relaxed), Relaxed);
-                }
-                p.live.health.store(state, Relaxed);
+                };
+                taken[k] = true;
+                f(olds[k], p);
             }
         }
     }
+}
+
+/// Active health checks across a reload or an upgrade: a peer of a
+/// checked upstream that the old generation had checked keeps its verdict
+/// and counters, except under `mandatory` without `persistent`, where
+/// every peer starts in `checking` again (NGINX Plus's rule).
+fn carry_health(new: &Zones, nb: &[&UpstreamBlocks], old: &Zones, ob: &[&UpstreamBlocks]) {
+    let checked = |u: &crate::conf::model::Upstream| {
+        u.health
+            .as_ref()
+            .is_some_and(|hc| !hc.mandatory || hc.persistent)
+    };
+    each_carried_peer(new, nb, old, ob, checked, |was, p| {
+        let o = &was.live;
+        let state = o.health.load(Relaxed);
+        if state == super::health::UNCHECKED {
+            return;
+        }
+        let (a, b) = (&o.hc, &p.live.hc);
+        for (from, to) in [
+            (&a.checks, &b.checks),
+            (&a.fails, &b.fails),
+            (&a.unhealthy, &b.unhealthy),
+            (&a.downstart, &b.downstart),
+            (&a.downtime, &b.downtime),
+        ] {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+        for (from, to) in [
+            (&a.fail_run, &b.fail_run),
+            (&a.pass_run, &b.pass_run),
+            (&a.last_passed, &b.last_passed),
+        ] {
+            to.store(from.load(Relaxed), Relaxed);
+        }
+        p.live.health.store(state, Relaxed);
+    });
+}
+
+/// The counters the API and the metrics show, across a reload or an
+/// upgrade: a peer that stays (same address in the upstream of the same
+/// name and zone) keeps its requests, responses, bytes, `unavail` count,
+/// total downtime and recycled connections, as counted when the new zone is
+/// built. What the old generation's workers count after that is not
+/// carried.
+fn carry_counters(new: &Zones, nb: &[&UpstreamBlocks], old: &Zones, ob: &[&UpstreamBlocks]) {
+    each_carried_peer(
+        new,
+        nb,
+        old,
+        ob,
+        |_| true,
+        |was, p| {
+            let (a, b) = (&was.live, &p.live);
+            let mut pairs = vec![
+                (&a.requests, &b.requests),
+                (&a.sent, &b.sent),
+                (&a.received, &b.received),
+                (&a.recycled, &b.recycled),
+            ];
+            pairs.extend(a.responses.iter().zip(b.responses.iter()));
+            for (from, to) in pairs {
+                to.store(from.load(Relaxed), Relaxed);
+            }
+            b.unavail.store(a.unavail.load(Relaxed), Relaxed);
+            // Downtime so far, closing an unavailable stretch at the reload.
+            let since = a.down_since.load(Relaxed);
+            let open = if since == 0 {
+                0
+            } else {
+                super::peers::now_ms().saturating_sub(since)
+            };
+            b.downtime
+                .store(a.downtime.load(Relaxed).saturating_add(open), Relaxed);
+        },
+    );
 }
 
 /// `pick_first` across a reload or an upgrade: a new zone upstream whose
