@@ -3,15 +3,17 @@
 # Active health checks under load: three backends behind two upstreams that
 # name the same addresses, one with health_check (interval=200ms fails=1
 # passes=1, its checks on uri=/hc-probe so the backends tell them from real
-# requests) and one without; both with max_fails=0 (no passive verdict) and
-# proxy_next_upstream error timeout http_500. Six keep-alive clients (three
-# on each upstream) send requests while one backend turns bad in each way --
-# 500 to everything (the check URI too), accept and hang, refuse -- and
-# comes back. No client request fails; the checked upstream stops sending
-# real requests to the bad backend within a bound after it turned bad (two
-# intervals, plus the read timeout when it hangs, plus slack for a loaded
-# machine) while the unchecked one keeps sending them; the API shows the
-# peer unhealthy in that bound, and up again with traffic after it is back.
+# requests, match=alive on status and body) and one without; both with
+# max_fails=0 (no passive verdict) and proxy_next_upstream error timeout
+# http_500. Six keep-alive clients (three on each upstream) send requests
+# while one backend turns bad in each way -- 500 to everything (the check
+# URI too), a check body that fails the match, accept and hang, refuse --
+# and comes back. No client request fails; the checked upstream stops
+# sending real requests to the bad backend within a bound after it turned
+# bad (two intervals, plus the read timeout when it hangs, plus slack for a
+# loaded machine) while the unchecked one keeps sending them; the API shows
+# the peer unhealthy in that bound, and up again with traffic after it is
+# back.
 
 use warnings;
 use strict;
@@ -27,7 +29,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(21);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(29);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -43,6 +45,11 @@ http {
     proxy_next_upstream error timeout http_500;
     proxy_connect_timeout 1s;
     proxy_read_timeout 500ms;
+
+    match alive {
+        status 200;
+        body ~ "^ok$";
+    }
 
     upstream hc {
         zone z 64k;
@@ -62,7 +69,7 @@ http {
         listen 127.0.0.1:%%PORT_8080%%;
         location /hc/ {
             proxy_pass http://hc;
-            health_check interval=200ms fails=1 passes=1 uri=/hc-probe;
+            health_check interval=200ms fails=1 passes=1 uri=/hc-probe match=alive;
         }
         location /plain/ {
             proxy_pass http://plain;
@@ -77,9 +84,10 @@ my $d = $t->testdir();
 my $interval = 0.2;
 my $read_timeout = 0.5;
 
-# A backend in the mode the file mode_PORT holds: ok (200), 500 (to every
-# request), hang (accepts, reads the request, never answers) or refuse (its
-# listening socket closed). Each request is logged to req_PORT.log as
+# A backend in the mode the file mode_PORT holds: ok (200 "ok"), 500 (to
+# every request), badbody (200 "no" to the checks, which fails their match),
+# hang (accepts, reads the request, never answers) or refuse (its listening
+# socket closed). Each request is logged to req_PORT.log as
 # "TIME URI" when its head is read; a mode change as "TIME MODE mode".
 sub backend {
 	my ($port) = @_;
@@ -131,8 +139,9 @@ sub backend {
 			next;
 		}
 		my $status = $mode eq '500' ? 500 : 200;
+		my $body = $mode eq 'badbody' && ($uri // '') eq '/hc-probe' ? 'no' : 'ok';
 		syswrite($c, "HTTP/1.1 $status X\r\nX-Port: $port\r\n"
-			. "Content-Length: 2\r\nConnection: close\r\n\r\nok");
+			. "Content-Length: 2\r\nConnection: close\r\n\r\n$body");
 		close $c;
 	}
 }
@@ -180,7 +189,7 @@ my $bad = $ports[0];
 ok(poll_until(sub { join(',', map { state($_) } @ports) eq 'up,up,up' }, 5),
 	'all peers up');
 
-for my $mode (qw/500 hang refuse/) {
+for my $mode (qw/500 badbody hang refuse/) {
 	# Clients for 1 s all good, 2 s bad (3 s hanging: fewer requests reach
 	# a backend that holds each for the read timeout), 1.5 s back.
 	my $bad_for = $mode eq 'hang' ? 3 : 2;
