@@ -13,7 +13,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy stream/)->plan(12);
+my $t = Test::Sluice->new()->has(qw/http proxy stream/)->plan(18);
 my $d = $t->testdir();
 
 # -t on an http config: $top at http level (line 3), $loc in the location
@@ -50,6 +50,22 @@ emerg('', 'proxy_pass http://u; health_check interval=0;', 6,
 	'invalid parameter "interval=0"', 'bad interval');
 emerg('', 'proxy_pass http://u; health_check persistent;', 6,
 	'"persistent" requires "mandatory" in "health_check"', 'persistent alone');
+
+# type=grpc and keepalive_time=.
+($rc, $err) = check('', 'grpc_pass grpc://u; health_check interval=1s keepalive_time=10s '
+	. 'type=grpc grpc_service=a.B grpc_status=12;');
+is($rc, 0, 'type=grpc with grpc_service= and grpc_status=, keepalive_time=') or diag($err);
+emerg('', 'grpc_pass grpc://u; health_check uri=/h type=grpc;', 6,
+	'"health_check" type=grpc cannot be used with "uri" or "match"', 'type=grpc with uri=');
+emerg('', 'grpc_pass grpc://u; health_check grpc_service=x type=grpc;', 6,
+	'invalid parameter "grpc_service=x"', 'grpc_service= before type=grpc');
+emerg('', 'grpc_pass grpc://u; health_check type=grpc grpc_status=ok;', 6,
+	'invalid parameter "grpc_status=ok"', 'bad grpc_status=');
+emerg('', 'proxy_pass http://u; health_check type=grpc;', 6,
+	'"health_check" type=grpc requires "grpc_pass" or "proxy_http_version 2"',
+	'type=grpc in an HTTP/1 location');
+emerg('', 'proxy_pass http://u; health_check keepalive_time=x;', 6,
+	'invalid parameter "keepalive_time=x"', 'bad keepalive_time=');
 emerg('match m { status 99; }', '', 3, 'invalid parameter "99"', 'bad status');
 emerg('match m { header X ? y; }', '', 3, 'invalid parameter "\?"', 'bad header operator');
 emerg('match m { expect x; }', '', 3, 'unknown directive "expect"', 'expect in http');
