@@ -73,6 +73,8 @@ pub struct HealthCheck {
     pub read_timeout: Duration,
     /// Stream: a TCP check (no HTTP request).
     pub stream: bool,
+    /// Stream `udp`: a UDP check.
+    pub udp: bool,
     /// `type=grpc`: the gRPC health-checking protocol over HTTP/2.
     pub grpc: Option<GrpcCheck>,
     /// `keepalive_time=`: checks reuse one connection per peer while it is
@@ -115,6 +117,7 @@ impl Default for HealthCheck {
             connect_timeout: Duration::from_secs(60),
             read_timeout: Duration::from_secs(60),
             stream: false,
+            udp: false,
             grpc: None,
             keepalive_time: None,
             headers: Vec::new(),
@@ -265,6 +268,7 @@ fn set_health_check(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<
             ("keepalive_time", true) if !stream => {
                 c.keepalive_time = Some(time().ok_or_else(|| invalid(a, d))?)
             }
+            ("udp", false) if stream => c.udp = true,
             ("type", true) if !stream && v == "grpc" && !grpc => {
                 c.grpc = Some(GrpcCheck::default())
             }
@@ -697,7 +701,12 @@ mod tests {
         };
         let (c, _) = try_build(&conf("health_check interval=1s;")).expect("config");
         let u = &c.stream.expect("stream").upstreams.list[0];
-        assert!(u.health.as_ref().is_some_and(|h| h.stream));
+        assert!(u.health.as_ref().is_some_and(|h| h.stream && !h.udp));
+        let (c, _) = try_build(&conf("health_check udp interval=1s;")).expect("config");
+        let u = &c.stream.expect("stream").upstreams.list[0];
+        assert!(u.health.as_ref().is_some_and(|h| h.stream && h.udp));
+        assert!(err(&conf("health_check udp=1;")).contains("invalid parameter \"udp=1\""));
+        assert!(err(&http("", "health_check udp;")).contains("invalid parameter \"udp\""));
         assert!(err(&conf("health_check type=grpc;")).contains("invalid parameter"));
         assert!(err(&conf("health_check keepalive_time=1s;")).contains("invalid parameter"));
     }

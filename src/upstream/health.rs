@@ -690,11 +690,55 @@ fn dechunk(b: &[u8]) -> Vec<u8> {
 
 /// A stream check: a TCP connection and the match's exchange.
 async fn stream_check(addr: SocketAddr, hc: &HealthCheck) -> Verdict {
+    if hc.udp {
+        return udp_check(addr, hc).await;
+    }
     let mut s = match tokio::time::timeout(hc.connect_timeout, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         _ => return Err("connecting to upstream"),
     };
     stream_exchange(&mut s, hc).await
+}
+
+/// What a UDP check sends without a match's `send` (NGINX Plus's words).
+const UDP_PROBE: &[u8] = b"nginx health check";
+
+/// A UDP check: a datagram (the match's `send`, else `UDP_PROBE`) on a
+/// connected socket. With the match's `expect` the first datagram back
+/// must meet it within the timeout; without, the check passes unless an
+/// ICMP port unreachable comes back within the timeout (which the
+/// connected socket's receive reports as ECONNREFUSED).
+async fn udp_check(addr: SocketAddr, hc: &HealthCheck) -> Verdict {
+    let any: SocketAddr = if addr.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let s = tokio::net::UdpSocket::bind(any)
+        .await
+        .map_err(|_| "connecting to upstream")?;
+    s.connect(addr)
+        .await
+        .map_err(|_| "connecting to upstream")?;
+    let m = hc.matcher.as_deref();
+    let probe = m
+        .and_then(|m| m.send.as_deref())
+        .filter(|b| !b.is_empty())
+        .unwrap_or(UDP_PROBE);
+    s.send(probe)
+        .await
+        .map_err(|_| "sending data to upstream")?;
+    let expect = m.is_some_and(|m| m.expect.is_some());
+    let mut buf = vec![0u8; 65536];
+    match tokio::time::timeout(hc.read_timeout, s.recv(&mut buf)).await {
+        Err(_) if expect => Err("reading data from upstream"),
+        Err(_) => Ok(()),
+        Ok(Err(_)) => Err("reading data from upstream"),
+        Ok(Ok(n)) => match m {
+            Some(m) if !m.stream_ok(&buf[..n]) => Err("checking response of upstream"),
+            _ => Ok(()),
+        },
+    }
 }
 
 /// Stream: `send` the match's bytes, then read until `expect` holds (or the
@@ -902,6 +946,54 @@ mod tests {
         assert_eq!(
             h1_request(&c, true),
             "GET /h HTTP/1.1\r\nHost: b.test\r\nX-A: 1\r\nUser-Agent: me\r\n\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn udp_checks() {
+        let echo = tokio::net::UdpSocket::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let at = echo.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let mut b = [0u8; 512];
+            while let Ok((n, from)) = echo.recv_from(&mut b).await {
+                let reply: &[u8] = if &b[..n] == b"PING" { b"PONG" } else { b"HUH" };
+                let _ = echo.send_to(reply, from).await;
+            }
+        });
+        let closed = {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+            s.local_addr().expect("addr")
+        };
+        let mut hc = HealthCheck {
+            stream: true,
+            udp: true,
+            read_timeout: Duration::from_millis(300),
+            ..HealthCheck::default()
+        };
+        assert_eq!(udp_check(at, &hc).await, Ok(()), "no ICMP: up");
+        assert!(udp_check(closed, &hc).await.is_err(), "port unreachable");
+        let m = |expect: &str| crate::conf::model::Match {
+            name: "m".into(),
+            status: None,
+            headers: Vec::new(),
+            body: Vec::new(),
+            send: Some(b"PING".to_vec()),
+            expect: Some(crate::conf::health::Expect::Text(
+                expect.as_bytes().to_vec(),
+            )),
+            src: crate::conf::Src {
+                file: None,
+                line: 1,
+            },
+        };
+        hc.matcher = Some(Arc::new(m("PONG")));
+        assert_eq!(udp_check(at, &hc).await, Ok(()));
+        hc.matcher = Some(Arc::new(m("NOPE")));
+        assert_eq!(
+            udp_check(at, &hc).await,
+            Err("checking response of upstream")
         );
     }
 
