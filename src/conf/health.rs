@@ -1,5 +1,7 @@
 //! Active health checks, in NGINX Plus's shapes: `health_check` in an http
-//! location or a stream server, `health_check_timeout` in stream, and the
+//! location (with `type=grpc`, `keepalive_time=`, and what the location's
+//! proxy settings give it: TLS, plain `proxy_set_header` fields, HTTP/2) or
+//! a stream server (with `udp`), `health_check_timeout` in stream, and the
 //! `match NAME { ... }` blocks (http: `status`, `header`, `body`; stream:
 //! `send`, `expect`) a check may name. Only parsing and the pure matching
 //! of a response against a `match`; the checker is `upstream::health`.
