@@ -13,7 +13,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy stream/)->plan(12);
+my $t = Test::Sluice->new()->has(qw/http proxy stream/)->plan(19);
 my $d = $t->testdir();
 
 # -t on an http config: $top at http level (line 3), $loc in the location
@@ -50,6 +50,24 @@ emerg('', 'proxy_pass http://u; health_check interval=0;', 6,
 	'invalid parameter "interval=0"', 'bad interval');
 emerg('', 'proxy_pass http://u; health_check persistent;', 6,
 	'"persistent" requires "mandatory" in "health_check"', 'persistent alone');
+
+# type=grpc and keepalive_time=.
+($rc, $err) = check('', 'grpc_pass grpc://u; health_check interval=1s keepalive_time=10s '
+	. 'type=grpc grpc_service=a.B grpc_status=12;');
+is($rc, 0, 'type=grpc with grpc_service= and grpc_status=, keepalive_time=') or diag($err);
+emerg('', 'grpc_pass grpc://u; health_check uri=/h type=grpc;', 6,
+	'"health_check" type=grpc cannot be used with "uri" or "match"', 'type=grpc with uri=');
+emerg('', 'grpc_pass grpc://u; health_check grpc_service=x type=grpc;', 6,
+	'invalid parameter "grpc_service=x"', 'grpc_service= before type=grpc');
+emerg('', 'grpc_pass grpc://u; health_check type=grpc grpc_status=ok;', 6,
+	'invalid parameter "grpc_status=ok"', 'bad grpc_status=');
+emerg('', 'proxy_pass http://u; health_check type=grpc;', 6,
+	'"health_check" type=grpc requires "grpc_pass" or "proxy_http_version 2"',
+	'type=grpc in an HTTP/1 location');
+emerg('', 'proxy_pass http://u; health_check keepalive_time=x;', 6,
+	'invalid parameter "keepalive_time=x"', 'bad keepalive_time=');
+emerg('', 'proxy_pass http://u; health_check udp;', 6,
+	'invalid parameter "udp"', 'udp in http');
 emerg('match m { status 99; }', '', 3, 'invalid parameter "99"', 'bad status');
 emerg('match m { header X ? y; }', '', 3, 'invalid parameter "\?"', 'bad header operator');
 emerg('match m { expect x; }', '', 3, 'unknown directive "expect"', 'expect in http');
@@ -58,7 +76,7 @@ emerg('match m { expect x; }', '', 3, 'unknown directive "expect"', 'expect in h
 $t->write_file('s.conf', "events { }\nstream {\nhealth_check_timeout 2s;\n"
 	. "match p { send \"PING\\r\\n\"; expect ~ \"PONG\"; }\n"
 	. "upstream u { zone z 64k; server 127.0.0.1:1; }\n"
-	. "server { listen 127.0.0.1:1; proxy_pass u; health_check interval=1s match=p; health_check_timeout 1s; }\n}\n");
+	. "server { listen 127.0.0.1:1; proxy_pass u; health_check interval=1s match=p udp; health_check_timeout 1s; }\n}\n");
 (undef, undef, $err) = $t->run_binary('-p', "$d/", '-c', 's.conf', '-e', 'stderr', '-t');
 like($err, qr/test is successful/, 'stream health_check, match, health_check_timeout');
 

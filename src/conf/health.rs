@@ -1,5 +1,7 @@
 //! Active health checks, in NGINX Plus's shapes: `health_check` in an http
-//! location or a stream server, `health_check_timeout` in stream, and the
+//! location (with `type=grpc`, `keepalive_time=`, and what the location's
+//! proxy settings give it: TLS, plain `proxy_set_header` fields, HTTP/2) or
+//! a stream server (with `udp`), `health_check_timeout` in stream, and the
 //! `match NAME { ... }` blocks (http: `status`, `header`, `body`; stream:
 //! `send`, `expect`) a check may name. Only parsing and the pure matching
 //! of a response against a `match`; the checker is `upstream::health`.
@@ -10,6 +12,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use super::build::{Args, Builder, HTTP, LOC, Node, SSRV, STREAM, Spec, duplicate, not_here};
+use super::proxy_ssl::ProxySsl;
 use super::tree::Directive;
 use super::values::parse_time;
 use super::{ConfError, Src};
@@ -18,7 +21,7 @@ pub(super) const TABLE: &[Spec] = &[
     Spec {
         name: "health_check",
         ctx: LOC | SSRV,
-        args: Args::Range(0, 9),
+        args: Args::Range(0, 13),
         block: false,
         set: set_health_check,
     },
@@ -72,6 +75,32 @@ pub struct HealthCheck {
     pub read_timeout: Duration,
     /// Stream: a TCP check (no HTTP request).
     pub stream: bool,
+    /// Stream `udp`: a UDP check.
+    pub udp: bool,
+    /// `type=grpc`: the gRPC health-checking protocol over HTTP/2.
+    pub grpc: Option<GrpcCheck>,
+    /// `keepalive_time=`: checks reuse one connection per peer while it is
+    /// younger than this (None: a connection per check).
+    pub keepalive_time: Option<Duration>,
+    /// http: the location's `proxy_set_header` fields without variables
+    /// (not `Host`, nor those the checker owns), in order.
+    pub headers: Vec<(String, String)>,
+    /// http: TLS to the peers (`proxy_pass https://`, `grpc_pass
+    /// grpcs://`): the location's `proxy_ssl_*` settings, and the name the
+    /// handshake uses.
+    pub tls: Option<(Arc<ProxySsl>, String)>,
+    /// http: the location speaks HTTP/2 to its peers (`grpc_pass`,
+    /// `proxy_http_version 2`): so do its checks.
+    pub h2: bool,
+}
+
+/// `type=grpc [grpc_service=NAME] [grpc_status=CODE]`.
+#[derive(Debug, Clone, Default)]
+pub struct GrpcCheck {
+    /// `HealthCheckRequest.service` (empty: the server as a whole).
+    pub service: String,
+    /// The `grpc-status` that passes instead of `SERVING`.
+    pub status: Option<u32>,
 }
 
 impl Default for HealthCheck {
@@ -90,6 +119,12 @@ impl Default for HealthCheck {
             connect_timeout: Duration::from_secs(60),
             read_timeout: Duration::from_secs(60),
             stream: false,
+            udp: false,
+            grpc: None,
+            keepalive_time: None,
+            headers: Vec::new(),
+            tls: None,
+            h2: false,
         }
     }
 }
@@ -205,16 +240,22 @@ fn set_health_check(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<
         ..HealthCheck::default()
     };
     let mut match_name = None;
+    let mut uri_set = false;
     for a in &d.args {
         let (k, v) = a.split_once('=').unwrap_or((a.as_str(), ""));
         let time = || parse_time(v, true).filter(|t| !t.is_zero() || k == "jitter");
         let count = || v.parse::<u32>().ok().filter(|&n| n > 0);
+        // Plus: grpc_service= and grpc_status= come after type=grpc.
+        let grpc = c.grpc.is_some();
         match (k, a.contains('=')) {
             ("interval", true) => c.interval = time().ok_or_else(|| invalid(a, d))?,
             ("jitter", true) => c.jitter = time().ok_or_else(|| invalid(a, d))?,
             ("fails", true) => c.fails = count().ok_or_else(|| invalid(a, d))?,
             ("passes", true) => c.passes = count().ok_or_else(|| invalid(a, d))?,
-            ("uri", true) if !stream && v.starts_with('/') => c.uri = v.to_string(),
+            ("uri", true) if !stream && v.starts_with('/') => {
+                c.uri = v.to_string();
+                uri_set = true;
+            }
             ("port", true) => {
                 c.port = Some(
                     v.parse::<u16>()
@@ -226,12 +267,36 @@ fn set_health_check(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<
             ("match", true) if !v.is_empty() => match_name = Some(v.to_string()),
             ("mandatory", false) => c.mandatory = true,
             ("persistent", false) => c.persistent = true,
+            ("keepalive_time", true) if !stream => {
+                c.keepalive_time = Some(time().ok_or_else(|| invalid(a, d))?)
+            }
+            ("udp", false) if stream => c.udp = true,
+            ("type", true) if !stream && v == "grpc" && !grpc => {
+                c.grpc = Some(GrpcCheck::default())
+            }
+            ("grpc_service", true) if grpc => {
+                if let Some(g) = c.grpc.as_mut() {
+                    g.service = v.to_string();
+                }
+            }
+            ("grpc_status", true) if grpc => {
+                let code = v.parse::<u32>().ok().ok_or_else(|| invalid(a, d))?;
+                if let Some(g) = c.grpc.as_mut() {
+                    g.status = Some(code);
+                }
+            }
             _ => return Err(invalid(a, d)),
         }
     }
     if c.persistent && !c.mandatory {
         return Err(at(
             "\"persistent\" requires \"mandatory\" in \"health_check\"",
+            d,
+        ));
+    }
+    if c.grpc.is_some() && (uri_set || match_name.is_some()) {
+        return Err(at(
+            "\"health_check\" type=grpc cannot be used with \"uri\" or \"match\"",
             d,
         ));
     }
@@ -412,6 +477,30 @@ fn unescape(s: &str) -> Vec<u8> {
     out
 }
 
+/// The `proxy_set_header` fields an http check sends: those with a
+/// value and no variables, less the ones the checker writes itself.
+pub(super) fn check_headers(set: &[(String, super::vars::Template)]) -> Vec<(String, String)> {
+    const OWN: &[&str] = &[
+        "host",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "te",
+        "upgrade",
+    ];
+    set.iter()
+        .filter(|(n, _)| !OWN.iter().any(|o| n.eq_ignore_ascii_case(o)))
+        .filter_map(|(n, t)| {
+            t.as_literal()
+                .filter(|v| !v.is_empty())
+                .map(|v| (n.clone(), v.to_string()))
+        })
+        .collect()
+}
+
 /// Ties a `health_check` to its upstream: it must proxy to an upstream
 /// with a `zone` (Plus's message otherwise), its `match=` must exist, and
 /// an upstream takes one check.
@@ -529,6 +618,99 @@ mod tests {
             err("events {} http { server { location / { health_check; } } }")
                 .contains("requires an upstream group")
         );
+    }
+
+    fn grpc_loc(hc: &str) -> String {
+        format!(
+            "events {{}} http {{ upstream u {{ zone z 64k; server 127.0.0.1:8081; }} \
+             server {{ listen 127.0.0.1:8080; location / {{ grpc_pass grpc://u; \
+             grpc_set_header X-Plain yes; grpc_set_header X-Var $host; {hc} }} }} }}"
+        )
+    }
+
+    #[test]
+    fn grpc_type_and_its_parameters() {
+        let (c, _) = try_build(&grpc_loc(
+            "health_check interval=1s keepalive_time=30s type=grpc grpc_service=a.B grpc_status=12;",
+        ))
+        .expect("config");
+        let u = &c.http.expect("http").upstreams.list[0];
+        let h = u.health.as_ref().expect("health");
+        let g = h.grpc.as_ref().expect("grpc");
+        assert_eq!((g.service.as_str(), g.status), ("a.B", Some(12)));
+        assert_eq!(h.keepalive_time, Some(Duration::from_secs(30)));
+        assert!(h.h2 && h.tls.is_none());
+        assert_eq!(h.headers, vec![("X-Plain".to_string(), "yes".to_string())]);
+        // grpc_service= before type=grpc, uri= or match= with it.
+        for bad in [
+            "health_check grpc_service=a type=grpc;",
+            "health_check grpc_status=12;",
+            "health_check type=grpc grpc_status=x;",
+            "health_check type=http;",
+        ] {
+            assert!(err(&grpc_loc(bad)).contains("invalid parameter"), "{bad}");
+        }
+        assert!(
+            err(&grpc_loc("health_check uri=/x type=grpc;"))
+                .contains("type=grpc cannot be used with \"uri\" or \"match\"")
+        );
+        assert!(
+            err(&http(
+                "match m { status 200; }",
+                "health_check type=grpc match=m;"
+            ))
+            .contains("cannot be used with")
+        );
+        assert!(
+            err(&http("", "health_check type=grpc;"))
+                .contains("requires \"grpc_pass\" or \"proxy_http_version 2\"")
+        );
+        assert!(err(&http("", "health_check keepalive_time=0;")).contains("invalid parameter"));
+    }
+
+    #[test]
+    fn tls_settings_and_headers_of_the_location() {
+        let (c, _) = try_build(&http(
+            "",
+            "proxy_ssl_name backend.test; proxy_set_header X-A 1; proxy_set_header Connection \"\"; \
+             proxy_set_header X-V $host; proxy_set_header Host h.test; health_check;",
+        ))
+        .expect("config");
+        let u = &c.http.expect("http").upstreams.list[0];
+        let h = u.health.as_ref().expect("health");
+        assert!(h.tls.is_none(), "http://: plain");
+        assert_eq!(h.host, "h.test");
+        assert_eq!(h.headers, vec![("X-A".to_string(), "1".to_string())]);
+        let (c, _) = try_build(
+            "events {} http { upstream u { zone z 64k; server 127.0.0.1:8081; } \
+             server { listen 127.0.0.1:8080; location / { proxy_pass https://u; \
+             proxy_ssl_name backend.test; health_check; } } }",
+        )
+        .expect("config");
+        let u = &c.http.expect("http").upstreams.list[0];
+        let h = u.health.as_ref().expect("health");
+        let (_, name) = h.tls.as_ref().expect("tls");
+        assert_eq!(name, "backend.test");
+    }
+
+    #[test]
+    fn stream_refuses_http_parameters() {
+        let conf = |hc: &str| {
+            format!(
+                "events {{}} stream {{ upstream u {{ zone z 64k; server 127.0.0.1:8081; }} \
+                 server {{ listen 127.0.0.1:8080; proxy_pass u; {hc} }} }}"
+            )
+        };
+        let (c, _) = try_build(&conf("health_check interval=1s;")).expect("config");
+        let u = &c.stream.expect("stream").upstreams.list[0];
+        assert!(u.health.as_ref().is_some_and(|h| h.stream && !h.udp));
+        let (c, _) = try_build(&conf("health_check udp interval=1s;")).expect("config");
+        let u = &c.stream.expect("stream").upstreams.list[0];
+        assert!(u.health.as_ref().is_some_and(|h| h.stream && h.udp));
+        assert!(err(&conf("health_check udp=1;")).contains("invalid parameter \"udp=1\""));
+        assert!(err(&http("", "health_check udp;")).contains("invalid parameter \"udp\""));
+        assert!(err(&conf("health_check type=grpc;")).contains("invalid parameter"));
+        assert!(err(&conf("health_check keepalive_time=1s;")).contains("invalid parameter"));
     }
 
     #[test]

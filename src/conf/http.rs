@@ -656,23 +656,46 @@ fn finish_location(
         None => None,
     };
     if let Some(hc) = l.health_check {
+        if hc.check.grpc.is_some() && conf.proxy_http_version != 20 {
+            return Err(ConfError::at(
+                "\"health_check\" type=grpc requires \"grpc_pass\" or \"proxy_http_version 2\"",
+                &hc.src,
+            ));
+        }
         let target = proxy_pass
             .as_ref()
-            .map(|p| (p.upstream, p.proxy_host.clone()));
-        let host = conf
-            .proxy_set_header
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case("host"))
-            .and_then(|(_, t)| t.as_literal().map(str::to_string));
+            .map(|p| (p.upstream, p.proxy_host.clone(), p.ssl));
+        let literal = |name: &str| {
+            conf.proxy_set_header
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .and_then(|(_, t)| t.as_literal().map(str::to_string))
+        };
+        let host = literal("host");
+        let headers = super::health::check_headers(&conf.proxy_set_header);
+        let tls = match (&target, &conf.proxy_ssl) {
+            (Some((_, proxy_host, true)), Some(ssl)) => {
+                let name = match ssl.name.as_ref() {
+                    Some(t) => t.as_literal().unwrap_or(proxy_host).to_string(),
+                    None => proxy_host.clone(),
+                };
+                Some((ssl.clone(), name))
+            }
+            _ => None,
+        };
         let (connect, read) = (conf.proxy_connect_timeout, conf.proxy_read_timeout);
+        let h2 = conf.proxy_http_version == 20;
         super::health::attach(
             hc,
-            target.as_ref().and_then(|(i, _)| upstreams.get_mut(*i)),
+            target.as_ref().and_then(|(i, _, _)| upstreams.get_mut(*i)),
             notes.matches,
             |c| {
                 c.host = host
-                    .or_else(|| target.map(|(_, h)| h))
+                    .or_else(|| target.map(|(_, h, _)| h))
                     .unwrap_or_else(|| "localhost".into());
+                c.headers = headers;
+                c.tls = tls;
+                c.h2 = h2;
                 c.connect_timeout = connect;
                 c.read_timeout = read;
             },

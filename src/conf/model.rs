@@ -13,7 +13,7 @@ use super::vars::Template;
 use super::{Files, Src};
 use crate::log::LogSpec;
 
-pub use super::health::{HealthCheck, Match};
+pub use super::health::{GrpcCheck, HealthCheck, Match};
 pub use super::loc::{AccessLog, LocConf, LogFormat, NextUpstream};
 
 #[derive(Debug, Clone)]

@@ -63,7 +63,7 @@ impl ConnState {
         self.track.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn going_away(&self) -> bool {
+    pub fn going_away(&self) -> bool {
         self.goaway.load(Acquire) != u32::MAX
     }
 
@@ -180,6 +180,14 @@ pub struct Opened {
     created: Instant,
     max_age: Duration,
     state: Arc<ConnState>,
+}
+
+impl Opened {
+    /// The connection's sender and state, for a user that keeps it alone
+    /// (the health checker).
+    pub fn into_parts(self) -> (Sender, Arc<ConnState>) {
+        (self.send, self.state)
+    }
 }
 
 impl H2Sets {

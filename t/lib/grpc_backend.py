@@ -6,11 +6,18 @@
 # every call ends with trailer x-backend: NAME, so a test sees which backend
 # answered.
 #
-# usage: /usr/bin/python3 grpc_backend.py PORT MODE NAME [READY_FILE]
+# usage: /usr/bin/python3 grpc_backend.py PORT MODE NAME [READY_FILE [HEALTH_FILE]]
 #   MODE ok:          answers
 #   MODE unavailable: every call ends at once with UNAVAILABLE (Trailers-Only)
 #   MODE slow:        answers after 3 seconds
-# READY_FILE is created once the server listens. SIGTERM stops it
+# READY_FILE is created once the server listens. With HEALTH_FILE the
+# backend also serves grpc.health.v1.Health/Check (request and response
+# encoded here by hand): each call reads HEALTH_FILE, lines "SERVICE
+# ANSWER" (SERVICE "-" is the empty name; ANSWER SERVING, NOT_SERVING,
+# UNKNOWN, or GARBLED: a truncated message), answers a service not listed
+# with NOT_FOUND as the real health service does, and appends the service
+# asked for to HEALTH_FILE.log. Without it the health service is not there
+# (UNIMPLEMENTED). SIGTERM stops it
 # gracefully, as a rolling restart does: no new call, GOAWAY on its
 # connections, the calls in flight finish (for at most a second).
 
@@ -23,6 +30,7 @@ import grpc
 
 port, mode, name = sys.argv[1], sys.argv[2], sys.argv[3]
 ready = sys.argv[4] if len(sys.argv) > 4 else None
+health = sys.argv[5] if len(sys.argv) > 5 else None
 tag = name.encode()
 
 
@@ -63,9 +71,47 @@ handlers = {
     'Bidi': grpc.stream_stream_rpc_method_handler(bidi),
 }
 
+def varint(b, i):
+    v, shift = 0, 0
+    while True:
+        x = b[i]
+        i += 1
+        v |= (x & 0x7f) << shift
+        shift += 7
+        if not x & 0x80:
+            return v, i
+
+
+def health_check(req, ctx):
+    service = ''
+    if req[:1] == b'\x0a':
+        n, i = varint(req, 1)
+        service = req[i:i + n].decode()
+    with open(health + '.log', 'a') as log:
+        log.write((service or '-') + '\n')
+    answers = {}
+    try:
+        with open(health) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 2:
+                    answers[parts[0]] = parts[1]
+    except OSError:
+        pass
+    answer = answers.get(service or '-')
+    if answer is None:
+        ctx.abort(grpc.StatusCode.NOT_FOUND, 'unknown service')
+    return {'SERVING': b'\x08\x01', 'NOT_SERVING': b'\x08\x02',
+            'UNKNOWN': b'', 'GARBLED': b'\x08'}[answer]
+
+
 server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
 server.add_generic_rpc_handlers(
     (grpc.method_handlers_generic_handler('test.Echo', handlers),))
+if health:
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        'grpc.health.v1.Health',
+        {'Check': grpc.unary_unary_rpc_method_handler(health_check)}),))
 server.add_insecure_port('127.0.0.1:' + port)
 server.start()
 signal.signal(signal.SIGTERM, lambda *_: server.stop(1))

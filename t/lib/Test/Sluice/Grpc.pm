@@ -64,13 +64,16 @@ sub nginx_reload {
 }
 
 # Starts the gRPC backend on 127.0.0.1:$port: mode ok, unavailable or
-# slow; its answers start with NAME. Waits until it listens.
+# slow; its answers start with NAME. With $health (a file's path) it also
+# serves grpc.health.v1.Health/Check as that file says (grpc_backend.py).
+# Waits until it listens.
 sub grpc_backend {
-	my ($t, $port, $mode, $name) = @_;
+	my ($t, $port, $mode, $name, $health) = @_;
 	my $ready = $t->testdir() . "/grpc_$port.ready";
 	unlink $ready;
 	Test::Sluice::_release_ports();
-	$t->run_daemon($PYTHON, "$LIB/grpc_backend.py", $port, $mode, $name, $ready);
+	$t->run_daemon($PYTHON, "$LIB/grpc_backend.py", $port, $mode, $name, $ready,
+		defined $health ? ($health) : ());
 	$t->{_backends}{"127.0.0.1:$port"} = $t->{_daemons}[-1];
 	$t->waitforfile($ready) or die "grpc backend $port did not start\n";
 	return $t;
