@@ -11,7 +11,7 @@
 //! verdict (`fails`/`passes` in a row) and the counters go into the peer's
 //! zone record, so every worker's balancer skips unhealthy peers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -80,16 +80,25 @@ async fn check_loop(u: Arc<UpstreamRt>) {
         Tls::new(clients, ssl.clone(), name)
     });
     let mut kept: HashMap<SocketAddr, Kept> = HashMap::new();
+    // Each peer on its own: a check still under way (a peer that hangs,
+    // up to the timeouts) is not sent again, and the others go on at their
+    // interval.
+    let mut set = tokio::task::JoinSet::new();
+    let mut inflight: HashSet<SocketAddr> = HashSet::new();
+    let mut next_round = tokio::time::Instant::now();
     let mut held = false;
     loop {
         if !holds() {
             held = false;
             kept.clear();
+            set.abort_all();
+            inflight.clear();
             tokio::time::sleep(super::resolve::LEASE_TICK).await;
             continue;
         }
         if !held {
             held = true;
+            next_round = tokio::time::Instant::now();
             crate::log!(
                 Level::Notice,
                 "health checks of upstream \"{}\" in zone \"{}\" run in this worker",
@@ -97,66 +106,78 @@ async fn check_loop(u: Arc<UpstreamRt>) {
                 zone.name
             );
         }
-        let started = tokio::time::Instant::now();
-        let peers = u.peers();
-        let mut set = tokio::task::JoinSet::new();
-        // Connections of peers no longer there are dropped with the map.
-        let mut old = std::mem::take(&mut kept);
-        for p in peers.primary.iter().chain(peers.backup.iter()) {
-            let PeerAddr::Inet(addr) = p.addr else {
-                continue;
+        let now = tokio::time::Instant::now();
+        if now >= next_round {
+            let peers = u.peers();
+            let mut listed = HashSet::new();
+            for p in peers.primary.iter().chain(peers.backup.iter()) {
+                let PeerAddr::Inet(addr) = p.addr else {
+                    continue;
+                };
+                let addr = SocketAddr::new(addr.ip(), hc.port.unwrap_or(addr.port()));
+                listed.insert(addr);
+                if !inflight.insert(addr) {
+                    continue;
+                }
+                let (hc, live, name) = (hc.clone(), p.live.clone(), p.name.clone());
+                let reuse = kept.remove(&addr);
+                let tls = tls.clone();
+                set.spawn(async move {
+                    let (verdict, back) = check(addr, &hc, tls.as_ref(), reuse).await;
+                    (verdict, live, name, addr, back)
+                });
+            }
+            // Connections of peers no longer there are dropped.
+            kept.retain(|a, _| listed.contains(a));
+            let jitter = if hc.jitter.is_zero() {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(
+                    super::random::next_u64() % (hc.jitter.as_millis() as u64 + 1),
+                )
             };
-            let addr = SocketAddr::new(addr.ip(), hc.port.unwrap_or(addr.port()));
-            let (hc, live, name) = (hc.clone(), p.live.clone(), p.name.clone());
-            let reuse = old.remove(&addr);
-            let tls = tls.clone();
-            set.spawn(async move {
-                let (verdict, back) = check(addr, &hc, tls.as_ref(), reuse).await;
-                (verdict, live, name, addr, back)
-            });
+            next_round = now + hc.interval + jitter;
         }
-        drop(old);
-        while let Some(done) = set.join_next().await {
-            let Ok((verdict, live, name, addr, back)) = done else {
-                continue;
-            };
-            // A worker that lost the lease meanwhile publishes nothing.
-            if !holds() {
-                continue;
-            }
-            if let Some(k) = back {
-                kept.insert(addr, k);
-            }
-            let was = live.health.load(Relaxed);
-            let now = apply(&live, verdict.is_ok(), &hc, now_ms());
-            if now == UNHEALTHY && was != UNHEALTHY {
-                crate::log!(
-                    Level::Warn,
-                    "peer is unhealthy while {}, health check \"{}\" of peer {} in upstream \"{}\"",
-                    verdict.err().unwrap_or_default(),
-                    if hc.stream || hc.grpc.is_some() {
-                        ""
-                    } else {
-                        hc.uri.as_str()
-                    },
-                    name,
-                    u.cfg.name
-                );
-            } else if now == HEALTHY && was == UNHEALTHY {
-                crate::log!(
-                    Level::Notice,
-                    "peer is healthy, health check of peer {} in upstream \"{}\"",
-                    name,
-                    u.cfg.name
-                );
-            }
-        }
-        let jitter = if hc.jitter.is_zero() {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(super::random::next_u64() % (hc.jitter.as_millis() as u64 + 1))
+        // Wake for the next round, a check's end, or to look at the lease.
+        let wake = next_round.min(now + super::resolve::LEASE_TICK);
+        let done = tokio::select! {
+            d = set.join_next(), if !set.is_empty() => d,
+            _ = tokio::time::sleep_until(wake) => None,
         };
-        tokio::time::sleep_until(started + hc.interval + jitter).await;
+        let Some(Ok((verdict, live, name, addr, back))) = done else {
+            continue;
+        };
+        inflight.remove(&addr);
+        // A worker that lost the lease meanwhile publishes nothing.
+        if !holds() {
+            continue;
+        }
+        if let Some(k) = back {
+            kept.insert(addr, k);
+        }
+        let was = live.health.load(Relaxed);
+        let now = apply(&live, verdict.is_ok(), &hc, now_ms());
+        if now == UNHEALTHY && was != UNHEALTHY {
+            crate::log!(
+                Level::Warn,
+                "peer is unhealthy while {}, health check \"{}\" of peer {} in upstream \"{}\"",
+                verdict.err().unwrap_or_default(),
+                if hc.stream || hc.grpc.is_some() {
+                    ""
+                } else {
+                    hc.uri.as_str()
+                },
+                name,
+                u.cfg.name
+            );
+        } else if now == HEALTHY && was == UNHEALTHY {
+            crate::log!(
+                Level::Notice,
+                "peer is healthy, health check of peer {} in upstream \"{}\"",
+                name,
+                u.cfg.name
+            );
+        }
     }
 }
 
