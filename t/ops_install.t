@@ -14,6 +14,8 @@ use strict;
 
 use Test::More;
 use Time::HiRes qw/sleep/;
+use POSIX ();
+use Cwd ();
 
 BEGIN { use FindBin; chdir($FindBin::Bin); }
 
@@ -24,7 +26,7 @@ plan(skip_all => 'the installed configuration runs workers as another user: need
 	if $> != 0;
 plan(skip_all => 'no start-stop-daemon (the unit\'s ExecStop)') unless -x '/sbin/start-stop-daemon';
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(35);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(47);
 my $d = $t->testdir();
 my $root = "$d/root";
 my $bin = Test::Sluice::binary();
@@ -122,6 +124,25 @@ is("$rc1 $rc2", '0 0', 'ExecReload: -t, then HUP');
 ok(poll_until(sub { get('app.test', '/') =~ /app two/ }), 'the reload applied the new site');
 is(mainpid(), $master, 'same master after the reload');
 
+# sluice(8)'s upgrade under systemd: USR2, WINCH and QUIT to the old master;
+# the unit's PIDFile then names the new master, which systemd reads again.
+$t->{_master} = $master;
+kill 'USR2', $master;
+ok(poll_until(sub { my $n = mainpid(); $n =~ /^\d+$/ && $n ne $master
+		&& $t->read_file("$root/run/sluice.pid.oldbin") =~ /^$master$/m }),
+	'USR2: .oldbin names the old master, the PIDFile a new one');
+my $new = mainpid();
+is(readlink("/proc/$new/exe"), "$root/usr/sbin/sluice",
+	'the new master runs the installed binary');
+ok(poll_until(sub { $t->log_count(qr/start worker processes/) >= 3 }), 'the new workers started');
+kill 'WINCH', $master;
+kill 'QUIT', $master;
+ok(poll_until(sub { !kill(0, $master) }), 'WINCH, QUIT: the old master exits');
+ok(!-e "$root/run/sluice.pid.oldbin" && mainpid() eq $new, '.oldbin gone, the PIDFile names the new master');
+like(get('app.test', '/'), qr/app two/, 'the new master serves');
+$master = $new;
+$t->{_master} = $master;
+
 # logrotate with the installed file: renamed logs, USR1, new files written.
 SKIP: {
 	skip('no logrotate', 4) unless -x '/usr/sbin/logrotate';
@@ -154,4 +175,33 @@ is($rc, 0, 'ExecStop exits 0') or diag($o);
 ok(!kill(0, $master), 'the master has exited when ExecStop returns');
 ok(!-e "$root/run/sluice.pid", 'the pid file is removed');
 like($t->read_file('error.log'), qr/\[notice\] \d+#\d+: exit$/m, 'the master exited by itself');
+delete $t->{_master};
+
+# The Dockerfile: what it copies from the build stage is what the install
+# made, and its command line (ENTRYPOINT and CMD) runs the master in the
+# foreground; its STOPSIGNAL stops it with exit code 0.
+my $df = $t->read_file(Cwd::abs_path('../Dockerfile'));
+my @copied = $df =~ m{^COPY --from=build /out(/\S+)}mg;
+ok(@copied >= 3 && !grep({ !-e "$root$_" } @copied), 'the Dockerfile copies what scripts/install made')
+	or diag("@copied");
+like($df, qr{^RUN scripts/install --build\b}m, 'the build stage runs scripts/install');
+my ($ep) = $df =~ /^ENTRYPOINT (\[.*\])$/m;
+my ($cmd) = $df =~ /^CMD (\[.*\])$/m;
+my ($stop) = $df =~ /^STOPSIGNAL SIG(\w+)$/m;
+my @argv = map { moved($_) } map { /"((?:[^"\\]|\\.)*)"/g } ($ep // ''), ($cmd // '');
+is_deeply([@argv[-2, -1]], ['-g', 'daemon off;'], 'CMD: daemon off;');
+Test::Sluice::_release_ports();
+my $fg = fork() // die "fork: $!\n";
+if ($fg == 0) {
+	open STDOUT, '>', '/dev/null';
+	open STDERR, '>>', "$d/docker-stderr.log";
+	exec(@argv) or POSIX::_exit(127);
+}
+$t->{_master} = $fg;
+$t->{_child} = $fg;
+ok(poll_until(sub { mainpid() eq $fg }), 'the process the container starts is the master (foreground)');
+like(get('localhost', '/'), qr/^HTTP\/1\.1 200 /, 'it serves');
+kill $stop // 'TERM', $fg;
+my $gone = poll_until(sub { waitpid($fg, POSIX::WNOHANG()) == $fg });
+ok($gone && $? == 0, "STOPSIGNAL $stop: exit code 0") or diag("status $?");
 delete $t->{_master};
