@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(17);
+my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(20);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -128,16 +128,28 @@ SKIP: {
 	like($html, qr/<h2>stream tcp<\/h2>.*zone <b>tcps<\/b>/s, 'node: stream upstream and its zone');
 }
 
-# Headless chromium: the page polls the live API and renders the peers.
+# Headless chromium, driven over the DevTools protocol: the page polls the
+# live API and renders the peers in their states and the zones' usage; a
+# screenshot is saved (dashboard.png in the test directory).
 SKIP: {
 	my $chromium = (grep { -x } '/usr/bin/chromium', '/usr/bin/chromium-browser')[0];
-	skip 'no chromium', 3 unless $chromium;
+	skip 'no chromium', 6 unless $chromium;
+	skip 'no python3-websocket', 6
+		unless system('/usr/bin/python3', '-c', 'import websocket') == 0;
 	my $url = 'http://127.0.0.1:' . port(8080) . '/status/dashboard.html';
-	my $dom = `HOME=$d timeout 60 $chromium --headless --no-sandbox --disable-gpu --user-data-dir=$d/chromium --virtual-time-budget=3000 --dump-dom $url 2>/dev/null`;
+	my $out = `timeout 90 /usr/bin/python3 lib/dashboard_cdp.py $chromium $url $d 2>&1`;
+	my $res = eval { decode_json((split /\n/, $out)[-1] // '') } // {};
+	ok(defined $res->{rendered}, 'chromium: the first poll rendered') or diag($out);
+	my $dom = $t->read_file('dom1.html') // '';
 	like($dom, qr/<div class="peer state-up" data-peer="127\.0\.0\.1:$p1">/,
 		'chromium: live peer rendered from the API');
 	like($dom, qr/<div class="peer state-unavail" data-peer="127\.0\.0\.1:$dead">/,
 		'chromium: failing peer in its colour class');
+	like($dom, qr/zone <b>apps<\/b>.*?<div class="bar" title="zone usage"><div style="width:[\d.]+%">/s,
+		'chromium: the zone and its usage bar');
 	like($dom, qr/generation <b id="generation">1<\/b>.*<span id="error"><\/span>/s,
 		'chromium: generation shown, no error');
+	my $png = $t->read_file('dashboard.png') // '';
+	ok(substr($png, 0, 8) eq "\x89PNG\r\n\x1a\n" && length($png) > 10000,
+		'chromium: screenshot saved') or diag(length $png);
 }
