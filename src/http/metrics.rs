@@ -308,6 +308,8 @@ struct Names {
     expires_in: &'static str,
     error: &'static str,
     addresses: &'static str,
+    lookups: &'static str,
+    lookup_ends: &'static str,
 }
 
 const HTTP: Names = Names {
@@ -329,6 +331,8 @@ const HTTP: Names = Names {
     expires_in: "sluice_upstream_resolve_expires_in_seconds",
     error: "sluice_upstream_resolve_last_error",
     addresses: "sluice_upstream_resolve_addresses",
+    lookups: "sluice_upstream_resolve_lookups_total",
+    lookup_ends: "sluice_upstream_resolve_lookup_results_total",
 };
 
 const STREAM: Names = Names {
@@ -350,6 +354,8 @@ const STREAM: Names = Names {
     expires_in: "sluice_stream_upstream_resolve_expires_in_seconds",
     error: "sluice_stream_upstream_resolve_last_error",
     addresses: "sluice_stream_upstream_resolve_addresses",
+    lookups: "sluice_stream_upstream_resolve_lookups_total",
+    lookup_ends: "sluice_stream_upstream_resolve_lookup_results_total",
 };
 
 fn upstream(f: &mut Families, u: &UpstreamRt, stream: bool, zones: &mut HashSet<String>) {
@@ -538,6 +544,25 @@ fn upstream(f: &mut Families, u: &UpstreamRt, stream: bool, zones: &mut HashSet<
             &labels,
             count as f64,
         );
+        let (lookups, ends) = z.lookups(i, k);
+        f.add(
+            n.lookups,
+            Counter,
+            "DNS lookups of the server line's name (A and AAAA, or SRV).",
+            &labels,
+            lookups as f64,
+        );
+        for (end, label) in crate::upstream::zone::LookupEnd::ALL {
+            let mut with = labels.to_vec();
+            with.push(("result", label));
+            f.add(
+                n.lookup_ends,
+                Counter,
+                "How the server line's lookups ended: the answer's rcode, or timeout.",
+                &with,
+                ends[end as usize] as f64,
+            );
+        }
     }
     if !zones.insert(z.name.clone()) {
         return;

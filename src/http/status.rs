@@ -395,6 +395,11 @@ fn resolve_json(u: &UpstreamRt, peers: &Peers) -> Value {
         .filter(|(_, s)| s.resolve)
         .map(|(k, s)| {
             let (expires, answered, error) = z.resolved(i, k);
+            let (lookups, ends) = z.lookups(i, k);
+            let results: serde_json::Map<String, Value> = crate::upstream::zone::LookupEnd::ALL
+                .iter()
+                .map(|(e, label)| (label.to_string(), json!(ends[*e as usize])))
+                .collect();
             let addrs: Vec<&str> = peers
                 .primary
                 .iter()
@@ -412,6 +417,8 @@ fn resolve_json(u: &UpstreamRt, peers: &Peers) -> Value {
                     json!(format!("{}: {}", error, crate::upstream::dns::strerror(error)))
                 },
                 "addresses": addrs,
+                "lookups": lookups,
+                "results": results,
             })
         })
         .collect();

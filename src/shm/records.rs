@@ -9,7 +9,7 @@ use super::{Lease, PidLock, SeqLock, Shared};
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SLUICEZN");
 /// Bumped whenever a record here changes shape.
-pub const LAYOUT: u32 = 3;
+pub const LAYOUT: u32 = 4;
 /// Longest upstream name a zone records.
 pub(crate) const NAME_MAX: usize = 64;
 pub(crate) const BACKUP: u32 = 1;
@@ -80,7 +80,15 @@ pub(crate) struct ServerRec {
     pub(crate) answered: AtomicU64,
     pub(crate) last_error: AtomicU32,
     pub(crate) _pad: AtomicU32,
+    /// Lookups of the line's name, and how each ended (see
+    /// `upstream::zone::LookupEnd`).
+    pub(crate) lookups: AtomicU64,
+    pub(crate) ends: [AtomicU64; LOOKUP_ENDS],
 }
+
+/// How a lookup can end: NOERROR, NXDOMAIN, SERVFAIL, REFUSED, another
+/// rcode, no answer in time.
+pub(crate) const LOOKUP_ENDS: usize = 6;
 
 #[repr(C)]
 pub(crate) struct UpstreamRec {
@@ -219,7 +227,7 @@ unsafe impl Shared for PeerSlot {}
 const _: () = assert!(size_of::<Header>() == 120);
 const _: () = assert!(size_of::<Ack>() == 16);
 const _: () = assert!(size_of::<UpstreamRec>() == 112);
-const _: () = assert!(size_of::<ServerRec>() == 376);
+const _: () = assert!(size_of::<ServerRec>() == 432);
 const _: () = assert!(size_of::<PeerSlot>() == 304);
 
 /// Connection and request counters every worker adds to, for `stub_status`.

@@ -62,6 +62,7 @@ pub fn preresolve(
                 let valid = nu.resolver.as_ref().and_then(|r| r.valid);
                 let expires = super::dns::clamp_expiry(expires, super::peers::now_ms(), valid);
                 z.set_resolved(i, k, expires, answered, error);
+                z.carry_lookups(i, k, oz, j, ok);
             }
             if let Err(e) = z.publish(i, std::process::id(), &list) {
                 crate::log!(crate::log::Level::Error, "{}", e);

@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::clock::Clock;
 use super::dns::{Answer, Client, DnsError, SrvAnswer, clamp_expiry, strerror};
 use super::peer_list::{Resolved, peer_list};
+use super::zone::LookupEnd;
 use super::{UpstreamRt, Upstreams};
 use crate::conf::model::{Resolver, UpstreamServer};
 use crate::log::Level;
@@ -118,6 +119,15 @@ async fn follow_with<A, F>(
         }
         let now = clock.now_ms();
         let ms = |d: Duration| d.as_millis() as u64;
+        zone.count_lookup(
+            i,
+            k,
+            match &result {
+                Ok(Found::Peers(..)) => LookupEnd::NoError,
+                Ok(Found::NxDomain) => LookupEnd::NxDomain,
+                Err(e) => LookupEnd::of(*e),
+            },
+        );
         match result {
             Ok(Found::Peers(peers, valid)) => {
                 if !publish_when_free(&u, k, &peers, valid).await {

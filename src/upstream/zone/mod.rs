@@ -28,6 +28,40 @@ use crate::shm::{Region, ShmError};
 pub use crate::shm::records::{LAYOUT, MAGIC};
 pub use layout::size_needed;
 
+/// How a lookup of a `resolve` line ended, as the zone counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LookupEnd {
+    NoError = 0,
+    NxDomain = 1,
+    ServFail = 2,
+    Refused = 3,
+    /// FORMERR, NOTIMP or another rcode.
+    OtherRcode = 4,
+    Timeout = 5,
+}
+
+impl LookupEnd {
+    /// Every end with the label the metrics give it.
+    pub const ALL: [(LookupEnd, &'static str); crate::shm::records::LOOKUP_ENDS] = [
+        (LookupEnd::NoError, "NOERROR"),
+        (LookupEnd::NxDomain, "NXDOMAIN"),
+        (LookupEnd::ServFail, "SERVFAIL"),
+        (LookupEnd::Refused, "REFUSED"),
+        (LookupEnd::OtherRcode, "other"),
+        (LookupEnd::Timeout, "timeout"),
+    ];
+
+    /// A failed lookup's end.
+    pub fn of(e: super::dns::DnsError) -> LookupEnd {
+        match e {
+            super::dns::DnsError::Server(2) => LookupEnd::ServFail,
+            super::dns::DnsError::Server(5) => LookupEnd::Refused,
+            super::dns::DnsError::Server(_) => LookupEnd::OtherRcode,
+            super::dns::DnsError::Timeout => LookupEnd::Timeout,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ZoneError {
     #[error("{0}")]

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering::*;
 use std::time::Duration;
 
 use super::layout::{flags, ms32, size_needed};
-use super::{Published, Zone, ZoneError};
+use super::{LookupEnd, Published, Zone, ZoneError};
 use crate::conf::model::PeerAddr;
 use crate::shm::records::{BACKUP, Header};
 use crate::upstream::peer_list::NewPeer;
@@ -223,6 +223,29 @@ impl Zone {
         s.expires.store(expires, Relaxed);
         s.answered.store(answered, Relaxed);
         s.last_error.store(u32::from(error), Release);
+    }
+
+    /// Counts a lookup of server line `k` of upstream `u` and how it ended.
+    pub fn count_lookup(&self, u: usize, k: usize, end: LookupEnd) {
+        let Some(s) = self.server_of(u, k) else {
+            return;
+        };
+        s.lookups.fetch_add(1, Relaxed);
+        if let Some(e) = s.ends.get(end as usize) {
+            e.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Takes over the lookup counters of another zone's server line (a
+    /// reload or an upgrade carrying the line).
+    pub fn carry_lookups(&self, u: usize, k: usize, from: &Zone, fu: usize, fk: usize) {
+        let (Some(to), Some(was)) = (self.server_of(u, k), from.server_of(fu, fk)) else {
+            return;
+        };
+        to.lookups.store(was.lookups.load(Relaxed), Relaxed);
+        for (t, w) in to.ends.iter().zip(was.ends.iter()) {
+            t.store(w.load(Relaxed), Relaxed);
+        }
     }
 
     /// After worker `worker` (pid `pid`) died abnormally: forget its

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::*};
 use super::{Usage, Zone};
 use crate::conf::model::{PeerAddr, Upstream};
 use crate::shm::Ref;
-use crate::shm::records::{BACKUP, DOWN, PeerSlot, ServerRec, UpstreamRec};
+use crate::shm::records::{BACKUP, DOWN, LOOKUP_ENDS, PeerSlot, ServerRec, UpstreamRec};
 use crate::upstream::peers::{Choice, Live, Peer, PeerLive, Peers};
 
 impl Zone {
@@ -124,6 +124,19 @@ impl Zone {
                     s.expires.load(Relaxed),
                     s.answered.load(Relaxed),
                     s.last_error.load(Acquire) as u16,
+                )
+            })
+            .unwrap_or_default()
+    }
+
+    /// Server line `k`'s lookups so far and how they ended (indexed by
+    /// `LookupEnd`).
+    pub fn lookups(&self, u: usize, k: usize) -> (u64, [u64; LOOKUP_ENDS]) {
+        self.server_of(u, k)
+            .map(|s| {
+                (
+                    s.lookups.load(Relaxed),
+                    std::array::from_fn(|e| s.ends[e].load(Relaxed)),
                 )
             })
             .unwrap_or_default()
