@@ -76,7 +76,7 @@ import json, sys
 from prometheus_client.parser import text_string_to_metric_families
 out = []
 for f in text_string_to_metric_families(sys.stdin.read()):
-    if f.type not in ('counter', 'gauge') or not f.documentation:
+    if f.type not in ('counter', 'gauge', 'histogram') or not f.documentation:
         sys.exit('family %s: type %s, help %r' % (f.name, f.type, f.documentation))
     for s in f.samples:
         out.append([s.name, s.labels, s.value, f.type])

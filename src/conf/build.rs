@@ -294,6 +294,7 @@ const TABLES: &[&[Spec]] = &[
     super::autoindex::TABLE,
     super::proxy_more::TABLE,
     super::auth_request::TABLE,
+    super::buckets::TABLE,
 ];
 
 const TABLE: &[Spec] = &[

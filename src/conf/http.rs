@@ -65,6 +65,8 @@ pub(super) struct HttpB {
     pub(super) upstreams: Vec<UpstreamB>,
     /// `match` blocks.
     pub(super) matches: Vec<Arc<super::health::Match>>,
+    /// `metrics_buckets` (ms).
+    pub(super) metrics_buckets: Option<Vec<u32>>,
 }
 
 pub(super) struct ServerB {
@@ -580,6 +582,9 @@ pub(super) fn finish(
         upstreams: UpstreamBlocks {
             list: upstreams.into_iter().map(Arc::new).collect(),
             zones,
+            time_buckets: h
+                .metrics_buckets
+                .unwrap_or_else(|| crate::upstream::zone::DEFAULT_BOUNDS_MS.to_vec()),
         },
         access_log_paths,
         temp_paths,

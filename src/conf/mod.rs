@@ -6,6 +6,7 @@
 pub mod allow;
 pub mod auth_request;
 pub mod autoindex;
+pub mod buckets;
 pub mod build;
 pub mod ciphers;
 pub mod expires;

@@ -82,6 +82,9 @@ pub struct UpstreamBlocks {
     pub list: Vec<Arc<Upstream>>,
     /// Shared memory zones the upstreams name (`zone NAME SIZE`).
     pub zones: Vec<ZoneSpec>,
+    /// `metrics_buckets` (ms): the bounds of the zone upstreams' time
+    /// histograms (none in stream).
+    pub time_buckets: Vec<u32>,
 }
 
 impl UpstreamBlocks {

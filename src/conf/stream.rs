@@ -529,6 +529,7 @@ pub(super) fn finish(
         upstreams: super::model::UpstreamBlocks {
             list: upstreams.into_iter().map(std::sync::Arc::new).collect(),
             zones,
+            time_buckets: Vec::new(),
         },
         access_log_paths,
         resolver: st.resolver.map(|r| Resolver {

@@ -76,6 +76,10 @@ impl LoggedBody {
             if let Some(f) = &self.flight {
                 req.request_length += f.body_read();
             }
+            req.upstream
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .observe();
             write(&req);
         }
         self.flight = None;

@@ -24,6 +24,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub enum Kind {
     Counter,
     Gauge,
+    Histogram,
 }
 
 /// Metric families in the order first seen, each with its samples, so that
@@ -37,7 +38,9 @@ pub struct Families {
 struct Family {
     help: &'static str,
     kind: Kind,
-    samples: Vec<(String, f64)>,
+    /// Each sample's name suffix (a histogram's `_bucket`, `_sum`,
+    /// `_count`), labels and value.
+    samples: Vec<(&'static str, String, f64)>,
 }
 
 impl Families {
@@ -50,6 +53,59 @@ impl Families {
         labels: &[(&str, &str)],
         value: f64,
     ) {
+        self.push(name, kind, help, "", label_set(labels), value);
+    }
+
+    /// Adds one histogram: its buckets' upper bounds and counts (the last
+    /// count: above every bound), made cumulative here with the `+Inf`
+    /// bucket, and the sum of the observations.
+    pub fn add_histogram(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        bounds: &[f64],
+        counts: &[u64],
+        sum: f64,
+    ) {
+        let mut total = 0u64;
+        for (k, c) in counts.iter().enumerate() {
+            total += c;
+            // As the client libraries write bounds: 1.0, 0.05.
+            let le = bounds
+                .get(k)
+                .map_or_else(|| "+Inf".to_string(), |b| format!("{b:?}"));
+            let mut with = labels.to_vec();
+            with.push(("le", le.as_str()));
+            self.push(
+                name,
+                Kind::Histogram,
+                help,
+                "_bucket",
+                label_set(&with),
+                total as f64,
+            );
+        }
+        self.push(name, Kind::Histogram, help, "_sum", label_set(labels), sum);
+        self.push(
+            name,
+            Kind::Histogram,
+            help,
+            "_count",
+            label_set(labels),
+            total as f64,
+        );
+    }
+
+    fn push(
+        &mut self,
+        name: &'static str,
+        kind: Kind,
+        help: &'static str,
+        suffix: &'static str,
+        labels: String,
+        value: f64,
+    ) {
         let f = self.by_name.entry(name).or_insert_with(|| Family {
             help,
             kind,
@@ -58,7 +114,7 @@ impl Families {
         if f.samples.is_empty() && !self.order.contains(&name) {
             self.order.push(name);
         }
-        f.samples.push((label_set(labels), value));
+        f.samples.push((suffix, labels, value));
     }
 
     pub fn render(&self) -> String {
@@ -70,11 +126,12 @@ impl Families {
             let kind = match f.kind {
                 Kind::Counter => "counter",
                 Kind::Gauge => "gauge",
+                Kind::Histogram => "histogram",
             };
             let _ = writeln!(out, "# HELP {} {}", name, escape_help(f.help));
             let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, v) in &f.samples {
-                let _ = writeln!(out, "{}{} {}", name, labels, number(*v));
+            for (suffix, labels, v) in &f.samples {
+                let _ = writeln!(out, "{name}{suffix}{labels} {}", number(*v));
             }
         }
         out
@@ -372,6 +429,37 @@ fn upstream(f: &mut Families, u: &UpstreamRt, stream: bool, zones: &mut HashSet<
         &[("upstream", up)],
         all.len() as f64,
     );
+    if let (false, Some(z), Some(i)) = (stream, u.zone(), u.zone_index()) {
+        use crate::upstream::zone::Timing;
+        for (t, name, help) in [
+            (
+                Timing::Connect,
+                "sluice_upstream_connect_seconds",
+                "Time the upstream's attempts took to connect ($upstream_connect_time).",
+            ),
+            (
+                Timing::Header,
+                "sluice_upstream_header_seconds",
+                "Time to the upstream's response header ($upstream_header_time).",
+            ),
+            (
+                Timing::Response,
+                "sluice_upstream_response_seconds",
+                "Time to the upstream's whole response ($upstream_response_time).",
+            ),
+        ] {
+            let h = z.histogram(i, t);
+            let bounds: Vec<f64> = h.bounds_ms.iter().map(|b| f64::from(*b) / 1000.0).collect();
+            f.add_histogram(
+                name,
+                help,
+                &[("upstream", up)],
+                &bounds,
+                &h.counts,
+                h.sum_us as f64 / 1e6,
+            );
+        }
+    }
     let mut seen: HashSet<(String, bool)> = HashSet::new();
     for p in all {
         let l = &p.live;

@@ -265,7 +265,11 @@ pub(crate) async fn run(
     // no answer yet: wait for it, bounded, not a 502 at once).
     let uri = &plan.uri;
     let mut attempts = Attempts::new(&ups, policy, &Asking { r, uri, scheme }).await;
-    r.upstream.lock().unwrap_or_else(|e| e.into_inner()).queued = Some(attempts.queued);
+    {
+        let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
+        log.queued = Some(attempts.queued);
+        log.upstream(&ups);
+    }
     let snap = attempts.snap.clone();
     loop {
         let connected = attempts

@@ -276,7 +276,11 @@ async fn attempts(
         },
     )
     .await;
-    r.upstream.lock().unwrap_or_else(|e| e.into_inner()).queued = Some(attempts.queued);
+    {
+        let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
+        log.queued = Some(attempts.queued);
+        log.upstream(&ups);
+    }
     let snap = attempts.snap.clone();
     let cache = H2Cache {
         ups: ups.clone(),

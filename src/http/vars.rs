@@ -77,6 +77,64 @@ pub struct UpstreamLog {
     /// (a `resolve` name's first answer).
     pub queued: Option<Duration>,
     pub headers: Option<HeaderMap>,
+    /// The zone upstreams whose time histograms count the attempts: each
+    /// with the index of its first attempt (an `X-Accel-Redirect` may go
+    /// on to another upstream).
+    pub histograms: Vec<Histograms>,
+}
+
+/// A zone upstream's time histograms, and its first attempt's index.
+pub struct Histograms {
+    pub zone: std::sync::Arc<crate::upstream::Zone>,
+    pub upstream: usize,
+    pub from: usize,
+}
+
+impl std::fmt::Debug for Histograms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Histograms({}, {}, {})",
+            self.zone.name, self.upstream, self.from
+        )
+    }
+}
+
+impl UpstreamLog {
+    /// Counts the attempts' connect, header and response times into their
+    /// upstreams' histograms (once, when the request ends).
+    pub fn observe(&self) {
+        use crate::upstream::zone::Timing;
+        for (n, h) in self.histograms.iter().enumerate() {
+            let to = self
+                .histograms
+                .get(n + 1)
+                .map_or(self.attempts.len(), |x| x.from);
+            for a in self.attempts.get(h.from..to).unwrap_or_default() {
+                for (t, d) in [
+                    (Timing::Connect, a.connect),
+                    (Timing::Header, a.header),
+                    (Timing::Response, a.response),
+                ] {
+                    if let Some(d) = d {
+                        h.zone.observe(h.upstream, t, d);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The attempts from here on are `ups`'s (counted in its histograms if
+    /// it has a zone).
+    pub fn upstream(&mut self, ups: &crate::upstream::UpstreamRt) {
+        if let (Some(zone), Some(upstream)) = (ups.zone(), ups.zone_index()) {
+            self.histograms.push(Histograms {
+                zone: zone.clone(),
+                upstream,
+                from: self.attempts.len(),
+            });
+        }
+    }
 }
 
 /// One request, owned: it outlives the handler to write the access log.

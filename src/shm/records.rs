@@ -106,7 +106,19 @@ pub(crate) struct UpstreamRec {
     /// `pick_first`: the chosen peer's key (see `PeerSlot::born`; 0: none
     /// yet).
     pub(crate) choice: AtomicU64,
+    /// `metrics_buckets`: the upper bounds (ms) of the time histograms'
+    /// buckets, how many, and per histogram (connect, header, response) the
+    /// observations in each bucket (the last: above every bound) and their
+    /// sum in microseconds.
+    pub(crate) bounds_ms: [AtomicU32; HIST_MAX],
+    pub(crate) bounds: AtomicU32,
+    pub(crate) _hpad: AtomicU32,
+    pub(crate) hist: [[AtomicU64; HIST_MAX + 1]; 3],
+    pub(crate) hist_sum_us: [AtomicU64; 3],
 }
+
+/// The most buckets `metrics_buckets` may set.
+pub const HIST_MAX: usize = 16;
 
 /// A peer's run-time state and counters. All atomics: it may live in a zone.
 #[repr(C)]
@@ -226,7 +238,7 @@ unsafe impl Shared for PeerSlot {}
 
 const _: () = assert!(size_of::<Header>() == 120);
 const _: () = assert!(size_of::<Ack>() == 16);
-const _: () = assert!(size_of::<UpstreamRec>() == 112);
+const _: () = assert!(size_of::<UpstreamRec>() == 616);
 const _: () = assert!(size_of::<ServerRec>() == 432);
 const _: () = assert!(size_of::<PeerSlot>() == 304);
 

@@ -1,7 +1,8 @@
 //! What a new generation takes over from the one before, at a reload or a
 //! binary upgrade: each `resolve` line's peers and its answer's expiry
 //! (nginx's preresolve), `pick_first`'s choice, the active health
-//! checks' verdicts and the peers' counters. The master calls it
+//! checks' verdicts, the peers' counters and the upstreams' time
+//! histograms. The master calls it
 //! after building the new zones and before the state files seed what is
 //! left (`state.rs`).
 
@@ -73,6 +74,14 @@ pub fn preresolve(
     carry_choices(new, nb, old, ob);
     carry_health(new, nb, old, ob);
     carry_counters(new, nb, old, ob);
+    for (name, z) in new {
+        let Some(oz) = old.get(name) else { continue };
+        for (i, up_name) in z.upstream_names().iter().enumerate() {
+            if let Some(j) = oz.upstream(up_name) {
+                z.carry_histograms(i, oz, j);
+            }
+        }
+    }
     carried
 }
 

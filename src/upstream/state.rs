@@ -423,6 +423,7 @@ mod tests {
             UpstreamBlocks {
                 list: vec![std::sync::Arc::new(u)],
                 zones: vec![spec],
+                time_buckets: Vec::new(),
             }
         };
         let (http, stream) = (up("hz", "h.test", 80), up("sz", "s.test", 81));

@@ -15,6 +15,7 @@
 //! reclaim, acknowledgements, repair). The carry-over at reload and
 //! upgrade is `upstream::carry`.
 
+mod hist;
 mod layout;
 mod publish;
 mod read;
@@ -26,6 +27,7 @@ use crate::conf::model::{Upstream, UpstreamBlocks, ZoneSpec};
 use crate::shm::{Region, ShmError};
 
 pub use crate::shm::records::{LAYOUT, MAGIC};
+pub use hist::{DEFAULT_BOUNDS_MS, Hist, Timing};
 pub use layout::size_needed;
 
 /// How a lookup of a `resolve` line ended, as the zone counts it.
@@ -150,6 +152,7 @@ pub fn create_all(
                 },
                 other => other,
             })?;
+        zone.set_buckets(&b.time_buckets);
         for (i, u) in ups.iter().enumerate() {
             let name = &u.name;
             let r = zone.publish(i, std::process::id(), &NewPeer::from_config(u))?;
