@@ -246,6 +246,13 @@ impl Zone {
     }
 
     pub(super) fn rec(&self, u: usize) -> Result<&UpstreamRec, ShmError> {
+        if u >= self.upstreams.len() {
+            return Err(ShmError::OutOfBounds {
+                offset: u,
+                size: size_of::<UpstreamRec>(),
+                len: self.upstreams.len(),
+            });
+        }
         self.region
             .get::<UpstreamRec>(self.ups_off + u * size_of::<UpstreamRec>())
     }
