@@ -1,7 +1,7 @@
 //! What a new generation takes over from the one before, at a reload or a
 //! binary upgrade: each `resolve` line's peers and its answer's expiry
-//! (nginx's preresolve), `pick_first`'s choice and the active health
-//! checks' verdicts. The master calls it
+//! (nginx's preresolve), `pick_first`'s choice, the active health
+//! checks' verdicts and the API's `down`/`drain` (`admin`). The master calls it
 //! after building the new zones and before the state files seed what is
 //! left (`state.rs`).
 
@@ -71,7 +71,53 @@ pub fn preresolve(
     }
     carry_choices(new, nb, old, ob);
     carry_health(new, nb, old, ob);
+    for kept in carry_admin(new, nb, old, ob) {
+        if !carried.contains(&kept) {
+            carried.push(kept);
+        }
+    }
     carried
+}
+
+/// The API's `down`, `drain` and `up` (`api write=on`) across a reload or
+/// an upgrade: a peer still listed (same address) keeps them, unless its
+/// `server` line's own `down` changed (the new configuration is the newer
+/// word). Returns the (zone, upstream) names that had an old counterpart:
+/// their state files are not read again.
+fn carry_admin(
+    new: &Zones,
+    nb: &[&UpstreamBlocks],
+    old: &Zones,
+    ob: &[&UpstreamBlocks],
+) -> Vec<(String, String)> {
+    let mut kept = Vec::new();
+    for (name, z) in new {
+        let Some(oz) = old.get(name) else { continue };
+        for (i, up_name) in z.upstream_names().iter().enumerate() {
+            let (Some(nu), Some(ou), Some(j)) = (
+                zone_upstream(nb, name, up_name),
+                zone_upstream(ob, name, up_name),
+                oz.upstream(up_name),
+            ) else {
+                continue;
+            };
+            let (Some(before), Some(now)) = (oz.snapshot(j, ou), z.snapshot(i, nu)) else {
+                continue;
+            };
+            kept.push((name.clone(), up_name.clone()));
+            for p in now.primary.iter().chain(now.backup.iter()) {
+                let was = before
+                    .primary
+                    .iter()
+                    .chain(before.backup.iter())
+                    .find(|o| o.addr == p.addr && o.down == p.down);
+                if let Some(o) = was {
+                    p.live.admin.store(o.live.admin.load(Relaxed), Relaxed);
+                }
+            }
+        }
+    }
+    kept
 }
 
 /// Active health checks across a reload or an upgrade: a peer of a
