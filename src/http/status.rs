@@ -1,6 +1,6 @@
-//! The status handlers: `api` (read-only JSON in the shape of the NGINX Plus
+//! The status handlers: `api` (JSON in the shape of the NGINX Plus
 //! API, for upstreams in zones, with sluice's additions under a `sluice`
-//! key) and `stub_status` (nginx's text, from counters every worker adds to
+//! key; its writes are `api_write`) and `stub_status` (nginx's text, from counters every worker adds to
 //! in a small shared region). Called by the dispatcher for a location whose
 //! handler is one of them.
 
