@@ -22,7 +22,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone stream/)->plan(52);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone stream/)->plan(54);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -54,7 +54,7 @@ http {
 }
 
 stream {
-    upstream st { zone sts 64k; server 127.0.0.1:%%PORT_8081%%; }
+    upstream st { zone sts 64k; server 127.0.0.1:%%PORT_8081%%; server 127.0.0.1:%%PORT_8082%%; }
     server { listen 127.0.0.1:%%PORT_8090%%; proxy_pass st; }
 }
 
@@ -244,8 +244,23 @@ ok($code == 200 && !$v->{drain} && !$v->{down}, 'drain false: up');
 ok($code == 200 && $v->{down}, 'configured down peer: down again');
 is(ports(20), $p2, 'traffic to the one peer up');
 
-# A stream upstream.
+# A stream upstream: its sessions follow too.
+# The backend keeps its connections open: read one response, then close.
+sub stream_ports {
+	my %seen;
+	for (1 .. 12) {
+		my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8090),
+			Proto => 'tcp', Timeout => 5);
+		my $r = $s ? keepalive_get($s, '/x') : '';
+		close $s if $s;
+		my ($port) = $r =~ /^X-Port: (\d+)/mi;
+		$seen{$port // 'none'}++;
+	}
+	return join ' ', sort keys %seen;
+}
+is(stream_ports(), set($p1, $p2), 'stream: both peers take sessions');
 ($code, $v) = patch('/api/9/stream/upstreams/st/servers/0', '{"down": true}');
 ok($code == 200 && $v->{down} && !exists $v->{route}, 'stream server: PATCH down');
 ($code, $v) = get('/api/9/stream/upstreams/st');
 is($v->{peers}[0]{state}, 'down', 'stream peer shown down');
+is(stream_ports(), $p2, 'stream: the down peer gets no sessions');

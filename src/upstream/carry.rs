@@ -209,3 +209,61 @@ fn carry_choices(new: &Zones, nb: &[&UpstreamBlocks], old: &Zones, ob: &[&Upstre
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conf::model::{Balancer, ZoneSpec};
+    use crate::upstream::admin::{self, Target};
+    use crate::upstream::zone::create_all;
+
+    fn blocks(zone: &str, down3: bool) -> UpstreamBlocks {
+        let mut u = crate::upstream::peers::test_upstream(
+            &[
+                ("127.0.0.1:1", 1, false),
+                ("127.0.0.1:2", 1, false),
+                ("127.0.0.1:3", 1, false),
+            ],
+            Balancer::RoundRobin,
+        );
+        u.servers[2].down = down3;
+        u.zone = Some(zone.into());
+        let spec = ZoneSpec {
+            name: zone.into(),
+            size: Some(64 * 1024),
+            upstreams: vec![u.name.clone()],
+            src: u.src.clone(),
+        };
+        UpstreamBlocks {
+            list: vec![std::sync::Arc::new(u)],
+            zones: vec![spec],
+        }
+    }
+
+    /// The API's changes follow a peer by address into the next
+    /// generation's zone, except where the `server` line's own `down`
+    /// changed; the upstream counts as carried (no state file).
+    #[test]
+    fn admin_is_carried_by_address() {
+        let ob = blocks("cz", false);
+        let old = create_all(&[&ob], 1, 1).expect("old");
+        let before = old["cz"].snapshot(0, &ob.list[0]).expect("snapshot");
+        admin::set(&before.primary[0], Target::Drain);
+        admin::set(&before.primary[2], Target::Down);
+        // The reload adds `down` to the third line.
+        let nb = blocks("cz", true);
+        let new = create_all(&[&nb], 2, 1).expect("new");
+        let carried = preresolve(&new, &[&nb], &old, &[&ob]);
+        assert_eq!(carried, [("cz".to_string(), ob.list[0].name.clone())]);
+        let now = new["cz"].snapshot(0, &nb.list[0]).expect("snapshot");
+        let t: Vec<Target> = now.primary.iter().map(admin::target).collect();
+        assert_eq!(t, [Target::Drain, Target::Up, Target::Down]);
+        // Down by its line now, not by the API: a later config without
+        // `down` brings it back.
+        assert!(!admin::overridden(&now.primary[2]));
+        // Another zone name: nothing carried.
+        let other = blocks("cz2", false);
+        let fresh = create_all(&[&other], 3, 1).expect("fresh");
+        assert!(preresolve(&fresh, &[&other], &old, &[&ob]).is_empty());
+    }
+}
