@@ -17,7 +17,8 @@ use crate::conf::model::{UpstreamBlocks, zone_upstream};
 /// host and `service=` has now (address from the old peer; port and
 /// parameters from the new line, except an SRV peer's port and weight), and
 /// with the old answer's expiry, so the first lookup comes when it expires.
-/// Returns the (zone, upstream) names it carried peers for.
+/// Returns the (zone, upstream) names it carried peers or API changes for
+/// (their state files are not read).
 pub fn preresolve(
     new: &Zones,
     nb: &[&UpstreamBlocks],

@@ -11,10 +11,10 @@
 //! server 10.0.0.2:8080 drain;
 //! ```
 //!
-//! The API's changes (`api write=on`) follow, one line per peer the API
-//! changed, of any `server` line, in nginx's own words: `server ADDRESS
-//! down;`, `server ADDRESS drain;` or `server ADDRESS;` (up, although its
-//! line says `down`).
+//! The API's changes (`api write=on`; the file is rewritten after each)
+//! follow, one line per peer the API changed, of any `server` line, in
+//! nginx's own words: `server ADDRESS down;`, `server ADDRESS drain;` or
+//! `server ADDRESS;` (up, although its line says `down`).
 //!
 //! Entries for lines no longer in the configuration are ignored; each bad
 //! line of a corrupt file is an `[error]` and ignored on its own (a name left
