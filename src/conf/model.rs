@@ -359,7 +359,8 @@ pub struct Location {
 /// A location's built-in content handler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Handler {
-    /// `api [write=on|off]`: the NGINX Plus-shaped JSON API (read-only).
+    /// `api [write=on|off]`: the NGINX Plus-shaped JSON API (`write=on`:
+    /// PATCH of a zone upstream's servers, `http::api_write`).
     Api { write: bool },
     /// `stub_status`: nginx's text status.
     StubStatus,

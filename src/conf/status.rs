@@ -50,12 +50,6 @@ fn set_handler(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
                     ));
                 }
             };
-            if write {
-                return Err(ConfError::at(
-                    "\"api write=on\" is not supported yet: the API is read-only",
-                    &d.src,
-                ));
-            }
             Handler::Api { write }
         }
         "metrics" => Handler::Metrics,
@@ -86,6 +80,14 @@ mod tests {
         assert_eq!(
             handler("events {} http { server { location /s { stub_status; } } }"),
             Some(Handler::StubStatus)
+        );
+        assert_eq!(
+            handler("events {} http { server { location /api { api write=on; } } }"),
+            Some(Handler::Api { write: true })
+        );
+        assert_eq!(
+            handler("events {} http { server { location /api { api write=off; } } }"),
+            Some(Handler::Api { write: false })
         );
         assert!(
             err("events {} http { server { location /api { api write=maybe; } } }")

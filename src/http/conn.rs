@@ -147,6 +147,7 @@ pub async fn serve(
         upstreams: Upstreams::new(cfg.http.as_ref().map(|h| &h.upstreams), &shm.zones),
         stream_upstreams: Upstreams::new(cfg.stream.as_ref().map(|s| &s.upstreams), &shm.zones),
         stats: shm.stats.clone(),
+        saved: shm.saved.clone(),
         limits: shm.limits.clone(),
         generation: shm.generation,
         dns: crate::upstream::dns::Cache::new(),

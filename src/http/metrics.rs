@@ -486,7 +486,7 @@ fn upstream(f: &mut Families, u: &UpstreamRt, stream: bool, zones: &mut HashSet<
             f.add(
                 n.state,
                 Gauge,
-                "1 for the peer's state (up, down, unavail, unhealthy, checking), 0 for the others.",
+                "1 for the peer's state (up, down, draining, unavail, unhealthy, checking), 0 for the others.",
                 &with,
                 if s == state { 1.0 } else { 0.0 },
             );

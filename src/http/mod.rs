@@ -9,6 +9,7 @@
 
 pub mod access;
 mod access_phase;
+mod api_write;
 mod auth_basic;
 mod autoindex;
 pub mod case;
@@ -109,6 +110,9 @@ pub(crate) struct Shared {
     dns: crate::upstream::dns::Cache,
     /// The stream block's upstreams, for the API (their state is the zones').
     stream_upstreams: Upstreams,
+    /// Told when the API changed a peer of an upstream with a state file
+    /// (the master writes it); None: written here.
+    saved: Option<Arc<tokio::sync::Notify>>,
     /// Set when a graceful stop began: responses then carry `Connection:
     /// close`, and a connection closes once idle for `drain`.
     draining: std::sync::OnceLock<std::time::Instant>,

@@ -435,6 +435,20 @@ async fn dispatch(
     }
     if let Some(l) = location {
         match l.handler {
+            Some(crate::conf::model::Handler::Api { write })
+                if r.method != http::Method::GET && r.method != http::Method::HEAD =>
+            {
+                return Ok(Box::pin(super::api_write::request(
+                    r,
+                    &l.uri,
+                    &shared.upstreams,
+                    &shared.stream_upstreams,
+                    write,
+                    body,
+                    shared.saved.as_deref(),
+                ))
+                .await);
+            }
             Some(crate::conf::model::Handler::Api { .. }) => {
                 drop(body);
                 return Ok(status::api(

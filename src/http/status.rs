@@ -1,6 +1,6 @@
-//! The status handlers: `api` (read-only JSON in the shape of the NGINX Plus
+//! The status handlers: `api` (JSON in the shape of the NGINX Plus
 //! API, for upstreams in zones, with sluice's additions under a `sluice`
-//! key) and `stub_status` (nginx's text, from counters every worker adds to
+//! key; its writes are `api_write`) and `stub_status` (nginx's text, from counters every worker adds to
 //! in a small shared region). Called by the dispatcher for a location whose
 //! handler is one of them.
 
@@ -90,9 +90,9 @@ pub(super) fn no_cache(resp: &mut http::Response<response::Body>) {
 }
 
 const DOCS: &str = "https://nginx.org/en/docs/http/ngx_http_api_module.html";
-const VERSIONS: std::ops::RangeInclusive<u32> = 1..=9;
+pub(super) const VERSIONS: std::ops::RangeInclusive<u32> = 1..=9;
 
-fn api_error(r: &Req, status: u16, text: &str, code: &str) -> Reply {
+pub(super) fn api_error(r: &Req, status: u16, text: &str, code: &str) -> Reply {
     json_reply(
         r,
         status,
@@ -104,7 +104,7 @@ fn api_error(r: &Req, status: u16, text: &str, code: &str) -> Reply {
     )
 }
 
-fn json_reply(r: &Req, status: u16, v: &Value) -> Reply {
+pub(super) fn json_reply(r: &Req, status: u16, v: &Value) -> Reply {
     let body = serde_json::to_vec(v).unwrap_or_default();
     let mut resp = response::build(
         status,
@@ -116,8 +116,8 @@ fn json_reply(r: &Req, status: u16, v: &Value) -> Reply {
     Reply::Full(resp)
 }
 
-/// `api`: the path after the location's prefix names the endpoint.
-/// `api`: the path after the location's prefix names the endpoint.
+/// `api`: the path after the location's prefix names the endpoint (GET and
+/// HEAD; the writes are `api_write`).
 /// `stream` holds the stream block's upstreams (their state is the zones').
 /// `stats`: the `stub_status` counters, for `connections` and
 /// `http/requests`. `dashboard.html` (or the bare prefix asked for with
@@ -191,6 +191,12 @@ pub fn api(
             Some(u) => json_reply(r, 200, &upstream_json(u, is_stream)),
             None => api_error(r, 404, "upstream not found", "UpstreamNotFound"),
         },
+        ["upstreams", name, "servers", id @ ..] if id.len() <= 1 => {
+            match super::api_write::upstream(r, list, name) {
+                Ok(u) => super::api_write::get_servers(r, u, is_stream, id.first().copied()),
+                Err(reply) => *reply,
+            }
+        }
         _ => api_error(r, 404, "path not found", "PathNotFound"),
     }
 }
@@ -251,12 +257,18 @@ fn iso(t: std::time::SystemTime) -> Value {
 }
 
 /// The states a peer shows, in the API's words.
-pub(super) const PEER_STATES: [&str; 5] = ["up", "down", "unavail", "unhealthy", "checking"];
+pub(super) const PEER_STATES: [&str; 6] =
+    ["up", "down", "draining", "unavail", "unhealthy", "checking"];
 
-/// A peer's state as NGINX Plus names it: `down` by config, `unhealthy` or
-/// `checking` by active health checks, `unavail` after `max_fails`, else `up`.
+/// A peer's state as NGINX Plus names it: `down` by config or the API,
+/// `draining` by the API, `unhealthy` or `checking` by active health
+/// checks, `unavail` after `max_fails`, else `up`.
 pub(super) fn peer_state(p: &crate::upstream::peers::Peer, now: u64) -> &'static str {
-    if p.down {
+    use crate::upstream::admin::{Target, target};
+    let admin = target(p);
+    if admin == Target::Drain {
+        "draining"
+    } else if admin == Target::Down {
         "down"
     } else if p.live.health.load(Relaxed) == crate::upstream::health::UNHEALTHY {
         "unhealthy"

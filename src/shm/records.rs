@@ -156,6 +156,10 @@ pub struct PeerLive {
     pub recycled: AtomicU64,
     /// Active health checks' counters and runs.
     pub hc: HealthLive,
+    /// What the API (`api write=on`) set: 0 nothing (the `server` line's
+    /// `down` holds), else `upstream::admin`'s up, down or draining.
+    pub admin: AtomicU32,
+    _pad: AtomicU32,
 }
 
 /// A peer's active health-check record: written by the checking worker,
@@ -187,7 +191,7 @@ pub struct HealthLive {
 unsafe impl Shared for PeerLive {}
 
 const _: () = assert!(std::mem::size_of::<HealthLive>() == 64);
-const _: () = assert!(std::mem::size_of::<PeerLive>() == 240);
+const _: () = assert!(std::mem::size_of::<PeerLive>() == 248);
 
 impl PeerLive {
     pub fn with_weight(weight: i64) -> PeerLive {
@@ -240,7 +244,7 @@ const _: () = assert!(size_of::<Header>() == 120);
 const _: () = assert!(size_of::<Ack>() == 16);
 const _: () = assert!(size_of::<UpstreamRec>() == 616);
 const _: () = assert!(size_of::<ServerRec>() == 432);
-const _: () = assert!(size_of::<PeerSlot>() == 304);
+const _: () = assert!(size_of::<PeerSlot>() == 312);
 
 /// Connection and request counters every worker adds to, for `stub_status`.
 #[repr(C)]

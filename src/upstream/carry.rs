@@ -1,8 +1,8 @@
 //! What a new generation takes over from the one before, at a reload or a
 //! binary upgrade: each `resolve` line's peers and its answer's expiry
 //! (nginx's preresolve), `pick_first`'s choice, the active health
-//! checks' verdicts, the peers' counters and the upstreams' time
-//! histograms. The master calls it
+//! checks' verdicts, the API's `down`/`drain` (`admin`), the peers'
+//! counters and the upstreams' time histograms. The master calls it
 //! after building the new zones and before the state files seed what is
 //! left (`state.rs`).
 
@@ -18,7 +18,8 @@ use crate::conf::model::{UpstreamBlocks, zone_upstream};
 /// host and `service=` has now (address from the old peer; port and
 /// parameters from the new line, except an SRV peer's port and weight), and
 /// with the old answer's expiry, so the first lookup comes when it expires.
-/// Returns the (zone, upstream) names it carried peers for.
+/// Returns the (zone, upstream) names it carried peers or API changes for
+/// (their state files are not read).
 pub fn preresolve(
     new: &Zones,
     nb: &[&UpstreamBlocks],
@@ -74,15 +75,44 @@ pub fn preresolve(
     carry_choices(new, nb, old, ob);
     carry_health(new, nb, old, ob);
     carry_counters(new, nb, old, ob);
+    carry_admin(new, nb, old, ob);
     for (name, z) in new {
         let Some(oz) = old.get(name) else { continue };
         for (i, up_name) in z.upstream_names().iter().enumerate() {
-            if let Some(j) = oz.upstream(up_name) {
-                z.carry_histograms(i, oz, j);
+            let Some(j) = oz.upstream(up_name) else {
+                continue;
+            };
+            z.carry_histograms(i, oz, j);
+            // Its peers' API changes came over: no state file.
+            let kept = (name.clone(), up_name.clone());
+            if zone_upstream(nb, name, up_name).is_some()
+                && zone_upstream(ob, name, up_name).is_some()
+                && !carried.contains(&kept)
+            {
+                carried.push(kept);
             }
         }
     }
     carried
+}
+
+/// The API's `down`, `drain` and `up` (`api write=on`) across a reload or
+/// an upgrade: a peer still listed (same address) keeps them, unless its
+/// `server` line's own `down` changed (the new configuration is the newer
+/// word).
+fn carry_admin(new: &Zones, nb: &[&UpstreamBlocks], old: &Zones, ob: &[&UpstreamBlocks]) {
+    each_carried_peer(
+        new,
+        nb,
+        old,
+        ob,
+        |_| true,
+        |was, p| {
+            if was.down == p.down {
+                p.live.admin.store(was.live.admin.load(Relaxed), Relaxed);
+            }
+        },
+    );
 }
 
 /// Calls `f` with each peer of each zone upstream of the new generation
@@ -231,5 +261,64 @@ fn carry_choices(new: &Zones, nb: &[&UpstreamBlocks], old: &Zones, ob: &[&Upstre
                 now.choice.store(p.key, Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conf::model::{Balancer, ZoneSpec};
+    use crate::upstream::admin::{self, Target};
+    use crate::upstream::zone::create_all;
+
+    fn blocks(zone: &str, down3: bool) -> UpstreamBlocks {
+        let mut u = crate::upstream::peers::test_upstream(
+            &[
+                ("127.0.0.1:1", 1, false),
+                ("127.0.0.1:2", 1, false),
+                ("127.0.0.1:3", 1, false),
+            ],
+            Balancer::RoundRobin,
+        );
+        u.servers[2].down = down3;
+        u.zone = Some(zone.into());
+        let spec = ZoneSpec {
+            name: zone.into(),
+            size: Some(64 * 1024),
+            upstreams: vec![u.name.clone()],
+            src: u.src.clone(),
+        };
+        UpstreamBlocks {
+            list: vec![std::sync::Arc::new(u)],
+            zones: vec![spec],
+            time_buckets: Vec::new(),
+        }
+    }
+
+    /// The API's changes follow a peer by address into the next
+    /// generation's zone, except where the `server` line's own `down`
+    /// changed; the upstream counts as carried (no state file).
+    #[test]
+    fn admin_is_carried_by_address() {
+        let ob = blocks("cz", false);
+        let old = create_all(&[&ob], 1, 1).expect("old");
+        let before = old["cz"].snapshot(0, &ob.list[0]).expect("snapshot");
+        admin::set(&before.primary[0], Target::Drain);
+        admin::set(&before.primary[2], Target::Down);
+        // The reload adds `down` to the third line.
+        let nb = blocks("cz", true);
+        let new = create_all(&[&nb], 2, 1).expect("new");
+        let carried = preresolve(&new, &[&nb], &old, &[&ob]);
+        assert_eq!(carried, [("cz".to_string(), ob.list[0].name.clone())]);
+        let now = new["cz"].snapshot(0, &nb.list[0]).expect("snapshot");
+        let t: Vec<Target> = now.primary.iter().map(admin::target).collect();
+        assert_eq!(t, [Target::Drain, Target::Up, Target::Down]);
+        // Down by its line now, not by the API: a later config without
+        // `down` brings it back.
+        assert!(!admin::overridden(&now.primary[2]));
+        // Another zone name: nothing carried.
+        let other = blocks("cz2", false);
+        let fresh = create_all(&[&other], 3, 1).expect("fresh");
+        assert!(preresolve(&fresh, &[&other], &old, &[&ob]).is_empty());
     }
 }

@@ -4,6 +4,7 @@
 //! HTTP proxy takes a snapshot per request, asks it for a peer, connects or
 //! reuses, and releases the peer with the outcome.
 
+pub mod admin;
 pub mod attempt;
 pub mod balancer;
 pub mod body;

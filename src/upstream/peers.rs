@@ -101,15 +101,25 @@ impl Peer {
             && now.saturating_sub(checked) <= self.fail_timeout
     }
 
+    /// `down` by its `server` line, unless the API changed that: down,
+    /// draining (no new requests) or up (`super::admin`). One relaxed load.
+    pub fn is_down(&self) -> bool {
+        match self.live.admin.load(Relaxed) {
+            super::admin::NONE => self.down,
+            super::admin::UP => false,
+            _ => true,
+        }
+    }
+
     /// Neither `down` nor failed nor kept out by health checks
     /// (`max_conns` aside).
     pub fn alive(&self, now: Ms) -> bool {
-        !self.down && !self.failed(now) && self.health_ok()
+        !self.is_down() && !self.failed(now) && self.health_ok()
     }
 
     pub(super) fn usable(&self, now: Ms) -> bool {
         let full = self.max_conns > 0 && self.conns() >= self.max_conns;
-        !(self.down || full || self.failed(now)) && self.health_ok()
+        !(self.is_down() || full || self.failed(now)) && self.health_ok()
     }
 
     /// What the active health checks say: unhealthy peers get no traffic,
@@ -377,7 +387,7 @@ impl Peers {
     pub fn pick_round_robin(&self, tried: &Tried, now: Ms) -> Option<PeerId> {
         if self.single() {
             let p = &self.primary[0];
-            if p.down || (p.max_conns > 0 && p.conns() >= p.max_conns) || !p.health_ok() {
+            if p.is_down() || (p.max_conns > 0 && p.conns() >= p.max_conns) || !p.health_ok() {
                 return None;
             }
             return Some(PeerId {

@@ -8,7 +8,13 @@
 //! ```text
 //! # sluice state: HOST SERVICE ADDRESS WEIGHT BACKUP EXPIRES(unix ms)
 //! app.example - 10.0.0.1:8080 1 0 1767225600000
+//! server 10.0.0.2:8080 drain;
 //! ```
+//!
+//! The API's changes (`api write=on`; the file is rewritten after each)
+//! follow, one line per peer the API changed, of any `server` line, in
+//! nginx's own words: `server ADDRESS down;`, `server ADDRESS drain;` or
+//! `server ADDRESS;` (up, although its line says `down`).
 //!
 //! Entries for lines no longer in the configuration are ignored; each bad
 //! line of a corrupt file is an `[error]` and ignored on its own (a name left
@@ -17,6 +23,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+use super::admin::Target;
 use super::dns::clamp_expiry;
 use super::peer_list::{Resolved, peer_list};
 use super::peers::{Peers, now_ms};
@@ -64,7 +71,20 @@ pub fn render(u: &Upstream, zone: &Zone, i: usize, peers: &Peers) -> String {
         };
         out.push_str(&entry.line());
     }
+    for p in peers.primary.iter().chain(peers.backup.iter()) {
+        if super::admin::overridden(p) {
+            out.push_str(&admin_line(&p.name, super::admin::target(p)));
+        }
+    }
     out
+}
+
+/// An API change as a state file line: nginx's `server` directive.
+pub fn admin_line(addr: &str, target: Target) -> String {
+    match target.word() {
+        Some(w) => format!("server {addr} {w};\n"),
+        None => format!("server {addr};\n"),
+    }
 }
 
 impl Entry {
@@ -134,6 +154,9 @@ const MAX_AHEAD_MS: u64 = i32::MAX as u64 * 1000;
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Parsed {
     pub entries: Vec<Entry>,
+    /// The API's changes: peer address (as `$upstream_addr` shows it) and
+    /// what it was set to.
+    pub admin: Vec<(String, Target)>,
     pub bad: Vec<usize>,
 }
 
@@ -151,7 +174,8 @@ pub fn parse(bytes: &[u8], now: u64) -> Parsed {
     let tail = lines.pop().unwrap_or_default();
     for (n, line) in lines.iter().enumerate() {
         match parse_line(line, now) {
-            Ok(Some(e)) => out.entries.push(e),
+            Ok(Some(Line::Entry(e))) => out.entries.push(e),
+            Ok(Some(Line::Admin(a, t))) => out.admin.push((a, t)),
             Ok(None) => {}
             Err(()) => out.bad.push(n + 1),
         }
@@ -170,14 +194,48 @@ fn digits<T: std::str::FromStr>(a: &str) -> Option<T> {
     a.parse().ok()
 }
 
+enum Line {
+    Entry(Entry),
+    Admin(String, Target),
+}
+
+/// `server ADDRESS [down|drain];`: an address as sluice names a peer
+/// (`ip:port`, `[ipv6]:port`, `unix:/path`).
+fn admin_entry(f: &[&str]) -> Result<Line, ()> {
+    let target = match f {
+        [_, _] => Target::Up,
+        [_, _, "down"] => Target::Down,
+        [_, _, "drain"] => Target::Drain,
+        _ => return Err(()),
+    };
+    let addr = f[1];
+    let ok = match addr.strip_prefix("unix:") {
+        Some(path) => path.starts_with('/'),
+        None => addr
+            .parse::<SocketAddr>()
+            .is_ok_and(|a| !a.ip().is_unspecified() && a.port() != 0),
+    };
+    if !ok || addr.contains(';') {
+        return Err(());
+    }
+    Ok(Line::Admin(addr.to_string(), target))
+}
+
 /// One line: an entry, None for a blank line or a comment, Err when bad.
-fn parse_line(line: &[u8], now: u64) -> Result<Option<Entry>, ()> {
+fn parse_line(line: &[u8], now: u64) -> Result<Option<Line>, ()> {
     if line.len() > MAX_LINE {
         return Err(());
     }
     let line = std::str::from_utf8(line).map_err(|_| ())?.trim();
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
+    }
+    if let Some(rest) = line.strip_prefix("server ") {
+        let rest = rest.strip_suffix(';').ok_or(())?;
+        let f: Vec<&str> = std::iter::once("server")
+            .chain(rest.split_whitespace())
+            .collect();
+        return admin_entry(&f).map(Some);
     }
     let f: Vec<&str> = line.split_whitespace().collect();
     let [host, service, addr, weight, backup, expires] = f[..] else {
@@ -191,7 +249,7 @@ fn parse_line(line: &[u8], now: u64) -> Result<Option<Entry>, ()> {
     if expires > now.saturating_add(MAX_AHEAD_MS) {
         return Err(());
     }
-    Ok(Some(Entry {
+    Ok(Some(Line::Entry(Entry {
         host: host.to_string(),
         service: (service != "-").then(|| service.to_string()),
         addr,
@@ -202,17 +260,17 @@ fn parse_line(line: &[u8], now: u64) -> Result<Option<Entry>, ()> {
             _ => return Err(()),
         },
         expires,
-    }))
+    })))
 }
 
-/// Reads upstream `name`'s state file: its entries (none when the file is
-/// missing), with an `[error]` for what cannot be read and for each bad
-/// line (the first few, then how many more).
-pub fn read(path: &Path) -> Vec<Entry> {
+/// Reads upstream `name`'s state file: its entries and API changes (none
+/// when the file is missing), with an `[error]` for what cannot be read and
+/// for each bad line (the first few, then how many more).
+pub fn read(path: &Path) -> Parsed {
     use std::io::Read;
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Parsed::default(),
         Err(e) => {
             crate::log!(
                 Level::Error,
@@ -220,7 +278,7 @@ pub fn read(path: &Path) -> Vec<Entry> {
                 path.display(),
                 crate::log::errno_text(&e)
             );
-            return Vec::new();
+            return Parsed::default();
         }
     };
     let mut bytes = Vec::new();
@@ -231,7 +289,7 @@ pub fn read(path: &Path) -> Vec<Entry> {
             path.display(),
             crate::log::errno_text(&e)
         );
-        return Vec::new();
+        return Parsed::default();
     }
     if bytes.len() as u64 > MAX_FILE {
         crate::log!(
@@ -240,7 +298,7 @@ pub fn read(path: &Path) -> Vec<Entry> {
             path.display(),
             MAX_FILE
         );
-        return Vec::new();
+        return Parsed::default();
     }
     let parsed = parse(&bytes, unix_ms());
     const SHOWN: usize = 5;
@@ -260,7 +318,7 @@ pub fn read(path: &Path) -> Vec<Entry> {
             parsed.bad.len() - SHOWN
         );
     }
-    parsed.entries
+    parsed
 }
 
 /// Seeds the zone upstreams that have a state file, except those in `skip`
@@ -275,10 +333,24 @@ pub fn seed_all(zones: &Zones, blocks: &[&UpstreamBlocks], skip: &[(String, Stri
                 continue;
             };
             let Some(path) = &u.state else { continue };
-            let entries = read(path);
-            if !entries.is_empty() {
-                seed(z, i, u, &entries);
+            let saved = read(path);
+            if !saved.entries.is_empty() {
+                seed(z, i, u, &saved.entries);
             }
+            if !saved.admin.is_empty() {
+                seed_admin(z, i, u, &saved.admin);
+            }
+        }
+    }
+}
+
+/// Sets the API's changes on the peers listed at those addresses (of any
+/// `server` line); those no longer listed are ignored.
+fn seed_admin(z: &Zone, i: usize, u: &Upstream, admin: &[(String, Target)]) {
+    let Some(now) = z.snapshot(i, u) else { return };
+    for p in now.primary.iter().chain(now.backup.iter()) {
+        if let Some((_, t)) = admin.iter().rev().find(|(a, _)| *a == *p.name) {
+            super::admin::set(p, *t);
         }
     }
 }
@@ -390,6 +462,41 @@ mod tests {
     }
 
     #[test]
+    fn api_lines() {
+        let p = parse(
+            b"a - 10.0.0.1:80 1 0 1\nserver 10.0.0.1:80 down;\nserver [::1]:81;\nserver unix:/tmp/s drain;\n",
+            NOW,
+        );
+        assert!(p.bad.is_empty(), "{:?}", p.bad);
+        assert_eq!(p.entries.len(), 1);
+        assert_eq!(
+            p.admin,
+            [
+                ("10.0.0.1:80".to_string(), Target::Down),
+                ("[::1]:81".to_string(), Target::Up),
+                ("unix:/tmp/s".to_string(), Target::Drain),
+            ]
+        );
+        for t in [Target::Up, Target::Down, Target::Drain] {
+            let back = parse(admin_line("10.0.0.9:8080", t).as_bytes(), NOW);
+            assert_eq!(back.admin, [("10.0.0.9:8080".to_string(), t)]);
+        }
+        for c in [
+            "server 10.0.0.1:80 weight=2;\n",
+            "server 10.0.0.1:80 down\n",
+            "server nonsense down;\n",
+            "server 0.0.0.0:80;\n",
+            "server 10.0.0.1:0;\n",
+            "server unix:relative;\n",
+            "server 10.0.0.1:80 down drain;\n",
+            "server ;\n",
+            "server 10.0.0.1:80;; down;\n",
+        ] {
+            assert_eq!(bad(c.as_bytes()), vec![1], "{c:?}");
+        }
+    }
+
+    #[test]
     fn a_cut_last_line_is_refused() {
         let p = parse(b"a - 10.0.0.1:80 1 0 1\nb - 10.0.0.2:8", NOW);
         assert_eq!(p.bad, vec![2]);
@@ -459,6 +566,59 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// The API's changes go to the state file of a static upstream and
+    /// come back from it at a cold start (new zones).
+    #[test]
+    fn api_changes_are_saved_and_seeded() {
+        use crate::conf::model::{Balancer, ZoneSpec};
+        let dir = std::env::temp_dir().join(format!("sluice-admin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mut u = crate::upstream::peers::test_upstream(
+            &[
+                ("127.0.0.1:1", 1, false),
+                ("127.0.0.1:2", 1, false),
+                ("127.0.0.1:3", 1, false),
+            ],
+            Balancer::RoundRobin,
+        );
+        u.servers[2].down = true;
+        u.zone = Some("az".into());
+        u.state = Some(dir.join("az.state"));
+        let spec = ZoneSpec {
+            name: "az".into(),
+            size: Some(64 * 1024),
+            upstreams: vec!["u".into()],
+            src: u.src.clone(),
+        };
+        let b = UpstreamBlocks {
+            list: vec![std::sync::Arc::new(u)],
+            zones: vec![spec],
+            time_buckets: Vec::new(),
+        };
+        let blocks = [&b];
+        let zones = super::super::zone::create_all(&blocks, 1, 1).expect("zones");
+        let peers = zones["az"].snapshot(0, &b.list[0]).expect("snapshot");
+        super::super::admin::set(&peers.primary[0], Target::Drain);
+        super::super::admin::set(&peers.primary[2], Target::Up);
+        save_all(&zones, &blocks);
+        let text = std::fs::read_to_string(dir.join("az.state")).expect("read");
+        assert!(text.contains("server 127.0.0.1:1 drain;\n"), "{text}");
+        assert!(text.contains("server 127.0.0.1:3;\n"), "{text}");
+        assert!(!text.contains("127.0.0.1:2"), "{text}");
+        drop(peers);
+        drop(zones);
+        let zones = super::super::zone::create_all(&blocks, 2, 1).expect("zones");
+        seed_all(&zones, &blocks, &[]);
+        let peers = zones["az"].snapshot(0, &b.list[0]).expect("snapshot");
+        let t: Vec<Target> = peers
+            .primary
+            .iter()
+            .map(super::super::admin::target)
+            .collect();
+        assert_eq!(t, [Target::Drain, Target::Up, Target::Up]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     mod props {
         use super::*;
         use proptest::prelude::*;
@@ -512,7 +672,7 @@ mod tests {
                 let p = parse(&bytes, NOW);
                 let lines = bytes.split(|&b| b == b'\n').count();
                 prop_assert!(p.bad.iter().all(|&n| n >= 1 && n <= lines));
-                prop_assert!(p.entries.len() + p.bad.len() <= lines);
+                prop_assert!(p.entries.len() + p.admin.len() + p.bad.len() <= lines);
             }
 
             #[test]

@@ -13,6 +13,7 @@
 import base64
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -102,7 +103,10 @@ def main():
         page = Page(pages[0]["webSocketDebuggerUrl"])
         page.call("Page.enable")
         page.call("Page.navigate", url=url)
-        html, took = page.wait_for(lambda h: "data-peer=" in h, 15)
+        # A rendered peer row (the script's own text has the markup too, but
+        # not with a state filled in).
+        row = re.compile(r'class="peer state-[a-z]+" data-peer="')
+        html, took = page.wait_for(lambda h: row.search(h) is not None, 15)
         result["rendered"] = took
         with open(f"{out}/dom1.html", "w") as f:
             f.write(html)

@@ -311,6 +311,7 @@ fn reset(l: &PeerLive, weight: i64) {
     }
     l.unavail.store(0, Relaxed);
     l.health.store(0, Relaxed);
+    l.admin.store(0, Relaxed);
     let hc = &l.hc;
     for a in [
         &hc.checks,
