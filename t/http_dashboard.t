@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(20);
+my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(22);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -42,7 +42,7 @@ http {
     server {
         listen 127.0.0.1:%%PORT_8080%% reuseport;
         location /app/ { proxy_pass http://app/; }
-        location /status/ { api; }
+        location /status/ { api write=on; }
     }
 }
 
@@ -133,11 +133,13 @@ SKIP: {
 # screenshot is saved (dashboard.png in the test directory).
 SKIP: {
 	my $chromium = (grep { -x } '/usr/bin/chromium', '/usr/bin/chromium-browser')[0];
-	skip 'no chromium', 6 unless $chromium;
-	skip 'no python3-websocket', 6
+	skip 'no chromium', 8 unless $chromium;
+	skip 'no python3-websocket', 8
 		unless system('/usr/bin/python3', '-c', 'import websocket') == 0;
 	my $url = 'http://127.0.0.1:' . port(8080) . '/status/dashboard.html';
-	my $out = `timeout 90 /usr/bin/python3 lib/dashboard_cdp.py $chromium $url $d 2>&1`;
+	# Then the live peer (server 0 of app) is marked down through the API.
+	my $patch = 'http://127.0.0.1:' . port(8080) . '/status/9/http/upstreams/app/servers/0';
+	my $out = `timeout 90 /usr/bin/python3 lib/dashboard_cdp.py $chromium $url $d $patch 127.0.0.1:$p1 2>&1`;
 	my $res = eval { decode_json((split /\n/, $out)[-1] // '') } // {};
 	ok(defined $res->{rendered}, 'chromium: the first poll rendered') or diag($out);
 	my $dom = $t->read_file('dom1.html') // '';
@@ -149,6 +151,9 @@ SKIP: {
 		'chromium: the zone and its usage bar');
 	like($dom, qr/generation <b id="generation">1<\/b>.*<span id="error"><\/span>/s,
 		'chromium: generation shown, no error');
+	is($res->{patch_status}, 200, 'chromium: the API took the PATCH');
+	ok(defined $res->{down_after} && $res->{down_after} <= 1.5,
+		'chromium: the peer shows down within one poll (1 s)') or diag($out);
 	my $png = $t->read_file('dashboard.png') // '';
 	ok(substr($png, 0, 8) eq "\x89PNG\r\n\x1a\n" && length($png) > 10000,
 		'chromium: screenshot saved') or diag(length $png);
