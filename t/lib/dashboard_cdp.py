@@ -110,6 +110,9 @@ def main():
         result["rendered"] = took
         with open(f"{out}/dom1.html", "w") as f:
             f.write(html)
+        # SHOT_DELAY: seconds of polls before the screenshot (rates and
+        # sparklines need a few).
+        time.sleep(float(os.environ.get("SHOT_DELAY", "0")))
         shot = page.call("Page.captureScreenshot", format="png")
         with open(f"{out}/dashboard.png", "wb") as f:
             f.write(base64.b64decode(shot.get("data", "")))
