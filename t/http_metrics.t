@@ -167,7 +167,8 @@ is(value($m, 'sluice_connections_active') . ' ' . value($m, 'sluice_connections_
 	'active and writing: the scrape');
 
 is(value($m, 'sluice_process_workers') . ' ' . value($m, 'sluice_process_generation') . ' '
-	. value($m, 'sluice_process_reloads_total'), '2 1 0', 'workers, generation, reloads');
+	. value($m, 'sluice_process_reloads_total') . ' ' . value($m, 'sluice_process_upgrades_total'),
+	'2 1 0 0', 'workers, generation, reloads, upgrades');
 ok(value($m, 'sluice_process_uptime_seconds') >= 0
 	&& abs(value($m, 'sluice_process_start_time_seconds') - time()) < 600,
 	'master start time and uptime');
@@ -200,8 +201,9 @@ ok($t->wait_exit(10), 'old master gone');
 http_get('/app/upgraded') for 1 .. 2;
 ($raw, $m) = scrape();
 is(value($m, 'sluice_process_generation') . ' ' . value($m, 'sluice_process_reloads_total') . ' '
-	. value($m, 'sluice_upstream_peer_requests_total', %live), '1 0 16',
-	'after an upgrade: generation 1, no reloads, the peer\'s counters carried');
+	. value($m, 'sluice_upstream_peer_requests_total', %live) . ' '
+	. value($m, 'sluice_process_upgrades_total'), '1 0 16 1',
+	'after an upgrade: generation 1, no reloads, the peer\'s counters carried, one upgrade');
 ok(value($m, 'sluice_process_start_time_seconds') > $start1, 'the new master\'s start time');
 kill 'QUIT', $new;
 poll_until(sub { !kill 0, $new }, 10);

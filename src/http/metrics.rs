@@ -221,6 +221,8 @@ pub fn serve(
 pub struct Process {
     pub workers: usize,
     pub generation: u64,
+    /// Binary upgrades that led to this master.
+    pub upgrades: u64,
     /// The master's pid: a worker's parent, or this process alone.
     pub master: i32,
 }
@@ -247,6 +249,13 @@ fn process_figures(f: &mut Families, p: &Process) {
         "Successful reloads since this master process started.",
         &[],
         p.generation.saturating_sub(1) as f64,
+    );
+    f.add(
+        "sluice_process_upgrades_total",
+        Counter,
+        "Binary upgrades (USR2) that led to this master process.",
+        &[],
+        p.upgrades as f64,
     );
     if let Some(start) = start_time(p.master) {
         let now = std::time::SystemTime::now()

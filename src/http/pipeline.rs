@@ -474,6 +474,7 @@ async fn dispatch(
                         1
                     },
                     generation: shared.generation,
+                    upgrades: crate::process::upgrades(),
                     master: if main.master_process {
                         nix::unistd::getppid().as_raw()
                     } else {

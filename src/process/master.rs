@@ -96,6 +96,8 @@ pub fn start(cli: &Cli) -> i32 {
     // anything else opens a descriptor: adopting them is sound only while
     // the process has no sockets or zones of its own (`upgrade::adopt`).
     let inherited = super::upgrade::inherited();
+    // Read while the environment is the one this binary was started with.
+    let _ = super::upgrade::upgrades();
     let Ok(cfg) = load_config(cli) else {
         return 1;
     };

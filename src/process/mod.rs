@@ -16,6 +16,11 @@ use crate::cli::{Action, Cli, SignalName, configure_text, usage, version_line};
 use crate::conf::{self, ConfError, Config, Paths};
 use crate::log::{self, Level, LogSpec, Target};
 
+/// The binary upgrades (`USR2`) that led to this master process.
+pub fn upgrades() -> u64 {
+    upgrade::upgrades()
+}
+
 /// Runs what the command line asks and returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     match cli.action {

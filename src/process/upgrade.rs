@@ -20,6 +20,21 @@ pub const ZONES_VAR: &str = "SLUICE_ZONES";
 pub const KEYS_VAR: &str = "SLUICE_TICKET_KEYS";
 /// The name of that memfd.
 const KEYS_MEMFD: &str = "sluice-keys";
+/// How many binary upgrades led to the new master (for the metrics).
+pub const UPGRADES_VAR: &str = "SLUICE_UPGRADES";
+
+/// The binary upgrades that led to this master: its `SLUICE_UPGRADES` when
+/// it was started by one (read once, at start), else 0.
+pub fn upgrades() -> u64 {
+    static N: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var(UPGRADES_VAR)
+            .ok()
+            .filter(|_| std::env::var_os(LISTENERS_VAR).is_some())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
+}
 
 /// What a new binary got from the old master.
 pub struct Inherited {
@@ -310,7 +325,7 @@ pub fn exec_new_binary(
         .and_then(|p| std::ffi::CString::new(p.into_os_string().into_encoded_bytes()).ok())
         .ok_or("cannot find the executable")?;
     let mut env: Vec<std::ffi::CString> = std::env::vars_os()
-        .filter(|(k, _)| k != LISTENERS_VAR && k != ZONES_VAR && k != KEYS_VAR)
+        .filter(|(k, _)| k != LISTENERS_VAR && k != ZONES_VAR && k != KEYS_VAR && k != UPGRADES_VAR)
         .filter_map(|(k, v)| {
             let mut kv = k.into_encoded_bytes();
             kv.push(b'=');
@@ -318,7 +333,12 @@ pub fn exec_new_binary(
             std::ffi::CString::new(kv).ok()
         })
         .collect();
-    for (k, v) in [(LISTENERS_VAR, fds), (ZONES_VAR, zone_list)] {
+    let upgrades = (upgrades() + 1).to_string();
+    for (k, v) in [
+        (LISTENERS_VAR, fds),
+        (ZONES_VAR, zone_list),
+        (UPGRADES_VAR, upgrades),
+    ] {
         if let Ok(c) = std::ffi::CString::new(format!("{k}={v}")) {
             env.push(c);
         }
