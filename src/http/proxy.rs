@@ -212,12 +212,13 @@ impl Requester for Asking<'_> {
             .log_context(Some(&format!("{}://{peer}{}", self.scheme, self.uri)))
     }
 
-    fn record_failed(&mut self, peer: &Arc<str>, f: &Failure) {
+    fn record_failed(&mut self, peer: &Arc<str>, f: &Failure, took: Duration) {
         record(
             self.r,
             Attempt {
                 addr: peer.clone(),
                 status: Some(f.status()),
+                response: Some(took),
                 ..Attempt::default()
             },
         );
@@ -296,12 +297,15 @@ pub(crate) async fn run(
                 attempts.release(c.id, Outcome::Ok, || {
                     r.log_context(Some(&url(&c, &plan.uri)))
                 });
+                let (sent, received) = c.conn.h1.wire();
                 record(
                     r,
                     Attempt {
                         addr: c.name.clone(),
                         connect: Some(connect_time),
-                        sent: plan.sent(),
+                        response: Some(c.began.elapsed()),
+                        sent,
+                        received,
                         ..Attempt::default()
                     },
                 );
@@ -330,13 +334,16 @@ pub(crate) async fn run(
                 if stale {
                     attempts.stale();
                 }
+                let (sent, received) = c.conn.h1.wire();
                 record(
                     r,
                     Attempt {
                         addr: c.name.clone(),
                         status: Some(f.status()),
                         connect: Some(connect_time),
-                        sent: plan.sent(),
+                        response: Some(c.began.elapsed()),
+                        sent,
+                        received,
                         ..Attempt::default()
                     },
                 );
@@ -361,7 +368,8 @@ pub(crate) async fn run(
             status: Some(status),
             connect: Some(connect_time),
             header: Some(c.began.elapsed()),
-            sent,
+            sent: c.conn.h1.wire().0,
+            received: c.conn.h1.wire().1,
             ..Attempt::default()
         };
         // proxy_next_upstream http_5xx/403/404/429; not for a body that

@@ -1,0 +1,99 @@
+#!/usr/bin/perl
+
+# Behaviours where sluice once differed from nginx, each checked against what
+# nginx does (issue 20): $upstream_bytes_* count everything on the wire; the
+# $upstream_*_time of attempts that failed.
+
+use warnings;
+use strict;
+
+use Test::More;
+use Time::HiRes qw/sleep/;
+
+BEGIN { use FindBin; chdir($FindBin::Bin); }
+
+use lib 'lib';
+use Test::Sluice qw/:all/;
+
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(5);
+
+$t->write_file_expand('sluice.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+events {
+}
+
+http {
+    log_format up '$uri s=$status rt=$upstream_response_time ht=$upstream_header_time '
+                  'ct=$upstream_connect_time a=$upstream_addr us=$upstream_status '
+                  'br=$upstream_bytes_received bs=$upstream_bytes_sent';
+    access_log %%TESTDIR%%/up.log up;
+
+    upstream two {
+        server 127.0.0.1:%%PORT_8083%%;
+        server 127.0.0.1:%%PORT_8082%%;
+    }
+    upstream down {
+        server 127.0.0.1:%%PORT_8082%% down;
+    }
+
+    server {
+        listen       127.0.0.1:%%PORT_8080%%;
+        server_name  localhost;
+        proxy_read_timeout 1s;
+
+        location /raw/ { proxy_pass http://127.0.0.1:%%PORT_8081%%/; }
+        location /b/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
+        location /two/ { proxy_pass http://two/; }
+        location /down/ { proxy_pass http://down/; }
+    }
+}
+
+EOF
+
+my $len = "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello";
+my $chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+$t->raw_backend(port(8081), '/len' => $len, '/chunked' => $chunked);
+$t->backend(port(8082));
+$t->run();
+
+# The access log line for $uri, once it is written.
+sub logline {
+	my ($uri) = @_;
+	my $l;
+	poll_until(sub { ($l) = $t->read_file('up.log') =~ /^\Q$uri\E (.*)$/m; defined $l }, 5);
+	return $l // '';
+}
+
+###############################################################################
+
+# $upstream_bytes_received and $upstream_bytes_sent: status line, headers and
+# body, as they went on the wire (nginx counts what it read and wrote).
+http(<<EOF, body => 'abc');
+POST /raw/len HTTP/1.0
+Host: localhost
+Content-Length: 3
+
+EOF
+http_get('/raw/chunked');
+{
+	my @req = map { length } $t->raw_requests(port(8081));
+	my ($l1, $l2) = (length $len, length $chunked);
+	like(logline('/raw/len'), qr/ br=$l1 bs=$req[0]$/, 'upstream bytes: head and body both ways');
+	like(logline('/raw/chunked'), qr/ br=$l2 bs=$req[1]$/, 'upstream bytes: chunk framing counted');
+}
+
+# Times of failed attempts, as nginx 1.19+ has them: a refused connect has a
+# response time and no connect or header time; a header that timed out has a
+# response and connect time, no header time; no live upstream: 0.
+http_get('/two/x');
+like(logline('/two/x'), qr/rt=\d+\.\d{3}, \d+\.\d{3} ht=-, \d+\.\d{3} ct=-, \d+\.\d{3} .* us=502, 200 /,
+	'refused connect: response time, no connect or header time');
+http_get('/b/slow/2');
+like(logline('/b/slow/2'), qr/s=504 rt=1\.\d{3} ht=- ct=\d+\.\d{3} .* us=504 /,
+	'header timeout: response time, connect time, no header time');
+http_get('/down/y');
+like(logline('/down/y'), qr/s=502 rt=0\.000 ht=- ct=- a=down us=502 /, 'no live upstreams: 0');
+
+###############################################################################
