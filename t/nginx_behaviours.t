@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(5);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(7);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -95,5 +95,14 @@ like(logline('/b/slow/2'), qr/s=504 rt=1\.\d{3} ht=- ct=\d+\.\d{3} .* us=504 /,
 	'header timeout: response time, connect time, no header time');
 http_get('/down/y');
 like(logline('/down/y'), qr/s=502 rt=0\.000 ht=- ct=- a=down us=502 /, 'no live upstreams: 0');
+
+# CONNECT (a target nginx's request line parser refuses): 400 and the
+# connection closes, as nginx has it.
+{
+	my $r = http("CONNECT example.com:443 HTTP/1.1\nHost: localhost\n\n"
+		. "GET /b/after HTTP/1.1\nHost: localhost\n\n");
+	like($r, qr/^HTTP\/1.1 400 .*^Connection: close\r$/ms, 'CONNECT: 400, Connection: close');
+	unlike($r, qr/after/, 'CONNECT: nothing more read on the connection');
+}
 
 ###############################################################################

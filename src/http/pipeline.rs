@@ -219,10 +219,9 @@ pub(super) async fn handle(
             if in_line { "line" } else { "headers" },
             r.log_context(None)
         );
-        // A request nginx refuses this way also ends its connection.
-        if code == 400 || code == 494 || code == 501 {
-            closing = true;
-        }
+        // A request nginx refuses while reading its head (TRACE's 405 too)
+        // also ends its connection: keep-alive is not yet decided then.
+        closing = true;
         Ok(Reply::Status(code))
     } else if host.is_err() {
         crate::log_conn!(
@@ -234,6 +233,9 @@ pub(super) async fn handle(
         closing = true;
         Ok(Reply::Status(400))
     } else if normalized.is_none() {
+        // A target nginx's request line parser refuses (CONNECT's
+        // authority form too): 400, and the connection ends.
+        closing = true;
         Ok(Reply::Status(400))
     } else if matches!(r.conn.tls, super::vars::ConnTls::Plain) {
         crate::log_conn!(
