@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(7);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(19);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -47,6 +47,26 @@ http {
         location /b/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
         location /two/ { proxy_pass http://two/; }
         location /down/ { proxy_pass http://down/; }
+
+        location /ep { error_page 302 =200 /target; return 302 /x; }
+        location = /target { return 200 "target $request_uri"; }
+        location /rw-drop { rewrite ^/rw-drop(.*)$ /echo$1?n=1? last; }
+        location /rw-add { rewrite ^/rw-add(.*)$ /echo$1?n=1 last; }
+        location /rw-none { rewrite ^ /echo? last; }
+        location /rw-abs { rewrite ^ http://example.com/y?z=1 redirect; }
+        location /echo { return 200 "echo uri=$uri args=$args"; }
+        location /pp/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
+        location /x-dir { if (-x %%TESTDIR%%/dir) { return 200 "dir x"; } return 200 "not x"; }
+        location /x-file { if (-x %%TESTDIR%%/f.txt) { return 200 "file x"; } return 200 "not x"; }
+        location /lm/ {
+            alias %%TESTDIR%%/;
+            add_header Last-Modified "Wed, 21 Oct 2015 07:28:00 GMT";
+        }
+    }
+
+    server {
+        listen       127.0.0.1:%%PORT_8084%%;
+        location /rw-local { rewrite ^ /echo redirect; }
     }
 }
 
@@ -56,6 +76,8 @@ my $len = "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello";
 my $chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
 $t->raw_backend(port(8081), '/len' => $len, '/chunked' => $chunked);
 $t->backend(port(8082));
+mkdir $t->testdir() . '/dir';
+$t->write_file('f.txt', "hello\n");
 $t->run();
 
 # The access log line for $uri, once it is written.
@@ -103,6 +125,51 @@ like(logline('/down/y'), qr/s=502 rt=0\.000 ht=- ct=- a=down us=502 /, 'no live 
 		. "GET /b/after HTTP/1.1\nHost: localhost\n\n");
 	like($r, qr/^HTTP\/1.1 400 .*^Connection: close\r$/ms, 'CONNECT: 400, Connection: close');
 	unlike($r, qr/after/, 'CONNECT: nothing more read on the connection');
+}
+
+# error_page for a code `return` gives: its page, the status replaced.
+like(http_get('/ep'), qr/^HTTP\/1.1 200 .*target \/ep$/s, 'error_page: return 302 replaced');
+
+# rewrite: the request's arguments follow the new ones unless the
+# replacement ends with "?"; an absolute redirect gets them too.
+like(http_get('/rw-drop/a?q=2'), qr/echo uri=\/echo\/a args=n=1$/, 'rewrite ...?: arguments dropped');
+like(http_get('/rw-add/a?q=2'), qr/echo uri=\/echo\/a args=n=1&q=2$/, 'rewrite: arguments appended');
+like(http_get('/rw-none?q=2'), qr/echo uri=\/echo args=$/, 'rewrite /x?: no arguments');
+like(http_get('/rw-abs?q=2'), qr/^Location: http:\/\/example.com\/y\?z=1&q=2\r$/m,
+	'rewrite to a URL: arguments appended');
+like(http("GET /rw-local?q=2 HTTP/1.0\n\n", PeerAddr => '127.0.0.1:' . port(8084)),
+	qr/^Location: http:\/\/127.0.0.1:${\port(8084)}\/echo\?q=2\r$/m,
+	'redirect without Host or server_name: the local address');
+
+# A proxy_pass location asked for without its final "/": nginx's 301.
+like(http_get('/pp?a=1'), qr/^HTTP\/1.1 301 .*^Location: http:\/\/localhost:${\port(8080)}\/pp\/\?a=1\r$/ms,
+	'missing slash: 301');
+
+# if -x: the owner's execute bit, a directory's too.
+like(http_get('/x-dir'), qr/dir x$/, '-x: a directory');
+like(http_get('/x-file'), qr/not x$/, '-x: a file without the bit');
+
+# add_header Last-Modified replaces the file's, and If-Range compares with it.
+{
+	my $r = http(<<EOF);
+GET /lm/f.txt HTTP/1.1
+Host: localhost
+Range: bytes=0-1
+If-Range: Wed, 21 Oct 2015 07:28:00 GMT
+Connection: close
+
+EOF
+	like($r, qr/^HTTP\/1.1 206 .*\r\n\r\nhe$/s, 'add_header Last-Modified: If-Range matches it');
+	is(() = $r =~ /^Last-Modified:/mg, 1, 'add_header Last-Modified: one Last-Modified');
+	$r = http(<<EOF);
+GET /lm/f.txt HTTP/1.1
+Host: localhost
+Range: bytes=0-1
+If-Range: Wed, 21 Oct 2015 07:28:01 GMT
+Connection: close
+
+EOF
+	like($r, qr/^HTTP\/1.1 200 /, 'add_header Last-Modified: other If-Range: whole');
 }
 
 ###############################################################################

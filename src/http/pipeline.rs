@@ -329,6 +329,21 @@ fn header_bytes(resp: &Response<Body>) -> u64 {
     (17 + headers + 2) as u64
 }
 
+/// nginx's 301 to the URI with its "/" added (`router::auto_redirect`).
+fn auto_redirect(r: &Req) -> Reply {
+    let mut target = format!("{}/", r.uri);
+    if let Some(a) = r.args.as_deref().filter(|a| !a.is_empty()) {
+        target.push('?');
+        target.push_str(a);
+    }
+    let target = script::absolute(r, &target);
+    Reply::Full(super::response::redirect(
+        301,
+        &target,
+        r.conf.server_tokens,
+    ))
+}
+
 async fn dispatch(
     shared: &Arc<Shared>,
     r: &mut Req,
@@ -347,6 +362,9 @@ async fn dispatch(
             return reply;
         }
     }
+    if named.is_none() && router::auto_redirect(&server.locations, &r.uri) {
+        return Ok(auto_redirect(r));
+    }
     let mut location = named.or_else(|| router::find_location(&server.locations, &r.uri));
     let mut searches = 0;
     loop {
@@ -364,6 +382,9 @@ async fn dispatch(
                 script::Flow::Last => {
                     if let Some(reply) = redirect_cycle(r, &mut searches, "processing") {
                         return Ok(reply);
+                    }
+                    if router::auto_redirect(&server.locations, &r.uri) {
+                        return Ok(auto_redirect(r));
                     }
                     location = router::find_location(&server.locations, &r.uri);
                 }
@@ -662,6 +683,13 @@ async fn finish(
             continue;
         }
         let v = r.eval(&h.value);
+        // Last-Modified and ETag replace the response's own (an empty
+        // value removes it), as nginx's headers filter sets them.
+        let replaces =
+            h.name.eq_ignore_ascii_case("last-modified") || h.name.eq_ignore_ascii_case("etag");
+        if replaces {
+            resp.headers_mut().remove(h.name.as_str());
+        }
         if v.is_empty() {
             continue;
         }
