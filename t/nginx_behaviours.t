@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(19);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(22);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -29,6 +29,7 @@ http {
                   'ct=$upstream_connect_time a=$upstream_addr us=$upstream_status '
                   'br=$upstream_bytes_received bs=$upstream_bytes_sent';
     access_log %%TESTDIR%%/up.log up;
+    log_format body '$uri rb=$request_body';
 
     upstream two {
         server 127.0.0.1:%%PORT_8083%%;
@@ -55,6 +56,11 @@ http {
         location /rw-none { rewrite ^ /echo? last; }
         location /rw-abs { rewrite ^ http://example.com/y?z=1 redirect; }
         location /echo { return 200 "echo uri=$uri args=$args"; }
+        location /setbody {
+            proxy_pass http://127.0.0.1:%%PORT_8081%%;
+            proxy_set_body "got:$request_body";
+            access_log %%TESTDIR%%/body.log body;
+        }
         location /pp/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
         location /x-dir { if (-x %%TESTDIR%%/dir) { return 200 "dir x"; } return 200 "not x"; }
         location /x-file { if (-x %%TESTDIR%%/f.txt) { return 200 "file x"; } return 200 "not x"; }
@@ -170,6 +176,18 @@ Connection: close
 
 EOF
 	like($r, qr/^HTTP\/1.1 200 /, 'add_header Last-Modified: other If-Range: whole');
+}
+
+# $request_body: in proxy_set_body and in the access log.
+{
+	my $before = () = $t->raw_requests(port(8081));
+	like(http("POST /setbody HTTP/1.0\nContent-Length: 5\n\n", body => 'hello'),
+		qr/ok \/setbody$/, 'request_body: proxied');
+	my @req = $t->raw_requests(port(8081));
+	like($req[$before] // '', qr/\r\n\r\ngot:hello$/, 'request_body: in proxy_set_body');
+	my $l;
+	poll_until(sub { ($l) = $t->read_file('body.log') =~ /^\/setbody (.*)$/m; defined $l }, 5);
+	is($l, 'rb=hello', 'request_body: in the access log');
 }
 
 ###############################################################################

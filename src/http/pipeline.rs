@@ -203,6 +203,7 @@ pub(super) async fn handle(
         sent_headers: None,
         limits: Default::default(),
         gzip_ratio: None,
+        request_body: None,
         www_authenticate: None,
         subrequest: false,
     };
@@ -564,6 +565,7 @@ async fn auth_request(
         sent_headers: None,
         limits: Default::default(),
         gzip_ratio: None,
+        request_body: None,
         www_authenticate: None,
         subrequest: true,
     };

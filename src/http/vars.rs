@@ -125,6 +125,9 @@ pub struct Req {
     pub limits: super::limit::State,
     /// The compressed body's sizes, for `$gzip_ratio`.
     pub gzip_ratio: Option<Arc<super::gzip::Ratio>>,
+    /// The client's body, when a proxied request read it into memory
+    /// (`$request_body`; none for one spooled to a file, as nginx).
+    pub request_body: Option<bytes::Bytes>,
     /// `auth_basic`'s challenge, sent with a 401.
     pub www_authenticate: Option<String>,
     /// An `auth_request` subrequest: no access phase, its upstream's
@@ -402,6 +405,11 @@ impl Req {
             Var::BodyBytesSent => self.body_bytes_sent.to_string(),
             Var::BytesSent => self.bytes_sent.to_string(),
             Var::RequestLength => self.request_length.to_string(),
+            Var::RequestBody => self
+                .request_body
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default(),
             Var::RequestTime => secs(Some(self.start.elapsed())),
             Var::ProxyHost => self.proxy_host.clone(),
             Var::ProxyPort => self.proxy_port.to_string(),
@@ -582,6 +590,7 @@ pub(crate) mod tests {
             sent_headers: None,
             limits: Default::default(),
             gzip_ratio: None,
+            request_body: None,
             www_authenticate: None,
             subrequest: false,
         }
