@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(22);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(29);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -34,6 +34,20 @@ http {
     upstream two {
         server 127.0.0.1:%%PORT_8083%%;
         server 127.0.0.1:%%PORT_8082%%;
+    }
+    upstream hk {
+        hash $arg_k;
+        server 127.0.0.1:%%PORT_8081%%;
+        server 127.0.0.1:%%PORT_8082%%;
+    }
+    upstream hc {
+        hash $arg_k consistent;
+        server 127.0.0.1:%%PORT_8081%%;
+        server 127.0.0.1:%%PORT_8082%%;
+    }
+    upstream tried {
+        server 127.0.0.1:%%PORT_8083%%;
+        server 127.0.0.1:%%PORT_8082%% down;
     }
     upstream down {
         server 127.0.0.1:%%PORT_8082%% down;
@@ -61,6 +75,20 @@ http {
             proxy_set_body "got:$request_body";
             access_log %%TESTDIR%%/body.log body;
         }
+        location /hk { proxy_pass http://hk; }
+        location /hc { proxy_pass http://hc; }
+        location /tried { proxy_pass http://tried; }
+        location /accel/ { proxy_pass http://127.0.0.1:%%PORT_8081%%/; }
+        location /internal { return 200 "internal foo=$upstream_http_x_foo"; }
+        location /auth {
+            proxy_pass http://127.0.0.1:%%PORT_8081%%;
+            proxy_intercept_errors on;
+            error_page 401 /e401;
+        }
+        location = /e401 { return 200 "e401"; }
+        location = /static { proxy_pass http://localhost:%%PORT_8082%%; }
+        location /var { set $h localhost; proxy_pass http://$h:%%PORT_8082%%; }
+        location /unix { set $s unix:%%TESTDIR%%/sock; proxy_pass http://$s; }
         location /pp/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
         location /x-dir { if (-x %%TESTDIR%%/dir) { return 200 "dir x"; } return 200 "not x"; }
         location /x-file { if (-x %%TESTDIR%%/f.txt) { return 200 "file x"; } return 200 "not x"; }
@@ -68,6 +96,11 @@ http {
             alias %%TESTDIR%%/;
             add_header Last-Modified "Wed, 21 Oct 2015 07:28:00 GMT";
         }
+    }
+
+    server {
+        listen       unix:%%TESTDIR%%/sock;
+        location / { return 200 "via unix $uri"; }
     }
 
     server {
@@ -80,7 +113,11 @@ EOF
 
 my $len = "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello";
 my $chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
-$t->raw_backend(port(8081), '/len' => $len, '/chunked' => $chunked);
+$t->raw_backend(port(8081), '/len' => $len, '/chunked' => $chunked,
+	'/accel' => "HTTP/1.1 200 OK\r\nX-Accel-Redirect: /internal\r\nX-Foo: first\r\n"
+		. "Content-Length: 0\r\n\r\n",
+	'/auth' => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\n"
+		. "Content-Length: 0\r\n\r\n");
 $t->backend(port(8082));
 mkdir $t->testdir() . '/dir';
 $t->write_file('f.txt', "hello\n");
@@ -189,5 +226,32 @@ EOF
 	poll_until(sub { ($l) = $t->read_file('body.log') =~ /^\/setbody (.*)$/m; defined $l }, 5);
 	is($l, 'rb=hello', 'request_body: in the access log');
 }
+
+# hash with a key that is empty: round robin, consistent or not.
+for my $u (qw/hk hc/) {
+	my %seen;
+	for (1 .. 4) {
+		my $r = http_get("/$u?k=");
+		$seen{$r =~ /^X-Port: \d+/m ? 'backend' : $r =~ /ok \/$u/ ? 'raw' : 'error'}++;
+	}
+	is(join(',', map { "$_=$seen{$_}" } sort keys %seen), 'backend=2,raw=2',
+		"hash$u: an empty key spreads as round robin");
+}
+
+# Every peer tried, the rest down: the 502 of the last try, no further
+# "no live upstreams" attempt (nginx's tries leave the down ones out).
+http_get('/tried');
+like(logline('/tried'), qr/ a=127.0.0.1:${\port(8083)} us=502 /, 'down peers are not tries');
+
+# After X-Accel-Redirect the request sees the first response's headers; an
+# intercepted 401 keeps its WWW-Authenticate.
+like(http_get('/accel/accel'), qr/internal foo=first$/, 'X-Accel-Redirect: $upstream_http_*');
+like(http_get('/auth'), qr/^HTTP\/1.1 401 .*^WWW-Authenticate: Basic realm="x"\r\n.*e401$/ms,
+	'intercepted 401: WWW-Authenticate kept');
+
+# proxy_pass with variables: a name a static proxy_pass made an upstream of
+# needs no resolver; a unix: socket works.
+like(http_get('/var'), qr/^HTTP\/1.1 200 .*${\port(8082)} \/var$/s, 'variable: implicit upstream');
+like(http_get('/unix/x'), qr/via unix \/unix\/x$/, 'variable: unix socket');
 
 ###############################################################################

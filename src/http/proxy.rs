@@ -597,6 +597,18 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     if redirect.is_some() || intercepted {
         c.held.finish(Outcome::Ok);
         record(r, answered);
+        // The request that follows still sees this response's
+        // $upstream_http_*; an intercepted 401 keeps its challenge (nginx).
+        r.upstream.lock().unwrap_or_else(|e| e.into_inner()).headers = Some(parts.headers.clone());
+        if status == 401 && redirect.is_none() {
+            if let Some(v) = parts
+                .headers
+                .get(http::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+            {
+                r.www_authenticate = Some(v.to_string());
+            }
+        }
         return match redirect {
             Some(target) => Reply::Internal(target),
             None => Reply::Status(status),

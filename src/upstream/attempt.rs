@@ -347,7 +347,7 @@ const QUEUE_TICK: Duration = Duration::from_millis(10);
 /// The tries a request has on `snap`: `proxy_next_upstream_tries`, at most
 /// the number of peers.
 fn tries(policy: &Policy, snap: &Peers) -> usize {
-    let n = snap.count();
+    let n = snap.tries();
     match policy.tries {
         0 => n,
         limit => n.min(limit as usize),
