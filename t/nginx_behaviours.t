@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(29);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(40);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -87,6 +87,23 @@ http {
         }
         location = /e401 { return 200 "e401"; }
         location = /static { proxy_pass http://localhost:%%PORT_8082%%; }
+        location /dyn4 {
+            resolver 127.0.0.1:%%PORT_8053%% ipv6=off;
+            proxy_pass http://$arg_h:%%PORT_8082%%;
+        }
+        location /dyn6 {
+            resolver 127.0.0.1:%%PORT_8053%% ipv4=off;
+            proxy_pass http://$arg_h:%%PORT_8082%%;
+        }
+        location /dyn {
+            resolver 127.0.0.1:%%PORT_8053%%;
+            proxy_pass http://$arg_h:%%PORT_8082%%;
+        }
+        location /dyn2 {
+            resolver 127.0.0.1:%%PORT_8054%% 127.0.0.1:%%PORT_8053%%;
+            resolver_timeout 8s;
+            proxy_pass http://$arg_h:%%PORT_8082%%;
+        }
         location /var { set $h localhost; proxy_pass http://$h:%%PORT_8082%%; }
         location /unix { set $s unix:%%TESTDIR%%/sock; proxy_pass http://$s; }
         location /pp/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
@@ -119,6 +136,16 @@ $t->raw_backend(port(8081), '/len' => $len, '/chunked' => $chunked,
 	'/auth' => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\n"
 		. "Content-Length: 0\r\n\r\n");
 $t->backend(port(8082));
+my $long = join('.', ('a' x 60) x 3, 'test');
+$t->write_file('dns.txt', join('', map { "$_\n" }
+	'only4.test A 127.0.0.1 60', 'only4.test AAAA ::1 60',
+	'only6.test A 127.0.0.1 60', 'only6.test AAAA ::1 60',
+	"$long A 127.0.0.1 60",
+	'tc.test TC', 'tc.test A 127.0.0.1 60',
+	'second.test A 127.0.0.1 60',
+	'c1.test CNAME c2.test 60', 'c2.test CNAME c3.test 60', 'c3.test A 127.0.0.1 60',
+	'dangling.test CNAME nowhere.test 60'));
+$t->dns(port(8053));
 mkdir $t->testdir() . '/dir';
 $t->write_file('f.txt', "hello\n");
 $t->run();
@@ -253,5 +280,26 @@ like(http_get('/auth'), qr/^HTTP\/1.1 401 .*^WWW-Authenticate: Basic realm="x"\r
 # needs no resolver; a unix: socket works.
 like(http_get('/var'), qr/^HTTP\/1.1 200 .*${\port(8082)} \/var$/s, 'variable: implicit upstream');
 like(http_get('/unix/x'), qr/via unix \/unix\/x$/, 'variable: unix socket');
+
+# proxy_pass with variables, names through the location's resolver: its
+# ipv4=off and ipv6=off, long names, TCP after a truncated reply, the next
+# server after one that does not answer, CNAME chains; a CNAME to a name with
+# no address is "Host not found" (a 502), as nginx has it.
+sub dns_log { $t->read_file('dns.log') }
+like(http_get('/dyn4?h=only4.test'), qr/^HTTP\/1.1 200 /, 'ipv6=off: resolved');
+ok(dns_log() =~ /^only4\.test A udp$/m && dns_log() !~ /^only4\.test AAAA/m, 'ipv6=off: no AAAA query');
+http_get('/dyn?h=only4.test');
+like(dns_log(), qr/^only4\.test AAAA udp$/m, 'a resolver with both families asks again');
+my $six = http_get('/dyn6?h=only6.test');
+ok(dns_log() =~ /^only6\.test AAAA udp$/m && dns_log() !~ /^only6\.test A udp/m, 'ipv4=off: no A query');
+like(http_get("/dyn?h=$long"), qr/^HTTP\/1.1 200 /, 'a long name');
+like(http_get('/dyn?h=tc.test'), qr/^HTTP\/1.1 200 /, 'truncated: resolved');
+like(dns_log(), qr/^tc\.test A tcp$/m, 'truncated: asked again over TCP');
+like(http_get('/dyn2?h=second.test', timeout => 12), qr/^HTTP\/1.1 200 /,
+	'the second server when the first does not answer');
+like(http_get('/dyn?h=c1.test'), qr/^HTTP\/1.1 200 /, 'CNAME chain');
+like(http_get('/dyn?h=dangling.test'), qr/^HTTP\/1.1 502 /, 'CNAME to no address: 502');
+ok($t->waitforlog(qr/dangling\.test could not be resolved \(3: Host not found\)/, 2),
+	'CNAME to no address: Host not found');
 
 ###############################################################################
