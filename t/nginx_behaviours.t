@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(40);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(41);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -49,6 +49,11 @@ http {
         server 127.0.0.1:%%PORT_8083%%;
         server 127.0.0.1:%%PORT_8082%% down;
     }
+    upstream aged {
+        server 127.0.0.1:%%PORT_8082%%;
+        keepalive 4;
+        keepalive_time 1s;
+    }
     upstream down {
         server 127.0.0.1:%%PORT_8082%% down;
     }
@@ -74,6 +79,11 @@ http {
             proxy_pass http://127.0.0.1:%%PORT_8081%%;
             proxy_set_body "got:$request_body";
             access_log %%TESTDIR%%/body.log body;
+        }
+        location /aged/ {
+            proxy_pass http://aged/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
         }
         location /hk { proxy_pass http://hk; }
         location /hc { proxy_pass http://hc; }
@@ -301,5 +311,17 @@ like(http_get('/dyn?h=c1.test'), qr/^HTTP\/1.1 200 /, 'CNAME chain');
 like(http_get('/dyn?h=dangling.test'), qr/^HTTP\/1.1 502 /, 'CNAME to no address: 502');
 ok($t->waitforlog(qr/dangling\.test could not be resolved \(3: Host not found\)/, 2),
 	'CNAME to no address: Host not found');
+
+# keepalive_time is checked when a connection goes back to the cache: one
+# that crossed it while idle serves once more, then closes.
+{
+	my $conns = sub { my ($n) = http_get('/aged/conns') =~ /\r\n\r\n(\d+)$/; $n // 0 };
+	my $first = $conns->();
+	sleep 1.5;
+	my $second = $conns->();
+	my $third = $conns->();
+	is(($second - $first) . ' ' . ($third - $first), '0 1',
+		'keepalive_time: checked when the connection goes back');
+}
 
 ###############################################################################
