@@ -15,13 +15,23 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone/)->plan(41);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone stream/)->plan(43);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
 %%TEST_GLOBALS%%
 
 events {
+}
+
+stream {
+    log_format s "[$upstream_addr]";
+    access_log %%TESTDIR%%/stream.log s;
+    upstream back {
+        server 127.0.0.1:%%PORT_8085%% max_fails=1 fail_timeout=1s;
+        server 127.0.0.1:%%PORT_8086%%;
+    }
+    server { listen 127.0.0.1:%%PORT_8075%%; proxy_pass back; }
 }
 
 http {
@@ -146,6 +156,7 @@ $t->raw_backend(port(8081), '/len' => $len, '/chunked' => $chunked,
 	'/auth' => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\n"
 		. "Content-Length: 0\r\n\r\n");
 $t->backend(port(8082));
+$t->backend(port(8086), close => 1);
 my $long = join('.', ('a' x 60) x 3, 'test');
 $t->write_file('dns.txt', join('', map { "$_\n" }
 	'only4.test A 127.0.0.1 60', 'only4.test AAAA ::1 60',
@@ -322,6 +333,22 @@ ok($t->waitforlog(qr/dangling\.test could not be resolved \(3: Host not found\)/
 	my $third = $conns->();
 	is(($second - $first) . ' ' . ($third - $first), '0 1',
 		'keepalive_time: checked when the connection goes back');
+}
+
+# stream: $upstream_addr names the peers a session tried, no more; a failed
+# peer comes back after fail_timeout.
+{
+	my $via = sub { my ($p) = http_get('/x', PeerAddr => '127.0.0.1:' . port(8075)) =~ /^X-Port: (\d+)/mi; $p // 'none' };
+	my @got = map { $via->() } 1 .. 3;
+	my @log;
+	poll_until(sub { @log = $t->read_file('stream.log') =~ /^(\[.*\])$/mg; @log >= 3 }, 5);
+	my ($a, $b) = map { "127.0.0.1:" . port($_) } 8085, 8086;
+	is(join(' ', @log[0 .. 2]), "[$a, $b] [$b] [$b]", 'stream: $upstream_addr lists the peers tried');
+	$t->backend(port(8085), close => 1);
+	sleep 1.2;
+	my %seen;
+	$seen{$via->()}++ for 1 .. 4;
+	ok($seen{port(8085)}, 'stream: the peer serves again after fail_timeout');
 }
 
 ###############################################################################
