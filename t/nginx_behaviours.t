@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone stream/)->plan(43);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone stream/)->plan(44);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -206,6 +206,16 @@ like(logline('/two/x'), qr/rt=\d+\.\d{3}, \d+\.\d{3} ht=-, \d+\.\d{3} ct=-, \d+\
 http_get('/b/slow/2');
 like(logline('/b/slow/2'), qr/s=504 rt=1\.\d{3} ht=- ct=\d+\.\d{3} .* us=504 /,
 	'header timeout: response time, connect time, no header time');
+{
+	# A client that goes away while the upstream works: 499, the attempt
+	# with its connect and response times, no status or header time.
+	my $s = http("GET /b/slow/2/abort HTTP/1.0\n\n", start => 1);
+	sleep 0.5;
+	close $s;
+	like(logline('/b/slow/2/abort'),
+		qr/^s=499 rt=0\.\d{3} ht=- ct=\d+\.\d{3} a=127.0.0.1:${\port(8082)} us=- br=0 bs=[1-9]/,
+		'client gone: 499 with the attempt as nginx logs it');
+}
 http_get('/down/y');
 like(logline('/down/y'), qr/s=502 rt=0\.000 ht=- ct=- a=down us=502 /, 'no live upstreams: 0');
 

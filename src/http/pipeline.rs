@@ -166,7 +166,7 @@ pub(super) async fn handle(
     let conf = location
         .map(|l| l.conf.clone())
         .unwrap_or_else(|| server.conf.clone());
-    let mut r = Req {
+    let mut unfinished = Unfinished(Some(Req {
         conn: info,
         start: std::time::Instant::now(),
         method,
@@ -206,11 +206,14 @@ pub(super) async fn handle(
         request_body: None,
         www_authenticate: None,
         subrequest: false,
+    }));
+    let Some(r) = unfinished.0.as_mut() else {
+        return Err(CloseConnection);
     };
     r.request_length = r.headers.wire_len() as u64;
     flight.keepalive(r.conf.keepalive_timeout);
     let mut closing = false;
-    let bad = framing::request_problem(&r, host.is_ok());
+    let bad = framing::request_problem(r, host.is_ok());
     let reply = if let Some(framing::Problem { code, why, in_line }) = bad {
         crate::log_conn!(
             Level::Info,
@@ -247,7 +250,7 @@ pub(super) async fn handle(
         );
         closing = true;
         Ok(Reply::Status(497))
-    } else if misdirected(&r, host.as_ref().ok().and_then(|h| h.as_deref()), server) {
+    } else if misdirected(r, host.as_ref().ok().and_then(|h| h.as_deref()), server) {
         crate::log_conn!(
             Level::Info,
             r.conn.number,
@@ -256,22 +259,14 @@ pub(super) async fn handle(
         );
         closing = true;
         Ok(Reply::Status(421))
-    } else if let Some(code) = client_cert_problem(&r, server.ssl.verify_client) {
+    } else if let Some(code) = client_cert_problem(r, server.ssl.verify_client) {
         closing = true;
         Ok(Reply::Status(code))
     } else {
-        dispatch(
-            shared,
-            &mut r,
-            server,
-            None,
-            ClientBody::Incoming(body),
-            upgrade,
-        )
-        .await
+        dispatch(shared, r, server, None, ClientBody::Incoming(body), upgrade).await
     };
     let resp = match reply {
-        Ok(reply) => finish(shared, &mut r, server, reply).await,
+        Ok(reply) => finish(shared, r, server, reply).await,
         Err(e) => Err(e),
     };
     let mut resp = match resp {
@@ -279,7 +274,8 @@ pub(super) async fn handle(
         Err(close) => {
             // 444: logged, then the connection closes without a response.
             r.status = 444;
-            access::write(&r);
+            access::write(r);
+            unfinished.0 = None;
             return Err(close);
         }
     };
@@ -314,10 +310,28 @@ pub(super) async fn handle(
         }
     }
     let (parts, body) = resp.into_parts();
+    let Some(r) = unfinished.0.take() else {
+        return Err(CloseConnection);
+    };
     Ok(Response::from_parts(
         parts,
         LoggedBody::new(body, r, flight),
     ))
+}
+
+/// A request being handled: if its handling is dropped before a response
+/// (the client went away), its access log line is written with nginx's
+/// 499.
+struct Unfinished(Option<Req>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(mut r) = self.0.take() {
+            r.status = 499;
+            super::proxy::abandoned(&r);
+            access::write(&r);
+        }
+    }
 }
 
 /// About what the status line and headers take on the wire, for `$bytes_sent`.

@@ -47,11 +47,25 @@ const HIDDEN_BY_DEFAULT: [&str; 8] = [
 
 /// Adds one attempt to the request's `$upstream_*` record.
 pub(super) fn record(r: &Req, a: Attempt) {
-    r.upstream
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .attempts
-        .push(a);
+    let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
+    log.in_flight = None;
+    log.attempts.push(a);
+}
+
+/// The client went away while an attempt was under way: the attempt goes
+/// into `$upstream_*` as nginx has it (no status, no header time, the time
+/// until then as its response time).
+pub(super) fn abandoned(r: &Req) {
+    let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(f) = log.in_flight.take() {
+        log.attempts.push(Attempt {
+            addr: f.addr,
+            connect: Some(f.connect),
+            response: Some(f.began.elapsed()),
+            sent: f.sent,
+            ..Attempt::default()
+        });
+    }
 }
 
 /// The request's TLS to the upstream (`proxy_pass https://`).
@@ -285,6 +299,15 @@ pub(crate) async fn run(
         };
         c.conn.track(&ups.reg, &snap, c.id);
         let connect_time = c.began.elapsed();
+        r.upstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .in_flight = Some(super::vars::InFlight {
+            addr: c.name.clone(),
+            connect: connect_time,
+            began: c.began,
+            sent: plan.head.len() as u64 + plan.sent(),
+        });
         // Only a log line needs the upstream URL.
         let url = |c: &Connected<Pooled>, uri: &str| format!("{scheme}://{}{uri}", c.name);
         let head = match exchange(&mut c.conn, r, &mut plan, &conf).await {
@@ -629,6 +652,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         {
             log.headers = Some(parts.headers.clone());
         }
+        log.in_flight = None;
         log.attempts.push(answered);
     }
     redirect_headers(r, pp, &mut parts.headers);

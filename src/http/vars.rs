@@ -68,6 +68,16 @@ pub struct Attempt {
     pub sent: u64,
 }
 
+/// An upstream attempt under way (see `UpstreamLog::in_flight`).
+#[derive(Debug)]
+pub struct InFlight {
+    pub addr: Arc<str>,
+    pub connect: Duration,
+    pub began: std::time::Instant,
+    /// The request's head and body, once written.
+    pub sent: u64,
+}
+
 /// The upstream side of a request; shared with the body that streams the
 /// upstream's response, which finishes the last attempt's figures.
 #[derive(Debug, Default)]
@@ -77,6 +87,9 @@ pub struct UpstreamLog {
     /// (a `resolve` name's first answer).
     pub queued: Option<Duration>,
     pub headers: Option<HeaderMap>,
+    /// The attempt under way once connected: recorded by
+    /// `proxy::abandoned` if the client goes first.
+    pub in_flight: Option<InFlight>,
 }
 
 /// One request, owned: it outlives the handler to write the access log.
