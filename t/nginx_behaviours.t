@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone stream/)->plan(44);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone stream/)->plan(45);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -73,7 +73,7 @@ http {
         server_name  localhost;
         proxy_read_timeout 1s;
 
-        location /raw/ { proxy_pass http://127.0.0.1:%%PORT_8081%%/; }
+        location /raw/ { proxy_pass http://127.0.0.1:%%PORT_8081%%/; add_header X-IP $remote_addr; }
         location /b/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
         location /two/ { proxy_pass http://two/; }
         location /down/ { proxy_pass http://down/; }
@@ -151,6 +151,7 @@ EOF
 my $len = "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello";
 my $chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
 $t->raw_backend(port(8081), '/len' => $len, '/chunked' => $chunked,
+	'/order' => "HTTP/1.1 200 OK\r\nX-B: 1\r\nX-A: 2\r\nX-C: 3\r\nX-A: 4\r\nContent-Length: 2\r\n\r\nok",
 	'/accel' => "HTTP/1.1 200 OK\r\nX-Accel-Redirect: /internal\r\nX-Foo: first\r\n"
 		. "Content-Length: 0\r\n\r\n",
 	'/auth' => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\n"
@@ -359,6 +360,14 @@ ok($t->waitforlog(qr/dangling\.test could not be resolved \(3: Host not found\)/
 	my %seen;
 	$seen{$via->()}++ for 1 .. 4;
 	ok($seen{port(8085)}, 'stream: the peer serves again after fail_timeout');
+}
+
+# Proxied: the upstream's headers in their order, add_header's name as
+# written.
+{
+	my $r = http_get('/raw/order');
+	my @h = $r =~ /^(X-\w+): /mg;
+	is("@h", 'X-B X-A X-C X-A X-IP', 'upstream header order kept, add_header name case kept');
 }
 
 ###############################################################################

@@ -584,6 +584,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         reason,
         headers,
         names,
+        order,
         ..
     } = head;
     let mut resp = Response::new(());
@@ -594,7 +595,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         let tracked = super::Tracked::new(shared, &r.conn);
         // The tunnel releases the peer.
         c.held.done();
-        keep_spelling(&mut parts, reason, names);
+        keep_spelling(&mut parts, reason, names, order);
         return super::tunnel::switch_protocols(
             r,
             parts,
@@ -683,7 +684,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         uri,
         held_error: None,
     };
-    keep_spelling(&mut parts, reason, names);
+    keep_spelling(&mut parts, reason, names, order);
     if conf.proxy_buffering {
         let (count, size) = conf.proxy_buffers;
         let room = conf
@@ -719,12 +720,20 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
 /// The upstream's reason phrase and header names' case go on with the
 /// response, when they differ from what sluice would write (most heads
 /// need neither, and then the response carries no extension).
-fn keep_spelling(parts: &mut http::response::Parts, reason: Bytes, names: Names) {
+fn keep_spelling(
+    parts: &mut http::response::Parts,
+    reason: Bytes,
+    names: Names,
+    order: Option<crate::h1::head::Order>,
+) {
     if super::response::reason(parts.status.as_u16()).map(str::as_bytes) != Some(&reason[..]) {
         parts.extensions.insert(Reason(reason));
     }
     if !names.0.is_empty() {
         parts.extensions.insert(names);
+    }
+    if let Some(o) = order {
+        parts.extensions.insert(o);
     }
 }
 
