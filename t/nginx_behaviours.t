@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone stream/)->plan(45);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone stream/)->plan(49);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -369,5 +369,13 @@ ok($t->waitforlog(qr/dangling\.test could not be resolved \(3: Host not found\)/
 	my @h = $r =~ /^(X-\w+): /mg;
 	is("@h", 'X-B X-A X-C X-A X-IP', 'upstream header order kept, add_header name case kept');
 }
+
+# Host as nginx validates it: a port is not checked, an IPv6 literal's
+# contents are not either (nor its closing bracket); empty is refused.
+for my $h ('localhost:abc', '[zz::1]', '[::1') {
+	like(http("GET /echo HTTP/1.1\nHost: $h\nConnection: close\n\n"), qr/^HTTP\/1.1 200 /,
+		"Host $h: served");
+}
+like(http("GET /echo HTTP/1.1\nHost:\nConnection: close\n\n"), qr/^HTTP\/1.1 400 /, 'empty Host: 400');
 
 ###############################################################################

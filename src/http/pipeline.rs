@@ -47,9 +47,11 @@ fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
         },
     };
     let host = if raw.starts_with('[') {
+        // An unclosed literal is the whole value, as nginx's validation
+        // leaves it.
         match raw.find(']') {
             Some(end) => &raw[..=end],
-            None => return Err(()),
+            None => raw,
         }
     } else {
         raw.split(':').next().unwrap_or("")
