@@ -16,7 +16,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(12);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(14);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -115,3 +115,41 @@ ok($t2->wait_exit(10), 'master exited with a request still open');
 like($t2->read_file('error.log'), qr/worker_shutdown_timeout: closing 1 connection.*exited with code 0/s,
 	'timeout closed the connection');
 $t2->stop();
+
+# QUIT right after HUP: the generation the HUP was starting stops too, as
+# nginx's; no worker is left behind.
+my $t3 = Test::Sluice->new();
+$t3->write_file_expand('sluice.conf', <<'EOF2');
+
+%%TEST_GLOBALS%%
+
+worker_processes 2;
+
+events {
+}
+
+http {
+    server {
+        listen 127.0.0.1:%%PORT_8083%%;
+        location / { return 200 "done"; }
+    }
+}
+
+EOF2
+$t3->run();
+my %seen = map { $_ => 1 } $t3->started_workers(2);
+$t3->signal('HUP');
+$t3->signal('QUIT');
+for (1 .. 20) {
+	$seen{$_} = 1 for $t3->worker_pids();
+	select(undef, undef, undef, 0.05);
+}
+ok($t3->wait_exit(10), 'QUIT right after HUP: the master exits');
+my @left;
+for (1 .. 50) {
+	@left = grep { kill 0, $_ } keys %seen;
+	last unless @left;
+	select(undef, undef, undef, 0.1);
+}
+is("@left", '', 'QUIT right after HUP: no worker left');
+$t3->stop();

@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(13);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(16);
 $t->expect_errors(qr/\[alert\].*new binary process \d+ exited on signal/);
 my $d = $t->testdir();
 
@@ -115,6 +115,16 @@ ok(!-e "$d/sluice.pid.oldbin", '.oldbin removed');
 ok(-S "$d/s.sock" && http('GET /pid HTTP/1.0' . "\n\n", unix => "$d/s.sock") =~ /pid \d+/,
 	'the unix socket the new master uses is kept');
 is(addr(), '127.0.0.2', 'the new master serves');
+
+# A second upgrade of the new master, now that its parent has exited, is
+# accepted as nginx accepts it (not refused as "already upgrading").
+kill 'USR2', $new;
+ok(wait_for(sub { my $p = pid_in('sluice.pid'); $p ne '' && $p ne $new }), 'upgraded a second time');
+my $newer = pid_in('sluice.pid');
+kill 'QUIT', $new;
+ok(wait_for(sub { !kill 0, $new }) && !-e "$d/sluice.pid.oldbin", 'the previous master exited');
+unlike($t->read_file('error.log'), qr/\[alert\].*(?:USR2|upgrad)/i, 'no alert');
+$new = $newer;
 
 # Stop the new master by its pid.
 kill 'QUIT', $new;

@@ -376,6 +376,9 @@ pub enum Stmt {
         regex: Regex,
         replacement: Template,
         flag: RewriteFlag,
+        /// The request's arguments follow the new ones: false when the
+        /// replacement ends with "?" (nginx's rule).
+        add_args: bool,
     },
     Set {
         var: String,

@@ -101,7 +101,13 @@ fn set_rewrite(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
             ));
         }
     };
-    let replacement = compile(&d.args[1], d)?;
+    // A replacement ending with "?" drops the request's arguments; the
+    // "?" itself goes.
+    let (text, add_args) = match d.args[1].strip_suffix('?') {
+        Some(t) => (t, false),
+        None => (d.args[1].as_str(), true),
+    };
+    let replacement = compile(text, d)?;
     push(
         n,
         d,
@@ -109,6 +115,7 @@ fn set_rewrite(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
             regex,
             replacement,
             flag,
+            add_args,
         },
     )
 }

@@ -42,6 +42,8 @@ pub enum Var {
     BodyBytesSent,
     BytesSent,
     RequestLength,
+    /// `$request_body`: the client's body when it was read into memory.
+    RequestBody,
     RequestTime,
     TimeIso8601,
     ProxyHost,
@@ -345,6 +347,7 @@ impl Var {
             "body_bytes_sent" => Var::BodyBytesSent,
             "bytes_sent" => Var::BytesSent,
             "request_length" => Var::RequestLength,
+            "request_body" => Var::RequestBody,
             "request_time" => Var::RequestTime,
             "time_iso8601" => Var::TimeIso8601,
             "proxy_host" => Var::ProxyHost,

@@ -58,6 +58,12 @@ impl Names {
     }
 }
 
+/// A response's header names in the order they arrived, one per line:
+/// kept only when a name comes back after another (the map groups a name's
+/// values), so that the head goes on in the upstream's order, as nginx's.
+#[derive(Debug, Clone)]
+pub struct Order(pub Vec<HeaderName>);
+
 /// A response's reason phrase as the upstream sent it, written on as is.
 #[derive(Debug, Clone)]
 pub struct Reason(pub Bytes);
@@ -209,6 +215,7 @@ pub struct ResponseHead {
     pub version: Version,
     pub headers: HeaderMap,
     pub names: Names,
+    pub order: Option<Order>,
     pub len: usize,
 }
 
@@ -363,9 +370,11 @@ fn request_headers(head: Bytes, spans: Vec<Span>) -> Result<Headers, HeadError> 
 }
 
 /// Turns the headers' spans into the map and the names, slicing `head`.
-fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names), HeadError> {
+fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names, Option<Order>), HeadError> {
     let mut map = HeaderMap::with_capacity(spans.len());
     let mut names = Vec::new();
+    let mut last: Option<HeaderName> = None;
+    let mut interleaved = false;
     for (n, v) in spans {
         let raw = head.slice(n.clone());
         let bad = || {
@@ -383,9 +392,21 @@ fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names), HeadError
         if !super::write::spelled_as_usual(&name, &raw) {
             names.push(raw);
         }
+        if last.as_ref() != Some(&name) && map.contains_key(&name) {
+            interleaved = true;
+        }
+        last = Some(name.clone());
         map.append(name, value);
     }
-    Ok((map, Names(names)))
+    let order = interleaved.then(|| {
+        Order(
+            spans
+                .iter()
+                .filter_map(|(n, _)| HeaderName::from_bytes(&head[n.clone()]).ok())
+                .collect(),
+        )
+    });
+    Ok((map, Names(names), order))
 }
 
 fn invalid_header(buf: &[u8]) -> HeadError {
@@ -540,7 +561,7 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                 };
                 let spans = spans(buf, resp.headers);
                 let head = buf.split_to(len).freeze();
-                let (headers, names) = collect(&head, &spans)
+                let (headers, names, order) = collect(&head, &spans)
                     .map_err(|_| "upstream sent invalid header".to_string())?;
                 return Ok(Some(ResponseHead {
                     status,
@@ -548,6 +569,7 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                     version,
                     headers,
                     names,
+                    order,
                     len,
                 }));
             }

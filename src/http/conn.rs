@@ -923,9 +923,39 @@ fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
         write::date(out);
         out.extend_from_slice(b"\r\n");
     }
-    for (n, v) in h {
-        if n != SERVER {
-            write::header(n, v, names, out);
+    match parts.extensions.get::<crate::h1::head::Order>() {
+        None => {
+            for (n, v) in h {
+                if n != SERVER {
+                    write::header(n, v, names, out);
+                }
+            }
+        }
+        // The upstream's order first (each line the next value of its
+        // name still there), then what was added.
+        Some(order) => {
+            let mut done: Vec<(&http::HeaderName, usize)> = Vec::new();
+            for n in order.0.iter().filter(|n| **n != SERVER) {
+                let k = match done.iter_mut().find(|(d, _)| *d == n) {
+                    Some((_, k)) => {
+                        *k += 1;
+                        *k - 1
+                    }
+                    None => {
+                        done.push((n, 1));
+                        0
+                    }
+                };
+                if let Some(v) = h.get_all(n).iter().nth(k) {
+                    write::header(n, v, names, out);
+                }
+            }
+            for n in h.keys().filter(|n| **n != SERVER) {
+                let skip = done.iter().find(|(d, _)| *d == n).map_or(0, |d| d.1);
+                for v in h.get_all(n).iter().skip(skip) {
+                    write::header(n, v, names, out);
+                }
+            }
         }
     }
     out.extend_from_slice(b"\r\n");

@@ -38,6 +38,40 @@ pub(crate) async fn run(
         );
         return Reply::Status(500);
     };
+    // A unix socket: "unix:/path", or "unix:/path:/uri" (nginx's form).
+    if let Some(path) = rest.strip_prefix("unix:") {
+        let (path, uri) = match path.find(':') {
+            Some(i) => (&path[..i], Some(path[i + 1..].to_string())),
+            None => (path, None),
+        };
+        if path.is_empty() {
+            crate::log_conn!(
+                Level::Error,
+                r.conn.number,
+                "no path in the unix domain socket \"{}\"{}",
+                rest,
+                r.log_context(None)
+            );
+            return Reply::Status(500);
+        }
+        let name = format!("unix:{path}");
+        let pp = ProxyPass {
+            grpc: false,
+            dynamic: true,
+            ssl,
+            upstream: usize::MAX,
+            uri,
+            proxy_host: "localhost".into(),
+            proxy_port: if ssl { 443 } else { 80 },
+            location_prefix: String::new(),
+        };
+        let peer = crate::conf::model::PeerAddr::Unix(path.into());
+        let ups = UpstreamRt::for_peers(&name, &name, 0, vec![peer]);
+        if r.conf.proxy_http_version == 20 {
+            return super::proxy_h2::run(r, ups, &pp, body, shared).await;
+        }
+        return proxy::run(r, ups, &pp, location_id, body, upgrade, shared).await;
+    }
     let (hostport, uri) = match rest.find(['/', '?']) {
         Some(i) => (&rest[..i], Some(rest[i..].to_string())),
         None => (rest, None),
@@ -91,6 +125,26 @@ pub(crate) async fn run(
     let addrs: Vec<IpAddr> = match host.trim_start_matches('[').trim_end_matches(']').parse() {
         Ok(ip) => vec![ip],
         Err(_) => {
+            // A name a static proxy_pass made an upstream of (same name and
+            // port): that one, no lookup (nginx's implicit upstreams).
+            let implicit = shared.cfg.http.as_ref().and_then(|h| {
+                h.upstreams.iter().position(|u| {
+                    u.implicit
+                        && matches!(
+                            u.servers.first().and_then(|s| s.addrs.first()),
+                            Some(crate::conf::model::PeerAddr::Inet(a)) if a.port() == port
+                        )
+                        && (u.name.eq_ignore_ascii_case(&format!("{host}:{port}"))
+                            || (port == default_port && u.name.eq_ignore_ascii_case(host)))
+                })
+            });
+            if let Some(ups) = implicit.and_then(|i| shared.upstreams.get(i).map(|u| (i, u))) {
+                let (i, ups) = (ups.0, ups.1.clone());
+                if r.conf.proxy_http_version == 20 {
+                    return super::proxy_h2::run(r, ups, &pp(i), body, shared).await;
+                }
+                return proxy::run(r, ups, &pp(i), location_id, body, upgrade, shared).await;
+            }
             let Some(resolver) = r.conf.resolver.clone() else {
                 crate::log_conn!(
                     Level::Error,

@@ -47,9 +47,11 @@ fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
         },
     };
     let host = if raw.starts_with('[') {
+        // An unclosed literal is the whole value, as nginx's validation
+        // leaves it.
         match raw.find(']') {
             Some(end) => &raw[..=end],
-            None => return Err(()),
+            None => raw,
         }
     } else {
         raw.split(':').next().unwrap_or("")
@@ -166,7 +168,7 @@ pub(super) async fn handle(
     let conf = location
         .map(|l| l.conf.clone())
         .unwrap_or_else(|| server.conf.clone());
-    let mut r = Req {
+    let mut unfinished = Unfinished(Some(Req {
         conn: info,
         start: std::time::Instant::now(),
         method,
@@ -203,13 +205,17 @@ pub(super) async fn handle(
         sent_headers: None,
         limits: Default::default(),
         gzip_ratio: None,
+        request_body: None,
         www_authenticate: None,
         subrequest: false,
+    }));
+    let Some(r) = unfinished.0.as_mut() else {
+        return Err(CloseConnection);
     };
     r.request_length = r.headers.wire_len() as u64;
     flight.keepalive(r.conf.keepalive_timeout);
     let mut closing = false;
-    let bad = framing::request_problem(&r, host.is_ok());
+    let bad = framing::request_problem(r, host.is_ok());
     let reply = if let Some(framing::Problem { code, why, in_line }) = bad {
         crate::log_conn!(
             Level::Info,
@@ -219,10 +225,9 @@ pub(super) async fn handle(
             if in_line { "line" } else { "headers" },
             r.log_context(None)
         );
-        // A request nginx refuses this way also ends its connection.
-        if code == 400 || code == 494 || code == 501 {
-            closing = true;
-        }
+        // A request nginx refuses while reading its head (TRACE's 405 too)
+        // also ends its connection: keep-alive is not yet decided then.
+        closing = true;
         Ok(Reply::Status(code))
     } else if host.is_err() {
         crate::log_conn!(
@@ -234,6 +239,9 @@ pub(super) async fn handle(
         closing = true;
         Ok(Reply::Status(400))
     } else if normalized.is_none() {
+        // A target nginx's request line parser refuses (CONNECT's
+        // authority form too): 400, and the connection ends.
+        closing = true;
         Ok(Reply::Status(400))
     } else if matches!(r.conn.tls, super::vars::ConnTls::Plain) {
         crate::log_conn!(
@@ -244,7 +252,7 @@ pub(super) async fn handle(
         );
         closing = true;
         Ok(Reply::Status(497))
-    } else if misdirected(&r, host.as_ref().ok().and_then(|h| h.as_deref()), server) {
+    } else if misdirected(r, host.as_ref().ok().and_then(|h| h.as_deref()), server) {
         crate::log_conn!(
             Level::Info,
             r.conn.number,
@@ -253,22 +261,14 @@ pub(super) async fn handle(
         );
         closing = true;
         Ok(Reply::Status(421))
-    } else if let Some(code) = client_cert_problem(&r, server.ssl.verify_client) {
+    } else if let Some(code) = client_cert_problem(r, server.ssl.verify_client) {
         closing = true;
         Ok(Reply::Status(code))
     } else {
-        dispatch(
-            shared,
-            &mut r,
-            server,
-            None,
-            ClientBody::Incoming(body),
-            upgrade,
-        )
-        .await
+        dispatch(shared, r, server, None, ClientBody::Incoming(body), upgrade).await
     };
     let resp = match reply {
-        Ok(reply) => finish(shared, &mut r, server, reply).await,
+        Ok(reply) => finish(shared, r, server, reply).await,
         Err(e) => Err(e),
     };
     let mut resp = match resp {
@@ -276,7 +276,8 @@ pub(super) async fn handle(
         Err(close) => {
             // 444: logged, then the connection closes without a response.
             r.status = 444;
-            access::write(&r);
+            access::write(r);
+            unfinished.0 = None;
             return Err(close);
         }
     };
@@ -311,10 +312,28 @@ pub(super) async fn handle(
         }
     }
     let (parts, body) = resp.into_parts();
+    let Some(r) = unfinished.0.take() else {
+        return Err(CloseConnection);
+    };
     Ok(Response::from_parts(
         parts,
         LoggedBody::new(body, r, flight),
     ))
+}
+
+/// A request being handled: if its handling is dropped before a response
+/// (the client went away), its access log line is written with nginx's
+/// 499.
+struct Unfinished(Option<Req>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if let Some(mut r) = self.0.take() {
+            r.status = 499;
+            super::proxy::abandoned(&r);
+            access::write(&r);
+        }
+    }
 }
 
 /// About what the status line and headers take on the wire, for `$bytes_sent`.
@@ -325,6 +344,21 @@ fn header_bytes(resp: &Response<Body>) -> u64 {
         .map(|(n, v)| n.as_str().len() + v.len() + 4)
         .sum();
     (17 + headers + 2) as u64
+}
+
+/// nginx's 301 to the URI with its "/" added (`router::auto_redirect`).
+fn auto_redirect(r: &Req) -> Reply {
+    let mut target = format!("{}/", r.uri);
+    if let Some(a) = r.args.as_deref().filter(|a| !a.is_empty()) {
+        target.push('?');
+        target.push_str(a);
+    }
+    let target = script::absolute(r, &target);
+    Reply::Full(super::response::redirect(
+        301,
+        &target,
+        r.conf.server_tokens,
+    ))
 }
 
 async fn dispatch(
@@ -345,6 +379,9 @@ async fn dispatch(
             return reply;
         }
     }
+    if named.is_none() && router::auto_redirect(&server.locations, &r.uri) {
+        return Ok(auto_redirect(r));
+    }
     let mut location = named.or_else(|| router::find_location(&server.locations, &r.uri));
     let mut searches = 0;
     loop {
@@ -362,6 +399,9 @@ async fn dispatch(
                 script::Flow::Last => {
                     if let Some(reply) = redirect_cycle(r, &mut searches, "processing") {
                         return Ok(reply);
+                    }
+                    if router::auto_redirect(&server.locations, &r.uri) {
+                        return Ok(auto_redirect(r));
                     }
                     location = router::find_location(&server.locations, &r.uri);
                 }
@@ -556,6 +596,7 @@ async fn auth_request(
         sent_headers: None,
         limits: Default::default(),
         gzip_ratio: None,
+        request_body: None,
         www_authenticate: None,
         subrequest: true,
     };
@@ -675,6 +716,13 @@ async fn finish(
             continue;
         }
         let v = r.eval(&h.value);
+        // Last-Modified and ETag replace the response's own (an empty
+        // value removes it), as nginx's headers filter sets them.
+        let replaces =
+            h.name.eq_ignore_ascii_case("last-modified") || h.name.eq_ignore_ascii_case("etag");
+        if replaces {
+            resp.headers_mut().remove(h.name.as_str());
+        }
         if v.is_empty() {
             continue;
         }

@@ -47,11 +47,25 @@ const HIDDEN_BY_DEFAULT: [&str; 8] = [
 
 /// Adds one attempt to the request's `$upstream_*` record.
 pub(super) fn record(r: &Req, a: Attempt) {
-    r.upstream
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .attempts
-        .push(a);
+    let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
+    log.in_flight = None;
+    log.attempts.push(a);
+}
+
+/// The client went away while an attempt was under way: the attempt goes
+/// into `$upstream_*` as nginx has it (no status, no header time, the time
+/// until then as its response time).
+pub(super) fn abandoned(r: &Req) {
+    let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(f) = log.in_flight.take() {
+        log.attempts.push(Attempt {
+            addr: f.addr,
+            connect: Some(f.connect),
+            response: Some(f.began.elapsed()),
+            sent: f.sent,
+            ..Attempt::default()
+        });
+    }
 }
 
 /// The request's TLS to the upstream (`proxy_pass https://`).
@@ -212,12 +226,13 @@ impl Requester for Asking<'_> {
             .log_context(Some(&format!("{}://{peer}{}", self.scheme, self.uri)))
     }
 
-    fn record_failed(&mut self, peer: &Arc<str>, f: &Failure) {
+    fn record_failed(&mut self, peer: &Arc<str>, f: &Failure, took: Duration) {
         record(
             self.r,
             Attempt {
                 addr: peer.clone(),
                 status: Some(f.status()),
+                response: Some(took),
                 ..Attempt::default()
             },
         );
@@ -288,6 +303,15 @@ pub(crate) async fn run(
         };
         c.conn.track(&ups.reg, &snap, c.id);
         let connect_time = c.began.elapsed();
+        r.upstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .in_flight = Some(super::vars::InFlight {
+            addr: c.name.clone(),
+            connect: connect_time,
+            began: c.began,
+            sent: plan.head.len() as u64 + plan.sent(),
+        });
         // Only a log line needs the upstream URL.
         let url = |c: &Connected<Pooled>, uri: &str| format!("{scheme}://{}{uri}", c.name);
         let head = match exchange(&mut c.conn, r, &mut plan, &conf).await {
@@ -300,12 +324,15 @@ pub(crate) async fn run(
                 attempts.release(c.id, Outcome::Ok, || {
                     r.log_context(Some(&url(&c, &plan.uri)))
                 });
+                let (sent, received) = c.conn.h1.wire();
                 record(
                     r,
                     Attempt {
                         addr: c.name.clone(),
                         connect: Some(connect_time),
-                        sent: plan.sent(),
+                        response: Some(c.began.elapsed()),
+                        sent,
+                        received,
                         ..Attempt::default()
                     },
                 );
@@ -334,13 +361,16 @@ pub(crate) async fn run(
                 if stale {
                     attempts.stale();
                 }
+                let (sent, received) = c.conn.h1.wire();
                 record(
                     r,
                     Attempt {
                         addr: c.name.clone(),
                         status: Some(f.status()),
                         connect: Some(connect_time),
-                        sent: plan.sent(),
+                        response: Some(c.began.elapsed()),
+                        sent,
+                        received,
                         ..Attempt::default()
                     },
                 );
@@ -365,7 +395,8 @@ pub(crate) async fn run(
             status: Some(status),
             connect: Some(connect_time),
             header: Some(c.began.elapsed()),
-            sent,
+            sent: c.conn.h1.wire().0,
+            received: c.conn.h1.wire().1,
             ..Attempt::default()
         };
         // proxy_next_upstream http_5xx/403/404/429; not for a body that
@@ -557,6 +588,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         reason,
         headers,
         names,
+        order,
         ..
     } = head;
     let mut resp = Response::new(());
@@ -567,7 +599,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         let tracked = super::Tracked::new(shared, &r.conn);
         // The tunnel releases the peer.
         c.held.done();
-        keep_spelling(&mut parts, reason, names);
+        keep_spelling(&mut parts, reason, names, order);
         return super::tunnel::switch_protocols(
             r,
             parts,
@@ -593,6 +625,18 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     if redirect.is_some() || intercepted {
         c.held.finish(Outcome::Ok);
         record(r, answered);
+        // The request that follows still sees this response's
+        // $upstream_http_*; an intercepted 401 keeps its challenge (nginx).
+        r.upstream.lock().unwrap_or_else(|e| e.into_inner()).headers = Some(parts.headers.clone());
+        if status == 401 && redirect.is_none() {
+            if let Some(v) = parts
+                .headers
+                .get(http::header::WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+            {
+                r.www_authenticate = Some(v.to_string());
+            }
+        }
         return match redirect {
             Some(target) => Reply::Internal(target),
             None => Reply::Status(status),
@@ -613,6 +657,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         {
             log.headers = Some(parts.headers.clone());
         }
+        log.in_flight = None;
         log.attempts.push(answered);
     }
     redirect_headers(r, pp, &mut parts.headers);
@@ -643,7 +688,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         uri,
         held_error: None,
     };
-    keep_spelling(&mut parts, reason, names);
+    keep_spelling(&mut parts, reason, names, order);
     if conf.proxy_buffering {
         let (count, size) = conf.proxy_buffers;
         let room = conf
@@ -679,12 +724,20 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
 /// The upstream's reason phrase and header names' case go on with the
 /// response, when they differ from what sluice would write (most heads
 /// need neither, and then the response carries no extension).
-fn keep_spelling(parts: &mut http::response::Parts, reason: Bytes, names: Names) {
+fn keep_spelling(
+    parts: &mut http::response::Parts,
+    reason: Bytes,
+    names: Names,
+    order: Option<crate::h1::head::Order>,
+) {
     if super::response::reason(parts.status.as_u16()).map(str::as_bytes) != Some(&reason[..]) {
         parts.extensions.insert(Reason(reason));
     }
     if !names.0.is_empty() {
         parts.extensions.insert(names);
+    }
+    if let Some(o) = order {
+        parts.extensions.insert(o);
     }
 }
 

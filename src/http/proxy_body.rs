@@ -85,6 +85,7 @@ impl ProxyBody {
             return;
         };
         let now = Instant::now();
+        let wire = self.conn.as_ref().map(|c| c.h1.wire().1);
         if let Some(a) = self
             .log
             .lock()
@@ -94,7 +95,8 @@ impl ProxyBody {
         {
             a.response = Some(self.attempt_start.elapsed());
             a.length = Some(self.received);
-            a.received = self.received;
+            // The head and the body as they came on the wire.
+            a.received = wire.unwrap_or(a.received + self.received);
         }
         if let Some(mut c) = self.conn.take() {
             // Reused only after a clean end with nothing more unread.

@@ -453,6 +453,9 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
         drop(body);
         Payload::default()
     };
+    if let Payload::Mem(b) = &payload {
+        r.request_body = Some(b.clone());
+    }
     if let Some(t) = &r.conf.proxy_set_body {
         payload = Payload::Mem(Bytes::from(r.eval(t)));
     }

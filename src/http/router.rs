@@ -188,6 +188,39 @@ pub fn find_location<'a>(locs: &'a [Location], uri: &str) -> Option<&'a Location
     find(locs, uri).0
 }
 
+/// nginx's automatic redirect: `uri` names a prefix location that passes
+/// requests on (`proxy_pass`, `grpc_pass`) but for its final "/", and no
+/// location is `uri` itself. The search stops there, before any regex
+/// location, with a 301 to `uri/`.
+pub fn auto_redirect(locs: &[Location], uri: &str) -> bool {
+    let Some(named) = uri.strip_suffix('/').map_or(Some(uri), |_| None) else {
+        return false;
+    };
+    let prefix = |l: &Location| matches!(l.modifier, Modifier::Prefix | Modifier::PrefixNoRegex);
+    let mut level = locs;
+    loop {
+        if level.iter().any(|l| l.regex.is_none() && l.uri == named) {
+            return false;
+        }
+        if level.iter().any(|l| {
+            prefix(l)
+                && (l.proxy_pass.is_some() || l.proxy_pass_var.is_some())
+                && l.uri.strip_suffix('/') == Some(named)
+        }) {
+            return true;
+        }
+        // Into the longest prefix location that holds the URI.
+        let Some(best) = level
+            .iter()
+            .filter(|l| prefix(l) && named.starts_with(l.uri.as_str()))
+            .max_by_key(|l| l.uri.len())
+        else {
+            return false;
+        };
+        level = &best.locations;
+    }
+}
+
 /// Returns the match and whether the search is final (exact, regex, or `^~`).
 fn find<'a>(locs: &'a [Location], uri: &str) -> (Option<&'a Location>, bool) {
     let mut best: Option<&Location> = None;

@@ -25,7 +25,9 @@ fn test_file(test: FileTest, path: &str) -> bool {
         FileTest::File => m.is_ok_and(|m| m.is_file()),
         FileTest::Dir => m.is_ok_and(|m| m.is_dir()),
         FileTest::Exists => m.is_ok(),
-        FileTest::Exec => m.is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0),
+        // nginx's ngx_is_exec: the owner's execute bit, whatever the type
+        // (a directory too).
+        FileTest::Exec => m.is_ok_and(|m| m.permissions().mode() & 0o100 != 0),
     }
 }
 
@@ -79,10 +81,16 @@ pub fn absolute(r: &Req, path: &str) -> String {
         ("http", 80)
     };
     let port = r.conn.local.map(|a| a.port()).unwrap_or(default);
+    // No name to give: the address the request came to, as nginx.
+    let host = match r.conn.local {
+        Some(a) if r.host.is_empty() && a.is_ipv6() => format!("[{}]", a.ip()),
+        Some(a) if r.host.is_empty() => a.ip().to_string(),
+        _ => r.host.clone(),
+    };
     if port == default {
-        format!("{scheme}://{}{path}", r.host)
+        format!("{scheme}://{host}{path}")
     } else {
-        format!("{scheme}://{}:{port}{path}", r.host)
+        format!("{scheme}://{host}:{port}{path}")
     }
 }
 
@@ -110,6 +118,7 @@ pub fn run(stmts: &[Stmt], r: &mut Req) -> Flow {
                 regex,
                 replacement,
                 flag,
+                add_args,
             } => {
                 let uri = r.uri.clone();
                 let Some(c) = regex.captures(&uri) else {
@@ -129,26 +138,28 @@ pub fn run(stmts: &[Stmt], r: &mut Req) -> Flow {
                         r.log_context(None)
                     );
                 }
+                let old = r.args.as_deref().filter(|a| *add_args && !a.is_empty());
                 if new.starts_with("http://") || new.starts_with("https://") {
                     let code = if *flag == RewriteFlag::Permanent {
                         301
                     } else {
                         302
                     };
-                    return Flow::Done(Ok(Reply::Full(response::redirect(code, &new, tokens))));
+                    let mut target = new;
+                    if let Some(old) = old {
+                        target.push(if target.contains('?') { '&' } else { '?' });
+                        target.push_str(old);
+                    }
+                    return Flow::Done(Ok(Reply::Full(response::redirect(code, &target, tokens))));
                 }
                 // New arguments come first and the old ones follow, unless the
                 // replacement ends with "?".
-                let (path, args) = match new.split_once('?') {
-                    Some((p, "")) => (p.to_string(), None),
-                    Some((p, a)) => {
-                        let args = match &r.args {
-                            Some(old) => format!("{a}&{old}"),
-                            None => a.to_string(),
-                        };
-                        (p.to_string(), Some(args))
-                    }
-                    None => (new.clone(), r.args.clone()),
+                let (path, args) = match (new.split_once('?'), old) {
+                    (Some((p, a)), Some(old)) => (p.to_string(), Some(format!("{a}&{old}"))),
+                    (Some((p, "")), None) => (p.to_string(), None),
+                    (Some((p, a)), None) => (p.to_string(), Some(a.to_string())),
+                    (None, Some(old)) => (new.clone(), Some(old.to_string())),
+                    (None, None) => (new.clone(), None),
                 };
                 r.uri = path;
                 r.args = args;

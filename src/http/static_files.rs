@@ -412,9 +412,21 @@ fn ranges(r: &Req, size: u64, etag: &str, mtime: u64) -> Option<Ranges> {
     let Some(range) = r.headers.get(header::RANGE) else {
         return Some(Ranges::Whole);
     };
-    let current = r.headers.get(header::IF_RANGE).is_none_or(|v| {
-        range::if_range_matches(v.as_bytes(), etag, i64::try_from(mtime).unwrap_or(-1))
-    });
+    // An `add_header` Last-Modified or ETag replaces the file's before
+    // nginx's range filter compares `If-Range` with it.
+    let mut etag = std::borrow::Cow::Borrowed(etag);
+    let mut mtime = i64::try_from(mtime).unwrap_or(-1);
+    for h in &r.conf.add_header {
+        if h.name.eq_ignore_ascii_case("last-modified") {
+            mtime = range::http_time(&r.eval(&h.value)).unwrap_or(-1);
+        } else if h.name.eq_ignore_ascii_case("etag") {
+            etag = std::borrow::Cow::Owned(r.eval(&h.value));
+        }
+    }
+    let current = r
+        .headers
+        .get(header::IF_RANGE)
+        .is_none_or(|v| range::if_range_matches(v.as_bytes(), &etag, mtime));
     if !current {
         return Some(Ranges::Whole);
     }

@@ -68,6 +68,16 @@ pub struct Attempt {
     pub sent: u64,
 }
 
+/// An upstream attempt under way (see `UpstreamLog::in_flight`).
+#[derive(Debug)]
+pub struct InFlight {
+    pub addr: Arc<str>,
+    pub connect: Duration,
+    pub began: std::time::Instant,
+    /// The request's head and body, once written.
+    pub sent: u64,
+}
+
 /// The upstream side of a request; shared with the body that streams the
 /// upstream's response, which finishes the last attempt's figures.
 #[derive(Debug, Default)]
@@ -81,6 +91,9 @@ pub struct UpstreamLog {
     /// with the index of its first attempt (an `X-Accel-Redirect` may go
     /// on to another upstream).
     pub histograms: Vec<Histograms>,
+    /// The attempt under way once connected: recorded by
+    /// `proxy::abandoned` if the client goes first.
+    pub in_flight: Option<InFlight>,
 }
 
 /// A zone upstream's time histograms, and its first attempt's index.
@@ -183,6 +196,9 @@ pub struct Req {
     pub limits: super::limit::State,
     /// The compressed body's sizes, for `$gzip_ratio`.
     pub gzip_ratio: Option<Arc<super::gzip::Ratio>>,
+    /// The client's body, when a proxied request read it into memory
+    /// (`$request_body`; none for one spooled to a file, as nginx).
+    pub request_body: Option<bytes::Bytes>,
     /// `auth_basic`'s challenge, sent with a 401.
     pub www_authenticate: Option<String>,
     /// An `auth_request` subrequest: no access phase, its upstream's
@@ -460,6 +476,11 @@ impl Req {
             Var::BodyBytesSent => self.body_bytes_sent.to_string(),
             Var::BytesSent => self.bytes_sent.to_string(),
             Var::RequestLength => self.request_length.to_string(),
+            Var::RequestBody => self
+                .request_body
+                .as_ref()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .unwrap_or_default(),
             Var::RequestTime => secs(Some(self.start.elapsed())),
             Var::ProxyHost => self.proxy_host.clone(),
             Var::ProxyPort => self.proxy_port.to_string(),
@@ -640,6 +661,7 @@ pub(crate) mod tests {
             sent_headers: None,
             limits: Default::default(),
             gzip_ratio: None,
+            request_body: None,
             www_authenticate: None,
             subrequest: false,
         }

@@ -492,6 +492,15 @@ impl Master {
             Ok(n) => {
                 if buf[..n].contains(&b'R') {
                     w.ready = true;
+                    // Told to stop before it could hear it (a QUIT right
+                    // after a HUP): told again now that it listens.
+                    if w.retiring {
+                        let sig = match self.state {
+                            State::Terminating { .. } => Signal::SIGTERM,
+                            _ => Signal::SIGQUIT,
+                        };
+                        let _ = kill(w.pid, sig);
+                    }
                 }
                 if buf[..n].contains(&b'S') {
                     let generation = w.generation;

@@ -726,7 +726,7 @@ impl Requester for Session {
         Session::context(self, peer, (0, 0))
     }
 
-    fn record_failed(&mut self, peer: &Arc<str>, _: &Failure) {
+    fn record_failed(&mut self, peer: &Arc<str>, _: &Failure, _: std::time::Duration) {
         self.attempts.push((peer.to_string(), None));
     }
 }

@@ -221,8 +221,9 @@ pub trait Requester {
     /// The error log's context for an attempt on `peer` (a peer's name, or
     /// the upstream's when none was had).
     fn context(&self, peer: &str) -> String;
-    /// An attempt on `peer` failed before anything was exchanged.
-    fn record_failed(&mut self, peer: &Arc<str>, f: &Failure);
+    /// An attempt on `peer` failed before anything was exchanged, `took`
+    /// after it began.
+    fn record_failed(&mut self, peer: &Arc<str>, f: &Failure, took: Duration);
 }
 
 /// When another try may follow, from the location's settings.
@@ -346,7 +347,7 @@ const QUEUE_TICK: Duration = Duration::from_millis(10);
 /// The tries a request has on `snap`: `proxy_next_upstream_tries`, at most
 /// the number of peers.
 fn tries(policy: &Policy, snap: &Peers) -> usize {
-    let n = snap.count();
+    let n = snap.tries();
     match policy.tries {
         0 => n,
         limit => n.min(limit as usize),
@@ -447,11 +448,12 @@ impl Attempts {
             tokio::time::sleep(QUEUE_TICK.min(left)).await;
             let latest = self.ups.peers();
             if latest.config != self.snap.config || self.snap.count() == 0 {
-                self.tries_left = tries(&self.policy, &latest);
                 self.tried = Tried::new(&latest);
                 self.pending.snap = latest.clone();
                 self.snap = latest;
             }
+            // Peers the API brought back count again.
+            self.tries_left = tries(&self.policy, &self.snap);
             if let Some(id) = self.take() {
                 return Ok(id);
             }
@@ -530,7 +532,7 @@ impl Attempts {
                     "{why} while connecting to upstream{}",
                     who.context(&name)
                 );
-                who.record_failed(&name, &Failure::upstream(Kind::Error, why));
+                who.record_failed(&name, &Failure::upstream(Kind::Error, why), Duration::ZERO);
                 return Err(502);
             };
             let now = Instant::now();
@@ -574,7 +576,7 @@ impl Attempts {
             // Every attempt is accounted for below.
             undecided.ids.clear();
             for (j, f) in failures {
-                self.connect_failed(racers[j].0, &f, who);
+                self.connect_failed(racers[j].0, racers[j].1, &f, who);
             }
             match ended {
                 Some(Ended::Won(j, conn)) => {
@@ -585,7 +587,7 @@ impl Attempts {
                     return Ok(self.connected(conn, wid, began, cached));
                 }
                 Some(Ended::Lost(j, f)) => {
-                    self.connect_failed(racers[j].0, &f, who);
+                    self.connect_failed(racers[j].0, racers[j].1, &f, who);
                     if !self.retry(f.condition(), false) {
                         return Err(f.status());
                     }
@@ -635,9 +637,9 @@ impl Attempts {
     }
 
     /// A connect that failed: logged, recorded, the peer released as failed.
-    fn connect_failed(&self, id: PeerId, f: &Failure, who: &mut impl Requester) {
+    fn connect_failed(&self, id: PeerId, began: Instant, f: &Failure, who: &mut impl Requester) {
         let name = self.snap.get(id).name.clone();
-        who.record_failed(&name, f);
+        who.record_failed(&name, f, began.elapsed());
         let pick_first = self.ups.cfg.balancer.is_pick_first();
         failed(
             self.number,

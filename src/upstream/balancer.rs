@@ -325,9 +325,10 @@ impl Peers {
         tried: &Tried,
         now: Ms,
     ) -> Option<PeerId> {
+        // An empty key spreads as round robin, as nginx's.
         let text = match key {
-            Key::Text(t) => *t,
-            _ => "",
+            Key::Text(t) if !t.is_empty() => *t,
+            _ => return self.pick_round_robin(tried, now),
         };
         if self.points.is_empty() || st.tries > 20 {
             return self.pick_round_robin(tried, now);

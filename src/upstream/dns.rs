@@ -274,12 +274,17 @@ impl Client {
         }
     }
 
-    fn server(&self, r: &Resolver) -> Option<SocketAddr> {
+    /// The servers a lookup asks, from the next one in turn: an unanswered
+    /// query goes on to the next (nginx's resend).
+    fn servers<'a>(&self, r: &'a Resolver) -> Option<Servers<'a>> {
         if r.servers.is_empty() {
             return None;
         }
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % r.servers.len();
-        Some(r.servers[i])
+        let first = self.next.fetch_add(1, Ordering::Relaxed) % r.servers.len();
+        Some(Servers {
+            list: &r.servers,
+            first,
+        })
     }
 
     /// Resolves `host` with `r`'s servers and rules.
@@ -296,8 +301,8 @@ impl Client {
             families.push(RecordType::AAAA);
         }
         for _ in 0..MAX_CNAMES {
-            let server = self.server(r).ok_or(DnsError::Timeout)?;
-            let queries = families.iter().map(|&f| query(server, &name, f, deadline));
+            let servers = self.servers(r).ok_or(DnsError::Timeout)?;
+            let queries = families.iter().map(|&f| query(servers, &name, f, deadline));
             let replies: Vec<Reply> = futures_join(queries).await?;
             let shorter = |t: Option<u32>| min_ttl(valid, t);
             match combine(&replies) {
@@ -420,8 +425,8 @@ impl Client {
         let deadline = Instant::now() + r.timeout;
         let mut ttl: Option<u32> = None;
         for _ in 0..MAX_CNAMES {
-            let server = self.server(r).ok_or(DnsError::Timeout)?;
-            let msg = exchange(server, &name, RecordType::SRV, deadline).await?;
+            let servers = self.servers(r).ok_or(DnsError::Timeout)?;
+            let (msg, _) = exchange(servers, &name, RecordType::SRV, deadline).await?;
             let shorter = |t: Option<u32>| min_ttl(ttl, t);
             match classify_srv(&msg) {
                 SrvReply::Error(c) => return Err(DnsError::Server(c)),
@@ -493,14 +498,21 @@ fn request(name: &Name, family: RecordType) -> (u16, Vec<u8>) {
     (id, m.to_vec().unwrap_or_default())
 }
 
+/// A lookup's name servers, and the one it asks first.
+#[derive(Clone, Copy)]
+struct Servers<'a> {
+    list: &'a [SocketAddr],
+    first: usize,
+}
+
 /// One A or AAAA question.
 async fn query(
-    server: SocketAddr,
+    servers: Servers<'_>,
     name: &Name,
     family: RecordType,
     deadline: Instant,
 ) -> Result<Reply, DnsError> {
-    let msg = exchange(server, name, family, deadline).await?;
+    let (msg, server) = exchange(servers, name, family, deadline).await?;
     let reply = classify(&msg, family);
     if reply == Reply::Unusable {
         crate::log!(
@@ -542,13 +554,62 @@ fn checked(
     }
 }
 
-/// One question over UDP (TCP when the reply is truncated): the reply.
+/// One question over UDP (TCP when the reply is truncated): the reply and
+/// the server that gave it. Each server in turn, from `first`: one that
+/// does not answer within the resend time, or fails at once (ICMP
+/// unreachable), gives way to the next, as nginx resends a query to its
+/// next server; once every one has failed at once, the lookup waits for
+/// the resend time before it goes round again.
 async fn exchange(
-    server: SocketAddr,
+    servers: Servers<'_>,
     name: &Name,
     family: RecordType,
     deadline: Instant,
-) -> Result<Message, DnsError> {
+) -> Result<(Message, SocketAddr), DnsError> {
+    let n = servers.list.len();
+    let mut failed_at_once = 0;
+    for i in servers.first.. {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        let server = servers.list[i % n];
+        let until = (now + RESEND).min(deadline);
+        match exchange_one(server, name, family, until, deadline).await {
+            Ok(msg) => return Ok((msg, server)),
+            Err(Quiet::Failed) => {
+                failed_at_once += 1;
+                if failed_at_once >= n {
+                    failed_at_once = 0;
+                    tokio::time::sleep_until(until.into()).await;
+                }
+            }
+            Err(Quiet::Silent) => failed_at_once = 0,
+            Err(Quiet::Ended(e)) => return Err(e),
+        }
+    }
+    Err(DnsError::Timeout)
+}
+
+/// Why one server gave no reply.
+enum Quiet {
+    /// Failed at once (refused, unreachable).
+    Failed,
+    /// Nothing before the resend time.
+    Silent,
+    /// The lookup ends (a TCP exchange after a truncated reply failed).
+    Ended(DnsError),
+}
+
+/// One question to one server over UDP until `until` (TCP, bounded by
+/// `deadline`, when the reply is truncated).
+async fn exchange_one(
+    server: SocketAddr,
+    name: &Name,
+    family: RecordType,
+    until: Instant,
+    deadline: Instant,
+) -> Result<Message, Quiet> {
     let (id, bytes) = request(name, family);
     let bind: SocketAddr = if server.is_ipv4() {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
@@ -557,36 +618,38 @@ async fn exchange(
     };
     let sock = tokio::net::UdpSocket::bind(bind)
         .await
-        .map_err(|_| DnsError::Timeout)?;
-    sock.connect(server).await.map_err(|_| DnsError::Timeout)?;
+        .map_err(|_| Quiet::Failed)?;
+    sock.connect(server).await.map_err(|_| Quiet::Failed)?;
     let mut buf = vec![0u8; 4096];
+    let failed = |what: &str, e: std::io::Error| {
+        crate::log!(
+            Level::Error,
+            "{}() failed ({}) while resolving, resolver: {}",
+            what,
+            crate::log::errno_text(&e),
+            server
+        );
+        Quiet::Failed
+    };
+    sock.send(&bytes).await.map_err(|e| failed("send", e))?;
     loop {
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(DnsError::Timeout);
+        let wait = until.saturating_duration_since(Instant::now());
+        let n = match tokio::time::timeout(wait, sock.recv(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            // ICMP unreachable and the like: the next server.
+            Ok(Err(e)) => return Err(failed("recv", e)),
+            Err(_) => return Err(Quiet::Silent),
+        };
+        // Anything else is ignored: the query waits for its reply.
+        let Some(msg) = checked(&buf[..n], id, name, family, server) else {
+            continue;
+        };
+        if msg.truncated() {
+            return exchange_tcp(server, name, family, deadline)
+                .await
+                .map_err(Quiet::Ended);
         }
-        let _ = sock.send(&bytes).await;
-        let until = (now + RESEND).min(deadline);
-        loop {
-            let wait = until.saturating_duration_since(Instant::now());
-            let n = match tokio::time::timeout(wait, sock.recv(&mut buf)).await {
-                Ok(Ok(n)) => n,
-                // ICMP unreachable and the like: wait for the resend.
-                Ok(Err(_)) => {
-                    tokio::time::sleep(wait).await;
-                    break;
-                }
-                Err(_) => break,
-            };
-            // Anything else is ignored: the query waits for its reply.
-            let Some(msg) = checked(&buf[..n], id, name, family, server) else {
-                continue;
-            };
-            if msg.truncated() {
-                return exchange_tcp(server, name, family, deadline).await;
-            }
-            return Ok(msg);
-        }
+        return Ok(msg);
     }
 }
 

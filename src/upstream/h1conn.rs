@@ -65,6 +65,11 @@ pub struct H1 {
     buf: Option<BytesMut>,
     /// The upstream closed its side.
     eof: bool,
+    /// Bytes written and read since the last request began to go
+    /// (`$upstream_bytes_sent`, `$upstream_bytes_received`: all of it on
+    /// the wire, as nginx counts).
+    wrote: u64,
+    got: u64,
 }
 
 /// The response's body framing, by nginx's rules: none for a HEAD request
@@ -112,7 +117,14 @@ impl H1 {
             io,
             buf: None,
             eof: false,
+            wrote: 0,
+            got: 0,
         }
+    }
+
+    /// Bytes (written, read) on the wire for the current request.
+    pub fn wire(&self) -> (u64, u64) {
+        (self.wrote, self.got)
     }
 
     /// Whether an idle connection may still carry a request: open, and the
@@ -135,8 +147,12 @@ impl H1 {
         timeout: Duration,
     ) -> Result<(), Error> {
         let mut sent = false;
+        self.wrote = 0;
+        self.got = 0;
         let mut run = async |buf: &[u8], sent: &mut bool| -> Result<(), Error> {
-            write_all(&mut self.io, buf, timeout, sent).await
+            write_all(&mut self.io, buf, timeout, sent).await?;
+            self.wrote += buf.len() as u64;
+            Ok(())
         };
         match body {
             Payload::Mem(b) if b.len() <= WITH_HEAD => {
@@ -165,7 +181,9 @@ impl H1 {
     /// it arrives): `proxy_send_timeout` bounds each wait for the socket. A
     /// failed write reports that the request had been sent.
     pub async fn write_more(&mut self, buf: &[u8], timeout: Duration) -> Result<(), Error> {
-        write_all(&mut self.io, buf, timeout, &mut true).await
+        write_all(&mut self.io, buf, timeout, &mut true).await?;
+        self.wrote += buf.len() as u64;
+        Ok(())
     }
 
     /// Reads the response head, skipping interim responses other than 101
@@ -192,7 +210,7 @@ impl H1 {
             }
             match read_timed(&mut self.io, &mut buf, timeout).await {
                 Ok(0) => self.eof = true,
-                Ok(_) => {}
+                Ok(n) => self.got += n as u64,
                 Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
                     break Err(Error::ReadTimeout);
                 }
@@ -226,7 +244,7 @@ impl H1 {
             match poll_read_buf(&mut self.io, buf, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Ok(0)) => self.eof = true,
-                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Ok(n)) => self.got += n as u64,
                 Poll::Ready(Err(_)) => return Poll::Ready(Err(ReadError::Truncated)),
             }
         }

@@ -73,14 +73,24 @@ impl UpstreamRt {
         port: u16,
         addrs: Vec<std::net::IpAddr>,
     ) -> Arc<UpstreamRt> {
-        use crate::conf::model::{Balancer, Keepalive, PeerAddr, UpstreamServer};
-        let mut server = UpstreamServer::new(
-            name.to_string(),
-            addrs
-                .into_iter()
-                .map(|ip| PeerAddr::Inet(std::net::SocketAddr::new(ip, port)))
-                .collect(),
-        );
+        use crate::conf::model::PeerAddr;
+        let peers = addrs
+            .into_iter()
+            .map(|ip| PeerAddr::Inet(std::net::SocketAddr::new(ip, port)))
+            .collect();
+        UpstreamRt::for_peers(name, host, port, peers)
+    }
+
+    /// A round robin over `peers` made for one request (`proxy_pass` with
+    /// variables naming an address or a `unix:` socket).
+    pub fn for_peers(
+        name: &str,
+        host: &str,
+        port: u16,
+        peers: Vec<crate::conf::model::PeerAddr>,
+    ) -> Arc<UpstreamRt> {
+        use crate::conf::model::{Balancer, Keepalive, UpstreamServer};
+        let mut server = UpstreamServer::new(name.to_string(), peers);
         server.host = host.to_string();
         server.port = port;
         let u = Upstream {

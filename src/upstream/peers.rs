@@ -349,6 +349,16 @@ impl Peers {
         self.primary.len() + self.backup.len()
     }
 
+    /// nginx's tries for a request: one per peer not marked `down`,
+    /// primary and backup (a down one is never tried).
+    pub fn tries(&self) -> usize {
+        self.primary
+            .iter()
+            .chain(&self.backup)
+            .filter(|p| !p.down)
+            .count()
+    }
+
     /// One primary peer and no backup: it never fails and is always tried.
     pub fn single(&self) -> bool {
         self.primary.len() == 1 && self.backup.is_empty()

@@ -273,12 +273,15 @@ impl Pool {
     }
 
     /// Drops an idle connection that may not serve again: closed, idle too
-    /// long, used up or (recycled) too old.
+    /// long, used up or, with the keeper (`keepalive_min`), too old
+    /// (recycled). Without it, as nginx, `keepalive_time` is checked when a
+    /// connection goes back to the cache (`put`), not while it is idle: one
+    /// that crossed it meanwhile serves once more.
     fn usable(&self, c: Pooled, now: Instant) -> Option<Pooled> {
         if !self.fresh(&c, now) {
             return None;
         }
-        if c.too_old(now) {
+        if self.cfg.min > 0 && c.too_old(now) {
             c.recycle();
             return None;
         }

@@ -51,7 +51,9 @@ impl Cache {
 
     /// The addresses of `host`, or the nginx error code (3 for NXDOMAIN).
     pub async fn lookup(&self, host: &str, r: &Resolver) -> Result<Vec<IpAddr>, u16> {
-        let key = host.to_ascii_lowercase();
+        let host = host.to_ascii_lowercase();
+        // Resolvers that ask for other families keep apart.
+        let key = format!("{host}/{}{}", u8::from(r.ipv4), u8::from(r.ipv6));
         loop {
             let mut wait: Option<Shared> = None;
             let mine = {
@@ -97,7 +99,7 @@ impl Cache {
                 }
             }
             let Some(tx) = mine else { continue };
-            let result = match self.client.resolve(&key, r).await {
+            let result = match self.client.resolve(&host, r).await {
                 Ok(Answer::Addrs { addrs, valid }) => Ok((addrs, valid)),
                 Ok(Answer::NxDomain) => Err(3),
                 Err(e) => Err(e.code()),
