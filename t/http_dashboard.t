@@ -12,13 +12,14 @@ use strict;
 
 use Test::More;
 use JSON::PP;
+use Encode ();
 
 BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(22);
+my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(25);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -117,7 +118,7 @@ EOF
 
 SKIP: {
 	my $node = (grep { -x } '/usr/bin/node', '/usr/bin/nodejs')[0];
-	skip 'no node', 4 unless $node;
+	skip 'no node', 7 unless $node;
 	my $html = `$node $d/run.js $d 2>&1`;
 	like($html, qr/<div class="peer state-up" data-peer="127\.0\.0\.1:$p1">/,
 		'node: live peer rendered, state up');
@@ -126,6 +127,32 @@ SKIP: {
 	like($html, qr/data-peer="127\.0\.0\.1:$p1">.*?<b>2\.0<\/b>\/s/s,
 		'node: 4 requests in 2 s make 2.0/s');
 	like($html, qr/<h2>stream tcp<\/h2>.*zone <b>tcps<\/b>/s, 'node: stream upstream and its zone');
+
+	# A pick_first upstream with a resolve line, as the API shows it, at a
+	# fixed time: the choice, the chosen peer, the answer's countdown and
+	# its last error.
+	$t->write_file('synth.js', <<'EOF2');
+const fs = require('fs'), vm = require('vm');
+const dir = process.argv[2];
+const sandbox = { module: { exports: {} } };
+vm.runInNewContext(fs.readFileSync(dir + '/dashboard.js', 'utf8'), sandbox);
+const { render } = sandbox.module.exports;
+const peer = (id, server, state) => ({ id, server, state, active: 0, requests: 0,
+	responses: { "2xx": 0, "4xx": 0, "5xx": 0 }, fails: 0, sent: 0, received: 0 });
+const data = { http: { pf: { peers: [peer(0, "10.0.0.1:80", "up"), peer(1, "10.0.0.2:80", "up")],
+	sluice: { zone: "z", size: 65536, used: 4096, peer_slots: 200, peer_slots_used: 2,
+		pick_first: "10.0.0.2:80",
+		resolve: [{ name: "app.test:80", addresses: ["10.0.0.1:80"],
+			expires: "2026-01-01T00:00:12.000Z", last_error: "2: Server failure" }] } } } };
+process.stdout.write(render(data, {}, Date.parse("2026-01-01T00:00:00.000Z")));
+EOF2
+	my $synth = Encode::decode("UTF-8", `$node $d/synth.js $d 2>&1`);
+	like($synth, qr/pick_first \x{2192} <b>10\.0\.0\.2:80<\/b>/, 'node: the pick_first choice')
+		or diag($synth);
+	like($synth, qr/data-peer="10\.0\.0\.2:80">.*?<small class="chosen">chosen<\/small>/,
+		'node: the chosen peer marked');
+	like($synth, qr/app\.test:80 \x{2192} 10\.0\.0\.1:80 <span class="expires">expires in 12s<\/span> \x{2014} <span class="last-error">2: Server failure<\/span>/,
+		'node: the resolved name, its countdown and last error');
 }
 
 # Headless chromium, driven over the DevTools protocol: the page polls the

@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(21);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(24);
 
 $t->write_file_expand('sluice.conf', <<'EOF2');
 
@@ -68,6 +68,8 @@ http {
         location /plain/ { proxy_pass http://plain/; }
         location /failed/ { proxy_pass http://failed/; }
         location /named/ { proxy_pass http://named/; }
+        location /api/ { api; }
+        location = /metrics { metrics; }
     }
 }
 
@@ -93,6 +95,13 @@ select(undef, undef, undef, 0.2);
 my $t1 = time();
 like(http_get('/one/c'), qr/^HTTP\/1.1 502/, 'queue full: 502');
 ok(time() - $t1 < 1, 'queue full: at once');
+# NGINX Plus's queue object in the API, and the metrics, meanwhile.
+my ($api) = (http_get('/api/9/http/upstreams/one') // '') =~ /"queue":(\{[^}]*\})/;
+is($api, '{"max_size":1,"overflows":1,"size":1}', 'API: one waiting, one overflow');
+my $metrics = http_get('/metrics') // '';
+like($metrics, qr/^sluice_upstream_queue_size\{upstream="one"\} 1$/m, 'metrics: queue size');
+like($metrics, qr/^sluice_upstream_queue_overflows_total\{upstream="one"\} 1$/m,
+	'metrics: overflows');
 like(http_end($slow), qr/^HTTP\/1.1 200/, 'the slow request');
 like(http_end($queued), qr/^HTTP\/1.1 200/, 'the queued request is served');
 my $waited = time() - $t0;

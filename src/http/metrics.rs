@@ -438,6 +438,23 @@ fn upstream(f: &mut Families, u: &UpstreamRt, stream: bool, zones: &mut HashSet<
         &[("upstream", up)],
         all.len() as f64,
     );
+    if let (Some(z), Some(i), Some(_)) = (u.zone(), u.zone_index(), u.cfg.queue) {
+        let (size, overflows) = z.queue(i);
+        f.add(
+            "sluice_upstream_queue_size",
+            Gauge,
+            "Requests waiting in the upstream's queue now, every worker's.",
+            &[("upstream", up)],
+            f64::from(size),
+        );
+        f.add(
+            "sluice_upstream_queue_overflows_total",
+            Counter,
+            "Requests turned away with 502 because their worker's queue was full.",
+            &[("upstream", up)],
+            overflows as f64,
+        );
+    }
     if let (false, Some(z), Some(i)) = (stream, u.zone(), u.zone_index()) {
         use crate::upstream::zone::Timing;
         for (t, name, help) in [

@@ -350,6 +350,15 @@ fn upstream_json(u: &UpstreamRt, stream: bool) -> Value {
     if let (Some(o), Some(z)) = (out.as_object_mut(), u.zone()) {
         let usage = z.usage();
         o.insert("zone".into(), json!(z.name));
+        // NGINX Plus's queue object (the size: every worker's waiting
+        // requests; max_size: each worker's).
+        if let (Some(q), Some(i)) = (u.cfg.queue, u.zone_index()) {
+            let (size, overflows) = z.queue(i);
+            o.insert(
+                "queue".into(),
+                json!({"size": size, "max_size": q.max, "overflows": overflows}),
+            );
+        }
         o.insert(
             "sluice".into(),
             json!({

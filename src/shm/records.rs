@@ -115,6 +115,11 @@ pub(crate) struct UpstreamRec {
     pub(crate) _hpad: AtomicU32,
     pub(crate) hist: [[AtomicU64; HIST_MAX + 1]; 3],
     pub(crate) hist_sum_us: [AtomicU64; 3],
+    /// `queue`: requests waiting now (every worker's) and those turned
+    /// away because their worker's queue was full.
+    pub(crate) queue_size: AtomicU32,
+    pub(crate) _qpad: AtomicU32,
+    pub(crate) queue_overflows: AtomicU64,
 }
 
 /// The most buckets `metrics_buckets` may set.
@@ -242,7 +247,7 @@ unsafe impl Shared for PeerSlot {}
 
 const _: () = assert!(size_of::<Header>() == 120);
 const _: () = assert!(size_of::<Ack>() == 16);
-const _: () = assert!(size_of::<UpstreamRec>() == 616);
+const _: () = assert!(size_of::<UpstreamRec>() == 632);
 const _: () = assert!(size_of::<ServerRec>() == 432);
 const _: () = assert!(size_of::<PeerSlot>() == 312);
 

@@ -358,17 +358,30 @@ fn tries(policy: &Policy, snap: &Peers) -> usize {
 struct QueuePlace(Arc<UpstreamRt>);
 
 impl QueuePlace {
+    /// A place, counted in the zone (for the API and the metrics); None
+    /// (an overflow, counted too) when the worker's queue is full.
     fn enter(ups: &Arc<UpstreamRt>, max: usize) -> Option<QueuePlace> {
-        ups.queued
+        let zone = ups.zone().zip(ups.zone_index());
+        let entered = ups
+            .queued
             .fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
-            .ok()
-            .map(|_| QueuePlace(ups.clone()))
+            .is_ok();
+        if let Some((z, i)) = zone {
+            match entered {
+                true => z.queue_wait(i, true),
+                false => z.queue_overflow(i),
+            }
+        }
+        entered.then(|| QueuePlace(ups.clone()))
     }
 }
 
 impl Drop for QueuePlace {
     fn drop(&mut self) {
         self.0.queued.fetch_sub(1, Relaxed);
+        if let (Some(z), Some(i)) = (self.0.zone(), self.0.zone_index()) {
+            z.queue_wait(i, false);
+        }
     }
 }
 

@@ -1,3 +1,6 @@
+//! A zone upstream's figures for the metrics beyond its peers': its
+//! `queue` and its time histograms.
+//!
 //! The time histograms of a zone upstream (`metrics_buckets`): how long its
 //! attempts took to connect, to get the response header and to get the whole
 //! response, counted by every worker into buckets whose bounds the zone
@@ -31,6 +34,33 @@ pub struct Hist {
 pub const DEFAULT_BOUNDS_MS: &[u32] = &[5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
 
 impl Zone {
+    /// `queue`: a request of upstream `u` starts waiting (`true`), stops
+    /// (`false`).
+    pub fn queue_wait(&self, u: usize, waiting: bool) {
+        let Ok(rec) = self.rec(u) else { return };
+        if waiting {
+            rec.queue_size.fetch_add(1, Relaxed);
+        } else {
+            let _ = rec
+                .queue_size
+                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
+    /// `queue`: a request of upstream `u` found its worker's queue full.
+    pub fn queue_overflow(&self, u: usize) {
+        if let Ok(rec) = self.rec(u) {
+            rec.queue_overflows.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// `queue`: upstream `u`'s waiting requests and overflows.
+    pub fn queue(&self, u: usize) -> (u32, u64) {
+        self.rec(u)
+            .map(|r| (r.queue_size.load(Relaxed), r.queue_overflows.load(Relaxed)))
+            .unwrap_or_default()
+    }
+
     /// Records the bucket bounds of every upstream of the zone (at most
     /// `HIST_MAX`; the configuration checks it).
     pub fn set_buckets(&self, bounds_ms: &[u32]) {
