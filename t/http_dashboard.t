@@ -19,7 +19,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(25);
+my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(27);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -118,7 +118,7 @@ EOF
 
 SKIP: {
 	my $node = (grep { -x } '/usr/bin/node', '/usr/bin/nodejs')[0];
-	skip 'no node', 7 unless $node;
+	skip 'no node', 8 unless $node;
 	my $html = `$node $d/run.js $d 2>&1`;
 	like($html, qr/<div class="peer state-up" data-peer="127\.0\.0\.1:$p1">/,
 		'node: live peer rendered, state up');
@@ -151,6 +151,33 @@ EOF2
 		or diag($synth);
 	like($synth, qr/data-peer="10\.0\.0\.2:80">.*?<small class="chosen">chosen<\/small>/,
 		'node: the chosen peer marked');
+	# 100 upstreams of 50 peers: every row rendered (the time is shown, not
+	# asserted).
+	$t->write_file('big.js', <<'EOF2');
+const fs = require('fs'), vm = require('vm');
+const dir = process.argv[2];
+const sandbox = { module: { exports: {} } };
+vm.runInNewContext(fs.readFileSync(dir + '/dashboard.js', 'utf8'), sandbox);
+const { render, track } = sandbox.module.exports;
+const http = {};
+for (let u = 0; u < 100; u++) {
+	const peers = [];
+	for (let p = 0; p < 50; p++) peers.push({ id: p, server: "10.0." + u + "." + p + ":80",
+		state: p % 7 ? "up" : "unavail", active: 1, requests: u * p,
+		responses: { "2xx": u * p, "4xx": 0, "5xx": 0 }, fails: 0, sent: 0, received: 0 });
+	http["u" + u] = { peers, sluice: { zone: "z" + u, size: 1 << 20, used: 1 << 16,
+		peer_slots: 2000, peer_slots_used: 50 } };
+}
+const history = {};
+track(history, { http }, 0);
+const t0 = process.hrtime.bigint();
+const html = render({ http }, history);
+const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+process.stdout.write((html.match(/<div class="peer state-/g) || []).length + " " + ms.toFixed(1) + "\n");
+EOF2
+	my ($rows, $ms) = split ' ', (`$node $d/big.js $d 2>&1` // '');
+	is($rows, 5000, 'node: 100 upstreams of 50 peers render every row');
+	note("render of 5000 peers: $ms ms") if defined $ms;
 	like($synth, qr/app\.test:80 \x{2192} 10\.0\.0\.1:80 <span class="expires">expires in 12s<\/span> \x{2014} <span class="last-error">2: Server failure<\/span>/,
 		'node: the resolved name, its countdown and last error');
 }
@@ -160,8 +187,8 @@ EOF2
 # screenshot is saved (dashboard.png in the test directory).
 SKIP: {
 	my $chromium = (grep { -x } '/usr/bin/chromium', '/usr/bin/chromium-browser')[0];
-	skip 'no chromium', 8 unless $chromium;
-	skip 'no python3-websocket', 8
+	skip 'no chromium', 9 unless $chromium;
+	skip 'no python3-websocket', 9
 		unless system('/usr/bin/python3', '-c', 'import websocket') == 0;
 	my $url = 'http://127.0.0.1:' . port(8080) . '/status/dashboard.html';
 	# Then the live peer (server 0 of app) is marked down through the API.
@@ -181,6 +208,9 @@ SKIP: {
 	is($res->{patch_status}, 200, 'chromium: the API took the PATCH');
 	ok(defined $res->{down_after} && $res->{down_after} <= 1.5,
 		'chromium: the peer shows down within one poll (1 s)') or diag($out);
+	my ($page_w, $view_w) = @{$res->{phone} // [0, -1]};
+	ok($view_w == 390 && $page_w <= $view_w, 'chromium: no sideways scrolling at a phone\'s width')
+		or diag("page $page_w, viewport $view_w");
 	my $png = $t->read_file('dashboard.png') // '';
 	ok(substr($png, 0, 8) eq "\x89PNG\r\n\x1a\n" && length($png) > 10000,
 		'chromium: screenshot saved') or diag(length $png);

@@ -8,7 +8,8 @@
 # usage: dashboard_cdp.py CHROMIUM URL OUTDIR [PATCH_URL PEER]
 # writes OUTDIR/dom1.html, OUTDIR/dashboard.png (and OUTDIR/dom2.html), and
 # prints one JSON object: {"rendered": secs, "down_after": secs or null,
-# "patch_status": N or null}.
+# "patch_status": N or null, "phone": [page width, viewport width] at a
+# phone's 390 CSS pixels (OUTDIR/phone.png)}.
 
 import base64
 import json
@@ -86,7 +87,7 @@ def main():
         stderr=subprocess.DEVNULL,
         env=env,
     )
-    result = {"rendered": None, "down_after": None, "patch_status": None}
+    result = {"rendered": None, "down_after": None, "patch_status": None, "phone": None}
     try:
         pages = []
         for _ in range(200):
@@ -134,6 +135,24 @@ def main():
             result["down_after"] = took
             with open(f"{out}/dom2.html", "w") as f:
                 f.write(html)
+        # A phone's width: the page must not need sideways scrolling.
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=390,
+            height=844,
+            deviceScaleFactor=2,
+            mobile=True,
+        )
+        time.sleep(1.2)
+        r = page.call(
+            "Runtime.evaluate",
+            expression="[document.documentElement.scrollWidth, window.innerWidth]",
+            returnByValue=True,
+        )
+        result["phone"] = r.get("result", {}).get("value")
+        shot = page.call("Page.captureScreenshot", format="png")
+        with open(f"{out}/phone.png", "wb") as f:
+            f.write(base64.b64decode(shot.get("data", "")))
     finally:
         proc.kill()
         proc.wait()
