@@ -24,7 +24,7 @@ use Test::Sluice qw/:all/;
 system('/usr/bin/python3', '-c', 'import prometheus_client.parser') == 0
 	or plan(skip_all => 'no python3-prometheus-client for /usr/bin/python3');
 
-my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(30);
+my $t = Test::Sluice->new()->has(qw/http stream upstream_zone/)->plan(31);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -159,6 +159,8 @@ is(value($m, 'sluice_stream_upstream_peer_connections_total', upstream => 'tcp')
 ok(value($m, 'sluice_stream_upstream_peer_received_bytes_total', upstream => 'tcp') > 100
 	&& value($m, 'sluice_stream_upstream_peer_sent_bytes_total', upstream => 'tcp') > 2 * 20,
 	'stream upstream: bytes both ways');
+is(value($m, 'sluice_stream_sessions_total') . ' ' . value($m, 'sluice_stream_sessions_active'),
+	'2 0', 'stream sessions: two, none open');
 
 # 15 proxied requests, 2 stream sessions (not HTTP), this scrape.
 is(value($m, 'sluice_connections_accepted_total') . ' ' . value($m, 'sluice_connections_handled_total')

@@ -305,7 +305,7 @@ fn connections(f: &mut Families, c: &crate::shm::records::StatusCounters) {
     let active = c.active.load(Relaxed);
     let reading = c.reading.load(Relaxed);
     let writing = c.writing.load(Relaxed);
-    let rows: [(&'static str, Kind, &'static str, u64); 7] = [
+    let rows: [(&'static str, Kind, &'static str, u64); 9] = [
         (
             "sluice_connections_accepted_total",
             Counter,
@@ -347,6 +347,18 @@ fn connections(f: &mut Families, c: &crate::shm::records::StatusCounters) {
             Gauge,
             "Idle keep-alive connections.",
             active.saturating_sub(reading + writing),
+        ),
+        (
+            "sluice_stream_sessions_total",
+            Counter,
+            "Stream (TCP) sessions accepted.",
+            c.stream_sessions.load(Relaxed),
+        ),
+        (
+            "sluice_stream_sessions_active",
+            Gauge,
+            "Stream (TCP) sessions open now.",
+            c.stream_active.load(Relaxed),
         ),
     ];
     for (name, kind, help, v) in rows {

@@ -190,6 +190,7 @@ async fn serve(
         slots.clone(),
         shm.tls.clone(),
         shm.limits.clone(),
+        shm.stats.clone(),
     ));
     let mut server = tokio::spawn(async move {
         http::serve(cfg, listeners, phase_rx, next_conn, slots, shm, slot).await;

@@ -263,13 +263,16 @@ pub struct StatusCounters {
     pub writing: AtomicU64,
     /// Connections reading a request head (nginx's "Reading").
     pub reading: AtomicU64,
+    /// Stream sessions accepted, and open now.
+    pub stream_sessions: AtomicU64,
+    pub stream_active: AtomicU64,
 }
 
 // SAFETY: repr(C), atomics only.
 #[allow(unsafe_code)]
 unsafe impl Shared for StatusCounters {}
 
-const _: () = assert!(size_of::<StatusCounters>() == 48);
+const _: () = assert!(size_of::<StatusCounters>() == 64);
 
 /// The records of an `ssl_session_cache shared:NAME:SIZE` zone (the logic
 /// is `net::tls_cache`): a header, a table of buckets (`AtomicU32`, the

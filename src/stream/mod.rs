@@ -49,6 +49,29 @@ struct Shared {
     upstream_tls: Arc<crate::net::tls_client::Clients>,
     /// `limit_conn_zone` zones.
     limits: Arc<crate::net::limit::LimitZones>,
+    /// The generation's `stub_status` counters (sessions, for the metrics).
+    stats: Option<Arc<crate::http::status::Stats>>,
+}
+
+/// A session counted as open in the shared counters until dropped.
+struct Counted(Option<Arc<crate::http::status::Stats>>);
+
+impl Counted {
+    fn new(stats: &Option<Arc<crate::http::status::Stats>>) -> Counted {
+        if let Some(c) = stats.as_ref().and_then(|s| s.counters()) {
+            c.stream_sessions.fetch_add(1, Ordering::Relaxed);
+            c.stream_active.fetch_add(1, Ordering::Relaxed);
+        }
+        Counted(stats.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_ref().and_then(|s| s.counters()) {
+            c.stream_active.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Serves the stream listeners until the phase leaves `Running`, then waits
@@ -65,6 +88,7 @@ pub async fn serve(
     slots: Arc<Slots>,
     tls: crate::net::tls::TlsShared,
     limits: Arc<crate::net::limit::LimitZones>,
+    stats: Option<Arc<crate::http::status::Stats>>,
 ) {
     let Some(stream) = cfg.stream.as_ref() else {
         return;
@@ -79,6 +103,7 @@ pub async fn serve(
         tls: ssl::configs(stream, &tls),
         upstream_tls: Arc::new(crate::net::tls_client::Clients::new()),
         limits,
+        stats,
     });
     if !zones.is_empty() {
         crate::upstream::resolve::start_upkeep(&shared.upstreams, slot, saved);
@@ -152,7 +177,7 @@ async fn accept_loop(l: Listener, server: usize, flags: Flags, shared: Arc<Share
         let Some(((io, remote, local), permit)) = sock.accept(&shared.slots).await else {
             return;
         };
-        let guard = shared.conns.enter();
+        let guard = (shared.conns.enter(), Counted::new(&shared.stats));
         let session = Session {
             number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
             remote,
