@@ -396,13 +396,30 @@ fn set_keepalive(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
     Ok(())
 }
 
-fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Upstream(u) = n else {
-        return Err(not_here(d));
-    };
-    if u.stream {
-        return Err(not_here(d));
+/// The `upstream` block of an http-only upstream directive (refused in a
+/// stream upstream and elsewhere).
+fn http_upstream<'a>(d: &Directive, n: &'a mut Node<'_>) -> Result<&'a mut UpstreamB, ConfError> {
+    match n {
+        Node::Upstream(u) if !u.stream => Ok(u),
+        _ => Err(not_here(d)),
     }
+}
+
+/// A `timeout=TIME` parameter (above zero); `None` when it is absent.
+fn timeout_param(d: &Directive, at: usize) -> Result<Option<Duration>, ConfError> {
+    d.args
+        .get(at)
+        .map(|p| {
+            p.strip_prefix("timeout=")
+                .and_then(|v| values::parse_time(v, true))
+                .filter(|t| !t.is_zero())
+                .ok_or_else(|| ConfError::at(format!("invalid parameter \"{p}\""), &d.src))
+        })
+        .transpose()
+}
+
+fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let u = http_upstream(d, n)?;
     let i = match d.name.as_str() {
         "keepalive_requests" => 1,
         "keepalive_time" => 2,
@@ -452,12 +469,7 @@ fn set_keepalive_more(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Resul
 /// connection every TIME; no answer within the timeout (by default TIME
 /// again) closes it.
 fn set_ping(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Upstream(u) = n else {
-        return Err(not_here(d));
-    };
-    if u.stream {
-        return Err(not_here(d));
-    }
+    let u = http_upstream(d, n)?;
     if u.ping.is_some() {
         return Err(duplicate(d));
     }
@@ -465,40 +477,21 @@ fn set_ping(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     if interval.is_zero() {
         return Err(super::build::invalid_value(d));
     }
-    let timeout = match d.args.get(1) {
-        None => interval,
-        Some(p) => p
-            .strip_prefix("timeout=")
-            .and_then(|v| values::parse_time(v, true))
-            .filter(|t| !t.is_zero())
-            .ok_or_else(|| ConfError::at(format!("invalid parameter \"{p}\""), &d.src))?,
-    };
+    let timeout = timeout_param(d, 1)?.unwrap_or(interval);
     u.ping = Some(Ping { interval, timeout });
     Ok(())
 }
 
 /// `queue N [timeout=TIME]` (http upstreams only, as NGINX Plus has it).
 fn set_queue(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let Node::Upstream(u) = n else {
-        return Err(not_here(d));
-    };
-    if u.stream {
-        return Err(not_here(d));
-    }
+    let u = http_upstream(d, n)?;
     if u.queue.is_some() {
         return Err(duplicate(d));
     }
     let max = number(&d.args[0])
         .filter(|n: &usize| *n > 0)
         .ok_or_else(|| super::build::invalid_value(d))?;
-    let timeout = match d.args.get(1) {
-        None => Duration::from_secs(60),
-        Some(p) => p
-            .strip_prefix("timeout=")
-            .and_then(|v| values::parse_time(v, true))
-            .filter(|t| !t.is_zero())
-            .ok_or_else(|| ConfError::at(format!("invalid parameter \"{p}\""), &d.src))?,
-    };
+    let timeout = timeout_param(d, 1)?.unwrap_or(Duration::from_secs(60));
     u.queue = Some(Queue { max, timeout });
     Ok(())
 }
