@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(24);
+my $t = Test::Sluice->new()->has(qw/http upstream_zone/)->plan(26);
 
 $t->write_file_expand('sluice.conf', <<'EOF2');
 
@@ -45,6 +45,11 @@ http {
         server 127.0.0.1:%%PORT_8081%% max_conns=1;
         queue 4 timeout=500ms;
     }
+    upstream fifo {
+        zone z;
+        server 127.0.0.1:%%PORT_8081%% max_conns=1;
+        queue 5;
+    }
     upstream plain {
         zone z;
         server 127.0.0.1:%%PORT_8081%% max_conns=1;
@@ -66,6 +71,7 @@ http {
         location /one/ { proxy_pass http://one/; }
         location /short/ { proxy_pass http://short/; }
         location /plain/ { proxy_pass http://plain/; }
+        location /fifo/ { proxy_pass http://fifo/; }
         location /failed/ { proxy_pass http://failed/; }
         location /named/ { proxy_pass http://named/; }
         location /api/ { api; }
@@ -106,6 +112,21 @@ like(http_end($slow), qr/^HTTP\/1.1 200/, 'the slow request');
 like(http_end($queued), qr/^HTTP\/1.1 200/, 'the queued request is served');
 my $waited = time() - $t0;
 ok($waited >= 0.4 && $waited < 3, 'after the slow one ended') or diag($waited);
+
+# A release wakes the longest-waiting request first: with the peer busy,
+# four requests queue one after the other and are served in that order
+# (the access log has them as they end).
+$slow = http_get('/fifo/slow/0.5/a', start => 1);
+select(undef, undef, undef, 0.2);
+my @q;
+for my $n (1 .. 4) {
+	push @q, http_get("/fifo/slow/0.2/q$n", start => 1);
+	select(undef, undef, undef, 0.05);
+}
+http_end($_) for $slow, @q;
+ok($t->waitforlog(qr/^\/fifo\/slow\/0\.2\/q4 /m, 5, 'access.log'), 'the queued requests ended');
+my $order = join ' ', $t->read_file('access.log') =~ /^\/fifo\/slow\/0\.2\/(q\d) 200/mg;
+is($order, 'q1 q2 q3 q4', 'served in the order they queued');
 
 # Without a queue the same situation is a 502 at once.
 $slow = http_get('/plain/slow/1/a', start => 1);

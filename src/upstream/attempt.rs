@@ -341,8 +341,10 @@ pub struct Attempts {
     refused: Option<&'static str>,
 }
 
-/// How often a request in the queue looks for a peer.
-const QUEUE_TICK: Duration = Duration::from_millis(10);
+/// How often a request in the queue looks for a peer when no release in
+/// this worker woke it (peers freed by other workers, health checks and DNS
+/// answers change the zone's peers without a wake-up).
+const QUEUE_TICK: Duration = Duration::from_millis(25);
 
 /// The tries a request has on `snap`: `proxy_next_upstream_tries`, at most
 /// the number of peers.
@@ -355,15 +357,16 @@ fn tries(policy: &Policy, snap: &Peers) -> usize {
 }
 
 /// One of an upstream's `queue` places in this worker, freed when dropped.
-struct QueuePlace(Arc<UpstreamRt>);
+struct QueuePlace(Arc<UpstreamRt>, Arc<super::QueueWake>);
 
 impl QueuePlace {
     /// A place, counted in the zone (for the API and the metrics); None
     /// (an overflow, counted too) when the worker's queue is full.
     fn enter(ups: &Arc<UpstreamRt>, max: usize) -> Option<QueuePlace> {
+        let wake = ups.queue.clone()?;
         let zone = ups.zone().zip(ups.zone_index());
-        let entered = ups
-            .queued
+        let entered = wake
+            .waiting
             .fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
             .is_ok();
         if let Some((z, i)) = zone {
@@ -372,13 +375,13 @@ impl QueuePlace {
                 false => z.queue_overflow(i),
             }
         }
-        entered.then(|| QueuePlace(ups.clone()))
+        entered.then(|| QueuePlace(ups.clone(), wake))
     }
 }
 
 impl Drop for QueuePlace {
     fn drop(&mut self) {
-        self.0.queued.fetch_sub(1, Relaxed);
+        self.1.waiting.fetch_sub(1, Relaxed);
         if let (Some(z), Some(i)) = (self.0.zone(), self.0.zone_index()) {
             z.queue_wait(i, false);
         }
@@ -447,18 +450,30 @@ impl Attempts {
     }
 
     /// `queue`: waits, in one of the upstream's queue places in this
-    /// worker, until the balancer finds a peer (looking at the zone's peers
-    /// every `QUEUE_TICK`, as other workers' requests, checks and answers
-    /// change them) or the queue's timeout passes. Err: why not, in the
+    /// worker, until the balancer finds a peer (looking again when a release
+    /// here wakes it, the longest-waiting first, else every `QUEUE_TICK`, as
+    /// other workers' requests, checks and answers change the zone's peers)
+    /// or the queue's timeout passes. Err: why not, in the
     /// error log's words.
     async fn queue(&mut self, q: Queue) -> Result<PeerId, &'static str> {
-        let Some(_place) = QueuePlace::enter(&self.ups, q.max) else {
+        let Some(place) = QueuePlace::enter(&self.ups, q.max) else {
             return Err("upstream queue is full");
         };
         let deadline = Instant::now() + q.timeout;
+        let wake = place.1.clone();
+        // One registration kept across the ticks, so that the waiters stay
+        // in their arrival order (a new one goes to the back).
+        let mut woken = std::pin::pin!(wake.notify.notified());
+        woken.as_mut().enable();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            tokio::time::sleep(QUEUE_TICK.min(left)).await;
+            tokio::select! {
+                _ = woken.as_mut() => {
+                    woken.set(wake.notify.notified());
+                    woken.as_mut().enable();
+                }
+                _ = tokio::time::sleep(QUEUE_TICK.min(left)) => {}
+            }
             let latest = self.ups.peers();
             if latest.config != self.snap.config || self.snap.count() == 0 {
                 self.tried = Tried::new(&latest);

@@ -59,8 +59,26 @@ pub struct UpstreamRt {
     pub reg: Arc<Registry>,
     /// Its HTTP/2 connections (`grpc_pass`, `proxy_http_version 2`).
     pub h2: Arc<h2set::H2Sets>,
-    /// Requests of this worker in its `queue`.
-    pub queued: std::sync::atomic::AtomicUsize,
+    /// `queue`: this worker's waiting requests, woken when a peer frees
+    /// here (its snapshots carry it to `Peers::release`).
+    pub queue: Option<Arc<QueueWake>>,
+}
+
+/// An upstream's `queue` in one worker: how many requests wait, and the
+/// wake-up a release of a peer gives the longest-waiting one.
+#[derive(Debug, Default)]
+pub struct QueueWake {
+    pub waiting: std::sync::atomic::AtomicUsize,
+    pub notify: tokio::sync::Notify,
+}
+
+impl QueueWake {
+    /// A peer freed a connection: the longest-waiting request looks again.
+    pub fn freed(&self) {
+        if self.waiting.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            self.notify.notify_one();
+        }
+    }
 }
 
 impl UpstreamRt {
@@ -127,6 +145,9 @@ impl UpstreamRt {
             }
             None => (0, Peers::from_config(&cfg)),
         };
+        let queue = cfg.queue.map(|_| Arc::new(QueueWake::default()));
+        let mut peers = peers;
+        peers.freed = queue.clone();
         let pool = Pool::new(cfg.keepalive.clone());
         UpstreamRt {
             cfg,
@@ -139,7 +160,7 @@ impl UpstreamRt {
             pool: Mutex::new(pool),
             reg: Arc::new(Registry::default()),
             h2: Arc::new(h2set::H2Sets::default()),
-            queued: std::sync::atomic::AtomicUsize::new(0),
+            queue,
         }
     }
 
@@ -153,7 +174,8 @@ impl UpstreamRt {
         if let Some((z, i)) = &self.shared {
             let seq = z.seq(*i);
             if seq != s.seq {
-                if let Some(p) = z.snapshot(*i, &self.cfg) {
+                if let Some(mut p) = z.snapshot(*i, &self.cfg) {
+                    p.freed = self.queue.clone();
                     let old = std::mem::replace(&mut s.peers, Arc::new(p));
                     s.old.push(Arc::downgrade(&old));
                     s.seq = seq;

@@ -258,6 +258,8 @@ pub struct Peers {
     pub config: u64,
     /// `pick_first`'s choice.
     pub choice: Choice,
+    /// `queue`: woken when a peer is released (see `UpstreamRt::queue`).
+    pub freed: Option<std::sync::Arc<super::QueueWake>>,
 }
 
 fn peer_name(addr: &PeerAddr) -> std::sync::Arc<str> {
@@ -336,6 +338,7 @@ impl Peers {
             points,
             config,
             choice: Choice::Local(Arc::new(AtomicU64::new(0))),
+            freed: None,
         }
     }
 
@@ -436,6 +439,9 @@ impl Peers {
         let _ = l
             .conns
             .fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_sub(1)));
+        if let Some(q) = &self.freed {
+            q.freed();
+        }
         if self.single() {
             return Released::Quiet;
         }
