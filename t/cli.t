@@ -12,7 +12,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(32);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(34);
 my $d = $t->testdir();
 
 my ($rc, $out, $err) = $t->run_binary('-v');
@@ -23,6 +23,8 @@ like($err, qr!^sluice version: sluice/[\d.]+\nnginx version: nginx/1\.31\.5 \(be
 ($rc, $out, $err) = $t->run_binary('-V');
 like($err, qr/^configure arguments: .*--without-http_fastcgi_module/m, '-V lists missing modules');
 unlike($err, qr/--without-http_proxy_module/, '-V: the proxy module is built in');
+unlike($err, qr/--without-http_grpc_module/, '-V: the grpc module is built in');
+like($err, qr/^configure arguments: .*--with-http_v2_module(?:\s|$)/m, '-V: HTTP/2');
 like($err, qr/^core directives not implemented: (?=.*\bssl_engine\b)(?!.*\btry_files\b).*$/m,
 	'-V lists the core directives not implemented');
 like($err, qr/--with-stream(?:\s|$)/m, '-V lists the stream module');
