@@ -2,7 +2,8 @@
 
 # access_log buffer= flush= gzip: lines wait in the worker's buffer until the
 # next would not fit, until flush= passes (with no more requests), until USR1
-# (written to the old file) and until the worker stops (QUIT and TERM); gzip
+# (written to the old file) and until the worker stops (QUIT, TERM, a
+# reload's old worker); gzip
 # writes one gzip member per flush, the file reads whole with a multi-member
 # gunzip; a stream access_log buffers the same way. Bad sizes, levels, times
 # and conflicting buffers are refused with file and line.
@@ -20,7 +21,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http stream/)->plan(27);
+my $t = Test::Sluice->new()->has(qw/http stream/)->plan(29);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -144,28 +145,34 @@ is(content('full.log.1'), join('', map { fill($_) . "\n" } 1 .. 6), 'old file wh
 ok(-e "$d/full.log" && content('full.log') eq '', 'new file opened empty');
 ok(poll_until(sub { -s "$d/z.log" }, 10), 'USR1 flushes the gzip buffer');
 
+# A reload: the old worker writes its buffers as it stops.
 http_get(fill(7));
 http_get('/z/c');
+ok($t->reload(), 'reloaded');
+ok(poll_until(sub { content('full.log') eq fill(7) . "\n" }, 15),
+	'old worker writes its buffer when a reload stops it');
+http_get(fill(8));
+http_get('/z/d');
 http_get('/t/2');
 
 # A graceful stop writes every buffer.
 $t->stop();
-is(content('full.log'), fill(7) . "\n", 'QUIT writes the buffer');
+is(content('full.log'), fill(7) . "\n" . fill(8) . "\n", 'QUIT writes the buffer');
 like(content('timed.log'), qr!^/t/1\n/t/2\n\z!, 'QUIT writes the flush= buffer');
 is(content('stream.log'), 'stream ' . port(8081) . " 200\n", 'stream buffer written at stop');
-is(gunzip_all('z.log', 1), "/z/a\n/z/b\n/z/c\n", 'gzip file decompresses whole');
+is(gunzip_all('z.log', 1), "/z/a\n/z/b\n/z/c\n/z/d\n", 'gzip file decompresses whole');
 is(gunzip_all('z.log', 0), "/z/a\n/z/b\n", 'first gzip member is the first flush');
 
 # A fast stop (TERM) loses nothing either.
 $t->run();
 $t->started_workers();
-http_get(fill(8));
-http_get('/z/d');
-is(content('full.log'), fill(7) . "\n", 'held before TERM');
+http_get(fill(9));
+http_get('/z/e');
+is(content('full.log'), fill(7) . "\n" . fill(8) . "\n", 'held before TERM');
 $t->signal('TERM');
 ok($t->wait_exit(10), 'TERM stops');
-is(content('full.log'), fill(7) . "\n" . fill(8) . "\n", 'TERM writes the buffer');
-is(gunzip_all('z.log', 1), "/z/a\n/z/b\n/z/c\n/z/d\n", 'third gzip member after TERM');
+is(content('full.log'), join('', map { fill($_) . "\n" } 7 .. 9), 'TERM writes the buffer');
+is(gunzip_all('z.log', 1), "/z/a\n/z/b\n/z/c\n/z/d\n/z/e\n", 'gzip member after TERM');
 
 # Errors, with file and line.
 my @cases = (
