@@ -455,6 +455,8 @@ pub(super) struct Builder<'p> {
     /// `limit_*` directives name.
     pub(super) limit_zones: Vec<super::limit::LimitZoneSpec>,
     pub(super) limit_uses: Vec<super::limit::ZoneUse>,
+    /// `access_log ... buffer=` settings by file, http and stream alike.
+    pub(super) log_buffers: Vec<(std::path::PathBuf, crate::log::files::Buffering)>,
 }
 
 /// Builds the typed configuration. `syntax_err` is the first syntax error met while
@@ -475,6 +477,7 @@ pub fn build_with_warnings(
         ssl_zones: Vec::new(),
         limit_zones: Vec::new(),
         limit_uses: Vec::new(),
+        log_buffers: Vec::new(),
     };
     let mut main = MainB::default();
     let mut declared = Vec::new();
@@ -539,6 +542,7 @@ pub fn build_with_warnings(
         http,
         stream,
         limit_zones: std::mem::take(&mut b.limit_zones),
+        access_log_buffers: std::mem::take(&mut b.log_buffers),
     };
     Ok((cfg, b.warnings))
 }

@@ -1,5 +1,5 @@
 //! `log_format NAME [escape=default|json|none] STRING...` and
-//! `access_log PATH [FORMAT] | off`. Formats are looked up when `access_log` is
+//! `access_log PATH [FORMAT [buffer=SIZE] [gzip[=LEVEL]] [flush=TIME] [if=COND]] | off`. Formats are looked up when `access_log` is
 //! read, so a format must be defined before it is used, as in nginx.
 
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use super::build::{Args, Builder, HTTP, LOC, Node, SRV, SSRV, STREAM, Spec, not_
 use super::loc::{AccessLog, Escape, LogFormat};
 use super::tree::Directive;
 use super::{ConfError, vars};
+use crate::log::files::Buffering;
 
 pub(super) const TABLE: &[Spec] = &[
     Spec {
@@ -106,37 +107,80 @@ fn set_access_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
             .cloned()
             .ok_or_else(|| ConfError::at(format!("unknown log format \"{name}\""), &d.src))?,
     };
-    // buffer= and flush= are accepted (each line is written at once);
-    // gzip is refused; if= is a condition.
+    // buffer=, gzip and flush= buffer the file's lines; if= is a condition.
     let mut cond = None;
+    let (mut size, mut flush, mut gzip) = (None, None, None);
     for p in d.args.iter().skip(2) {
-        if let Some(size) = p.strip_prefix("buffer=") {
-            if super::values::parse_size(size).is_none_or(|n| n == 0) {
-                return Err(ConfError::at(
-                    format!("invalid buffer size \"{size}\""),
-                    &d.src,
-                ));
+        if let Some(s) = p.strip_prefix("buffer=") {
+            match super::values::parse_size(s)
+                .filter(|&n| n > 0)
+                .and_then(|n| usize::try_from(n).ok())
+            {
+                Some(n) => size = Some(n),
+                None => {
+                    return Err(ConfError::at(
+                        format!("invalid buffer size \"{s}\""),
+                        &d.src,
+                    ));
+                }
             }
         } else if let Some(t) = p.strip_prefix("flush=") {
-            if super::values::parse_time(t, true).is_none_or(|t| t.is_zero()) {
-                return Err(ConfError::at(format!("invalid flush time \"{t}\""), &d.src));
+            match super::values::parse_time(t, true).filter(|t| !t.is_zero()) {
+                Some(t) => flush = Some(t),
+                None => {
+                    return Err(ConfError::at(format!("invalid flush time \"{t}\""), &d.src));
+                }
             }
         } else if let Some(c) = p.strip_prefix("if=") {
             cond = Some(vars::compile(c).map_err(|m| ConfError::at(m, &d.src))?);
-        } else if p == "gzip" || p.starts_with("gzip=") {
-            return Err(ConfError::at(
-                format!("access_log parameter \"{p}\" is not supported"),
-                &d.src,
-            ));
+        } else if p == "gzip" {
+            gzip = Some(1);
+        } else if let Some(l) = p.strip_prefix("gzip=") {
+            match l.parse::<u32>().ok().filter(|n| (1..=9).contains(n)) {
+                Some(n) if l.bytes().all(|c| c.is_ascii_digit()) => gzip = Some(n),
+                _ => {
+                    return Err(ConfError::at(
+                        format!("invalid compression level \"{l}\""),
+                        &d.src,
+                    ));
+                }
+            }
         } else {
             return Err(ConfError::at(format!("invalid parameter \"{p}\""), &d.src));
         }
+    }
+    // gzip alone buffers 64k, as nginx does.
+    if gzip.is_some() && size.is_none() {
+        size = Some(64 * 1024);
+    }
+    if flush.is_some() && size.is_none() {
+        return Err(ConfError::at(
+            format!("no buffer is defined for access_log \"{}\"", d.args[0]),
+            &d.src,
+        ));
     }
     let off = d.args[0] == "off";
     if off && d.args.len() > 1 {
         return Err(ConfError::at("invalid parameter \"off\"", &d.src));
     }
     let path = b.path(&d.args[0]);
+    if let Some(size) = size {
+        // One buffer per file: every buffered access_log naming it must agree.
+        let buffering = Buffering { size, flush, gzip };
+        match b.log_buffers.iter().find(|(p, _)| *p == path) {
+            Some((_, had)) if *had != buffering => {
+                return Err(ConfError::at(
+                    format!(
+                        "access_log \"{}\" already defined with conflicting parameters",
+                        d.args[0]
+                    ),
+                    &d.src,
+                ));
+            }
+            Some(_) => {}
+            None => b.log_buffers.push((path.clone(), buffering)),
+        }
+    }
     let list = match n {
         Node::Stream(st) => st.access_log.get_or_insert_with(Vec::new),
         Node::StreamServer(s) => s.access_log.get_or_insert_with(Vec::new),

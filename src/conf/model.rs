@@ -28,6 +28,8 @@ pub struct Config {
     pub stream: Option<Stream>,
     /// `limit_req_zone` and `limit_conn_zone` (http and stream).
     pub limit_zones: Vec<super::limit::LimitZoneSpec>,
+    /// `access_log ... buffer=|gzip`: each buffered file's settings.
+    pub access_log_buffers: Vec<(PathBuf, crate::log::files::Buffering)>,
 }
 
 /// The `stream` block: TCP servers proxying to upstreams.

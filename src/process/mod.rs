@@ -108,7 +108,7 @@ fn open_logs(cfg: &Config) -> Result<(), ()> {
         log::open_append(p).map_err(|e| emerg((p.clone(), e)))?;
     }
     log::configure(&cfg.main.error_log).map_err(emerg)?;
-    log::files::open_all(access).map_err(emerg)
+    log::files::open_all(access, &cfg.access_log_buffers).map_err(emerg)
 }
 
 /// Creates the temp directories the config names (mode 0700, owned by the

@@ -132,6 +132,10 @@ pub fn run(
         }
     };
     rt.block_on(serve(cfg, listeners, channel, shm, slot));
+    // Tasks still running log their requests as they are dropped; then what
+    // the access logs buffered is written.
+    drop(rt);
+    crate::log::files::flush_all();
     crate::log!(Level::Notice, "exiting");
     0
 }
