@@ -329,6 +329,9 @@ pub enum Redirect {
     Default,
     /// A prefix and its replacement (variables allowed).
     Rule(Template, Template),
+    /// `~` or `~*`: a match anywhere in the value replaces the whole value
+    /// with the replacement, which may use the captures.
+    Regex(regex::Regex, Template),
 }
 
 /// One `set_real_ip_from` entry.

@@ -742,9 +742,10 @@ fn keep_spelling(
 }
 
 /// `proxy_redirect`: rewrites the prefix of the upstream's `Location` and
-/// `Refresh` headers.
+/// `Refresh` headers, or (a regex rule) the whole URL.
 pub(super) fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
     use crate::conf::loc::Redirect;
+    use crate::conf::map::{Captures, eval_with_captures};
     let Some(rules) = &r.conf.proxy_redirect else {
         return;
     };
@@ -776,6 +777,19 @@ pub(super) fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
                     None => (format!("{scheme}://{}/", pp.proxy_host), "/".to_string()),
                 },
                 Redirect::Rule(f, t) => (r.eval(f), r.eval(t)),
+                Redirect::Regex(re, t) => {
+                    let Some(c) = re.captures(&url) else {
+                        continue;
+                    };
+                    // A regex without groups leaves `$1` to the last one
+                    // that had, as nginx.
+                    let caps = (re.captures_len() > 1).then(|| Captures::of(re, &c));
+                    let to = eval_with_captures(t, caps.as_ref(), |v| r.value(v));
+                    if let Ok(v) = HeaderValue::from_str(&format!("{head}{to}")) {
+                        h.insert(name.clone(), v);
+                    }
+                    break;
+                }
             };
             if let Some(rest) = url.strip_prefix(from.as_str()) {
                 if let Ok(v) = HeaderValue::from_str(&format!("{head}{to}{rest}")) {
