@@ -662,6 +662,16 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     }
     redirect_headers(r, pp, &mut parts.headers);
     super::proxy_cookie::rewrite(r, &mut parts.headers);
+    if conf.proxy_ignore_headers & ignore::X_ACCEL_LIMIT_RATE == 0 {
+        if let Some(n) = parts
+            .headers
+            .get("x-accel-limit-rate")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            r.accel_limit_rate = Some(n);
+        }
+    }
     filter_response_headers(
         &mut parts.headers,
         &conf.proxy_hide_header,
@@ -687,6 +697,14 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         scheme: if pp.ssl { "https" } else { "http" },
         uri,
         held_error: None,
+        // nginx limits the reads only when it buffers.
+        limit: if conf.proxy_buffering {
+            let rate = crate::conf::rate::size(conf.proxy_limit_rate.as_ref(), |t| r.eval(t));
+            super::rate::Bucket::new(rate, 0)
+        } else {
+            None
+        },
+        rate_wait: false,
     };
     keep_spelling(&mut parts, reason, names, order);
     if conf.proxy_buffering {

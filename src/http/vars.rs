@@ -204,6 +204,9 @@ pub struct Req {
     /// An `auth_request` subrequest: no access phase, its upstream's
     /// headers kept for `auth_request_set`.
     pub subrequest: bool,
+    /// The upstream's `X-Accel-Limit-Rate` (bytes per second), unless
+    /// ignored: it overrides `limit_rate`.
+    pub accel_limit_rate: Option<u64>,
 }
 
 impl Evaluator for Req {
@@ -664,6 +667,7 @@ pub(crate) mod tests {
             request_body: None,
             www_authenticate: None,
             subrequest: false,
+            accel_limit_rate: None,
         }
     }
 
