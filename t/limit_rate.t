@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 
-# limit_rate, limit_rate_after and $limit_rate (set) on the response to the
+# limit_rate, limit_rate_after and $limit_rate (read, and set) on the response to the
 # client; X-Accel-Limit-Rate from the upstream; proxy_limit_rate on reading
 # from the upstream, only with proxy_buffering. Timings are lower bounds with
 # a wide margin (a limited 300 KB at 100 KB/s takes about 2 s: the first
@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(22);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(25);
 my $d = $t->testdir();
 my $size = 300 * 1024;
 
@@ -41,6 +41,9 @@ http {
         location /var/ { alias $d/; set \$limit_rate 100k; }
         location /varoff/ { alias $d/; limit_rate 100k; set \$limit_rate 0; }
         location /byvar/ { alias $d/; set \$r 100k; limit_rate \$r; }
+        location /show { limit_rate 123k; return 200 "rate=\$limit_rate"; }
+        location /showset { limit_rate 123k; set \$limit_rate 5k; return 200 "rate=\$limit_rate"; }
+        location /showself { limit_rate \$limit_rate; return 200 "rate=\$limit_rate"; }
 
         location /proxy/ {
             proxy_pass http://127.0.0.1:%%PORT_8081%%/;
@@ -104,6 +107,10 @@ cmp_ok($s, '<', 1.5, 'set $limit_rate 0 lifts limit_rate');
 ($s, $r) = timed('/byvar/big.bin');
 ok(whole($r), 'limit_rate with a variable: the whole body');
 cmp_ok($s, '>=', 1.5, 'limit_rate $r limits');
+
+like(http_get('/show'), qr/\r\n\r\nrate=125952$/, '$limit_rate reads limit_rate');
+like(http_get('/showset'), qr/\r\n\r\nrate=5120$/, '$limit_rate after set, as a number');
+like(http_get('/showself'), qr/\r\n\r\nrate=0$/, 'limit_rate $limit_rate reads 0');
 
 ($s, $r) = timed('/proxy/big.bin');
 ok(whole($r), 'proxy_limit_rate: the whole body');

@@ -49,3 +49,10 @@ fn set_rate(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
 pub fn size(t: Option<&Template>, eval: impl Fn(&Template) -> String) -> u64 {
     t.and_then(|t| parse_size(eval(t).trim())).unwrap_or(0)
 }
+
+/// The text uses `$limit_rate` (which reads `limit_rate` until set).
+pub fn reads_itself(t: &Template) -> bool {
+    t.segments
+        .iter()
+        .any(|s| matches!(s, vars::Segment::Var(vars::Var::User(n)) if n == "limit_rate"))
+}

@@ -361,6 +361,9 @@ impl Var {
             "body_bytes_sent" => Var::BodyBytesSent,
             "bytes_sent" => Var::BytesSent,
             "request_length" => Var::RequestLength,
+            // nginx's `$limit_rate`, which `set` may change: a user variable
+            // that reads the rate in force until set.
+            "limit_rate" => Var::User(name.to_string()),
             "request_body" => Var::RequestBody,
             "request_time" => Var::RequestTime,
             "time_iso8601" => Var::TimeIso8601,
