@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(25);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(30);
 my $d = $t->testdir();
 my $size = 300 * 1024;
 
@@ -41,6 +41,7 @@ http {
         location /var/ { alias $d/; set \$limit_rate 100k; }
         location /varoff/ { alias $d/; limit_rate 100k; set \$limit_rate 0; }
         location /byvar/ { alias $d/; set \$r 100k; limit_rate \$r; }
+        location /if/ { alias $d/; if (\$arg_slow) { limit_rate 100k; } }
         location /show { limit_rate 123k; return 200 "rate=\$limit_rate"; }
         location /showset { limit_rate 123k; set \$limit_rate 5k; return 200 "rate=\$limit_rate"; }
         location /showself { limit_rate \$limit_rate; return 200 "rate=\$limit_rate"; }
@@ -59,6 +60,11 @@ http {
             proxy_pass http://127.0.0.1:%%PORT_8081%%/accel/;
             proxy_ignore_headers X-Accel-Limit-Rate;
         }
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8082%% http2;
+        location /slow/ { alias $d/; limit_rate 100k; }
     }
 
     server {
@@ -108,6 +114,12 @@ cmp_ok($s, '<', 1.5, 'set $limit_rate 0 lifts limit_rate');
 ok(whole($r), 'limit_rate with a variable: the whole body');
 cmp_ok($s, '>=', 1.5, 'limit_rate $r limits');
 
+($s, $r) = timed('/if/big.bin?slow=1');
+ok(whole($r), 'limit_rate in if: the whole body');
+cmp_ok($s, '>=', 1.5, 'limit_rate in if: limits when the condition holds');
+($s, $r) = timed('/if/big.bin');
+cmp_ok($s, '<', 1.5, 'limit_rate in if: not otherwise');
+
 like(http_get('/show'), qr/\r\n\r\nrate=125952$/, '$limit_rate reads limit_rate');
 like(http_get('/showset'), qr/\r\n\r\nrate=5120$/, '$limit_rate after set, as a number');
 like(http_get('/showself'), qr/\r\n\r\nrate=0$/, 'limit_rate $limit_rate reads 0');
@@ -128,6 +140,17 @@ unlike($r, qr/X-Accel-Limit-Rate/i, 'X-Accel-Limit-Rate not passed on');
 ($s, $r) = timed('/xignored/big.bin');
 ok(whole($r), 'ignored X-Accel-Limit-Rate: the whole body');
 cmp_ok($s, '<', 1.5, 'proxy_ignore_headers X-Accel-Limit-Rate');
+
+SKIP: {
+	skip 'no curl with HTTP/2', 2 unless `curl --version 2>/dev/null` =~ /HTTP2/;
+	my $p = port(8082);
+	my $start = time();
+	my $out = `curl -s --max-time 20 --http2-prior-knowledge -o /dev/null -w '%{http_version} %{size_download}' http://127.0.0.1:$p/slow/big.bin 2>&1`;
+	my $took = time() - $start;
+	note(sprintf("HTTP/2: %.2f s", $took));
+	is($out, "2 $size", 'HTTP/2: the whole body');
+	cmp_ok($took, '>=', 1.5, 'HTTP/2: limit_rate 100k limits too');
+}
 
 $t->stop();
 

@@ -1,10 +1,13 @@
 //! `limit_rate`, `limit_rate_after` (the response to the client) and
 //! `proxy_limit_rate` (reading from the upstream): sizes per request, with
-//! variables allowed as in nginx 1.17 and 1.27. The limits run in
+//! variables allowed as in nginx 1.17 and 1.27. `limit_rate` in an `if`
+//! block sets `$limit_rate` when the condition holds. The limits run in
 //! `http::rate`. No I/O.
 
 use super::ConfError;
 use super::build::{Args, Builder, HTTP, LOC, Node, SRV, Spec, invalid_value, not_here, set_once};
+use super::model::Stmt;
+use super::rewrite::IF;
 use super::tree::Directive;
 use super::values::parse_size;
 use super::vars::{self, Template};
@@ -12,15 +15,15 @@ use super::vars::{self, Template};
 const HSL: u8 = HTTP | SRV | LOC;
 
 pub(super) const TABLE: &[Spec] = &[
-    spec("limit_rate"),
-    spec("limit_rate_after"),
-    spec("proxy_limit_rate"),
+    spec("limit_rate", HSL | IF),
+    spec("limit_rate_after", HSL),
+    spec("proxy_limit_rate", HSL),
 ];
 
-const fn spec(name: &'static str) -> Spec {
+const fn spec(name: &'static str, ctx: u8) -> Spec {
     Spec {
         name,
-        ctx: HSL,
+        ctx,
         args: Args::Exactly(1),
         block: false,
         set: set_rate,
@@ -35,6 +38,14 @@ fn set_rate(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
         if parse_size(lit).is_none() {
             return Err(invalid_value(d));
         }
+    }
+    // In an `if` block: what `set $limit_rate` does there.
+    if let Node::If(body) = n {
+        body.push(Stmt::Set {
+            var: "limit_rate".to_string(),
+            value: t,
+        });
+        return Ok(());
     }
     let l = n.loc_b().ok_or_else(|| not_here(d))?;
     let slot = match d.name.as_str() {
