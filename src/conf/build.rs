@@ -295,6 +295,7 @@ const TABLES: &[&[Spec]] = &[
     super::proxy_more::TABLE,
     super::auth_request::TABLE,
     super::buckets::TABLE,
+    super::rate::TABLE,
 ];
 
 const TABLE: &[Spec] = &[

@@ -88,6 +88,11 @@ loc_settings! {
     /// `proxy_buffers NUMBER SIZE`.
     proxy_buffers: (u32, u64) = |_| (8, 4096),
     client_max_body_size: u64 = |_| 1024 * 1024,
+    /// `limit_rate`, `limit_rate_after`, `proxy_limit_rate` (see
+    /// `conf::rate`): None is 0.
+    limit_rate: Option<Template> = |_| None,
+    limit_rate_after: Option<Template> = |_| None,
+    proxy_limit_rate: Option<Template> = |_| None,
     server_tokens: bool = |_| true,
     /// `http2 on`: HTTP/2 on this server's addresses (ALPN `h2` over TLS,
     /// prior-knowledge h2c on plain ones). Read at server level.
@@ -329,6 +334,9 @@ pub enum Redirect {
     Default,
     /// A prefix and its replacement (variables allowed).
     Rule(Template, Template),
+    /// `~` or `~*`: a match anywhere in the value replaces the whole value
+    /// with the replacement, which may use the captures.
+    Regex(regex::Regex, Template),
 }
 
 /// One `set_real_ip_from` entry.

@@ -834,7 +834,8 @@ fn set_temp_path(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
     Ok(())
 }
 
-/// `proxy_redirect default | off | REDIRECT REPLACEMENT` (several allowed).
+/// `proxy_redirect default | off | REDIRECT REPLACEMENT` (several allowed;
+/// REDIRECT a prefix with variables, or `~REGEX` / `~*REGEX`).
 fn set_redirect(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let l = loc(n, d)?;
     let rule = match d.args.as_slice() {
@@ -844,14 +845,16 @@ fn set_redirect(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         }
         [a] if a == "default" => Redirect::Default,
         [from, to] => {
-            if from.starts_with('~') {
-                return Err(ConfError::at(
-                    "regular expressions in \"proxy_redirect\" are not supported",
-                    &d.src,
-                ));
-            }
             let c = |t: &str| vars::compile(t).map_err(|m| ConfError::at(m, &d.src));
-            Redirect::Rule(c(from)?, c(to)?)
+            if let Some(re) = from.strip_prefix('~') {
+                let regex = super::map::regex(re).map_err(|m| ConfError::at(m, &d.src))?;
+                let names: Vec<String> =
+                    regex.capture_names().flatten().map(String::from).collect();
+                let to = vars::with_names(&names, || c(to))?;
+                Redirect::Regex(regex, to)
+            } else {
+                Redirect::Rule(c(from)?, c(to)?)
+            }
         }
         _ => {
             return Err(ConfError::at(

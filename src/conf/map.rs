@@ -92,6 +92,21 @@ pub struct Captures {
 }
 
 impl Captures {
+    /// What `re` captured in `c`.
+    pub fn of(re: &Regex, c: &regex::Captures<'_>) -> Captures {
+        Captures {
+            numbered: c
+                .iter()
+                .map(|m| m.map_or_else(String::new, |m| m.as_str().to_string()))
+                .collect(),
+            named: re
+                .capture_names()
+                .flatten()
+                .map(|n| (n.to_string(), c.name(n).map_or("", |m| m.as_str()).into()))
+                .collect(),
+        }
+    }
+
     pub fn named(&self, name: &str) -> Option<&str> {
         self.named
             .iter()
@@ -147,17 +162,7 @@ impl Map {
                     continue;
                 };
                 // A regex without groups leaves `$1` to the last one that had.
-                let caps = (re.captures_len() > 1).then(|| Captures {
-                    numbered: c
-                        .iter()
-                        .map(|m| m.map_or_else(String::new, |m| m.as_str().to_string()))
-                        .collect(),
-                    named: re
-                        .capture_names()
-                        .flatten()
-                        .map(|n| (n.to_string(), c.name(n).map_or("", |m| m.as_str()).into()))
-                        .collect(),
-                });
+                let caps = (re.captures_len() > 1).then(|| Captures::of(re, &c));
                 return (self.values.get(*i), caps);
             }
         }
@@ -259,8 +264,8 @@ fn at(msg: impl Into<String>, src: &Src) -> ConfError {
     ConfError::at(msg, src)
 }
 
-/// A map regex: `~` case-sensitive, `~*` ignoring case.
-fn regex(pattern: &str) -> Result<Regex, String> {
+/// A map (or `proxy_redirect`) regex, after its `~`: `*` first ignores case.
+pub(super) fn regex(pattern: &str) -> Result<Regex, String> {
     let (caseless, p) = match pattern.strip_prefix('*') {
         Some(p) => (true, p),
         None => (false, pattern),

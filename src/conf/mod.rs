@@ -28,6 +28,7 @@ mod proptests;
 mod proxy;
 pub mod proxy_more;
 pub mod proxy_ssl;
+pub mod rate;
 mod resolver;
 mod rewrite;
 pub mod ssl;

@@ -208,6 +208,20 @@ pub fn declare(names: Vec<String>) -> Declared {
     Declared
 }
 
+/// Runs `f` with `names` (a regex's named captures) known as variables too,
+/// as nginx knows a regex's names once it compiles it.
+pub fn with_names<T>(names: &[String], f: impl FnOnce() -> T) -> T {
+    let before = DECLARED.with(|d| {
+        let mut d = d.borrow_mut();
+        let n = d.len();
+        d.extend(names.iter().cloned());
+        n
+    });
+    let out = f();
+    DECLARED.with(|d| d.borrow_mut().truncate(before));
+    out
+}
+
 impl Drop for Declared {
     fn drop(&mut self) {
         DECLARED.with(|d| d.borrow_mut().clear());
@@ -347,6 +361,9 @@ impl Var {
             "body_bytes_sent" => Var::BodyBytesSent,
             "bytes_sent" => Var::BytesSent,
             "request_length" => Var::RequestLength,
+            // nginx's `$limit_rate`, which `set` may change: a user variable
+            // that reads the rate in force until set.
+            "limit_rate" => Var::User(name.to_string()),
             "request_body" => Var::RequestBody,
             "request_time" => Var::RequestTime,
             "time_iso8601" => Var::TimeIso8601,

@@ -35,6 +35,7 @@ mod proxy_plan;
 mod proxy_protocol;
 mod proxy_stream;
 pub mod range;
+mod rate;
 pub mod realip;
 pub mod response;
 pub mod router;

@@ -208,6 +208,7 @@ pub(super) async fn handle(
         request_body: None,
         www_authenticate: None,
         subrequest: false,
+        accel_limit_rate: None,
     }));
     let Some(r) = unfinished.0.as_mut() else {
         return Err(CloseConnection);
@@ -311,7 +312,10 @@ pub(super) async fn handle(
             r.sent_headers = Some(resp.headers().clone());
         }
     }
-    let (parts, body) = resp.into_parts();
+    let (parts, mut body) = resp.into_parts();
+    if let Some(b) = super::rate::client_bucket(r) {
+        body = http_body_util::BodyExt::boxed(super::rate::Limited::new(body, b));
+    }
     let Some(r) = unfinished.0.take() else {
         return Err(CloseConnection);
     };
@@ -599,6 +603,7 @@ async fn auth_request(
         request_body: None,
         www_authenticate: None,
         subrequest: true,
+        accel_limit_rate: None,
     };
     let status = match redirect_to(&mut sub, server, uri) {
         Err(()) => 500,

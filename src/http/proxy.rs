@@ -662,6 +662,16 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     }
     redirect_headers(r, pp, &mut parts.headers);
     super::proxy_cookie::rewrite(r, &mut parts.headers);
+    if conf.proxy_ignore_headers & ignore::X_ACCEL_LIMIT_RATE == 0 {
+        if let Some(n) = parts
+            .headers
+            .get("x-accel-limit-rate")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            r.accel_limit_rate = Some(n);
+        }
+    }
     filter_response_headers(
         &mut parts.headers,
         &conf.proxy_hide_header,
@@ -687,6 +697,14 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         scheme: if pp.ssl { "https" } else { "http" },
         uri,
         held_error: None,
+        // nginx limits the reads only when it buffers.
+        limit: if conf.proxy_buffering {
+            let rate = crate::conf::rate::size(conf.proxy_limit_rate.as_ref(), |t| r.eval(t));
+            super::rate::Bucket::new(rate, 0)
+        } else {
+            None
+        },
+        rate_wait: false,
     };
     keep_spelling(&mut parts, reason, names, order);
     if conf.proxy_buffering {
@@ -742,9 +760,10 @@ fn keep_spelling(
 }
 
 /// `proxy_redirect`: rewrites the prefix of the upstream's `Location` and
-/// `Refresh` headers.
+/// `Refresh` headers, or (a regex rule) the whole URL.
 pub(super) fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
     use crate::conf::loc::Redirect;
+    use crate::conf::map::{Captures, eval_with_captures};
     let Some(rules) = &r.conf.proxy_redirect else {
         return;
     };
@@ -776,6 +795,19 @@ pub(super) fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
                     None => (format!("{scheme}://{}/", pp.proxy_host), "/".to_string()),
                 },
                 Redirect::Rule(f, t) => (r.eval(f), r.eval(t)),
+                Redirect::Regex(re, t) => {
+                    let Some(c) = re.captures(&url) else {
+                        continue;
+                    };
+                    // A regex without groups leaves `$1` to the last one
+                    // that had, as nginx.
+                    let caps = (re.captures_len() > 1).then(|| Captures::of(re, &c));
+                    let to = eval_with_captures(t, caps.as_ref(), |v| r.value(v));
+                    if let Ok(v) = HeaderValue::from_str(&format!("{head}{to}")) {
+                        h.insert(name.clone(), v);
+                    }
+                    break;
+                }
             };
             if let Some(rest) = url.strip_prefix(from.as_str()) {
                 if let Ok(v) = HeaderValue::from_str(&format!("{head}{to}{rest}")) {

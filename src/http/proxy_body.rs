@@ -53,6 +53,10 @@ pub(crate) struct ProxyBody {
     /// A failure held back one poll so that what came before it is written
     /// out first.
     pub(crate) held_error: Option<ReadError>,
+    /// `proxy_limit_rate` (with `proxy_buffering`): reads wait for room.
+    pub(crate) limit: Option<super::rate::Bucket>,
+    /// Waiting for `limit`, not for the upstream: no read timeout runs.
+    pub(crate) rate_wait: bool,
 }
 
 /// An upstream failure while streaming the response body; the body that owns
@@ -153,10 +157,20 @@ impl ProxyBody {
         let Some(c) = self.conn.as_mut() else {
             return Poll::Ready(Ok(None));
         };
+        self.rate_wait = false;
+        if let Some(b) = self.limit.as_mut() {
+            if b.poll_room(cx).is_pending() {
+                self.rate_wait = true;
+                return Poll::Pending;
+            }
+        }
         match c.h1.poll_body(&mut self.decoder, cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(Some(d))) => {
                 self.received += d.len() as u64;
+                if let Some(b) = self.limit.as_mut() {
+                    b.used(d.len() as u64);
+                }
                 Poll::Ready(Ok(Some(d)))
             }
             Poll::Ready(Ok(None)) => {
@@ -177,6 +191,10 @@ impl ProxyBody {
     pub(crate) async fn read_ahead(&mut self, room: u64) -> Result<(), UpstreamBodyError> {
         let mut held: u64 = 0;
         while held < room {
+            // The wait for `proxy_limit_rate` is not the upstream's.
+            if let Some(b) = self.limit.as_mut() {
+                poll_fn(|cx| b.poll_room(cx)).await;
+            }
             let timeout = self.read_timeout;
             let next = tokio::time::timeout(timeout, poll_fn(|cx| self.poll_next(cx))).await;
             match next {
@@ -225,6 +243,10 @@ impl HttpBody for ProxyBody {
                 Poll::Pending
             }
             Poll::Ready(Err(e)) => Poll::Ready(Some(Err(Box::new(this.failed(e))))),
+            Poll::Pending if this.rate_wait => {
+                this.timer = None;
+                Poll::Pending
+            }
             Poll::Pending => {
                 let timeout = this.read_timeout;
                 let timer = this

@@ -204,6 +204,9 @@ pub struct Req {
     /// An `auth_request` subrequest: no access phase, its upstream's
     /// headers kept for `auth_request_set`.
     pub subrequest: bool,
+    /// The upstream's `X-Accel-Limit-Rate` (bytes per second), unless
+    /// ignored: it overrides `limit_rate`.
+    pub accel_limit_rate: Option<u64>,
 }
 
 impl Evaluator for Req {
@@ -533,7 +536,23 @@ impl Req {
                 // A named capture of a map regex.
                 .or_else(|| self.maps.named(name))
             {
+                // nginx keeps what `set $limit_rate` gave as a number.
+                Some(v) if name == "limit_rate" => {
+                    crate::conf::values::parse_size(v.trim()).map_or(v, |n| n.to_string())
+                }
                 Some(v) => v,
+                None if name == "limit_rate" => self.accel_limit_rate.map_or_else(
+                    || {
+                        // `limit_rate $limit_rate` reads as 0, not forever.
+                        let t = self
+                            .conf
+                            .limit_rate
+                            .as_ref()
+                            .filter(|t| !crate::conf::rate::reads_itself(t));
+                        crate::conf::rate::size(t, |t| self.eval(t)).to_string()
+                    },
+                    |n| n.to_string(),
+                ),
                 None => {
                     if self.conf.uninitialized_variable_warn {
                         crate::log_conn!(
@@ -664,6 +683,7 @@ pub(crate) mod tests {
             request_body: None,
             www_authenticate: None,
             subrequest: false,
+            accel_limit_rate: None,
         }
     }
 
