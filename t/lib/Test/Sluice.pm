@@ -33,6 +33,11 @@ our %EXPORT_TAGS = (all => \@EXPORT_OK);
 my $ROOT = abs_path(dirname(__FILE__) . '/../../..');
 our $BINARY = $ENV{SLUICE_BINARY} || "$ROOT/target/debug/sluice";
 
+# A write to a connection sluice closed (a flood cut short, a refused
+# request) returns EPIPE instead of killing the test with SIGPIPE, which
+# would leave its sluice and backends running and prove waiting on them.
+$SIG{PIPE} = 'IGNORE';
+
 my %PORTS;          # placeholder number => port
 my %HELD;           # placeholder number => socket holding the port
 my @INSTANCES;
