@@ -143,6 +143,10 @@ pub fn start(cli: &Cli) -> i32 {
     } else {
         None
     };
+    // The title before the pid file: whoever finds the pid sees the title.
+    if cfg.main.master_process {
+        super::title::master();
+    }
     let pid_path = cfg.main.pid.clone();
     if let Err(e) = daemon::write_pid(&pid_path, std::process::id()) {
         crate::log!(
@@ -206,7 +210,6 @@ pub fn start(cli: &Cli) -> i32 {
     if !cfg.main.master_process {
         return single_process(cfg, bound, creds, shm, &pid_path);
     }
-    super::title::master();
     let (sig_read, sig_write) = match UnixStream::pair() {
         Ok(p) => p,
         Err(e) => {
