@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(30);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(33);
 my $d = $t->testdir();
 my $size = 300 * 1024;
 
@@ -42,6 +42,7 @@ http {
         location /varoff/ { alias $d/; limit_rate 100k; set \$limit_rate 0; }
         location /byvar/ { alias $d/; set \$r 100k; limit_rate \$r; }
         location /if/ { alias $d/; if (\$arg_slow) { limit_rate 100k; } }
+        location /ifafter/ { alias $d/; limit_rate 100k; if (\$arg_fast) { limit_rate_after 1m; } }
         location /show { limit_rate 123k; return 200 "rate=\$limit_rate"; }
         location /showset { limit_rate 123k; set \$limit_rate 5k; return 200 "rate=\$limit_rate"; }
         location /showself { limit_rate \$limit_rate; return 200 "rate=\$limit_rate"; }
@@ -119,6 +120,12 @@ ok(whole($r), 'limit_rate in if: the whole body');
 cmp_ok($s, '>=', 1.5, 'limit_rate in if: limits when the condition holds');
 ($s, $r) = timed('/if/big.bin');
 cmp_ok($s, '<', 1.5, 'limit_rate in if: not otherwise');
+
+($s, $r) = timed('/ifafter/big.bin?fast=1');
+ok(whole($r), 'limit_rate_after in if: the whole body');
+cmp_ok($s, '<', 1.5, 'limit_rate_after in if: applies when the condition holds');
+($s, $r) = timed('/ifafter/big.bin');
+cmp_ok($s, '>=', 1.5, 'limit_rate_after in if: the location\'s limit otherwise');
 
 like(http_get('/show'), qr/\r\n\r\nrate=125952$/, '$limit_rate reads limit_rate');
 like(http_get('/showset'), qr/\r\n\r\nrate=5120$/, '$limit_rate after set, as a number');

@@ -16,7 +16,7 @@ const HSL: u8 = HTTP | SRV | LOC;
 
 pub(super) const TABLE: &[Spec] = &[
     spec("limit_rate", HSL | IF),
-    spec("limit_rate_after", HSL),
+    spec("limit_rate_after", HSL | IF),
     spec("proxy_limit_rate", HSL),
 ];
 
@@ -39,10 +39,17 @@ fn set_rate(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
             return Err(invalid_value(d));
         }
     }
-    // In an `if` block: what `set $limit_rate` does there.
+    // In an `if` block: what `set $limit_rate` does there; for
+    // `limit_rate_after`, a value no `set` can name (nginx has no variable
+    // for it).
     if let Node::If(body) = n {
+        let var = match d.name.as_str() {
+            "limit_rate" => "limit_rate",
+            "limit_rate_after" => AFTER_IN_IF,
+            _ => return Err(not_here(d)),
+        };
         body.push(Stmt::Set {
-            var: "limit_rate".to_string(),
+            var: var.to_string(),
             value: t,
         });
         return Ok(());
@@ -55,6 +62,10 @@ fn set_rate(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     };
     set_once(slot, Some(t), d)
 }
+
+/// Where `limit_rate_after` in an `if` block keeps its value among the
+/// request's variables: a name `set $NAME` cannot write.
+pub const AFTER_IN_IF: &str = " limit_rate_after";
 
 /// The size a rate setting gives for a request: 0 without one.
 pub fn size(t: Option<&Template>, eval: impl Fn(&Template) -> String) -> u64 {

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use super::response::{Body, BoxError};
-use crate::conf::rate::size;
+use crate::conf::rate::{AFTER_IN_IF, size};
 use crate::conf::values::parse_size;
 
 /// A per-request token bucket.
@@ -93,7 +93,11 @@ pub fn client_bucket(r: &super::vars::Req) -> Option<Bucket> {
     if rate == 0 {
         return None;
     }
-    Bucket::new(rate, size(r.conf.limit_rate_after.as_ref(), |t| r.eval(t)))
+    let after = match r.vars.iter().find(|(n, _)| n == AFTER_IN_IF) {
+        Some((_, v)) => parse_size(v.trim()).unwrap_or(0),
+        None => size(r.conf.limit_rate_after.as_ref(), |t| r.eval(t)),
+    };
+    Bucket::new(rate, after)
 }
 
 /// A body sent no faster than its bucket allows: a piece larger than the
