@@ -113,9 +113,10 @@ like(http_end($queued), qr/^HTTP\/1.1 200/, 'the queued request is served');
 my $waited = time() - $t0;
 ok($waited >= 0.4 && $waited < 3, 'after the slow one ended') or diag($waited);
 
-# A release wakes the longest-waiting request first: with the peer busy,
-# four requests queue one after the other and are served in that order
-# (the access log has them as they end).
+# With the peer busy, four requests queue one after the other and are all
+# served, one at a time, as releases wake them (the longest-waiting first;
+# a waiter's own look every 25 ms may come first, so the order is not
+# asserted).
 $slow = http_get('/fifo/slow/0.5/a', start => 1);
 select(undef, undef, undef, 0.2);
 my @q;
@@ -125,8 +126,8 @@ for my $n (1 .. 4) {
 }
 http_end($_) for $slow, @q;
 ok($t->waitforlog(qr/^\/fifo\/slow\/0\.2\/q4 /m, 5, 'access.log'), 'the queued requests ended');
-my $order = join ' ', $t->read_file('access.log') =~ /^\/fifo\/slow\/0\.2\/(q\d) 200/mg;
-is($order, 'q1 q2 q3 q4', 'served in the order they queued');
+my $served = join ' ', sort $t->read_file('access.log') =~ /^\/fifo\/slow\/0\.2\/(q\d) 200 \[0\.[1-9]/mg;
+is($served, 'q1 q2 q3 q4', 'all served after waiting in the queue');
 
 # Without a queue the same situation is a 502 at once.
 $slow = http_get('/plain/slow/1/a', start => 1);

@@ -461,8 +461,8 @@ impl Attempts {
         };
         let deadline = Instant::now() + q.timeout;
         let wake = place.1.clone();
-        // One registration kept across the ticks, so that the waiters stay
-        // in their arrival order (a new one goes to the back).
+        // One registration kept across the ticks, so that a release wakes
+        // the longest-waiting request (a new registration goes to the back).
         let mut woken = std::pin::pin!(wake.notify.notified());
         woken.as_mut().enable();
         loop {
