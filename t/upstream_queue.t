@@ -126,7 +126,7 @@ for my $n (1 .. 4) {
 }
 http_end($_) for $slow, @q;
 ok($t->waitforlog(qr/^\/fifo\/slow\/0\.2\/q4 /m, 5, 'access.log'), 'the queued requests ended');
-my $served = join ' ', sort $t->read_file('access.log') =~ /^\/fifo\/slow\/0\.2\/(q\d) 200 \[0\.[1-9]/mg;
+my $served = join ' ', sort $t->read_file('access.log') =~ /^\/fifo\/slow\/0\.2\/(q\d) 200 \[(?:0\.[1-9]|[1-9])/mg;
 is($served, 'q1 q2 q3 q4', 'all served after waiting in the queue');
 
 # Without a queue the same situation is a 502 at once.
