@@ -62,24 +62,18 @@ fn set_auth_request_set(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Res
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{err, try_build};
-
-    fn conf(body: &str) -> String {
-        format!(
-            "events {{}}\nhttp {{\n{body}\nserver {{ listen 127.0.0.1:8080; location / {{ }} }} }}"
-        )
-    }
+    use super::super::testutil::{err, http_with, try_build};
 
     #[test]
     fn values() {
-        let (c, _) = try_build(&conf(
+        let (c, _) = try_build(&http_with(
             "auth_request /auth; auth_request_set $user $upstream_http_x_user; add_header X-User $user;",
         ))
         .unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].conf;
         assert_eq!(l.auth_request.as_deref(), Some("/auth"));
         assert_eq!(l.auth_request_set.len(), 1);
-        let (c, _) = try_build(&conf("auth_request off;")).unwrap();
+        let (c, _) = try_build(&http_with("auth_request off;")).unwrap();
         assert!(
             c.http.as_ref().unwrap().servers[0]
                 .conf
@@ -91,15 +85,15 @@ mod tests {
     #[test]
     fn errors() {
         assert_eq!(
-            err(&conf("auth_request_set user $host;")),
+            err(&http_with("auth_request_set user $host;")),
             "invalid variable name \"user\" in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("auth_request_set $host x;")),
+            err(&http_with("auth_request_set $host x;")),
             "the duplicate \"host\" variable in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("auth_request /a; auth_request /b;")),
+            err(&http_with("auth_request /a; auth_request /b;")),
             "\"auth_request\" directive is duplicate in /t.conf:3"
         );
     }

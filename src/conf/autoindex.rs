@@ -60,22 +60,16 @@ fn set_autoindex(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{err, try_build};
+    use super::super::testutil::{err, http_with, try_build};
     use super::*;
-
-    fn conf(body: &str) -> String {
-        format!(
-            "events {{}}\nhttp {{\n{body}\nserver {{ listen 127.0.0.1:8080; location / {{ }} }} }}"
-        )
-    }
 
     #[test]
     fn values() {
-        let (c, _) = try_build(&conf("")).unwrap();
+        let (c, _) = try_build(&http_with("")).unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].conf;
         assert!(!l.autoindex && l.autoindex_exact_size && !l.autoindex_localtime);
         assert_eq!(l.autoindex_format, Format::Html);
-        let (c, _) = try_build(&conf(
+        let (c, _) = try_build(&http_with(
             "autoindex on; autoindex_exact_size off; autoindex_localtime on; autoindex_format jsonp;",
         ))
         .unwrap();
@@ -87,15 +81,15 @@ mod tests {
     #[test]
     fn errors() {
         assert_eq!(
-            err(&conf("autoindex_format yaml;")),
+            err(&http_with("autoindex_format yaml;")),
             "invalid value \"yaml\" in \"autoindex_format\" directive in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("autoindex yes;")),
+            err(&http_with("autoindex yes;")),
             "invalid value \"yes\" in \"autoindex\" directive, it must be \"on\" or \"off\" in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("autoindex on; autoindex off;")),
+            err(&http_with("autoindex on; autoindex off;")),
             "\"autoindex\" directive is duplicate in /t.conf:3"
         );
     }

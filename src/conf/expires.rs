@@ -113,14 +113,8 @@ fn set_expires(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{err, try_build};
+    use super::super::testutil::{err, http_with, try_build};
     use super::*;
-
-    fn conf(body: &str) -> String {
-        format!(
-            "events {{}}\nhttp {{\n{body}\nserver {{ listen 127.0.0.1:8080; location / {{ }} }} }}"
-        )
-    }
 
     #[test]
     fn values() {
@@ -149,13 +143,13 @@ mod tests {
 
     #[test]
     fn directive() {
-        let (c, _) = try_build(&conf("expires modified 1h;")).unwrap();
+        let (c, _) = try_build(&http_with("expires modified 1h;")).unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].conf;
         assert!(matches!(
             l.expires,
             ExpiresConf::Fixed(Expires::Modified(3600))
         ));
-        let (c, _) = try_build(&conf("expires $arg_e;")).unwrap();
+        let (c, _) = try_build(&http_with("expires $arg_e;")).unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].conf;
         assert!(matches!(
             l.expires,
@@ -164,7 +158,7 @@ mod tests {
                 ..
             }
         ));
-        let (c, _) = try_build(&conf("")).unwrap();
+        let (c, _) = try_build(&http_with("")).unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].conf;
         assert!(matches!(l.expires, ExpiresConf::Fixed(Expires::Off)));
     }
@@ -172,27 +166,27 @@ mod tests {
     #[test]
     fn errors() {
         assert_eq!(
-            err(&conf("expires soon;")),
+            err(&http_with("expires soon;")),
             "\"expires\" directive invalid value in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("expires later 1h;")),
+            err(&http_with("expires later 1h;")),
             "\"expires\" directive invalid value in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("expires modified @1h;")),
+            err(&http_with("expires modified @1h;")),
             "\"expires\" directive daily time cannot be used with \"modified\" parameter in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("expires @25h;")),
+            err(&http_with("expires @25h;")),
             "\"expires\" directive daily time value must be less than 24 hours in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("expires 1h; expires 2h;")),
+            err(&http_with("expires 1h; expires 2h;")),
             "\"expires\" directive is duplicate in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("expires 1 2 3;")),
+            err(&http_with("expires 1 2 3;")),
             "invalid number of arguments in \"expires\" directive in /t.conf:3"
         );
     }

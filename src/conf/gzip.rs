@@ -206,18 +206,12 @@ fn set_gzip(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{err, try_build};
+    use super::super::testutil::{err, http_with, try_build};
     use super::*;
-
-    fn conf(body: &str) -> String {
-        format!(
-            "events {{}}\nhttp {{\n{body}\nserver {{ listen 127.0.0.1:8080; location / {{ }} }} }}"
-        )
-    }
 
     #[test]
     fn defaults_and_values() {
-        let (c, _) = try_build(&conf("")).unwrap();
+        let (c, _) = try_build(&http_with("")).unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].conf;
         assert!(!l.gzip && !l.gzip_vary);
         assert_eq!(l.gzip_min_length, 20);
@@ -226,7 +220,7 @@ mod tests {
         assert_eq!(l.gzip_http_version, 11);
         assert!(l.gzip_types.matches("text/html; charset=utf-8"));
         assert!(!l.gzip_types.matches("text/plain"));
-        let (c, _) = try_build(&conf(
+        let (c, _) = try_build(&http_with(
             "gzip on; gzip_types text/plain application/JSON; gzip_types text/css;\n\
              gzip_min_length 1k; gzip_comp_level 9; gzip_proxied expired no-cache auth;\n\
              gzip_vary on; gzip_buffers 16 8k; gzip_http_version 1.0;\n\
@@ -246,7 +240,7 @@ mod tests {
         assert_eq!(l.gzip_http_version, 10);
         assert_eq!(l.gzip_disable.len(), 2);
         assert_eq!(l.gzip_static, GzipStatic::Always);
-        let (c, _) = try_build(&conf("gzip_types *;")).unwrap();
+        let (c, _) = try_build(&http_with("gzip_types *;")).unwrap();
         assert!(
             c.http.as_ref().unwrap().servers[0]
                 .conf
@@ -258,36 +252,36 @@ mod tests {
     #[test]
     fn errors() {
         assert_eq!(
-            err(&conf("gzip maybe;")),
+            err(&http_with("gzip maybe;")),
             "invalid value \"maybe\" in \"gzip\" directive, it must be \"on\" or \"off\" in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("gzip_comp_level 10;")),
+            err(&http_with("gzip_comp_level 10;")),
             "value must be between 1 and 9 in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("gzip_proxied sometimes;")),
+            err(&http_with("gzip_proxied sometimes;")),
             "invalid value \"sometimes\" in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("gzip_http_version 2.0;")),
+            err(&http_with("gzip_http_version 2.0;")),
             "invalid value \"2.0\" in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("gzip_static maybe;")),
+            err(&http_with("gzip_static maybe;")),
             "invalid value \"maybe\" in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("gzip_min_length big;")),
+            err(&http_with("gzip_min_length big;")),
             "\"gzip_min_length\" directive invalid value in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("gzip on; gzip off;")),
+            err(&http_with("gzip on; gzip off;")),
             "\"gzip\" directive is duplicate in /t.conf:3"
         );
-        assert!(err(&conf("gzip_disable \"(\";")).starts_with("regex \"(\" is invalid"));
+        assert!(err(&http_with("gzip_disable \"(\";")).starts_with("regex \"(\" is invalid"));
         assert_eq!(
-            err(&conf("gzip_buffers 0 4k;")),
+            err(&http_with("gzip_buffers 0 4k;")),
             "invalid value \"0\" in /t.conf:3"
         );
     }

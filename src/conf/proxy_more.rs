@@ -222,18 +222,12 @@ fn set_bind(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{err, try_build};
+    use super::super::testutil::{err, http_with, try_build};
     use super::*;
-
-    fn conf(body: &str) -> String {
-        format!(
-            "events {{}}\nhttp {{\n{body}\nserver {{ listen 127.0.0.1:8080; location / {{ }} }} }}"
-        )
-    }
 
     #[test]
     fn values() {
-        let (c, _) = try_build(&conf(
+        let (c, _) = try_build(&http_with(
             "proxy_cookie_domain .Example.org $host; proxy_cookie_domain ~^(.*)\\.net$ $1.org;\n\
              proxy_cookie_path /one/ /two/; proxy_ignore_headers X-Accel-Redirect Vary;\n\
              proxy_method HEAD; proxy_bind 127.0.0.2;",
@@ -251,7 +245,7 @@ mod tests {
         );
         assert!(l.proxy_method.is_some());
         assert!(matches!(l.proxy_bind, Bind::Addr(_)));
-        let (c, _) = try_build(&conf("")).unwrap();
+        let (c, _) = try_build(&http_with("")).unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].conf;
         assert!(l.proxy_cookie_domain.is_empty() && l.proxy_ignore_headers == 0);
         assert!(l.proxy_method.is_none() && matches!(l.proxy_bind, Bind::Off));
@@ -260,29 +254,31 @@ mod tests {
     #[test]
     fn errors() {
         assert_eq!(
-            err(&conf("proxy_cookie_path on;")),
+            err(&http_with("proxy_cookie_path on;")),
             "invalid parameter \"on\" in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("proxy_cookie_path off; proxy_cookie_path /a /b;")),
+            err(&http_with(
+                "proxy_cookie_path off; proxy_cookie_path /a /b;"
+            )),
             "\"proxy_cookie_path\" directive is duplicate in /t.conf:3"
         );
-        assert!(err(&conf("proxy_cookie_domain ~( x;")).starts_with("regex \"(\" is invalid"));
+        assert!(err(&http_with("proxy_cookie_domain ~( x;")).starts_with("regex \"(\" is invalid"));
         assert_eq!(
-            err(&conf("proxy_ignore_headers X-Foo;")),
+            err(&http_with("proxy_ignore_headers X-Foo;")),
             "invalid value \"X-Foo\" in \"proxy_ignore_headers\" directive in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("proxy_method \"GE T\";")),
+            err(&http_with("proxy_method \"GE T\";")),
             "invalid method \"GE T\" in /t.conf:3"
         );
-        assert!(err(&conf("proxy_bind 127.0.0.1 transparent;")).contains("not supported"));
+        assert!(err(&http_with("proxy_bind 127.0.0.1 transparent;")).contains("not supported"));
         assert_eq!(
-            err(&conf("proxy_bind localhost;")),
+            err(&http_with("proxy_bind localhost;")),
             "invalid address \"localhost\" in /t.conf:3"
         );
         assert_eq!(
-            err(&conf("proxy_bind off; proxy_bind off;")),
+            err(&http_with("proxy_bind off; proxy_bind off;")),
             "\"proxy_bind\" directive is duplicate in /t.conf:3"
         );
     }

@@ -18,6 +18,12 @@ pub fn paths() -> Paths {
     }
 }
 
+/// An http block with `body` at its level and one server with a plain
+/// location.
+pub fn http_with(body: &str) -> String {
+    format!("events {{}}\nhttp {{\n{body}\nserver {{ listen 127.0.0.1:8080; location / {{ }} }} }}")
+}
+
 pub fn try_build(text: &str) -> Result<(Config, Vec<ConfError>), ConfError> {
     let mut files = Files::default();
     let mut tp = TreeParser::new(Path::new("/pfx/conf"), &mut files);

@@ -109,11 +109,9 @@ impl std::fmt::Debug for LimitZone {
     }
 }
 
-/// FNV-1a: the same in every process.
+/// The key's hash, the same in every process.
 fn hash(key: &[u8]) -> u64 {
-    key.iter().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
-    })
+    crate::shm::records::fnv1a(key)
 }
 
 impl LimitZone {

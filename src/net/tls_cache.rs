@@ -53,11 +53,9 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// FNV-1a: the same in every process.
+/// The key's hash, the same in every process.
 fn hash(key: &[u8]) -> u64 {
-    key.iter().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
-    })
+    crate::shm::records::fnv1a(key)
 }
 
 /// Slots an entry of `len` bytes takes.

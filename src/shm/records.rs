@@ -391,6 +391,14 @@ unsafe impl Shared for LimitSlot {}
 const _: () = assert!(size_of::<LimitHeader>() == 176);
 const _: () = assert!(size_of::<LimitSlot>() == 192);
 
+/// FNV-1a of `key`: the same hash in every process and binary, for the
+/// hash tables in shared zones (`limit_*_zone`, `ssl_session_cache`).
+pub fn fnv1a(key: &[u8]) -> u64 {
+    key.iter().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100000001b3)
+    })
+}
+
 /// How a keyed table zone (the TLS session cache, the limit zones) lays
 /// out `size` bytes: a `header`, one `u32` bucket per slot, then the
 /// 64-byte-aligned slots of `slot` bytes. (slots, buckets, offset of the
