@@ -61,6 +61,13 @@ for (1 .. 100) {
 is(scalar @w, 2, 'two workers');
 my $w = $w[-1];
 
+# The worker sets itself up after fork (priority, affinity, limits, then its
+# directory): wait until it has got that far before reading /proc.
+for (1 .. 100) {
+	last if (readlink("/proc/$w/cwd") // '') eq $d;
+	sleep 0.05;
+}
+
 sub slurp { my ($f) = @_; open my $fh, '<', $f or return ''; local $/; my $s = <$fh>; $s // '' }
 
 # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt
