@@ -227,8 +227,8 @@ fn duration(ms: u64) -> String {
     }
 }
 
-/// NGINX Plus's server object for peer `id` (its place among the primary,
-/// then backup peers, as the upstream's `peers` list numbers them).
+/// NGINX Plus's server object for peer `id` ([`Peer::api_id`], as the
+/// upstream's `peers` list numbers them).
 pub fn server_json(id: usize, p: &Peer, stream: bool) -> Value {
     let target = admin::target(p);
     let mut v = json!({
@@ -254,7 +254,11 @@ pub fn server_json(id: usize, p: &Peer, stream: bool) -> Value {
 }
 
 fn peer_at(peers: &Peers, id: usize) -> Option<&Peer> {
-    peers.primary.iter().chain(peers.backup.iter()).nth(id)
+    peers
+        .primary
+        .iter()
+        .chain(peers.backup.iter())
+        .find(|p| p.api_id() == id)
 }
 
 /// The upstream named `name` of `list` for the servers endpoints: Err is
@@ -295,8 +299,7 @@ pub(super) fn get_servers(r: &Req, u: &UpstreamRt, stream: bool, id: Option<&str
                 .primary
                 .iter()
                 .chain(peers.backup.iter())
-                .enumerate()
-                .map(|(i, p)| server_json(i, p, stream))
+                .map(|p| server_json(p.api_id(), p, stream))
                 .collect();
             json_reply(r, 200, &Value::Array(all))
         }

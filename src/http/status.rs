@@ -287,7 +287,8 @@ fn upstream_json(u: &UpstreamRt, stream: bool) -> Value {
     let peers: Arc<Peers> = u.peers();
     let now = now_ms();
     let mut list = Vec::new();
-    for (id, p) in peers.primary.iter().chain(peers.backup.iter()).enumerate() {
+    for p in peers.primary.iter().chain(peers.backup.iter()) {
+        let id = p.api_id();
         let l = &p.live;
         let state = peer_state(p, now);
         let r = &l.responses;

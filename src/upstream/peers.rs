@@ -84,6 +84,15 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// The peer's ID in the API: its slot in the zone (its position among
+    /// the worker's own peers without a zone). The same in every worker and
+    /// kept while the peer exists, so a resolve change that adds or drops
+    /// other peers does not move it; a slot freed by a dropped peer can be
+    /// given to a later one.
+    pub fn api_id(&self) -> usize {
+        usize::try_from((self.key & 0xffff_ffff).saturating_sub(1)).unwrap_or(usize::MAX)
+    }
+
     pub fn conns(&self) -> u32 {
         self.live.conns.load(Relaxed)
     }
