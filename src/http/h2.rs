@@ -404,7 +404,9 @@ async fn serve_stream(
     let flight = InFlight::start(None, shared.stats.as_ref());
     let handled = tokio::select! {
         biased;
-        r = super::pipeline::handle(shared, conn.info.clone(), &conn.listen, req, nth, flight) => r,
+        // Boxed: the pipeline's future is large, and this task's own
+        // (spawned per stream) is moved and dropped whole by tokio.
+        r = Box::pin(super::pipeline::handle(shared, conn.info.clone(), &conn.listen, req, nth, flight)) => r,
         reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
             client_reset(&conn, id, reason.ok());
             return;
