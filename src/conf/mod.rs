@@ -34,6 +34,7 @@ mod rewrite;
 pub mod ssl;
 mod status;
 mod stream;
+pub mod stream_more;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod tree;

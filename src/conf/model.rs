@@ -162,6 +162,9 @@ pub struct StreamServer {
     /// The stream realip module's `set_real_ip_from`: peers whose PROXY
     /// protocol header names the client.
     pub set_real_ip_from: Vec<super::loc::Trusted>,
+    /// `proxy_bind`, `proxy_buffer_size`, `proxy_download_rate`,
+    /// `proxy_upload_rate`.
+    pub more: super::stream_more::StreamMore,
     pub src: Src,
 }
 

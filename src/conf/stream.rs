@@ -186,6 +186,20 @@ pub(super) struct StreamB {
     /// `match` blocks and `health_check_timeout`.
     pub(super) matches: Vec<std::sync::Arc<super::health::Match>>,
     pub(super) health_check_timeout: Option<Duration>,
+    /// `proxy_bind`, `proxy_buffer_size`, the rates (`stream_more.rs`).
+    more: super::stream_more::MoreB,
+}
+
+impl StreamB {
+    pub(super) fn more_b(&mut self) -> &mut super::stream_more::MoreB {
+        &mut self.more
+    }
+}
+
+impl StreamServerB {
+    pub(super) fn more_b(&mut self) -> &mut super::stream_more::MoreB {
+        &mut self.more
+    }
 }
 
 pub(super) struct StreamServerB {
@@ -199,6 +213,7 @@ pub(super) struct StreamServerB {
     settings: Settings,
     pub(super) health_check: Option<super::health::HealthCheckB>,
     pub(super) health_check_timeout: Option<Duration>,
+    more: super::stream_more::MoreB,
     src: Src,
 }
 
@@ -244,6 +259,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         settings: Settings::default(),
         health_check: None,
         health_check_timeout: None,
+        more: Default::default(),
         src: d.src.clone(),
     };
     b.walk(
@@ -521,6 +537,7 @@ pub(super) fn finish(
                 .or(st.settings.proxy_protocol)
                 .unwrap_or(false),
             set_real_ip_from: limits.set_real_ip_from,
+            more: s.more.finish(&st.more),
             src: s.src,
         });
     }

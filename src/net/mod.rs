@@ -11,6 +11,7 @@ pub mod limit;
 pub mod park;
 pub mod preread;
 pub mod proxy_protocol;
+pub mod rate;
 pub mod slots;
 pub mod stream;
 pub mod tls;

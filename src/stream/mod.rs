@@ -633,9 +633,13 @@ async fn proxy(
     // A client that leaves while its upstream connects ends the attempt: the
     // engine's guards release the peer. What it sends meanwhile waits in the
     // relay's buffer.
-    let mut relay = crate::net::copy::Relay::new();
+    let Ok(bind) = local_address(s, conf) else {
+        s.status = 500;
+        return;
+    };
+    let mut relay = crate::net::copy::Relay::with_buffer(conf.more.proxy_buffer_size);
     let connected = tokio::select! {
-        c = connect(s, conf, ups, shared) => Some(c),
+        c = connect(s, conf, ups, shared, bind) => Some(c),
         () = relay.early(&mut client) => None,
     };
     match connected {
@@ -658,6 +662,12 @@ async fn proxy(
         Some(None) => s.status = 502,
         Some(Some(mut c)) => {
             s.connected_at = Some(Instant::now());
+            let rate = |t: &Option<Template>| crate::conf::rate::size(t.as_ref(), |t| s.eval(t));
+            let (up, down) = (
+                rate(&conf.more.proxy_upload_rate),
+                rate(&conf.more.proxy_download_rate),
+            );
+            relay.set_rates(up, down);
             s.copied = relay
                 .run(
                     &mut client,
@@ -677,6 +687,27 @@ async fn proxy(
             c.held.finish(Outcome::Ok);
         }
     }
+}
+
+/// `proxy_bind` for this session: None when off or empty; Err (logged as
+/// nginx logs it) for a value that is no address.
+fn local_address(s: &Session, conf: &StreamServer) -> Result<Option<std::net::IpAddr>, ()> {
+    let crate::conf::proxy_more::Bind::Addr(t) = &conf.more.proxy_bind else {
+        return Ok(None);
+    };
+    let v = s.eval(t);
+    if v.is_empty() {
+        return Ok(None);
+    }
+    v.parse().map(Some).map_err(|_| {
+        crate::log_conn!(
+            crate::log::Level::Error,
+            s.number,
+            "invalid local address \"{}\"{}",
+            v,
+            s.short_context()
+        );
+    })
 }
 
 /// `proxy_pass` with variables, as nginx's stream proxy: the text names an
@@ -763,6 +794,7 @@ async fn connect(
     conf: &StreamServer,
     ups: &Arc<UpstreamRt>,
     shared: &Shared,
+    bind: Option<std::net::IpAddr>,
 ) -> Option<Connected<Stream>> {
     let policy = Policy {
         mask: NextUpstream(if conf.proxy_next_upstream {
@@ -790,6 +822,7 @@ async fn connect(
         proxy_protocol: conf
             .proxy_protocol
             .then(|| crate::net::proxy_protocol::v1_header(s.remote, s.local).into()),
+        bind,
     };
     let c = attempts.connect(&plain, s).await.ok()?;
     s.attempts

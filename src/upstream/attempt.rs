@@ -171,6 +171,8 @@ pub struct Plain {
     /// A PROXY protocol header to send first (`proxy_protocol on`), before
     /// any TLS, on every connection opened.
     pub proxy_protocol: Option<Arc<[u8]>>,
+    /// The local address to connect from (stream's `proxy_bind`).
+    pub bind: Option<IpAddr>,
 }
 
 impl Connector for Plain {
@@ -187,8 +189,9 @@ impl Connector for Plain {
         let timeout = self.timeout;
         let tls = self.tls.clone();
         let header = self.proxy_protocol.clone();
+        let bind = self.bind;
         async move {
-            let s = crate::net::stream::connect(&addr, timeout)
+            let s = crate::net::stream::connect_from(&addr, bind, timeout)
                 .await
                 .map_err(|e| Failure::connect(&addr, e))?;
             if let Some(h) = header {
