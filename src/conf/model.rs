@@ -285,6 +285,8 @@ pub struct Listen {
     /// `proxy_protocol`: connections to this address start with a PROXY
     /// protocol header (for all its servers, when one of them says so).
     pub proxy_protocol: bool,
+    /// `rcvbuf=` and `sndbuf=`.
+    pub bufs: super::listen_opts::Bufs,
     pub src: Src,
 }
 

@@ -275,12 +275,17 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let Node::StreamServer(s) = n else {
         return Err(not_here(d));
     };
-    let addrs = super::http::parse_listen_addr(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
+    let addrs =
+        super::listen_opts::stream_addrs(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
     let mut reuseport = false;
     let mut ssl = false;
     let mut proxy_protocol = false;
     let mut backlog = 511;
+    let mut bufs = super::listen_opts::Bufs::default();
     for p in &d.args[1..] {
+        if super::listen_opts::buf_param(p, &mut bufs, d)? {
+            continue;
+        }
         if p == "reuseport" {
             reuseport = true;
         } else if p == "proxy_protocol" {
@@ -309,6 +314,7 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             http2: false,
             backlog,
             proxy_protocol,
+            bufs,
             src: d.src.clone(),
         });
     }
