@@ -54,6 +54,8 @@ impl Config {
             .iter()
             .flat_map(|h| h.access_log_paths.iter())
             .chain(self.stream.iter().flat_map(|s| s.access_log_paths.iter()))
+            // A syslog target is no file (`log::files::get` makes its sender).
+            .filter(|p| !p.to_str().is_some_and(crate::log::syslog::is_syslog))
             .cloned()
             .collect();
         all.dedup();
