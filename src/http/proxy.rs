@@ -644,13 +644,17 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     }
     {
         let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
-        // Kept only for a log format that reads $upstream_http_*.
+        // Kept only for a log format that reads $upstream_http_* or
+        // $upstream_cookie_*.
         if r.subrequest
             || conf.access_log.iter().any(|l| {
                 l.format.template.segments.iter().any(|s| {
                     matches!(
                         s,
-                        crate::conf::vars::Segment::Var(crate::conf::vars::Var::UpstreamHttp(_))
+                        crate::conf::vars::Segment::Var(
+                            crate::conf::vars::Var::UpstreamHttp(_)
+                                | crate::conf::vars::Var::UpstreamCookie(_)
+                        )
                     )
                 })
             })

@@ -593,6 +593,18 @@ impl Req {
                 })
                 .unwrap_or_default(),
             Var::Capture(i) => self.captures.get(*i).cloned().unwrap_or_default(),
+            Var::NginxVersion => crate::NGINX_VERSION.to_string(),
+            Var::ConnectionsActive
+            | Var::ConnectionsReading
+            | Var::ConnectionsWriting
+            | Var::ConnectionsWaiting => super::status::connections_var(v),
+            Var::UpstreamCookie(name) => {
+                let u = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
+                u.headers
+                    .as_ref()
+                    .and_then(|hm| super::vars_more::set_cookie_value(hm, name))
+                    .unwrap_or_default()
+            }
             Var::UpstreamHttp(h) => {
                 let u = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
                 let name = h.replace('_', "-");

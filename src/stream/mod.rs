@@ -311,6 +311,10 @@ impl Session {
             Var::ServerPort => self.local.map(|a| a.port().to_string()).unwrap_or_default(),
             Var::Connection => self.number.to_string(),
             Var::Pid => std::process::id().to_string(),
+            Var::NginxVersion => crate::NGINX_VERSION.to_string(),
+            Var::Hostname | Var::Msec | Var::TimeLocal | Var::TimeIso8601 => {
+                crate::http::vars_more::clock_var(v)
+            }
             Var::Status => self.status.to_string(),
             Var::UpstreamAddr => self.list(|(a, _)| a.clone()),
             Var::UpstreamConnectTime => self.list(|(_, t)| t.map_or("-".into(), secs)),
