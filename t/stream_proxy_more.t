@@ -19,7 +19,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(13);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(16);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -66,6 +66,11 @@ stream {
         proxy_upload_rate 8k;
         proxy_half_close on;
     }
+    server {
+        listen 127.0.0.1:%%PORT_8097%%;
+        proxy_pass 127.0.0.1:%%PORT_8084%%;
+        proxy_socket_keepalive on;
+    }
 }
 
 EOF
@@ -98,7 +103,7 @@ sub daemon {
 	}
 }
 
-my %daemons = (8081 => 'peer', 8082 => 'big', 8083 => 'count');
+my %daemons = (8081 => 'peer', 8082 => 'big', 8083 => 'count', 8084 => 'count');
 for my $n (sort keys %daemons) {
 	my $p = port($n);
 	Test::Sluice::_release_ports();
@@ -152,6 +157,30 @@ is(talk(8095, 'x' x 24576, 15), "got 24576\n", 'upload rate: everything went');
 $took = time() - $start;
 # 24 KiB at 8 KiB/s, the first 8 KiB at once: 2 s.
 cmp_ok($took, '>=', 1.5, 'upload rate: 24 KiB at 8k/s took about 2 s or more');
+
+# proxy_socket_keepalive: the upstream connection has a keepalive timer
+# (ss -o); one without it has none.
+my @held = map {
+	IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port($_), Timeout => 5) or die "connect: $!";
+} (8097, 8095);
+sub timer_to {
+	my ($port) = @_;
+	for (1 .. 20) {
+		my ($line) = grep { /127\.0\.0\.1:$port\b/ }
+			split /\n/, `ss -tno state established '( dport = :$port )' 2>/dev/null`;
+		return $line if defined $line;
+		select undef, undef, undef, 0.1;
+	}
+	return 'no connection';
+}
+SKIP: {
+	skip 'no ss(8)', 3 unless `ss -V 2>/dev/null` =~ /\d/;
+	like(timer_to(port(8084)), qr/timer:\(keepalive/, 'proxy_socket_keepalive on: SO_KEEPALIVE');
+	my $plain = timer_to(port(8083));
+	like($plain, qr/127\.0\.0\.1:\d+/, 'a connection without it is there');
+	unlike($plain, qr/keepalive/, 'without it: no keepalive timer');
+}
+close $_ for @held;
 
 $t->stop();
 my $log = $t->read_file('error.log');

@@ -1,7 +1,7 @@
 //! More stream proxy settings, as nginx's ngx_stream_proxy_module:
-//! `proxy_bind ADDRESS | off`, `proxy_buffer_size SIZE` (16k) and
+//! `proxy_bind ADDRESS | off`, `proxy_buffer_size SIZE` (16k),
 //! `proxy_download_rate` / `proxy_upload_rate RATE` (0: no limit; variables
-//! allowed as in nginx 1.27). Stream and stream server level; a server takes
+//! allowed as in nginx 1.27) and `proxy_socket_keepalive on | off` (off). Stream and stream server level; a server takes
 //! the stream level's value unless it sets its own. Parsing only.
 
 use super::ConfError;
@@ -22,6 +22,13 @@ pub(super) const TABLE: &[Spec] = &[
     spec("proxy_buffer_size"),
     spec("proxy_download_rate"),
     spec("proxy_upload_rate"),
+    Spec {
+        name: "proxy_socket_keepalive",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_flag,
+    },
 ];
 
 const fn spec(name: &'static str) -> Spec {
@@ -41,6 +48,7 @@ pub(super) struct MoreB {
     buffer_size: Option<u64>,
     download_rate: Option<Template>,
     upload_rate: Option<Template>,
+    socket_keepalive: Option<bool>,
 }
 
 /// A stream server's settings from this file, merged.
@@ -54,6 +62,8 @@ pub struct StreamMore {
     pub proxy_download_rate: Option<Template>,
     /// `proxy_upload_rate`: bytes per second read from the client.
     pub proxy_upload_rate: Option<Template>,
+    /// `proxy_socket_keepalive`: SO_KEEPALIVE on upstream connections.
+    pub proxy_socket_keepalive: bool,
 }
 
 impl Default for StreamMore {
@@ -63,6 +73,7 @@ impl Default for StreamMore {
             proxy_buffer_size: 16 * 1024,
             proxy_download_rate: None,
             proxy_upload_rate: None,
+            proxy_socket_keepalive: false,
         }
     }
 }
@@ -88,6 +99,10 @@ impl MoreB {
                 .clone()
                 .or_else(|| top.download_rate.clone()),
             proxy_upload_rate: self.upload_rate.clone().or_else(|| top.upload_rate.clone()),
+            proxy_socket_keepalive: self
+                .socket_keepalive
+                .or(top.socket_keepalive)
+                .unwrap_or(false),
         }
     }
 }
@@ -128,6 +143,11 @@ fn set_bind(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
     set_once(&mut more(n, d)?.bind, v, d)
 }
 
+fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = super::build::flag(d)?;
+    set_once(&mut more(n, d)?.socket_keepalive, v, d)
+}
+
 /// `proxy_buffer_size` takes a plain size; the rates a size with variables
 /// (a value that is no size when a session starts counts as 0, no limit).
 fn set_size(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -162,7 +182,8 @@ mod tests {
         let (c, _) = try_build(
             "events {} stream { proxy_buffer_size 4k; proxy_download_rate 16k; \
              server { listen 127.0.0.1:9000; proxy_pass 127.0.0.1:9001; \
-             proxy_bind 127.0.0.2; proxy_upload_rate $remote_port; } \
+             proxy_bind 127.0.0.2; proxy_upload_rate $remote_port; \
+             proxy_socket_keepalive on; } \
              server { listen 127.0.0.1:9002; proxy_pass 127.0.0.1:9001; \
              proxy_buffer_size 1m; proxy_download_rate 0; } }",
         )
@@ -177,6 +198,7 @@ mod tests {
         assert_eq!(lit(&a.proxy_download_rate).as_deref(), Some("16k"));
         assert_eq!(lit(&b.proxy_download_rate).as_deref(), Some("0"));
         assert!(a.proxy_upload_rate.is_some() && b.proxy_upload_rate.is_none());
+        assert!(a.proxy_socket_keepalive && !b.proxy_socket_keepalive);
         let (c, _) = try_build(
             "events {} stream { server { listen 127.0.0.1:9000; proxy_pass 127.0.0.1:9001; } }",
         )
@@ -211,6 +233,9 @@ mod tests {
         assert_eq!(
             err("events {}\nstream {\nproxy_upload_rate 1k;\nproxy_upload_rate 2k;\n}"),
             "\"proxy_upload_rate\" directive is duplicate in /t.conf:4"
+        );
+        assert!(
+            err("events {}\nstream {\nproxy_socket_keepalive yes;\n}").ends_with("in /t.conf:3")
         );
         assert_eq!(
             err("events {}\nstream {\nproxy_bind $nope;\n}"),

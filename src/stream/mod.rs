@@ -827,6 +827,7 @@ async fn connect(
             .proxy_protocol
             .then(|| crate::net::proxy_protocol::v1_header(s.remote, s.local).into()),
         bind,
+        keepalive: conf.more.proxy_socket_keepalive,
     };
     let c = attempts.connect(&plain, s).await.ok()?;
     s.attempts
