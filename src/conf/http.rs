@@ -170,7 +170,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             http2: false,
             backlog: 511,
             proxy_protocol: false,
-            bufs: Default::default(),
+            sock: Default::default(),
             src: d.src.clone(),
         });
     }
@@ -246,9 +246,9 @@ fn set_listen(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let mut http2 = false;
     let mut proxy_protocol = false;
     let mut backlog = 511;
-    let mut bufs = super::listen_opts::Bufs::default();
+    let mut sock = super::listen_opts::SockParams::default();
     for p in &d.args[1..] {
-        if super::listen_opts::buf_param(p, &mut bufs, d)? {
+        if super::listen_opts::sock_param(p, &mut sock, true, d)? {
             continue;
         }
         match p.as_str() {
@@ -301,7 +301,7 @@ fn set_listen(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             http2,
             backlog,
             proxy_protocol,
-            bufs,
+            sock,
             src: d.src.clone(),
         });
     }

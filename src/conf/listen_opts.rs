@@ -1,37 +1,120 @@
-//! More of `listen`: the `rcvbuf=SIZE` and `sndbuf=SIZE` parameters (http
-//! and stream; `SO_RCVBUF` / `SO_SNDBUF` on the listening socket, which
-//! accepted connections inherit) and stream's port ranges
-//! (`listen 127.0.0.1:12345-12399;`, nginx 1.15.10): one listening socket
-//! per port. Parsing only; `net` sets the options.
+//! More of `listen`: socket parameters (http and stream) and stream's port
+//! ranges (`listen 127.0.0.1:12345-12399;`, nginx 1.15.10: one listening
+//! socket per port). `rcvbuf=SIZE`, `sndbuf=SIZE` (SO_RCVBUF / SO_SNDBUF),
+//! `so_keepalive=on|off|[idle]:[intvl]:[cnt]` (accepted connections inherit
+//! them) and `ipv6only=on|off` are applied by `net`; `deferred` (http),
+//! `fastopen=N` and `bind` are checked and have no effect. Parsing only.
+
+use std::time::Duration;
 
 use super::ConfError;
 use super::model::ListenAddr;
 use super::tree::Directive;
-use super::values::{parse_port, parse_size};
+use super::values::{parse_port, parse_size, parse_time};
 
-/// `rcvbuf=` and `sndbuf=`: None leaves the system's default.
+/// The socket options a `listen` asks for; None leaves the system's (or
+/// sluice's) default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Bufs {
+pub struct SockParams {
     pub rcvbuf: Option<usize>,
     pub sndbuf: Option<usize>,
+    pub keepalive: Option<SoKeepalive>,
+    /// `ipv6only=`: sluice's default is on (an IPv6 socket is IPv6-only).
+    pub ipv6only: Option<bool>,
 }
 
-/// Takes `p` when it is `rcvbuf=` or `sndbuf=` (false: not one of these).
-/// nginx's words for a bad size.
-pub(super) fn buf_param(p: &str, bufs: &mut Bufs, d: &Directive) -> Result<bool, ConfError> {
-    let (slot, v, name) = if let Some(v) = p.strip_prefix("rcvbuf=") {
-        (&mut bufs.rcvbuf, v, "rcvbuf")
-    } else if let Some(v) = p.strip_prefix("sndbuf=") {
-        (&mut bufs.sndbuf, v, "sndbuf")
-    } else {
-        return Ok(false);
+/// `so_keepalive=`: off, on (the system's timers) or some of TCP_KEEPIDLE,
+/// TCP_KEEPINTVL, TCP_KEEPCNT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoKeepalive {
+    pub on: bool,
+    pub idle: Option<Duration>,
+    pub interval: Option<Duration>,
+    pub count: Option<u32>,
+}
+
+/// Takes `p` when it is one of the parameters above (false: not one of
+/// these). `http` allows `deferred`. nginx's words for a bad value.
+pub(super) fn sock_param(
+    p: &str,
+    sock: &mut SockParams,
+    http: bool,
+    d: &Directive,
+) -> Result<bool, ConfError> {
+    let bad = |what: &str, v: &str| ConfError::at(format!("invalid {what} \"{v}\""), &d.src);
+    if let Some((name, v)) = p.split_once('=') {
+        match name {
+            "rcvbuf" | "sndbuf" => {
+                let n = parse_size(v)
+                    .filter(|&n| n > 0 && n <= i32::MAX as u64)
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| bad(name, v))?;
+                if name == "rcvbuf" {
+                    sock.rcvbuf = Some(n);
+                } else {
+                    sock.sndbuf = Some(n);
+                }
+            }
+            "so_keepalive" => {
+                sock.keepalive = Some(so_keepalive(v).ok_or_else(|| {
+                    ConfError::at(format!("invalid so_keepalive value: \"{p}\""), &d.src)
+                })?);
+            }
+            "ipv6only" => {
+                sock.ipv6only = Some(match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => {
+                        return Err(ConfError::at(
+                            format!("invalid ipv6only flags \"{v}\""),
+                            &d.src,
+                        ));
+                    }
+                });
+            }
+            "fastopen" => {
+                v.parse::<i32>().map_err(|_| bad("fastopen", v))?;
+            }
+            _ => return Ok(false),
+        }
+        return Ok(true);
+    }
+    Ok(p == "bind" || (http && p == "deferred"))
+}
+
+fn so_keepalive(v: &str) -> Option<SoKeepalive> {
+    match v {
+        "on" | "off" => {
+            return Some(SoKeepalive {
+                on: v == "on",
+                idle: None,
+                interval: None,
+                count: None,
+            });
+        }
+        _ => {}
+    }
+    let mut parts = v.split(':');
+    let (idle, interval, count) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let time = |t: &str| -> Option<Option<Duration>> {
+        if t.is_empty() {
+            return Some(None);
+        }
+        parse_time(t, false).filter(|d| d.as_secs() > 0).map(Some)
     };
-    let n = parse_size(v)
-        .filter(|&n| n > 0 && n <= i32::MAX as u64)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| ConfError::at(format!("invalid {name} \"{v}\""), &d.src))?;
-    *slot = Some(n);
-    Ok(true)
+    let k = SoKeepalive {
+        on: true,
+        idle: time(idle)?,
+        interval: time(interval)?,
+        count: match count {
+            "" => None,
+            c => Some(c.parse::<u32>().ok().filter(|&n| n > 0)?),
+        },
+    };
+    (k.idle.is_some() || k.interval.is_some() || k.count.is_some()).then_some(k)
 }
 
 /// Stream's `listen` address: a port range (`[HOST:]FIRST-LAST`) gives one
@@ -109,5 +192,22 @@ mod tests {
             stream_addrs("127.0.0.1:9002-9000").unwrap_err(),
             "invalid port range in \"127.0.0.1:9002-9000\""
         );
+    }
+
+    #[test]
+    fn keepalive_values() {
+        let k = so_keepalive("30m::10").unwrap();
+        assert_eq!(
+            (k.on, k.idle, k.interval, k.count),
+            (true, Some(Duration::from_secs(1800)), None, Some(10))
+        );
+        assert!(!so_keepalive("off").unwrap().on);
+        assert_eq!(
+            so_keepalive(":5s:").unwrap().interval,
+            Some(Duration::from_secs(5))
+        );
+        for bad in ["::", "1:2", "1:2:3:4", "x::", "::0", "yes", ""] {
+            assert!(so_keepalive(bad).is_none(), "{bad}");
+        }
     }
 }

@@ -288,7 +288,7 @@ pub struct Listen {
     /// protocol header (for all its servers, when one of them says so).
     pub proxy_protocol: bool,
     /// `rcvbuf=` and `sndbuf=`.
-    pub bufs: super::listen_opts::Bufs,
+    pub sock: super::listen_opts::SockParams,
     pub src: Src,
 }
 

@@ -281,9 +281,9 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let mut ssl = false;
     let mut proxy_protocol = false;
     let mut backlog = 511;
-    let mut bufs = super::listen_opts::Bufs::default();
+    let mut sock = super::listen_opts::SockParams::default();
     for p in &d.args[1..] {
-        if super::listen_opts::buf_param(p, &mut bufs, d)? {
+        if super::listen_opts::sock_param(p, &mut sock, false, d)? {
             continue;
         }
         if p == "reuseport" {
@@ -314,7 +314,7 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             http2: false,
             backlog,
             proxy_protocol,
-            bufs,
+            sock,
             src: d.src.clone(),
         });
     }

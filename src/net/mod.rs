@@ -99,7 +99,7 @@ impl Bound {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SockOpts {
     pub backlog: i32,
-    pub bufs: crate::conf::listen_opts::Bufs,
+    pub sock: crate::conf::listen_opts::SockParams,
 }
 
 /// What to bind: the distinct addresses of all `listen` directives, with an
@@ -117,7 +117,7 @@ pub fn plan(listens: &[&Listen]) -> Vec<(ListenAddr, bool, SockOpts)> {
         }
         let opts = SockOpts {
             backlog: l.backlog,
-            bufs: l.bufs,
+            sock: l.sock,
         };
         out.push((l.addr.clone(), l.reuseport, opts));
     }
@@ -148,21 +148,40 @@ pub fn wildcard_of(local: &SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, local.port())
 }
 
-/// `SO_RCVBUF` and `SO_SNDBUF` as `listen` asks (set before `listen()`, so
-/// that the window scale offered to clients follows the receive buffer).
-fn set_bufs(sock: &Socket, addr: &ListenAddr, opts: &SockOpts) -> Result<(), NetError> {
+/// `SO_RCVBUF`, `SO_SNDBUF` and `so_keepalive=` as `listen` asks (set
+/// before `listen()`, so that the window scale offered to clients follows
+/// the receive buffer; accepted connections inherit them).
+fn set_sock_params(sock: &Socket, addr: &ListenAddr, opts: &SockOpts) -> Result<(), NetError> {
     let opt_err = |opt: &'static str, e: std::io::Error| NetError::Option {
         opt,
         addr: addr.to_string(),
         errno: errno(&e),
     };
-    if let Some(n) = opts.bufs.rcvbuf {
+    if let Some(n) = opts.sock.rcvbuf {
         sock.set_recv_buffer_size(n)
             .map_err(|e| opt_err("SO_RCVBUF", e))?;
     }
-    if let Some(n) = opts.bufs.sndbuf {
+    if let Some(n) = opts.sock.sndbuf {
         sock.set_send_buffer_size(n)
             .map_err(|e| opt_err("SO_SNDBUF", e))?;
+    }
+    if let (Some(k), ListenAddr::Inet(_)) = (opts.sock.keepalive, addr) {
+        sock.set_keepalive(k.on)
+            .map_err(|e| opt_err("SO_KEEPALIVE", e))?;
+        let mut params = socket2::TcpKeepalive::new();
+        if let Some(t) = k.idle {
+            params = params.with_time(t);
+        }
+        if let Some(t) = k.interval {
+            params = params.with_interval(t);
+        }
+        if let Some(n) = k.count {
+            params = params.with_retries(n);
+        }
+        if k.idle.is_some() || k.interval.is_some() || k.count.is_some() {
+            sock.set_tcp_keepalive(&params)
+                .map_err(|e| opt_err("TCP_KEEPIDLE", e))?;
+        }
     }
     Ok(())
 }
@@ -189,7 +208,8 @@ fn bind_one(addr: &ListenAddr, reuseport: bool, opts: &SockOpts) -> Result<Socke
             s.set_reuse_address(true)
                 .map_err(|e| opt_err("SO_REUSEADDR", e))?;
             if sa.is_ipv6() {
-                s.set_only_v6(true).map_err(|e| opt_err("IPV6_V6ONLY", e))?;
+                s.set_only_v6(opts.sock.ipv6only.unwrap_or(true))
+                    .map_err(|e| opt_err("IPV6_V6ONLY", e))?;
             }
             if reuseport {
                 s.set_reuse_port(true)
@@ -221,7 +241,7 @@ fn bind_one(addr: &ListenAddr, reuseport: bool, opts: &SockOpts) -> Result<Socke
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666));
     }
-    set_bufs(&sock, addr, opts)?;
+    set_sock_params(&sock, addr, opts)?;
     sock.listen(backlog).map_err(|e| NetError::Listen {
         addr: name.clone(),
         backlog,
@@ -249,7 +269,7 @@ pub fn bind_all(
             if let Ok(b) = old.try_clone() {
                 // A reload may change the buffer sizes of a kept socket.
                 for s in &b.sockets {
-                    set_bufs(s, addr, opts)?;
+                    set_sock_params(s, addr, opts)?;
                 }
                 out.push(b);
                 continue;
@@ -299,7 +319,7 @@ mod tests {
             http2: false,
             backlog: 511,
             proxy_protocol: false,
-            bufs: Default::default(),
+            sock: Default::default(),
             src: Src {
                 file: None,
                 line: 1,
@@ -322,9 +342,16 @@ mod tests {
     fn binds_and_reuses() {
         let opts = SockOpts {
             backlog: 16,
-            bufs: crate::conf::listen_opts::Bufs {
+            sock: crate::conf::listen_opts::SockParams {
                 rcvbuf: Some(65536),
                 sndbuf: Some(32768),
+                keepalive: Some(crate::conf::listen_opts::SoKeepalive {
+                    on: true,
+                    idle: Some(std::time::Duration::from_secs(600)),
+                    interval: None,
+                    count: Some(3),
+                }),
+                ipv6only: None,
             },
         };
         let planned = vec![(
@@ -337,6 +364,12 @@ mod tests {
         // Linux doubles what is asked (its bookkeeping share).
         assert_eq!(b[0].sockets[0].recv_buffer_size().unwrap(), 131072);
         assert_eq!(b[0].sockets[0].send_buffer_size().unwrap(), 65536);
+        assert!(b[0].sockets[0].keepalive().unwrap());
+        assert_eq!(
+            b[0].sockets[0].tcp_keepalive_time().unwrap(),
+            std::time::Duration::from_secs(600)
+        );
+        assert_eq!(b[0].sockets[0].tcp_keepalive_retries().unwrap(), 3);
         let local = b[0].sockets[0].local_addr().unwrap().as_socket().unwrap();
         assert_ne!(local.port(), 0);
         // Binding the same port again fails with nginx's message.
