@@ -4,7 +4,7 @@
 # connection come from 127.0.0.2; with a variable from a map),
 # proxy_download_rate and proxy_upload_rate (a transfer paced to the rate,
 # as nginx: the first second's worth at once), proxy_buffer_size (a small
-# relay buffer still carries everything), and listen port ranges.
+# relay buffer still carries everything), proxy_socket_keepalive and set.
 
 use warnings;
 use strict;
@@ -19,7 +19,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(16);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(18);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -65,6 +65,17 @@ stream {
         proxy_pass 127.0.0.1:%%PORT_8083%%;
         proxy_upload_rate 8k;
         proxy_half_close on;
+    }
+    server {
+        listen 127.0.0.1:%%PORT_8098%%;
+        set $greet "hi $remote_addr";
+        set $greet "$greet!";
+        return "$greet\n";
+    }
+    server {
+        listen 127.0.0.1:%%PORT_8099%%;
+        set $target 127.0.0.1:%%PORT_8081%%;
+        proxy_pass $target;
     }
     server {
         listen 127.0.0.1:%%PORT_8097%%;
@@ -181,6 +192,10 @@ SKIP: {
 	unlike($plain, qr/keepalive/, 'without it: no keepalive timer');
 }
 close $_ for @held;
+
+# set (ngx_stream_set_module): in order, read by return and proxy_pass.
+is(talk(8098), "hi 127.0.0.1!\n", 'set: in order, with variables');
+is(talk(8099), "from 127.0.0.1\n", 'set: proxy_pass $var reads it');
 
 $t->stop();
 my $log = $t->read_file('error.log');

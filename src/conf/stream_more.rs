@@ -1,7 +1,9 @@
 //! More stream proxy settings, as nginx's ngx_stream_proxy_module:
 //! `proxy_bind ADDRESS | off`, `proxy_buffer_size SIZE` (16k),
 //! `proxy_download_rate` / `proxy_upload_rate RATE` (0: no limit; variables
-//! allowed as in nginx 1.27) and `proxy_socket_keepalive on | off` (off). Stream and stream server level; a server takes
+//! allowed as in nginx 1.27) and `proxy_socket_keepalive on | off` (off).
+//! And ngx_stream_set_module's `set $NAME VALUE` (stream server only, run
+//! in order when a session starts, after realip, before limit_conn). Stream and stream server level; a server takes
 //! the stream level's value unless it sets its own. Parsing only.
 
 use super::ConfError;
@@ -22,6 +24,13 @@ pub(super) const TABLE: &[Spec] = &[
     spec("proxy_buffer_size"),
     spec("proxy_download_rate"),
     spec("proxy_upload_rate"),
+    Spec {
+        name: "set",
+        ctx: SSRV,
+        args: Args::Exactly(2),
+        block: false,
+        set: set_set,
+    },
     Spec {
         name: "proxy_socket_keepalive",
         ctx: STREAM | SSRV,
@@ -49,6 +58,7 @@ pub(super) struct MoreB {
     download_rate: Option<Template>,
     upload_rate: Option<Template>,
     socket_keepalive: Option<bool>,
+    sets: Vec<(String, Template)>,
 }
 
 /// A stream server's settings from this file, merged.
@@ -64,6 +74,8 @@ pub struct StreamMore {
     pub proxy_upload_rate: Option<Template>,
     /// `proxy_socket_keepalive`: SO_KEEPALIVE on upstream connections.
     pub proxy_socket_keepalive: bool,
+    /// `set $NAME VALUE` lines, in order (the server's own).
+    pub set: Vec<(String, Template)>,
 }
 
 impl Default for StreamMore {
@@ -74,6 +86,7 @@ impl Default for StreamMore {
             proxy_download_rate: None,
             proxy_upload_rate: None,
             proxy_socket_keepalive: false,
+            set: Vec::new(),
         }
     }
 }
@@ -103,6 +116,7 @@ impl MoreB {
                 .socket_keepalive
                 .or(top.socket_keepalive)
                 .unwrap_or(false),
+            set: self.sets.clone(),
         }
     }
 }
@@ -141,6 +155,25 @@ fn set_bind(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
         Bind::Addr(t)
     };
     set_once(&mut more(n, d)?.bind, v, d)
+}
+
+/// As http's `set`: a name sluice provides itself cannot be set.
+fn set_set(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Some(name) = d.args[0].strip_prefix('$').filter(|v| !v.is_empty()) else {
+        return Err(ConfError::at(
+            format!("invalid variable name \"{}\"", d.args[0]),
+            &d.src,
+        ));
+    };
+    if vars::is_builtin(name) {
+        return Err(ConfError::at(
+            format!("the duplicate \"{name}\" variable"),
+            &d.src,
+        ));
+    }
+    let value = vars::compile(&d.args[1]).map_err(|m| ConfError::at(m, &d.src))?;
+    more(n, d)?.sets.push((name.to_string(), value));
+    Ok(())
 }
 
 fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -183,7 +216,7 @@ mod tests {
             "events {} stream { proxy_buffer_size 4k; proxy_download_rate 16k; \
              server { listen 127.0.0.1:9000; proxy_pass 127.0.0.1:9001; \
              proxy_bind 127.0.0.2; proxy_upload_rate $remote_port; \
-             proxy_socket_keepalive on; } \
+             proxy_socket_keepalive on; set $up \"x$remote_addr\"; } \
              server { listen 127.0.0.1:9002; proxy_pass 127.0.0.1:9001; \
              proxy_buffer_size 1m; proxy_download_rate 0; } }",
         )
@@ -199,6 +232,8 @@ mod tests {
         assert_eq!(lit(&b.proxy_download_rate).as_deref(), Some("0"));
         assert!(a.proxy_upload_rate.is_some() && b.proxy_upload_rate.is_none());
         assert!(a.proxy_socket_keepalive && !b.proxy_socket_keepalive);
+        assert_eq!(a.set.len(), 1);
+        assert_eq!(a.set[0].0, "up");
         let (c, _) = try_build(
             "events {} stream { server { listen 127.0.0.1:9000; proxy_pass 127.0.0.1:9001; } }",
         )
@@ -236,6 +271,14 @@ mod tests {
         );
         assert!(
             err("events {}\nstream {\nproxy_socket_keepalive yes;\n}").ends_with("in /t.conf:3")
+        );
+        assert_eq!(
+            err("events {}\nstream {\nserver {\nset $remote_addr x;\n}\n}"),
+            "the duplicate \"remote_addr\" variable in /t.conf:4"
+        );
+        assert_eq!(
+            err("events {}\nstream {\nset $a x;\n}"),
+            "\"set\" directive is not allowed here in /t.conf:3"
         );
         assert_eq!(
             err("events {}\nstream {\nproxy_bind $nope;\n}"),

@@ -196,6 +196,7 @@ async fn accept_loop(l: Listener, server: usize, flags: Flags, shared: Arc<Share
             preread: None,
             limit_status: None,
             holds: Vec::new(),
+            vars: Vec::new(),
         };
         let shared2 = shared.clone();
         tokio::spawn(async move {
@@ -235,6 +236,8 @@ struct Session {
     /// `$limit_conn_status`, and the counts the session holds.
     limit_status: Option<&'static str>,
     holds: Vec<(Arc<crate::net::limit::LimitZone>, crate::net::limit::Held)>,
+    /// What `set` gave, in order.
+    vars: Vec<(String, String)>,
 }
 
 impl Drop for Session {
@@ -252,6 +255,10 @@ impl Evaluator for Session {
 
     fn text(&self, t: &Template, caps: Option<&Captures>) -> String {
         crate::conf::map::eval_with_captures(t, caps, |v| self.var(v))
+    }
+
+    fn assigned(&self, name: &str) -> Option<String> {
+        self.assigned_var(name)
     }
 
     fn cycle(&self, name: &str) {
@@ -373,10 +380,21 @@ impl Session {
                 }
             },
             Var::Map(m) => crate::conf::map::value(self, m),
-            // A named capture of a map regex.
-            Var::User(n) => self.maps.named(n).unwrap_or_default(),
+            // What `set` gave, else a named capture of a map regex.
+            Var::User(n) => self
+                .assigned_var(n)
+                .or_else(|| self.maps.named(n))
+                .unwrap_or_default(),
             _ => String::new(),
         }
+    }
+
+    fn assigned_var(&self, name: &str) -> Option<String> {
+        self.vars
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
     }
 
     fn pp(&self, f: impl Fn(&crate::net::proxy_protocol::Addrs) -> String) -> String {
@@ -457,6 +475,11 @@ async fn run(mut client: Stream, mut s: Session, server: usize, flags: Flags, sh
     // ssl, preread, content.
     if flags.pp && !proxy_protocol(&mut client, &mut s, conf).await {
         return end(&mut s, conf);
+    }
+    // ngx_stream_set_module's preaccess handler, before limit_conn's.
+    for (name, t) in &conf.more.set {
+        let v = s.eval(t);
+        s.vars.push((name.clone(), v));
     }
     if !limit_conn(&mut s, conf, shared) {
         s.status = 503;
