@@ -4,7 +4,8 @@
 # connection come from 127.0.0.2; with a variable from a map),
 # proxy_download_rate and proxy_upload_rate (a transfer paced to the rate,
 # as nginx: the first second's worth at once), proxy_buffer_size (a small
-# relay buffer still carries everything), proxy_socket_keepalive and set.
+# relay buffer still carries everything), proxy_socket_keepalive, set, and
+# resolver in a stream server.
 
 use warnings;
 use strict;
@@ -19,7 +20,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(18);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(21);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -78,6 +79,18 @@ stream {
         proxy_pass $target;
     }
     server {
+        listen 127.0.0.1:%%PORT_8100%%;
+        resolver 127.0.0.1:%%PORT_8053%%;
+        resolver_timeout 3s;
+        set $target peer.test:%%PORT_8081%%;
+        proxy_pass $target;
+    }
+    server {
+        listen 127.0.0.1:%%PORT_8101%%;
+        set $target peer.test:%%PORT_8081%%;
+        proxy_pass $target;
+    }
+    server {
         listen 127.0.0.1:%%PORT_8097%%;
         proxy_pass 127.0.0.1:%%PORT_8084%%;
         proxy_socket_keepalive on;
@@ -113,6 +126,9 @@ sub daemon {
 		close $c;
 	}
 }
+
+$t->write_file('dns.txt', "peer.test A 127.0.0.1 30\n");
+$t->dns(port(8053));
 
 my %daemons = (8081 => 'peer', 8082 => 'big', 8083 => 'count', 8084 => 'count');
 for my $n (sort keys %daemons) {
@@ -197,9 +213,15 @@ close $_ for @held;
 is(talk(8098), "hi 127.0.0.1!\n", 'set: in order, with variables');
 is(talk(8099), "from 127.0.0.1\n", 'set: proxy_pass $var reads it');
 
+# resolver at stream server level: that server resolves, the other has none.
+is(talk(8100), "from 127.0.0.1\n", 'a server\'s own resolver resolves proxy_pass $var');
+is(talk(8101), '', 'a server without one (nor the stream block): closed');
+ok($t->waitforlog(qr/\[error\] .*no resolver defined to resolve peer\.test, client: 127\.0\.0\.1/),
+	'logged as nginx');
+
 $t->stop();
 my $log = $t->read_file('error.log');
-unlike($log, qr/\[error\]/, 'no errors logged');
+unlike($log, qr/\[error\] (?!.*no resolver defined)/, 'no other errors logged');
 
 # A bad proxy_bind value at run time: 500 in nginx's words.
 $t->write_file_expand('bad.conf', <<'EOF');

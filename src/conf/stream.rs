@@ -543,7 +543,9 @@ pub(super) fn finish(
                 .or(st.settings.proxy_protocol)
                 .unwrap_or(false),
             set_real_ip_from: limits.set_real_ip_from,
-            more: s.more.finish(&st.more),
+            more: s
+                .more
+                .finish(&st.more, st.resolver.as_ref(), st.resolver_timeout),
             src: s.src,
         });
     }

@@ -2,7 +2,8 @@
 //! `proxy_bind ADDRESS | off`, `proxy_buffer_size SIZE` (16k),
 //! `proxy_download_rate` / `proxy_upload_rate RATE` (0: no limit; variables
 //! allowed as in nginx 1.27) and `proxy_socket_keepalive on | off` (off).
-//! And ngx_stream_set_module's `set $NAME VALUE` (stream server only, run
+//! `resolver` and `resolver_timeout` may be given per stream server too
+//! (for `proxy_pass` with variables). And ngx_stream_set_module's `set $NAME VALUE` (stream server only, run
 //! in order when a session starts, after realip, before limit_conn). Stream and stream server level; a server takes
 //! the stream level's value unless it sets its own. Parsing only.
 
@@ -59,6 +60,9 @@ pub(super) struct MoreB {
     upload_rate: Option<Template>,
     socket_keepalive: Option<bool>,
     sets: Vec<(String, Template)>,
+    /// A stream server's own `resolver` and `resolver_timeout`.
+    pub(super) resolver: Option<super::model::Resolver>,
+    pub(super) resolver_timeout: Option<std::time::Duration>,
 }
 
 /// A stream server's settings from this file, merged.
@@ -76,6 +80,9 @@ pub struct StreamMore {
     pub proxy_socket_keepalive: bool,
     /// `set $NAME VALUE` lines, in order (the server's own).
     pub set: Vec<(String, Template)>,
+    /// The resolver for `proxy_pass` with variables: the server's, else the
+    /// stream block's, with the server's `resolver_timeout` if it has one.
+    pub resolver: Option<super::model::Resolver>,
 }
 
 impl Default for StreamMore {
@@ -87,14 +94,31 @@ impl Default for StreamMore {
             proxy_upload_rate: None,
             proxy_socket_keepalive: false,
             set: Vec::new(),
+            resolver: None,
         }
     }
 }
 
 impl MoreB {
     /// The server's values, else the stream level's, else nginx's defaults.
-    pub(super) fn finish(&self, top: &MoreB) -> StreamMore {
+    pub(super) fn finish(
+        &self,
+        top: &MoreB,
+        stream_resolver: Option<&super::model::Resolver>,
+        stream_timeout: Option<std::time::Duration>,
+    ) -> StreamMore {
         let d = StreamMore::default();
+        let resolver = self
+            .resolver
+            .as_ref()
+            .or(stream_resolver)
+            .map(|r| super::model::Resolver {
+                timeout: self
+                    .resolver_timeout
+                    .or(stream_timeout)
+                    .unwrap_or(r.timeout),
+                ..r.clone()
+            });
         StreamMore {
             proxy_bind: self
                 .bind
@@ -117,6 +141,7 @@ impl MoreB {
                 .or(top.socket_keepalive)
                 .unwrap_or(false),
             set: self.sets.clone(),
+            resolver,
         }
     }
 }

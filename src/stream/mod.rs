@@ -519,7 +519,7 @@ async fn run(mut client: Stream, mut s: Session, server: usize, flags: Flags, sh
             }
         }
         StreamTarget::Dynamic(t) => {
-            if let Some(ups) = dynamic(&mut s, t, shared).await {
+            if let Some(ups) = dynamic(&mut s, t, conf, shared).await {
                 proxy(client, &mut s, conf, &ups, shared).await;
             }
         }
@@ -742,7 +742,12 @@ fn local_address(s: &Session, conf: &StreamServer) -> Result<Option<std::net::Ip
 /// configuration, or is `address:port`, or `name:port` looked up with the
 /// stream block's `resolver`. None (status set, error logged) when it is
 /// none of these.
-async fn dynamic(s: &mut Session, t: &Template, shared: &Shared) -> Option<Arc<UpstreamRt>> {
+async fn dynamic(
+    s: &mut Session,
+    t: &Template,
+    conf: &StreamServer,
+    shared: &Shared,
+) -> Option<Arc<UpstreamRt>> {
     let stream = shared.cfg.stream.as_ref()?;
     let text = s.eval(t);
     let fail = |s: &mut Session, status: u16, msg: String| {
@@ -773,7 +778,7 @@ async fn dynamic(s: &mut Session, t: &Template, shared: &Shared) -> Option<Arc<U
     let addrs = match host.trim_start_matches('[').trim_end_matches(']').parse() {
         Ok(ip) => vec![ip],
         Err(_) => {
-            let Some(resolver) = &stream.resolver else {
+            let Some(resolver) = &conf.more.resolver else {
                 return fail(s, 502, format!("no resolver defined to resolve {host}"));
             };
             match shared.dns.lookup(host, resolver).await {
