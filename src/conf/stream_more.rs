@@ -2,7 +2,8 @@
 //! `proxy_bind ADDRESS | off`, `proxy_buffer_size SIZE` (16k),
 //! `proxy_download_rate` / `proxy_upload_rate RATE` (0: no limit; variables
 //! allowed as in nginx 1.27) and `proxy_socket_keepalive on | off` (off).
-//! `resolver` and `resolver_timeout` may be given per stream server too
+//! `ssl_alpn PROTOCOL ...` (the ALPN protocols a `listen ... ssl` server
+//! accepts, as nginx 1.21.4). `resolver` and `resolver_timeout` may be given per stream server too
 //! (for `proxy_pass` with variables). And ngx_stream_set_module's `set $NAME VALUE` (stream server only, run
 //! in order when a session starts, after realip, before limit_conn). Stream and stream server level; a server takes
 //! the stream level's value unless it sets its own. Parsing only.
@@ -25,6 +26,13 @@ pub(super) const TABLE: &[Spec] = &[
     spec("proxy_buffer_size"),
     spec("proxy_download_rate"),
     spec("proxy_upload_rate"),
+    Spec {
+        name: "ssl_alpn",
+        ctx: STREAM | SSRV,
+        args: Args::AtLeast(1),
+        block: false,
+        set: set_alpn,
+    },
     Spec {
         name: "set",
         ctx: SSRV,
@@ -60,6 +68,7 @@ pub(super) struct MoreB {
     upload_rate: Option<Template>,
     socket_keepalive: Option<bool>,
     sets: Vec<(String, Template)>,
+    alpn: Option<Vec<String>>,
     /// A stream server's own `resolver` and `resolver_timeout`.
     pub(super) resolver: Option<super::model::Resolver>,
     pub(super) resolver_timeout: Option<std::time::Duration>,
@@ -80,6 +89,8 @@ pub struct StreamMore {
     pub proxy_socket_keepalive: bool,
     /// `set $NAME VALUE` lines, in order (the server's own).
     pub set: Vec<(String, Template)>,
+    /// `ssl_alpn`: the ALPN protocols offered (none: no ALPN).
+    pub ssl_alpn: Vec<String>,
     /// The resolver for `proxy_pass` with variables: the server's, else the
     /// stream block's, with the server's `resolver_timeout` if it has one.
     pub resolver: Option<super::model::Resolver>,
@@ -94,6 +105,7 @@ impl Default for StreamMore {
             proxy_upload_rate: None,
             proxy_socket_keepalive: false,
             set: Vec::new(),
+            ssl_alpn: Vec::new(),
             resolver: None,
         }
     }
@@ -141,6 +153,11 @@ impl MoreB {
                 .or(top.socket_keepalive)
                 .unwrap_or(false),
             set: self.sets.clone(),
+            ssl_alpn: self
+                .alpn
+                .clone()
+                .or_else(|| top.alpn.clone())
+                .unwrap_or_default(),
             resolver,
         }
     }
@@ -201,6 +218,17 @@ fn set_set(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfE
     Ok(())
 }
 
+fn set_alpn(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    // A protocol name is 1 to 255 bytes on the wire.
+    if let Some(p) = d.args.iter().find(|p| p.is_empty() || p.len() > 255) {
+        return Err(ConfError::at(
+            format!("invalid value \"{p}\" in \"ssl_alpn\" directive"),
+            &d.src,
+        ));
+    }
+    set_once(&mut more(n, d)?.alpn, d.args.clone(), d)
+}
+
 fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let v = super::build::flag(d)?;
     set_once(&mut more(n, d)?.socket_keepalive, v, d)
@@ -238,12 +266,12 @@ mod tests {
     #[test]
     fn merge_and_defaults() {
         let (c, _) = try_build(
-            "events {} stream { proxy_buffer_size 4k; proxy_download_rate 16k; \
+            "events {} stream { proxy_buffer_size 4k; proxy_download_rate 16k; ssl_alpn h2 http/1.1; \
              server { listen 127.0.0.1:9000; proxy_pass 127.0.0.1:9001; \
              proxy_bind 127.0.0.2; proxy_upload_rate $remote_port; \
              proxy_socket_keepalive on; set $up \"x$remote_addr\"; } \
              server { listen 127.0.0.1:9002; proxy_pass 127.0.0.1:9001; \
-             proxy_buffer_size 1m; proxy_download_rate 0; } }",
+             proxy_buffer_size 1m; proxy_download_rate 0; ssl_alpn x; } }",
         )
         .expect("config");
         let st = c.stream.expect("stream");
@@ -259,6 +287,8 @@ mod tests {
         assert!(a.proxy_socket_keepalive && !b.proxy_socket_keepalive);
         assert_eq!(a.set.len(), 1);
         assert_eq!(a.set[0].0, "up");
+        assert_eq!(a.ssl_alpn, ["h2", "http/1.1"]);
+        assert_eq!(b.ssl_alpn, ["x"]);
         let (c, _) = try_build(
             "events {} stream { server { listen 127.0.0.1:9000; proxy_pass 127.0.0.1:9001; } }",
         )

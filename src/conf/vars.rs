@@ -96,6 +96,8 @@ pub enum Var {
     /// `$ssl_client_cert` (deprecated in nginx) and `$ssl_client_raw_cert`.
     SslClientCert,
     SslClientRawCert,
+    /// `$ssl_alpn_protocol`: the protocol ALPN chose, else empty.
+    SslAlpnProtocol,
     /// Stream only, with `ssl_preread on`: what the ClientHello says.
     SslPrereadServerName,
     SslPrereadAlpnProtocols,
@@ -415,6 +417,7 @@ impl Var {
             "ssl_client_escaped_cert" => Var::SslClientEscapedCert,
             "ssl_client_cert" => Var::SslClientCert,
             "ssl_client_raw_cert" => Var::SslClientRawCert,
+            "ssl_alpn_protocol" => Var::SslAlpnProtocol,
             "ssl_preread_server_name" => Var::SslPrereadServerName,
             "ssl_preread_alpn_protocols" => Var::SslPrereadAlpnProtocols,
             "ssl_preread_protocol" => Var::SslPrereadProtocol,

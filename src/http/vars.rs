@@ -446,7 +446,8 @@ impl Req {
             | Var::SslClientFingerprint
             | Var::SslClientEscapedCert
             | Var::SslClientCert
-            | Var::SslClientRawCert => c.tls().and_then(|t| t.value(v)).unwrap_or_default(),
+            | Var::SslClientRawCert
+            | Var::SslAlpnProtocol => c.tls().and_then(|t| t.value(v)).unwrap_or_default(),
             Var::ServerAddr => c
                 .local
                 .map(|a| a.ip().to_string())

@@ -348,7 +348,8 @@ impl Session {
             | Var::SslClientFingerprint
             | Var::SslClientEscapedCert
             | Var::SslClientCert
-            | Var::SslClientRawCert => self
+            | Var::SslClientRawCert
+            | Var::SslAlpnProtocol => self
                 .tls
                 .as_ref()
                 .and_then(|t| t.value(v))
