@@ -29,6 +29,8 @@ events {
 }
 
 http {
+    # Accepted, no effect (sluice's log paths have no variables).
+    open_log_file_cache max=1000 inactive=20s valid=1m min_uses=2;
     log_format cookies "$upstream_cookie_sid|$upstream_cookie_LANG|[$upstream_cookie_none]";
 
     server {

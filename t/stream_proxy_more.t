@@ -31,6 +31,9 @@ events {
 }
 
 stream {
+    # Accepted, no effect (sluice's log paths have no variables).
+    open_log_file_cache max=10 inactive=20s;
+
     map $server_port $bind_from {
         %%PORT_8092%% 127.0.0.3;
         default       "";
