@@ -344,6 +344,27 @@ mod tests {
         assert!(got.ends_with(" t: one line"), "{got}");
     }
 
+    #[test]
+    fn sends_to_a_unix_socket_and_reopens() {
+        let path = std::env::temp_dir().join(format!("sluice-syslog-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let p = Peer::new(
+            Spec::parse(&format!("syslog:server=unix:{},nohostname", path.display())).unwrap(),
+        );
+        // No listener yet: the line is dropped, nothing breaks.
+        p.send(Some(3), b"lost\n");
+        let rx = UnixDatagram::bind(&path).unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        p.send(Some(3), b"found\n");
+        let mut buf = [0u8; 512];
+        let n = rx.recv(&mut buf).unwrap();
+        let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(got.starts_with("<187>"), "{got}");
+        assert!(got.ends_with(" nginx: found"), "{got}");
+        let _ = std::fs::remove_file(&path);
+    }
+
     proptest::proptest! {
         #[test]
         fn parse_never_panics(s in "syslog:[a-z=,:0-9.\\[\\]_/-]{0,60}") {
