@@ -2,8 +2,7 @@
 //! is the value of the cookie NAME that one of the upstream's `Set-Cookie`
 //! headers sets, found as nginx finds it (the first header whose text starts
 //! with NAME, any case, then `=`; the value up to the first `;`, spaces
-//! around `=` skipped). `$hostname`, `$msec`, `$time_local` and
-//! `$time_iso8601`, which need no request, for stream too.
+//! around `=` skipped).
 
 use http::HeaderMap;
 
@@ -14,29 +13,6 @@ pub fn set_cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
         .iter()
         .find_map(|v| cookie_in(v.as_bytes(), name.as_bytes()))
         .map(|v| String::from_utf8_lossy(v).into_owned())
-}
-
-/// `$hostname`, `$msec`, `$time_local`, `$time_iso8601` (else empty).
-pub fn clock_var(v: &crate::conf::vars::Var) -> String {
-    use crate::conf::vars::Var;
-    match v {
-        Var::Hostname => nix::unistd::gethostname()
-            .map(|h| h.to_string_lossy().into_owned())
-            .unwrap_or_default(),
-        Var::Msec => {
-            let d = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            format!("{}.{:03}", d.as_secs(), d.subsec_millis())
-        }
-        Var::TimeLocal => chrono::Local::now()
-            .format("%d/%b/%Y:%H:%M:%S %z")
-            .to_string(),
-        Var::TimeIso8601 => chrono::Local::now()
-            .format("%Y-%m-%dT%H:%M:%S%:z")
-            .to_string(),
-        _ => String::new(),
-    }
 }
 
 fn cookie_in<'a>(line: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {

@@ -318,9 +318,8 @@ impl Session {
             Var::ServerPort => self.local.map(|a| a.port().to_string()).unwrap_or_default(),
             Var::Connection => self.number.to_string(),
             Var::Pid => std::process::id().to_string(),
-            Var::NginxVersion => crate::NGINX_VERSION.to_string(),
-            Var::Hostname | Var::Msec | Var::TimeLocal | Var::TimeIso8601 => {
-                crate::http::vars_more::clock_var(v)
+            Var::NginxVersion | Var::Hostname | Var::Msec | Var::TimeLocal | Var::TimeIso8601 => {
+                crate::net::vars::value(v)
             }
             Var::Status => self.status.to_string(),
             Var::UpstreamAddr => self.list(|(a, _)| a.clone()),
