@@ -296,6 +296,7 @@ const TABLES: &[&[Spec]] = &[
     super::auth_request::TABLE,
     super::buckets::TABLE,
     super::rate::TABLE,
+    super::stream_more::TABLE,
 ];
 
 const TABLE: &[Spec] = &[
@@ -315,7 +316,7 @@ const TABLE: &[Spec] = &[
     },
     Spec {
         name: "error_log",
-        ctx: MAIN | HTTP | SRV | LOC,
+        ctx: MAIN | HTTP | SRV | LOC | STREAM | SSRV,
         args: Args::Range(1, 2),
         block: false,
         set: set_error_log,
@@ -720,9 +721,13 @@ fn set_pid(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfE
 fn set_error_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let target = match d.args[0].as_str() {
         "stderr" => Target::Stderr,
-        t if t.starts_with("syslog:") || t.starts_with("memory:") => {
+        t if crate::log::syslog::is_syslog(t) => {
+            crate::log::syslog::Spec::parse(t).map_err(|m| ConfError::at(m, &d.src))?;
+            Target::Syslog(t.to_string())
+        }
+        t if t.starts_with("memory:") => {
             return Err(ConfError::at(
-                format!("error_log target \"{t}\" is not supported, use a file or stderr"),
+                format!("error_log target \"{t}\" is not supported, use a file, stderr or syslog"),
                 &d.src,
             ));
         }
@@ -739,12 +744,11 @@ fn set_error_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
         Node::Http(h) => &mut h.error_log,
         Node::Server(s) => &mut s.error_log,
         Node::Location(l) => &mut l.error_log,
-        Node::Events(..)
-        | Node::Upstream(_)
-        | Node::If(_)
-        | Node::Stream(_)
-        | Node::StreamServer(_)
-        | Node::Grpc(_) => return Err(not_here(d)),
+        // Checked; as in http, the messages go to the main context's logs.
+        Node::Stream(_) | Node::StreamServer(_) => return Ok(()),
+        Node::Events(..) | Node::Upstream(_) | Node::If(_) | Node::Grpc(_) => {
+            return Err(not_here(d));
+        }
     };
     if list.iter().any(|s| s.target == spec.target) {
         return Err(duplicate(d));

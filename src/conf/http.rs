@@ -170,6 +170,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             http2: false,
             backlog: 511,
             proxy_protocol: false,
+            sock: Default::default(),
             src: d.src.clone(),
         });
     }
@@ -245,7 +246,11 @@ fn set_listen(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let mut http2 = false;
     let mut proxy_protocol = false;
     let mut backlog = 511;
+    let mut sock = super::listen_opts::SockParams::default();
     for p in &d.args[1..] {
+        if super::listen_opts::sock_param(p, &mut sock, true, d)? {
+            continue;
+        }
         match p.as_str() {
             "default_server" | "default" => default_server = true,
             "reuseport" => reuseport = true,
@@ -296,6 +301,7 @@ fn set_listen(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             http2,
             backlog,
             proxy_protocol,
+            sock,
             src: d.src.clone(),
         });
     }

@@ -163,7 +163,15 @@ fn set_access_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     if off && d.args.len() > 1 {
         return Err(ConfError::at("invalid parameter \"off\"", &d.src));
     }
-    let path = b.path(&d.args[0]);
+    let path = if crate::log::syslog::is_syslog(&d.args[0]) {
+        crate::log::syslog::Spec::parse(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
+        if size.is_some() {
+            return Err(ConfError::at("logs to syslog cannot be buffered", &d.src));
+        }
+        std::path::PathBuf::from(&d.args[0])
+    } else {
+        b.path(&d.args[0])
+    };
     if let Some(size) = size {
         // One buffer per file: every buffered access_log naming it must agree.
         let buffering = Buffering { size, flush, gzip };

@@ -18,6 +18,7 @@ pub mod http;
 mod http2;
 pub mod lexer;
 pub mod limit;
+pub mod listen_opts;
 pub mod loc;
 mod loc_table;
 mod logs;
@@ -34,6 +35,7 @@ mod rewrite;
 pub mod ssl;
 mod status;
 mod stream;
+pub mod stream_more;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod tree;

@@ -54,6 +54,8 @@ impl Config {
             .iter()
             .flat_map(|h| h.access_log_paths.iter())
             .chain(self.stream.iter().flat_map(|s| s.access_log_paths.iter()))
+            // A syslog target is no file (`log::files::get` makes its sender).
+            .filter(|p| !p.to_str().is_some_and(crate::log::syslog::is_syslog))
             .cloned()
             .collect();
         all.dedup();
@@ -162,6 +164,9 @@ pub struct StreamServer {
     /// The stream realip module's `set_real_ip_from`: peers whose PROXY
     /// protocol header names the client.
     pub set_real_ip_from: Vec<super::loc::Trusted>,
+    /// `proxy_bind`, `proxy_buffer_size`, `proxy_download_rate`,
+    /// `proxy_upload_rate`.
+    pub more: super::stream_more::StreamMore,
     pub src: Src,
 }
 
@@ -282,6 +287,8 @@ pub struct Listen {
     /// `proxy_protocol`: connections to this address start with a PROXY
     /// protocol header (for all its servers, when one of them says so).
     pub proxy_protocol: bool,
+    /// `rcvbuf=` and `sndbuf=`.
+    pub sock: super::listen_opts::SockParams,
     pub src: Src,
 }
 

@@ -7,21 +7,23 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use super::ConfError;
-use super::build::{Args, Builder, HTTP, LOC, Node, SRV, STREAM, Spec, UPS, duplicate, time_arg};
+use super::build::{
+    Args, Builder, HTTP, LOC, Node, SRV, SSRV, STREAM, Spec, UPS, duplicate, time_arg,
+};
 use super::model::Resolver;
 use super::tree::Directive;
 
 pub(super) const TABLE: &[Spec] = &[
     Spec {
         name: "resolver",
-        ctx: HTTP | SRV | LOC | UPS | STREAM,
+        ctx: HTTP | SRV | LOC | UPS | STREAM | SSRV,
         args: Args::AtLeast(1),
         block: false,
         set: set_resolver,
     },
     Spec {
         name: "resolver_timeout",
-        ctx: HTTP | SRV | LOC | UPS | STREAM,
+        ctx: HTTP | SRV | LOC | UPS | STREAM | SSRV,
         args: Args::Exactly(1),
         block: false,
         set: set_resolver_timeout,
@@ -90,6 +92,7 @@ fn set_resolver(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     let taken = match n {
         Node::Upstream(u) => u.resolver.replace(r).is_some(),
         Node::Stream(st) => st.resolver.replace(r).is_some(),
+        Node::StreamServer(s) => s.more_b().resolver.replace(r).is_some(),
         other => match other.loc_b() {
             Some(l) => l.resolver.replace(Some(r)).is_some(),
             None => return Err(super::build::not_here(d)),
@@ -106,6 +109,7 @@ fn set_resolver_timeout(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Res
     let slot = match n {
         Node::Upstream(u) => &mut u.resolver_timeout,
         Node::Stream(st) => &mut st.resolver_timeout,
+        Node::StreamServer(s) => &mut s.more_b().resolver_timeout,
         other => match other.loc_b() {
             Some(l) => &mut l.resolver_timeout,
             None => return Err(super::build::not_here(d)),

@@ -186,6 +186,20 @@ pub(super) struct StreamB {
     /// `match` blocks and `health_check_timeout`.
     pub(super) matches: Vec<std::sync::Arc<super::health::Match>>,
     pub(super) health_check_timeout: Option<Duration>,
+    /// `proxy_bind`, `proxy_buffer_size`, the rates (`stream_more.rs`).
+    more: super::stream_more::MoreB,
+}
+
+impl StreamB {
+    pub(super) fn more_b(&mut self) -> &mut super::stream_more::MoreB {
+        &mut self.more
+    }
+}
+
+impl StreamServerB {
+    pub(super) fn more_b(&mut self) -> &mut super::stream_more::MoreB {
+        &mut self.more
+    }
 }
 
 pub(super) struct StreamServerB {
@@ -199,6 +213,7 @@ pub(super) struct StreamServerB {
     settings: Settings,
     pub(super) health_check: Option<super::health::HealthCheckB>,
     pub(super) health_check_timeout: Option<Duration>,
+    more: super::stream_more::MoreB,
     src: Src,
 }
 
@@ -244,6 +259,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         settings: Settings::default(),
         health_check: None,
         health_check_timeout: None,
+        more: Default::default(),
         src: d.src.clone(),
     };
     b.walk(
@@ -259,12 +275,17 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let Node::StreamServer(s) = n else {
         return Err(not_here(d));
     };
-    let addrs = super::http::parse_listen_addr(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
+    let addrs =
+        super::listen_opts::stream_addrs(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
     let mut reuseport = false;
     let mut ssl = false;
     let mut proxy_protocol = false;
     let mut backlog = 511;
+    let mut sock = super::listen_opts::SockParams::default();
     for p in &d.args[1..] {
+        if super::listen_opts::sock_param(p, &mut sock, false, d)? {
+            continue;
+        }
         if p == "reuseport" {
             reuseport = true;
         } else if p == "proxy_protocol" {
@@ -293,6 +314,7 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             http2: false,
             backlog,
             proxy_protocol,
+            sock,
             src: d.src.clone(),
         });
     }
@@ -521,6 +543,9 @@ pub(super) fn finish(
                 .or(st.settings.proxy_protocol)
                 .unwrap_or(false),
             set_real_ip_from: limits.set_real_ip_from,
+            more: s
+                .more
+                .finish(&st.more, st.resolver.as_ref(), st.resolver_timeout),
             src: s.src,
         });
     }

@@ -25,6 +25,9 @@ enum Shape {
     Word(&'static [&'static str]),
     /// `open_file_cache off | max=N [inactive=time]`.
     OpenFileCache,
+    /// `open_log_file_cache off | max=N [inactive=time] [min_uses=N]
+    /// [valid=time]`.
+    OpenLogFileCache,
     /// `aio on | off | threads[=pool]`.
     Aio,
     /// `output_buffers number size`.
@@ -56,6 +59,7 @@ const SHAPES: &[(&str, Shape)] = &[
     ("proxy_headers_hash_max_size", Shape::Number),
     ("proxy_headers_hash_bucket_size", Shape::Size),
     ("open_file_cache", Shape::OpenFileCache),
+    ("open_log_file_cache", Shape::OpenLogFileCache),
     ("open_file_cache_valid", Shape::Time),
     ("open_file_cache_min_uses", Shape::Number),
     ("open_file_cache_errors", Shape::Flag),
@@ -109,8 +113,8 @@ pub(super) const TABLE: &[Spec] = &[
     spec("types_hash_bucket_size", HSL),
     spec("variables_hash_max_size", HTTP | STREAM),
     spec("variables_hash_bucket_size", HTTP | STREAM),
-    spec("server_names_hash_max_size", HTTP),
-    spec("server_names_hash_bucket_size", HTTP),
+    spec("server_names_hash_max_size", HTTP | STREAM),
+    spec("server_names_hash_bucket_size", HTTP | STREAM),
     spec("map_hash_max_size", HTTP | STREAM),
     spec("map_hash_bucket_size", HTTP | STREAM),
     spec("proxy_headers_hash_max_size", HSL),
@@ -119,6 +123,13 @@ pub(super) const TABLE: &[Spec] = &[
         name: "open_file_cache",
         ctx: HSL,
         args: Args::Range(1, 2),
+        block: false,
+        set: set_tuning,
+    },
+    Spec {
+        name: "open_log_file_cache",
+        ctx: HSL | STREAM | SSRV,
+        args: Args::Range(1, 4),
         block: false,
         set: set_tuning,
     },
@@ -182,7 +193,9 @@ fn fits(shape: Shape, a: &str) -> bool {
         Shape::Number => super::build::number::<u64>(a).is_some(),
         Shape::SizeOrOff => a == "off" || parse_size(a).is_some(),
         Shape::Word(words) => words.contains(&a),
-        Shape::OpenFileCache | Shape::Buffers | Shape::ThreadPool => false,
+        Shape::OpenFileCache | Shape::OpenLogFileCache | Shape::Buffers | Shape::ThreadPool => {
+            false
+        }
         Shape::Path => !a.is_empty(),
         Shape::Aio => {
             matches!(a, "on" | "off" | "threads")
@@ -191,8 +204,9 @@ fn fits(shape: Shape, a: &str) -> bool {
     }
 }
 
-/// `open_file_cache off | max=N [inactive=time]`, as nginx checks it.
-fn open_file_cache(args: &[String]) -> bool {
+/// `open_file_cache off | max=N [inactive=time]`, as nginx checks it; with
+/// `log`, `open_log_file_cache`'s `min_uses=N` and `valid=time` too.
+fn open_file_cache(args: &[String], log: bool) -> bool {
     if args.len() == 1 && args[0] == "off" {
         return true;
     }
@@ -205,6 +219,14 @@ fn open_file_cache(args: &[String]) -> bool {
             }
         } else if let Some(t) = a.strip_prefix("inactive=") {
             if parse_time(t, false).is_none() {
+                return false;
+            }
+        } else if let (true, Some(t)) = (log, a.strip_prefix("valid=")) {
+            if parse_time(t, false).is_none() {
+                return false;
+            }
+        } else if let (true, Some(n)) = (log, a.strip_prefix("min_uses=")) {
+            if super::build::number::<u32>(n).is_none() {
                 return false;
             }
         } else {
@@ -242,7 +264,8 @@ fn set_tuning(_: &mut Builder, d: &Directive, _: &mut Node<'_>) -> Result<(), Co
         return Err(invalid_value(d));
     };
     let ok = match shape {
-        Shape::OpenFileCache => open_file_cache(&d.args),
+        Shape::OpenFileCache => open_file_cache(&d.args, false),
+        Shape::OpenLogFileCache => open_file_cache(&d.args, true),
         Shape::Buffers => {
             super::build::number::<u32>(&d.args[0]).is_some_and(|n| n > 0)
                 && parse_size(&d.args[1]).is_some_and(|n| n > 0)
@@ -301,7 +324,11 @@ mod tests {
              keepalive_disable msie6 safari; aio threads=default; directio 4m;
              lingering_close always; reset_timedout_connection on;
              output_buffers 2 32k; postpone_output 1460; connection_pool_size 512;
-             server { listen 127.0.0.1:8080; location / { sendfile off; open_file_cache off; } } }",
+             open_log_file_cache max=1000 inactive=20s valid=1m min_uses=2;
+             server { listen 127.0.0.1:8080; location / { sendfile off; open_file_cache off;
+             open_log_file_cache off; } } }
+             stream { open_log_file_cache max=10; server { listen 127.0.0.1:9000; return x;
+             open_log_file_cache off; } }",
         )
         .unwrap();
         assert!(w.is_empty(), "{w:?}");
@@ -320,6 +347,14 @@ mod tests {
         assert_eq!(
             err("events {} http { open_file_cache inactive=20s; }"),
             "invalid value \"inactive=20s\" in \"open_file_cache\" directive in /t.conf:1"
+        );
+        assert_eq!(
+            err("events {} stream { open_log_file_cache valid=1m; }"),
+            "invalid value \"valid=1m\" in \"open_log_file_cache\" directive in /t.conf:1"
+        );
+        assert_eq!(
+            err("events {} http { open_file_cache max=1 valid=1m; }"),
+            "invalid value \"max=1 valid=1m\" in \"open_file_cache\" directive in /t.conf:1"
         );
         assert_eq!(
             err("events {} http { keepalive_disable none msie6; }"),

@@ -67,6 +67,16 @@ pub enum Var {
     SessionTime,
     /// `$upstream_http_NAME`: a header of the upstream's response.
     UpstreamHttp(String),
+    /// `$upstream_cookie_NAME`: a cookie the upstream's `Set-Cookie` sets.
+    UpstreamCookie(String),
+    /// `$nginx_version`: the nginx version sluice follows (`-v`).
+    NginxVersion,
+    /// The stub_status counters: `$connections_active`, `_reading`,
+    /// `_writing`, `_waiting` (http).
+    ConnectionsActive,
+    ConnectionsReading,
+    ConnectionsWriting,
+    ConnectionsWaiting,
     /// `$https`: "on" over TLS, else empty.
     Https,
     /// `$http2`: "h2" over TLS, "h2c" in clear, empty for HTTP/1.
@@ -86,6 +96,8 @@ pub enum Var {
     /// `$ssl_client_cert` (deprecated in nginx) and `$ssl_client_raw_cert`.
     SslClientCert,
     SslClientRawCert,
+    /// `$ssl_alpn_protocol`: the protocol ALPN chose, else empty.
+    SslAlpnProtocol,
     /// Stream only, with `ssl_preread on`: what the ClientHello says.
     SslPrereadServerName,
     SslPrereadAlpnProtocols,
@@ -306,6 +318,9 @@ impl Var {
         if let Some(h) = name.strip_prefix("upstream_http_") {
             return Some(Var::UpstreamHttp(h.to_ascii_lowercase()));
         }
+        if let Some(c) = name.strip_prefix("upstream_cookie_") {
+            return Some(Var::UpstreamCookie(c.to_string()));
+        }
         if let Some(h) = name.strip_prefix("sent_http_") {
             return Some(Var::SentHttp(h.to_ascii_lowercase()));
         }
@@ -347,6 +362,11 @@ impl Var {
             "realpath_root" => Var::RealpathRoot,
             "request_id" => Var::RequestId,
             "connection_requests" => Var::ConnectionRequests,
+            "nginx_version" => Var::NginxVersion,
+            "connections_active" => Var::ConnectionsActive,
+            "connections_reading" => Var::ConnectionsReading,
+            "connections_writing" => Var::ConnectionsWriting,
+            "connections_waiting" => Var::ConnectionsWaiting,
             "realip_remote_addr" => Var::RealipRemoteAddr,
             "realip_remote_port" => Var::RealipRemotePort,
             "proxy_protocol_addr" => Var::ProxyProtocolAddr,
@@ -397,6 +417,7 @@ impl Var {
             "ssl_client_escaped_cert" => Var::SslClientEscapedCert,
             "ssl_client_cert" => Var::SslClientCert,
             "ssl_client_raw_cert" => Var::SslClientRawCert,
+            "ssl_alpn_protocol" => Var::SslAlpnProtocol,
             "ssl_preread_server_name" => Var::SslPrereadServerName,
             "ssl_preread_alpn_protocols" => Var::SslPrereadAlpnProtocols,
             "ssl_preread_protocol" => Var::SslPrereadProtocol,

@@ -142,6 +142,7 @@ pub async fn serve(
         Some(h) => router::Router::new(h),
         None => router::Router::new(&crate::conf::model::Http::default()),
     };
+    status::publish(shm.stats.as_ref());
     let shared = Arc::new(Shared {
         slots,
         upstreams: Upstreams::new(cfg.http.as_ref().map(|h| &h.upstreams), &shm.zones),

@@ -95,7 +95,15 @@ pub(crate) fn tls_for(http: &Http, index: usize, clients: &Arc<Clients>) -> Opti
 /// drains). `timeout` bounds each connect (and each TLS handshake).
 pub(crate) async fn keep(u: Arc<UpstreamRt>, timeout: Duration, clock: Clock, tls: Option<Tls>) {
     keep_with(u, clock, move |addr, max_age| {
-        open(addr, timeout, max_age, ANY_LOCATION, tls.clone(), None)
+        open(
+            addr,
+            timeout,
+            max_age,
+            ANY_LOCATION,
+            tls.clone(),
+            None,
+            false,
+        )
     })
     .await
 }

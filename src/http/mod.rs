@@ -47,6 +47,7 @@ mod try_files;
 mod tunnel;
 pub mod uri;
 pub mod vars;
+pub mod vars_more;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;

@@ -90,10 +90,15 @@ async fn connect(
     timeout: Duration,
     tls: Option<&Tls>,
     bind: Option<std::net::IpAddr>,
+    keepalive: bool,
 ) -> Result<H1, Failure> {
     let s = crate::net::stream::connect_from(addr, bind, timeout)
         .await
         .map_err(|e| Failure::connect(addr, e))?;
+    // `proxy_socket_keepalive on`.
+    if let (true, crate::net::stream::Stream::Tcp(t)) = (keepalive, &s) {
+        let _ = socket2::SockRef::from(t).set_keepalive(true);
+    }
     match tls {
         None => Ok(H1::new(s)),
         Some(t) => t.handshake(addr, s, timeout).await.map(H1::new),
@@ -145,8 +150,9 @@ pub(crate) async fn open(
     location: usize,
     tls: Option<Tls>,
     bind: Option<std::net::IpAddr>,
+    keepalive: bool,
 ) -> Result<Pooled, Failure> {
-    let h1 = connect(&addr, timeout, tls.as_ref(), bind).await?;
+    let h1 = connect(&addr, timeout, tls.as_ref(), bind, keepalive).await?;
     let key = pool_key(tls.as_ref(), bind);
     Ok(Pooled::new(
         h1,
@@ -167,6 +173,8 @@ struct Cache {
     tls: Option<Tls>,
     /// `proxy_bind`: the local address of new connections.
     bind: Option<std::net::IpAddr>,
+    /// `proxy_socket_keepalive`.
+    keepalive: bool,
 }
 
 impl Connector for Cache {
@@ -195,6 +203,7 @@ impl Connector for Cache {
             self.location,
             self.tls.clone(),
             self.bind,
+            self.keepalive,
         )
     }
 }
@@ -274,6 +283,7 @@ pub(crate) async fn run(
         timeout: conf.proxy_connect_timeout,
         tls: tls_for_request(r, pp, shared),
         bind,
+        keepalive: conf.proxy_socket_keepalive,
     };
     let scheme = if pp.ssl { "https" } else { "http" };
     // The peers as this request sees them, for all its tries (a name with
@@ -644,13 +654,17 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     }
     {
         let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
-        // Kept only for a log format that reads $upstream_http_*.
+        // Kept only for a log format that reads $upstream_http_* or
+        // $upstream_cookie_*.
         if r.subrequest
             || conf.access_log.iter().any(|l| {
                 l.format.template.segments.iter().any(|s| {
                     matches!(
                         s,
-                        crate::conf::vars::Segment::Var(crate::conf::vars::Var::UpstreamHttp(_))
+                        crate::conf::vars::Segment::Var(
+                            crate::conf::vars::Var::UpstreamHttp(_)
+                                | crate::conf::vars::Var::UpstreamCookie(_)
+                        )
                     )
                 })
             })

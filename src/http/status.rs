@@ -51,6 +51,37 @@ impl Stats {
     }
 }
 
+/// This worker's counters, for the `$connections_*` variables.
+static CURRENT: std::sync::OnceLock<Arc<Stats>> = std::sync::OnceLock::new();
+
+/// Makes `stats` the counters `$connections_*` read (once per worker).
+pub fn publish(stats: Option<&Arc<Stats>>) {
+    if let Some(s) = stats {
+        let _ = CURRENT.set(s.clone());
+    }
+}
+
+/// `$connections_active`, `_reading`, `_writing` or `_waiting`, as
+/// stub_status counts them (every worker's connections).
+pub fn connections_var(v: &crate::conf::vars::Var) -> String {
+    use crate::conf::vars::Var;
+    let Some(c) = CURRENT.get().and_then(|s| s.counters()) else {
+        return "0".into();
+    };
+    let (active, reading, writing) = (
+        c.active.load(Relaxed),
+        c.reading.load(Relaxed),
+        c.writing.load(Relaxed),
+    );
+    match v {
+        Var::ConnectionsActive => active,
+        Var::ConnectionsReading => reading,
+        Var::ConnectionsWriting => writing,
+        _ => active.saturating_sub(writing + reading),
+    }
+    .to_string()
+}
+
 /// nginx's `stub_status` page.
 pub fn stub_status(r: &Req, stats: Option<&Stats>) -> Reply {
     if r.method != Method::GET && r.method != Method::HEAD {

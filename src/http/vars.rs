@@ -446,7 +446,8 @@ impl Req {
             | Var::SslClientFingerprint
             | Var::SslClientEscapedCert
             | Var::SslClientCert
-            | Var::SslClientRawCert => c.tls().and_then(|t| t.value(v)).unwrap_or_default(),
+            | Var::SslClientRawCert
+            | Var::SslAlpnProtocol => c.tls().and_then(|t| t.value(v)).unwrap_or_default(),
             Var::ServerAddr => c
                 .local
                 .map(|a| a.ip().to_string())
@@ -593,6 +594,18 @@ impl Req {
                 })
                 .unwrap_or_default(),
             Var::Capture(i) => self.captures.get(*i).cloned().unwrap_or_default(),
+            Var::NginxVersion => crate::NGINX_VERSION.to_string(),
+            Var::ConnectionsActive
+            | Var::ConnectionsReading
+            | Var::ConnectionsWriting
+            | Var::ConnectionsWaiting => super::status::connections_var(v),
+            Var::UpstreamCookie(name) => {
+                let u = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
+                u.headers
+                    .as_ref()
+                    .and_then(|hm| super::vars_more::set_cookie_value(hm, name))
+                    .unwrap_or_default()
+            }
             Var::UpstreamHttp(h) => {
                 let u = self.upstream.lock().unwrap_or_else(|e| e.into_inner());
                 let name = h.replace('_', "-");

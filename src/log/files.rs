@@ -8,6 +8,9 @@
 //! oldest buffered line is `flush=` old (a timer on the worker's runtime), on
 //! USR1 before re-opening, and when the worker ends (`flush_all`). With `gzip`
 //! each write is one gzip member, so the file reads as one stream.
+//!
+//! A `syslog:...` access log (never buffered) is made on first use in each
+//! process: each line goes as one datagram (`log::syslog`).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -42,7 +45,9 @@ struct Pending {
 #[derive(Debug)]
 pub struct LogFile {
     path: PathBuf,
-    file: RwLock<File>,
+    /// None for a syslog target.
+    file: RwLock<Option<File>>,
+    syslog: Option<super::syslog::Peer>,
     buffering: Option<Buffering>,
     pending: Mutex<Pending>,
 }
@@ -55,6 +60,10 @@ impl LogFile {
     /// Appends one line (the caller includes the newline): at once, or
     /// through the buffer.
     pub fn write_line(self: &Arc<Self>, line: &[u8]) {
+        if let Some(p) = &self.syslog {
+            p.send(None, line);
+            return;
+        }
         let Some(b) = self.buffering else {
             self.write_out(line, None);
             return;
@@ -131,6 +140,9 @@ impl LogFile {
     /// One `write` of the bytes, compressed into one gzip member when asked.
     fn write_out(&self, data: &[u8], gzip: Option<u32>) {
         let f = self.file.read().unwrap_or_else(|e| e.into_inner());
+        let Some(f) = f.as_ref() else {
+            return;
+        };
         // A full disk must not take the worker down; the lines are lost.
         let _ = match gzip {
             None => (&*f).write_all(data),
@@ -142,10 +154,13 @@ impl LogFile {
     }
 
     fn reopen(&self) -> std::io::Result<()> {
+        if self.syslog.is_some() {
+            return Ok(());
+        }
         // What was buffered belongs to the old file.
         self.flush();
         let f = super::open_append(&self.path)?;
-        *self.file.write().unwrap_or_else(|e| e.into_inner()) = f;
+        *self.file.write().unwrap_or_else(|e| e.into_inner()) = Some(f);
         Ok(())
     }
 }
@@ -180,7 +195,8 @@ pub fn open_all(
             p.clone(),
             Arc::new(LogFile {
                 path: p.clone(),
-                file: RwLock::new(f),
+                file: RwLock::new(Some(f)),
+                syslog: None,
                 buffering,
                 pending: Mutex::new(Pending::default()),
             }),
@@ -190,13 +206,26 @@ pub fn open_all(
     Ok(())
 }
 
-/// The open file for a path, if the master opened it.
+/// The open file for a path, if the master opened it; for a `syslog:`
+/// target, its sender (made on first use).
 pub fn get(path: &Path) -> Option<Arc<LogFile>> {
-    table()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(path)
-        .cloned()
+    let mut t = table().lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(f) = t.get(path) {
+        return Some(f.clone());
+    }
+    let spec = path
+        .to_str()
+        .filter(|p| super::syslog::is_syslog(p))
+        .and_then(|p| super::syslog::Spec::parse(p).ok())?;
+    let f = Arc::new(LogFile {
+        path: path.to_path_buf(),
+        file: RwLock::new(None),
+        syslog: Some(super::syslog::Peer::new(spec)),
+        buffering: None,
+        pending: Mutex::new(Pending::default()),
+    });
+    t.insert(path.to_path_buf(), f.clone());
+    Some(f)
 }
 
 fn all() -> Vec<Arc<LogFile>> {
@@ -249,7 +278,8 @@ mod tests {
     fn file(dir: &Path, b: Buffering) -> Arc<LogFile> {
         let path = dir.join("a.log");
         Arc::new(LogFile {
-            file: RwLock::new(super::super::open_append(&path).unwrap()),
+            file: RwLock::new(Some(super::super::open_append(&path).unwrap())),
+            syslog: None,
             path,
             buffering: Some(b),
             pending: Mutex::new(Pending::default()),

@@ -5,6 +5,7 @@
 
 pub mod escape;
 pub mod files;
+pub mod syslog;
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -66,6 +67,8 @@ impl fmt::Display for Level {
 pub enum Target {
     Stderr,
     File(PathBuf),
+    /// `syslog:server=...` as written (checked by `syslog::Spec::parse`).
+    Syslog(String),
 }
 
 impl fmt::Display for Target {
@@ -73,6 +76,7 @@ impl fmt::Display for Target {
         match self {
             Target::Stderr => f.write_str("stderr"),
             Target::File(p) => write!(f, "{}", p.display()),
+            Target::Syslog(t) => f.write_str(t),
         }
     }
 }
@@ -87,6 +91,7 @@ pub struct LogSpec {
 struct Sink {
     spec: LogSpec,
     file: Option<File>,
+    syslog: Option<syslog::Peer>,
 }
 
 #[derive(Default)]
@@ -109,6 +114,7 @@ fn global() -> &'static Arc<RwLock<Sinks>> {
                     level: Level::Notice,
                 },
                 file: None,
+                syslog: None,
             }],
             min: Some(Level::Notice),
             echo_stderr: false,
@@ -130,13 +136,16 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
 pub fn configure(specs: &[LogSpec]) -> Result<(), (PathBuf, std::io::Error)> {
     let mut sinks = Vec::with_capacity(specs.len());
     for spec in specs {
-        let file = match &spec.target {
-            Target::Stderr => None,
-            Target::File(p) => Some(open_append(p).map_err(|e| (p.clone(), e))?),
+        let (file, syslog) = match &spec.target {
+            Target::Stderr => (None, None),
+            Target::File(p) => (Some(open_append(p).map_err(|e| (p.clone(), e))?), None),
+            // The config checked it; a target that does not parse logs nothing.
+            Target::Syslog(t) => (None, syslog::Spec::parse(t).ok().map(syslog::Peer::new)),
         };
         sinks.push(Sink {
             spec: spec.clone(),
             file,
+            syslog,
         });
     }
     let min = sinks.iter().map(|s| s.spec.level).min();
@@ -169,7 +178,7 @@ pub fn file_paths() -> Vec<PathBuf> {
         .iter()
         .filter_map(|s| match &s.spec.target {
             Target::File(p) => Some(p.clone()),
-            Target::Stderr => None,
+            Target::Stderr | Target::Syslog(_) => None,
         })
         .collect()
 }
@@ -224,9 +233,15 @@ pub fn write(level: Level, conn: Option<u64>, msg: fmt::Arguments<'_>) {
             continue;
         }
         // A full disk or a closed stderr must not take the process down.
-        let _ = match &sink.file {
-            Some(f) => (&*f).write_all(line.as_bytes()),
-            None => std::io::stderr().write_all(line.as_bytes()),
+        let _ = match (&sink.file, &sink.syslog, &sink.spec.target) {
+            (Some(f), ..) => (&*f).write_all(line.as_bytes()),
+            // The severity is the line's level, as nginx (emerg 0 .. debug 7).
+            (None, Some(p), _) => {
+                p.send(Some(Level::Emerg as u8 - level as u8), line.as_bytes());
+                Ok(())
+            }
+            (None, None, Target::Syslog(_)) => Ok(()),
+            (None, None, _) => std::io::stderr().write_all(line.as_bytes()),
         };
     }
 }

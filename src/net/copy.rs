@@ -6,7 +6,9 @@
 //! it. Ends when both directions are done (with half-close: each end
 //! passed on as a shutdown of the other side), or one is (without), or a
 //! write fails, or nothing moved for `idle` (one timer per session, moved
-//! on only when it fires after something moved).
+//! on only when it fires after something moved). A direction may have a
+//! rate limit (stream's `proxy_upload_rate` / `proxy_download_rate`): it
+//! then reads no more than its bucket (`net::rate`) allows.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 
 /// A direction's buffer: nginx's `proxy_buffer_size` default for stream.
-const BUFFER: usize = 16 * 1024;
+pub const BUFFER: usize = 16 * 1024;
 
 /// What a copy moved.
 #[derive(Debug, Default, Clone, Copy)]
@@ -45,6 +47,8 @@ struct Half {
     moved: u64,
     /// When the first bytes were read.
     first: Option<std::time::Instant>,
+    /// The rate limit on reading, if any.
+    bucket: Option<super::rate::Bucket>,
 }
 
 /// What polling a direction came to.
@@ -59,14 +63,15 @@ enum Step {
 }
 
 impl Half {
-    fn new() -> Half {
+    fn new(size: usize) -> Half {
         Half {
-            buf: BytesMut::with_capacity(BUFFER),
+            buf: BytesMut::with_capacity(size),
             pos: 0,
             eof: false,
             done: false,
             moved: 0,
             first: None,
+            bucket: None,
         }
     }
 
@@ -77,10 +82,30 @@ impl Half {
         R: AsyncRead + Unpin + ?Sized,
     {
         // `read_buf` keeps no state of its own: a fresh one per poll reads
-        // into the buffer's spare capacity, which needs no zeroing.
-        let read = r.read_buf(&mut self.buf);
-        tokio::pin!(read);
-        match read.poll(cx) {
+        // into the buffer's spare capacity, which needs no zeroing. With a
+        // rate limit, no more than the bucket's room is read (as nginx
+        // shortens its read to what the limit leaves).
+        let polled = match self.bucket.as_mut() {
+            None => {
+                let read = r.read_buf(&mut self.buf);
+                tokio::pin!(read);
+                read.poll(cx)
+            }
+            Some(b) => {
+                let Poll::Ready(room) = b.poll_room(cx) else {
+                    return Poll::Pending;
+                };
+                let mut limited = (&mut *r).take(room);
+                let read = limited.read_buf(&mut self.buf);
+                tokio::pin!(read);
+                let polled = read.poll(cx);
+                if let Poll::Ready(Ok(n)) = polled {
+                    b.used(n as u64);
+                }
+                polled
+            }
+        };
+        match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(n)) if n > 0 => {
                 self.first.get_or_insert_with(std::time::Instant::now);
@@ -161,12 +186,31 @@ impl Default for Relay {
 
 impl Relay {
     pub fn new() -> Relay {
+        Relay::with_buffer(BUFFER)
+    }
+
+    /// A relay whose directions each have a `size`-byte buffer (stream's
+    /// `proxy_buffer_size`).
+    pub fn with_buffer(size: usize) -> Relay {
         Relay {
-            ab: Half::new(),
-            ba: Half::new(),
+            ab: Half::new(size.max(1)),
+            ba: Half::new(size.max(1)),
             idle: Duration::ZERO,
             half_close: false,
             last: Instant::now(),
+        }
+    }
+
+    /// Limits reading from `a` (`ab`) and from `b` (`ba`) to so many bytes
+    /// per second (0: no limit), counted from now.
+    pub fn set_rates(&mut self, ab: u64, ba: u64) {
+        // What `early` read already counts, as nginx counts every byte
+        // received from the client against the limit.
+        for (h, rate) in [(&mut self.ab, ab), (&mut self.ba, ba)] {
+            h.bucket = super::rate::Bucket::new(rate, 0);
+            if let Some(b) = h.bucket.as_mut() {
+                b.used((h.buf.len() - h.pos) as u64);
+            }
         }
     }
 

@@ -11,6 +11,7 @@ pub mod limit;
 pub mod park;
 pub mod preread;
 pub mod proxy_protocol;
+pub mod rate;
 pub mod slots;
 pub mod stream;
 pub mod tls;
@@ -20,6 +21,7 @@ pub mod tls_crypto;
 pub mod tls_tickets;
 pub mod tls_verify;
 pub mod track;
+pub mod vars;
 
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
@@ -93,10 +95,18 @@ impl Bound {
     }
 }
 
+/// A listening socket's options besides `reuseport`: `backlog=`, `rcvbuf=`,
+/// `sndbuf=` (the first `listen` of an address gives them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SockOpts {
+    pub backlog: i32,
+    pub sock: crate::conf::listen_opts::SockParams,
+}
+
 /// What to bind: the distinct addresses of all `listen` directives, with an
 /// address covered by a wildcard on its port left to the wildcard.
-pub fn plan(listens: &[&Listen]) -> Vec<(ListenAddr, bool, i32)> {
-    let mut out: Vec<(ListenAddr, bool, i32)> = Vec::new();
+pub fn plan(listens: &[&Listen]) -> Vec<(ListenAddr, bool, SockOpts)> {
+    let mut out: Vec<(ListenAddr, bool, SockOpts)> = Vec::new();
     for l in listens {
         if out.iter().any(|(a, ..)| *a == l.addr) {
             if l.reuseport {
@@ -106,9 +116,13 @@ pub fn plan(listens: &[&Listen]) -> Vec<(ListenAddr, bool, i32)> {
             }
             continue;
         }
-        out.push((l.addr.clone(), l.reuseport, l.backlog));
+        let opts = SockOpts {
+            backlog: l.backlog,
+            sock: l.sock,
+        };
+        out.push((l.addr.clone(), l.reuseport, opts));
     }
-    let wildcard_covers = |a: &SocketAddr, all: &[(ListenAddr, bool, i32)]| {
+    let wildcard_covers = |a: &SocketAddr, all: &[(ListenAddr, bool, SockOpts)]| {
         !a.ip().is_unspecified()
             && all.iter().any(|(w, ..)| match w {
                 ListenAddr::Inet(w) => {
@@ -135,7 +149,46 @@ pub fn wildcard_of(local: &SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, local.port())
 }
 
-fn bind_one(addr: &ListenAddr, reuseport: bool, backlog: i32) -> Result<Socket, NetError> {
+/// `SO_RCVBUF`, `SO_SNDBUF` and `so_keepalive=` as `listen` asks (set
+/// before `listen()`, so that the window scale offered to clients follows
+/// the receive buffer; accepted connections inherit them).
+fn set_sock_params(sock: &Socket, addr: &ListenAddr, opts: &SockOpts) -> Result<(), NetError> {
+    let opt_err = |opt: &'static str, e: std::io::Error| NetError::Option {
+        opt,
+        addr: addr.to_string(),
+        errno: errno(&e),
+    };
+    if let Some(n) = opts.sock.rcvbuf {
+        sock.set_recv_buffer_size(n)
+            .map_err(|e| opt_err("SO_RCVBUF", e))?;
+    }
+    if let Some(n) = opts.sock.sndbuf {
+        sock.set_send_buffer_size(n)
+            .map_err(|e| opt_err("SO_SNDBUF", e))?;
+    }
+    if let (Some(k), ListenAddr::Inet(_)) = (opts.sock.keepalive, addr) {
+        sock.set_keepalive(k.on)
+            .map_err(|e| opt_err("SO_KEEPALIVE", e))?;
+        let mut params = socket2::TcpKeepalive::new();
+        if let Some(t) = k.idle {
+            params = params.with_time(t);
+        }
+        if let Some(t) = k.interval {
+            params = params.with_interval(t);
+        }
+        if let Some(n) = k.count {
+            params = params.with_retries(n);
+        }
+        if k.idle.is_some() || k.interval.is_some() || k.count.is_some() {
+            sock.set_tcp_keepalive(&params)
+                .map_err(|e| opt_err("TCP_KEEPIDLE", e))?;
+        }
+    }
+    Ok(())
+}
+
+fn bind_one(addr: &ListenAddr, reuseport: bool, opts: &SockOpts) -> Result<Socket, NetError> {
+    let backlog = opts.backlog;
     let name = addr.to_string();
     let opt_err = |opt: &'static str, e: std::io::Error| NetError::Option {
         opt,
@@ -156,7 +209,8 @@ fn bind_one(addr: &ListenAddr, reuseport: bool, backlog: i32) -> Result<Socket, 
             s.set_reuse_address(true)
                 .map_err(|e| opt_err("SO_REUSEADDR", e))?;
             if sa.is_ipv6() {
-                s.set_only_v6(true).map_err(|e| opt_err("IPV6_V6ONLY", e))?;
+                s.set_only_v6(opts.sock.ipv6only.unwrap_or(true))
+                    .map_err(|e| opt_err("IPV6_V6ONLY", e))?;
             }
             if reuseport {
                 s.set_reuse_port(true)
@@ -188,6 +242,7 @@ fn bind_one(addr: &ListenAddr, reuseport: bool, backlog: i32) -> Result<Socket, 
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666));
     }
+    set_sock_params(&sock, addr, opts)?;
     sock.listen(backlog).map_err(|e| NetError::Listen {
         addr: name.clone(),
         backlog,
@@ -201,30 +256,34 @@ fn bind_one(addr: &ListenAddr, reuseport: bool, backlog: i32) -> Result<Socket, 
 /// Binds what `plan` lists; `slots` sockets for a `reuseport` address. Sockets
 /// already bound (from the running generation) are reused when they match.
 pub fn bind_all(
-    planned: &[(ListenAddr, bool, i32)],
+    planned: &[(ListenAddr, bool, SockOpts)],
     slots: usize,
     existing: &[Bound],
 ) -> Result<Vec<Bound>, NetError> {
     let mut out = Vec::new();
-    for (addr, reuseport, backlog) in planned {
+    for (addr, reuseport, opts) in planned {
         let want = if *reuseport { slots.max(1) } else { 1 };
         if let Some(old) = existing
             .iter()
             .find(|b| b.addr == *addr && b.reuseport == *reuseport && b.sockets.len() == want)
         {
             if let Ok(b) = old.try_clone() {
+                // A reload may change the buffer sizes of a kept socket.
+                for s in &b.sockets {
+                    set_sock_params(s, addr, opts)?;
+                }
                 out.push(b);
                 continue;
             }
         }
         let mut sockets = Vec::with_capacity(want);
         for _ in 0..want {
-            sockets.push(bind_one(addr, *reuseport, *backlog)?);
+            sockets.push(bind_one(addr, *reuseport, opts)?);
         }
         out.push(Bound {
             addr: addr.clone(),
             reuseport: *reuseport,
-            backlog: *backlog,
+            backlog: opts.backlog,
             sockets,
         });
     }
@@ -261,6 +320,7 @@ mod tests {
             http2: false,
             backlog: 511,
             proxy_protocol: false,
+            sock: Default::default(),
             src: Src {
                 file: None,
                 line: 1,
@@ -281,13 +341,40 @@ mod tests {
 
     #[test]
     fn binds_and_reuses() {
-        let planned = vec![(ListenAddr::Inet("127.0.0.1:0".parse().unwrap()), false, 16)];
+        let opts = SockOpts {
+            backlog: 16,
+            sock: crate::conf::listen_opts::SockParams {
+                rcvbuf: Some(65536),
+                sndbuf: Some(32768),
+                keepalive: Some(crate::conf::listen_opts::SoKeepalive {
+                    on: true,
+                    idle: Some(std::time::Duration::from_secs(600)),
+                    interval: None,
+                    count: Some(3),
+                }),
+                ipv6only: None,
+            },
+        };
+        let planned = vec![(
+            ListenAddr::Inet("127.0.0.1:0".parse().unwrap()),
+            false,
+            opts,
+        )];
         let b = bind_all(&planned, 2, &[]).unwrap();
         assert_eq!(b[0].sockets.len(), 1);
+        // Linux doubles what is asked (its bookkeeping share).
+        assert_eq!(b[0].sockets[0].recv_buffer_size().unwrap(), 131072);
+        assert_eq!(b[0].sockets[0].send_buffer_size().unwrap(), 65536);
+        assert!(b[0].sockets[0].keepalive().unwrap());
+        assert_eq!(
+            b[0].sockets[0].tcp_keepalive_time().unwrap(),
+            std::time::Duration::from_secs(600)
+        );
+        assert_eq!(b[0].sockets[0].tcp_keepalive_retries().unwrap(), 3);
         let local = b[0].sockets[0].local_addr().unwrap().as_socket().unwrap();
         assert_ne!(local.port(), 0);
         // Binding the same port again fails with nginx's message.
-        let again = vec![(ListenAddr::Inet(local), false, 16)];
+        let again = vec![(ListenAddr::Inet(local), false, opts)];
         let err = bind_all(&again, 1, &[]).unwrap_err();
         assert!(
             matches!(err, NetError::Bind { busy: true, .. }),

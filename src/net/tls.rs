@@ -160,8 +160,8 @@ impl rustls::KeyLog for NssKeyLog {
 }
 
 /// A server's rustls configuration, with its client-certificate settings
-/// when it asks for certificates. `alpn`: the protocols it offers (none
-/// for stream servers, which pass bytes on and negotiate nothing).
+/// when it asks for certificates. `alpn`: the protocols it offers (for
+/// stream servers, what `ssl_alpn` lists).
 pub fn server_config(
     s: &ServerSsl,
     shared: &TlsShared,
@@ -259,6 +259,8 @@ pub struct Details {
     /// none or none was asked for).
     pub verify: Verify,
     pub client_cert: Option<Box<ClientCert>>,
+    /// The protocol ALPN chose (`$ssl_alpn_protocol`).
+    pub alpn: Option<String>,
 }
 
 impl Details {
@@ -279,6 +281,7 @@ impl Details {
             Var::SslClientEscapedCert => cert(ClientCert::escaped).unwrap_or_default(),
             Var::SslClientCert => cert(ClientCert::tabbed).unwrap_or_default(),
             Var::SslClientRawCert => cert(|x| x.pem.clone()).unwrap_or_default(),
+            Var::SslAlpnProtocol => self.alpn.clone().unwrap_or_default(),
             _ => return None,
         })
     }
@@ -304,6 +307,9 @@ fn details(c: &rustls::Connection, auth: Option<&ClientAuth>) -> Details {
             rustls::Connection::Client(_) => None,
         },
         reused: matches!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
+        alpn: c
+            .alpn_protocol()
+            .map(|p| String::from_utf8_lossy(p).into_owned()),
     }
 }
 

@@ -157,7 +157,7 @@ fn test_config(cli: &Cli, dump: bool) -> i32 {
                 .iter()
                 .filter_map(|s| match &s.target {
                     Target::File(p) => Some(p),
-                    Target::Stderr => None,
+                    Target::Stderr | Target::Syslog(_) => None,
                 })
                 .chain(access_paths.iter());
             let mut logs_ok = user_ok && setup::check_shm(&cfg);

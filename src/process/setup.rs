@@ -153,7 +153,9 @@ pub(super) fn make_shm(
         .map_err(|e| {
             crate::log!(Level::Emerg, "{}", e);
         })?;
-    let stats = if cfg.http.as_ref().is_some_and(has_stub_status) {
+    // Counted whenever there is http (as nginx, whose stub_status counters
+    // also feed the `$connections_*` variables).
+    let stats = if cfg.http.is_some() {
         let s = Stats::create().map_err(|e| {
             crate::log!(Level::Emerg, "stub_status: {}", e);
         })?;
@@ -175,20 +177,6 @@ pub(super) fn make_shm(
         tls: TlsShared { caches, tickets },
         limits: Arc::new(limits),
     })
-}
-
-pub(super) fn has_stub_status(http: &crate::conf::model::Http) -> bool {
-    fn any(ls: &[crate::conf::model::Location]) -> bool {
-        use crate::conf::model::Handler;
-        // `metrics` and the `api` dashboard show the same counters.
-        ls.iter().any(|l| {
-            matches!(
-                l.handler,
-                Some(Handler::StubStatus | Handler::Metrics | Handler::Api { .. })
-            ) || any(&l.locations)
-        })
-    }
-    http.servers.iter().any(|s| any(&s.locations))
 }
 
 pub(super) fn bind(cfg: &Config, existing: &[Bound]) -> Result<Vec<Bound>, net::NetError> {

@@ -196,6 +196,7 @@ async fn accept_loop(l: Listener, server: usize, flags: Flags, shared: Arc<Share
             preread: None,
             limit_status: None,
             holds: Vec::new(),
+            vars: Vec::new(),
         };
         let shared2 = shared.clone();
         tokio::spawn(async move {
@@ -235,6 +236,8 @@ struct Session {
     /// `$limit_conn_status`, and the counts the session holds.
     limit_status: Option<&'static str>,
     holds: Vec<(Arc<crate::net::limit::LimitZone>, crate::net::limit::Held)>,
+    /// What `set` gave, in order.
+    vars: Vec<(String, String)>,
 }
 
 impl Drop for Session {
@@ -252,6 +255,10 @@ impl Evaluator for Session {
 
     fn text(&self, t: &Template, caps: Option<&Captures>) -> String {
         crate::conf::map::eval_with_captures(t, caps, |v| self.var(v))
+    }
+
+    fn assigned(&self, name: &str) -> Option<String> {
+        self.assigned_var(name)
     }
 
     fn cycle(&self, name: &str) {
@@ -311,6 +318,9 @@ impl Session {
             Var::ServerPort => self.local.map(|a| a.port().to_string()).unwrap_or_default(),
             Var::Connection => self.number.to_string(),
             Var::Pid => std::process::id().to_string(),
+            Var::NginxVersion | Var::Hostname | Var::Msec | Var::TimeLocal | Var::TimeIso8601 => {
+                crate::net::vars::value(v)
+            }
             Var::Status => self.status.to_string(),
             Var::UpstreamAddr => self.list(|(a, _)| a.clone()),
             Var::UpstreamConnectTime => self.list(|(_, t)| t.map_or("-".into(), secs)),
@@ -337,7 +347,8 @@ impl Session {
             | Var::SslClientFingerprint
             | Var::SslClientEscapedCert
             | Var::SslClientCert
-            | Var::SslClientRawCert => self
+            | Var::SslClientRawCert
+            | Var::SslAlpnProtocol => self
                 .tls
                 .as_ref()
                 .and_then(|t| t.value(v))
@@ -369,10 +380,21 @@ impl Session {
                 }
             },
             Var::Map(m) => crate::conf::map::value(self, m),
-            // A named capture of a map regex.
-            Var::User(n) => self.maps.named(n).unwrap_or_default(),
+            // What `set` gave, else a named capture of a map regex.
+            Var::User(n) => self
+                .assigned_var(n)
+                .or_else(|| self.maps.named(n))
+                .unwrap_or_default(),
             _ => String::new(),
         }
+    }
+
+    fn assigned_var(&self, name: &str) -> Option<String> {
+        self.vars
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
     }
 
     fn pp(&self, f: impl Fn(&crate::net::proxy_protocol::Addrs) -> String) -> String {
@@ -454,6 +476,11 @@ async fn run(mut client: Stream, mut s: Session, server: usize, flags: Flags, sh
     if flags.pp && !proxy_protocol(&mut client, &mut s, conf).await {
         return end(&mut s, conf);
     }
+    // ngx_stream_set_module's preaccess handler, before limit_conn's.
+    for (name, t) in &conf.more.set {
+        let v = s.eval(t);
+        s.vars.push((name.clone(), v));
+    }
     if !limit_conn(&mut s, conf, shared) {
         s.status = 503;
         return end(&mut s, conf);
@@ -492,7 +519,7 @@ async fn run(mut client: Stream, mut s: Session, server: usize, flags: Flags, sh
             }
         }
         StreamTarget::Dynamic(t) => {
-            if let Some(ups) = dynamic(&mut s, t, shared).await {
+            if let Some(ups) = dynamic(&mut s, t, conf, shared).await {
                 proxy(client, &mut s, conf, &ups, shared).await;
             }
         }
@@ -633,9 +660,13 @@ async fn proxy(
     // A client that leaves while its upstream connects ends the attempt: the
     // engine's guards release the peer. What it sends meanwhile waits in the
     // relay's buffer.
-    let mut relay = crate::net::copy::Relay::new();
+    let Ok(bind) = local_address(s, conf) else {
+        s.status = 500;
+        return;
+    };
+    let mut relay = crate::net::copy::Relay::with_buffer(conf.more.proxy_buffer_size);
     let connected = tokio::select! {
-        c = connect(s, conf, ups, shared) => Some(c),
+        c = connect(s, conf, ups, shared, bind) => Some(c),
         () = relay.early(&mut client) => None,
     };
     match connected {
@@ -658,6 +689,12 @@ async fn proxy(
         Some(None) => s.status = 502,
         Some(Some(mut c)) => {
             s.connected_at = Some(Instant::now());
+            let rate = |t: &Option<Template>| crate::conf::rate::size(t.as_ref(), |t| s.eval(t));
+            let (up, down) = (
+                rate(&conf.more.proxy_upload_rate),
+                rate(&conf.more.proxy_download_rate),
+            );
+            relay.set_rates(up, down);
             s.copied = relay
                 .run(
                     &mut client,
@@ -679,12 +716,38 @@ async fn proxy(
     }
 }
 
+/// `proxy_bind` for this session: None when off or empty; Err (logged as
+/// nginx logs it) for a value that is no address.
+fn local_address(s: &Session, conf: &StreamServer) -> Result<Option<std::net::IpAddr>, ()> {
+    let crate::conf::proxy_more::Bind::Addr(t) = &conf.more.proxy_bind else {
+        return Ok(None);
+    };
+    let v = s.eval(t);
+    if v.is_empty() {
+        return Ok(None);
+    }
+    v.parse().map(Some).map_err(|_| {
+        crate::log_conn!(
+            crate::log::Level::Error,
+            s.number,
+            "invalid local address \"{}\"{}",
+            v,
+            s.short_context()
+        );
+    })
+}
+
 /// `proxy_pass` with variables, as nginx's stream proxy: the text names an
 /// `upstream` block (without a port), or a `proxy_pass host:port` of the
 /// configuration, or is `address:port`, or `name:port` looked up with the
 /// stream block's `resolver`. None (status set, error logged) when it is
 /// none of these.
-async fn dynamic(s: &mut Session, t: &Template, shared: &Shared) -> Option<Arc<UpstreamRt>> {
+async fn dynamic(
+    s: &mut Session,
+    t: &Template,
+    conf: &StreamServer,
+    shared: &Shared,
+) -> Option<Arc<UpstreamRt>> {
     let stream = shared.cfg.stream.as_ref()?;
     let text = s.eval(t);
     let fail = |s: &mut Session, status: u16, msg: String| {
@@ -715,7 +778,7 @@ async fn dynamic(s: &mut Session, t: &Template, shared: &Shared) -> Option<Arc<U
     let addrs = match host.trim_start_matches('[').trim_end_matches(']').parse() {
         Ok(ip) => vec![ip],
         Err(_) => {
-            let Some(resolver) = &stream.resolver else {
+            let Some(resolver) = &conf.more.resolver else {
                 return fail(s, 502, format!("no resolver defined to resolve {host}"));
             };
             match shared.dns.lookup(host, resolver).await {
@@ -763,6 +826,7 @@ async fn connect(
     conf: &StreamServer,
     ups: &Arc<UpstreamRt>,
     shared: &Shared,
+    bind: Option<std::net::IpAddr>,
 ) -> Option<Connected<Stream>> {
     let policy = Policy {
         mask: NextUpstream(if conf.proxy_next_upstream {
@@ -790,6 +854,8 @@ async fn connect(
         proxy_protocol: conf
             .proxy_protocol
             .then(|| crate::net::proxy_protocol::v1_header(s.remote, s.local).into()),
+        bind,
+        keepalive: conf.more.proxy_socket_keepalive,
     };
     let c = attempts.connect(&plain, s).await.ok()?;
     s.attempts

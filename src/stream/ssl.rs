@@ -35,7 +35,8 @@ pub(super) fn configs(stream: &StreamConf, shared: &TlsShared) -> Vec<Option<Con
             if s.ssl.certs.is_empty() {
                 return None;
             }
-            match crate::net::tls::server_config(&s.ssl, shared, &[]) {
+            let alpn: Vec<&[u8]> = s.more.ssl_alpn.iter().map(|p| p.as_bytes()).collect();
+            match crate::net::tls::server_config(&s.ssl, shared, &alpn) {
                 Ok(c) => Some(c),
                 Err(e) => {
                     crate::log!(

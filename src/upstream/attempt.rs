@@ -171,6 +171,10 @@ pub struct Plain {
     /// A PROXY protocol header to send first (`proxy_protocol on`), before
     /// any TLS, on every connection opened.
     pub proxy_protocol: Option<Arc<[u8]>>,
+    /// The local address to connect from (stream's `proxy_bind`).
+    pub bind: Option<IpAddr>,
+    /// SO_KEEPALIVE on the connection (`proxy_socket_keepalive on`).
+    pub keepalive: bool,
 }
 
 impl Connector for Plain {
@@ -187,10 +191,14 @@ impl Connector for Plain {
         let timeout = self.timeout;
         let tls = self.tls.clone();
         let header = self.proxy_protocol.clone();
+        let (bind, keepalive) = (self.bind, self.keepalive);
         async move {
-            let s = crate::net::stream::connect(&addr, timeout)
+            let s = crate::net::stream::connect_from(&addr, bind, timeout)
                 .await
                 .map_err(|e| Failure::connect(&addr, e))?;
+            if let (true, Stream::Tcp(t)) = (keepalive, &s) {
+                let _ = socket2::SockRef::from(t).set_keepalive(true);
+            }
             if let Some(h) = header {
                 s.write_all_ref(&h, timeout).await.map_err(|e| {
                     Failure::upstream(
