@@ -87,7 +87,12 @@ pub(super) async fn serve(
     shared: Arc<Shared>,
     phase: watch::Receiver<Phase>,
 ) {
-    let Some(conf) = shared.cfg.stream.as_ref().and_then(|st| st.servers.get(server)) else {
+    let Some(conf) = shared
+        .cfg
+        .stream
+        .as_ref()
+        .and_then(|st| st.servers.get(server))
+    else {
         return;
     };
     let listen = l.addr.to_string();
@@ -98,7 +103,12 @@ pub(super) async fn serve(
     let sock = match UdpSocket::from_std(std::net::UdpSocket::from(l.fd)) {
         Ok(s) => Arc::new(s),
         Err(e) => {
-            crate::log!(Level::Alert, "cannot use listening socket {}: {}", listen, e);
+            crate::log!(
+                Level::Alert,
+                "cannot use listening socket {}: {}",
+                listen,
+                e
+            );
             return;
         }
     };
@@ -227,7 +237,12 @@ async fn session(
     _permit: OwnedSemaphorePermit,
 ) {
     let _guard = (shared.conns.enter(), Counted::new(&shared.stats));
-    let Some(conf) = shared.cfg.stream.as_ref().and_then(|st| st.servers.get(server)) else {
+    let Some(conf) = shared
+        .cfg
+        .stream
+        .as_ref()
+        .and_then(|st| st.servers.get(server))
+    else {
         return;
     };
     let mut s = Session {
@@ -290,7 +305,12 @@ async fn run(
     let ups = match &conf.target {
         StreamTarget::Return(t) => {
             let text = s.eval(t);
-            if start.sock.send_to(text.as_bytes(), start.client).await.is_ok() {
+            if start
+                .sock
+                .send_to(text.as_bytes(), start.client)
+                .await
+                .is_ok()
+            {
                 s.copied.ba = text.len() as u64;
             }
             return;
@@ -445,7 +465,11 @@ async fn relay(
             format!(
                 "{what}() failed ({}) while proxying and {} upstream",
                 crate::log::errno_text(e),
-                if what == "recv" { "reading from" } else { "sending to" }
+                if what == "recv" {
+                    "reading from"
+                } else {
+                    "sending to"
+                }
             )
         })
     };
@@ -639,7 +663,9 @@ async fn pass_back(
             Err(e) => return Err(e),
         };
         match sock.try_send_to(&b[..n], client) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Some((n, Some(b[..n].to_vec())))),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                Ok(Some((n, Some(b[..n].to_vec()))))
+            }
             // A client that cannot be sent to loses the datagram, as UDP.
             _ => Ok(Some((n, None))),
         }
@@ -723,7 +749,9 @@ mod tests {
         let listener = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let client = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let big = vec![7u8; 60000];
-        peer.send_to(b"one", up.local_addr().unwrap()).await.unwrap();
+        peer.send_to(b"one", up.local_addr().unwrap())
+            .await
+            .unwrap();
         peer.send_to(&big, up.local_addr().unwrap()).await.unwrap();
         let to = client.local_addr().unwrap();
         let mut got = Vec::new();
