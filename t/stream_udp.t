@@ -19,7 +19,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(26);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(27);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -167,6 +167,9 @@ like((lines($p))[0] // '', qr/^$p UDP 200 5 2 \[127\.0\.0\.1:\d+\] \d+\.\d{3}$/,
 # Datagram boundaries and size.
 my $big = 'x' x 60000;
 is(length(ask($p, $big) // ''), 60003, 'a 60000-byte datagram whole');
+
+my @empty = map { ask($p, '') } 1 .. 2;
+ok((grep { ($_ // '') =~ /^b[12]:$/ } @empty) == 2, 'an empty datagram is relayed too');
 
 # TCP on the same port number.
 my $tcp = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$p", Proto => 'tcp');

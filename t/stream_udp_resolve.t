@@ -2,7 +2,7 @@
 
 # Stream UDP on a `server NAME resolve` upstream: the sessions follow DNS
 # (the shared zone's peers, as TCP stream and HTTP), and a reload (HUP)
-# keeps them served.
+# keeps them served. They count in the stream session metrics.
 
 use warnings;
 use strict;
@@ -17,7 +17,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/stream upstream_zone/)->plan(4);
+my $t = Test::Sluice->new()->has(qw/stream http upstream_zone/)->plan(5);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -38,6 +38,14 @@ stream {
         listen 127.0.0.1:%%PORT_8070_UDP%% udp;
         proxy_pass app;
         proxy_responses 1;
+    }
+}
+
+http {
+    access_log off;
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+        location = /metrics { metrics; }
     }
 }
 
@@ -79,6 +87,8 @@ ok(poll_until(sub { (ask('q') // '') eq '127.0.0.3:q' }, 8), 'UDP follows the DN
 $t->reload();
 my $ok = grep { (ask("r$_") // '') eq "127.0.0.3:r$_" } 1 .. 5;
 is($ok, 5, 'served after a reload');
+my ($total) = (http_get('/metrics') // '') =~ /^sluice_stream_sessions_total (\d+)$/m;
+cmp_ok($total // 0, '>=', 5, 'UDP sessions counted in the metrics (this generation\'s)');
 like($t->read_file('error.log'), qr/udp done, packets from\/to client:1\/1/, 'sessions done');
 
 $t->stop();

@@ -116,8 +116,20 @@ pub(super) async fn serve(
     let table: Arc<Table> = Arc::default();
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut warned = false;
+    let mut stop = phase.clone();
     loop {
-        let (n, from) = match sock.recv_from(&mut buf).await {
+        // A stopping worker takes no more datagrams: they stay queued in
+        // the socket for the workers that go on.
+        let got = tokio::select! {
+            r = sock.recv_from(&mut buf) => r,
+            r = stop.changed() => {
+                if r.is_err() || *stop.borrow() != Phase::Running {
+                    return;
+                }
+                continue;
+            }
+        };
+        let (n, from) = match got {
             Ok(r) => r,
             Err(e) => {
                 crate::log!(
@@ -488,6 +500,8 @@ async fn relay(
     link.lock().up = Some(up.clone());
     let mut responses: u64 = 0;
     let mut answered = false;
+    // Gracefully stopping: the session ends once its answers came.
+    let mut stopping = false;
     loop {
         // What waited for the peer goes first, in order.
         loop {
@@ -514,7 +528,8 @@ async fn relay(
             }
             return fail(s, link, name, &e, "send", "sending to");
         }
-        if done(conf, requests, responses) {
+        if done(conf, requests, responses) || (stopping && waited_enough(conf, requests, responses))
+        {
             crate::log_conn!(
                 Level::Info,
                 s.number,
@@ -574,10 +589,22 @@ async fn relay(
                     return Relayed::Done;
                 }
             }
-            r = phase.changed() => {
-                if r.is_err() || *phase.borrow() != Phase::Running {
-                    crate::log_conn!(Level::Info, s.number, "disconnected on shutdown");
-                    return Relayed::Done;
+            r = phase.changed(), if !stopping => {
+                let now = if r.is_err() { Phase::Fast } else { *phase.borrow() };
+                // A graceful stop lets a session that still expects answers
+                // have them (bounded by proxy_timeout and
+                // worker_shutdown_timeout), so that a reload loses no
+                // question in flight; the others end now, as nginx's.
+                let waiting = conf
+                    .proxy_responses
+                    .is_some_and(|r| responses < u64::from(r) * requests);
+                match now {
+                    Phase::Running => {}
+                    Phase::Graceful if waiting => stopping = true,
+                    _ => {
+                        crate::log_conn!(Level::Info, s.number, "disconnected on shutdown");
+                        return Relayed::Done;
+                    }
                 }
             }
         }
@@ -592,6 +619,12 @@ fn done(conf: &StreamServer, requests: u64, responses: u64) -> bool {
     }
     conf.proxy_responses
         .is_some_and(|r| responses >= u64::from(r) * requests)
+}
+
+/// The answers expected so far came (a graceful stop's end).
+fn waited_enough(conf: &StreamServer, requests: u64, responses: u64) -> bool {
+    conf.proxy_responses
+        .is_none_or(|r| responses >= u64::from(r) * requests)
 }
 
 /// `proxy_timeout` passed with nothing moving: a session that got the
