@@ -8,7 +8,8 @@
 //! closes the listeners and lets sessions finish (bounded by
 //! `worker_shutdown_timeout`). TLS: `listen ... ssl` terminates it before
 //! anything else, `ssl_preread` peeks at the ClientHello (`ssl.rs`), and
-//! `proxy_ssl` speaks it to the upstream. Called by `process::worker`.
+//! `proxy_ssl` speaks it to the upstream. `listen ... udp` addresses go to
+//! `udp.rs` (datagram sessions). Called by `process::worker`.
 
 mod ssl;
 mod udp;
