@@ -36,6 +36,7 @@ pub mod ssl;
 mod status;
 mod stream;
 pub mod stream_more;
+mod stream_udp;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod tree;

@@ -140,6 +140,12 @@ pub struct StreamServer {
     pub proxy_next_upstream_tries: u32,
     pub proxy_next_upstream_timeout: Duration,
     pub proxy_half_close: bool,
+    /// `proxy_responses N`: datagrams expected from the upstream per client
+    /// datagram (UDP); None: not limited (nginx's default).
+    pub proxy_responses: Option<u32>,
+    /// `proxy_requests N`: client datagrams after which a UDP session stops
+    /// taking the client's datagrams (0: no limit).
+    pub proxy_requests: u32,
     /// The `ssl_*` settings, for `listen ... ssl` (certificates loaded).
     pub ssl: Arc<super::ssl::ServerSsl>,
     /// `proxy_ssl on`: TLS to the upstream with these settings.
@@ -260,12 +266,15 @@ impl ZoneSpec {
 pub enum ListenAddr {
     Inet(SocketAddr),
     Unix(PathBuf),
+    /// A stream `listen ... udp` address: a datagram socket, a different
+    /// listener from a TCP one on the same port.
+    Udp(SocketAddr),
 }
 
 impl std::fmt::Display for ListenAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ListenAddr::Inet(a) => write!(f, "{a}"),
+            ListenAddr::Inet(a) | ListenAddr::Udp(a) => write!(f, "{a}"),
             ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
         }
     }

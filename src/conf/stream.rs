@@ -103,6 +103,20 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_setting,
     },
     Spec {
+        name: "proxy_responses",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
+        name: "proxy_requests",
+        ctx: STREAM | SSRV,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_setting,
+    },
+    Spec {
         name: "proxy_half_close",
         ctx: STREAM | SSRV,
         args: Args::Exactly(1),
@@ -163,6 +177,8 @@ pub(super) struct Settings {
     tries: Option<u32>,
     next_timeout: Option<Duration>,
     half_close: Option<bool>,
+    responses: Option<u32>,
+    requests: Option<u32>,
     proxy_ssl: Option<bool>,
     ssl_preread: Option<bool>,
     preread_timeout: Option<Duration>,
@@ -282,11 +298,15 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let mut proxy_protocol = false;
     let mut backlog = 511;
     let mut sock = super::listen_opts::SockParams::default();
+    let mut udp = false;
+    let mut backlog_set = false;
     for p in &d.args[1..] {
         if super::listen_opts::sock_param(p, &mut sock, false, d)? {
             continue;
         }
-        if p == "reuseport" {
+        if p == "udp" {
+            udp = true;
+        } else if p == "reuseport" {
             reuseport = true;
         } else if p == "proxy_protocol" {
             proxy_protocol = true;
@@ -301,10 +321,16 @@ fn set_listen(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         } else if let Some(v) = p.strip_prefix("backlog=") {
             backlog = number::<i32>(v)
                 .ok_or_else(|| ConfError::at(format!("invalid backlog \"{v}\""), &d.src))?;
+            backlog_set = true;
         } else {
             return Err(ConfError::at(format!("invalid parameter \"{p}\""), &d.src));
         }
     }
+    let addrs = if udp {
+        super::stream_udp::listen_udp(addrs, ssl, proxy_protocol, backlog_set, &d.src)?
+    } else {
+        addrs
+    };
     for addr in addrs {
         s.listen.push(Listen {
             addr,
@@ -379,6 +405,8 @@ fn set_setting(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
         "proxy_next_upstream_timeout" => once(&mut set.next_timeout, time_arg(d, 0)?, d),
         "proxy_next_upstream" => once(&mut set.next_upstream, on_off()?, d),
         "proxy_half_close" => once(&mut set.half_close, on_off()?, d),
+        "proxy_responses" => once(&mut set.responses, super::stream_udp::count(d)?, d),
+        "proxy_requests" => once(&mut set.requests, super::stream_udp::count(d)?, d),
         "proxy_ssl" => once(&mut set.proxy_ssl, on_off()?, d),
         "ssl_preread" => once(&mut set.ssl_preread, on_off()?, d),
         "preread_timeout" => once(&mut set.preread_timeout, time_arg(d, 0)?, d),
@@ -520,6 +548,8 @@ pub(super) fn finish(
                 .half_close
                 .or(st.settings.half_close)
                 .unwrap_or(false),
+            proxy_responses: s.settings.responses.or(st.settings.responses),
+            proxy_requests: s.settings.requests.or(st.settings.requests).unwrap_or(0),
             ssl: std::sync::Arc::new(ssl),
             proxy_ssl,
             ssl_preread: s

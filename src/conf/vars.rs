@@ -26,6 +26,8 @@ pub enum Var {
     ServerName,
     ServerPort,
     ServerProtocol,
+    /// The stream `$protocol`: TCP or UDP.
+    Protocol,
     TimeLocal,
     Uri,
     /// `$http_NAME`: a request header; NAME lowercased with `_` for `-`.
@@ -354,6 +356,8 @@ impl Var {
             "server_name" => Var::ServerName,
             "server_port" => Var::ServerPort,
             "server_protocol" => Var::ServerProtocol,
+            // The stream module's only, as nginx (http has none).
+            "protocol" if MAPS.with(|m| m.borrow().in_stream) => Var::Protocol,
             "time_local" => Var::TimeLocal,
             "uri" | "document_uri" => Var::Uri,
             "binary_remote_addr" => Var::BinaryRemoteAddr,

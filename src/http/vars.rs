@@ -524,7 +524,8 @@ impl Req {
             | Var::SessionTime
             | Var::SslPrereadServerName
             | Var::SslPrereadAlpnProtocols
-            | Var::SslPrereadProtocol => String::new(),
+            | Var::SslPrereadProtocol
+            | Var::Protocol => String::new(),
             Var::UpstreamBytesSent => self.upstream_list(|a| a.sent.to_string()),
             Var::LimitReqStatus => self.limits.req_status.unwrap_or_default().to_string(),
             Var::LimitConnStatus => self.limits.conn_status.unwrap_or_default().to_string(),

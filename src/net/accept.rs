@@ -111,6 +111,8 @@ impl Sock {
                 tokio::net::UnixListener::from_std(std::os::unix::net::UnixListener::from(l.fd))
                     .map(Sock::Unix)
             }
+            // Datagram sockets are `stream::udp`'s, never accepted on.
+            ListenAddr::Udp(_) => Err(std::io::Error::from(std::io::ErrorKind::Unsupported)),
         };
         match sock {
             Ok(s) => Some(s),

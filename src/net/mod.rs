@@ -128,13 +128,16 @@ pub fn plan(listens: &[&Listen]) -> Vec<(ListenAddr, bool, SockOpts)> {
                 ListenAddr::Inet(w) => {
                     w.ip().is_unspecified() && w.port() == a.port() && w.is_ipv4() == a.is_ipv4()
                 }
-                ListenAddr::Unix(_) => false,
+                ListenAddr::Unix(_) | ListenAddr::Udp(_) => false,
             })
     };
     let snapshot = out.clone();
     out.retain(|(a, ..)| match a {
         ListenAddr::Inet(s) => !wildcard_covers(s, &snapshot),
-        ListenAddr::Unix(_) => true,
+        // A datagram socket on a wildcard does not tell which address a
+        // datagram came to (no IP_PKTINFO here), so each UDP address gets
+        // its own socket: replies then leave from the address asked.
+        ListenAddr::Unix(_) | ListenAddr::Udp(_) => true,
     });
     out
 }
@@ -196,13 +199,17 @@ fn bind_one(addr: &ListenAddr, reuseport: bool, opts: &SockOpts) -> Result<Socke
         errno: errno(&e),
     };
     let (sock, sa) = match addr {
-        ListenAddr::Inet(sa) => {
+        ListenAddr::Inet(sa) | ListenAddr::Udp(sa) => {
             let domain = if sa.is_ipv4() {
                 Domain::IPV4
             } else {
                 Domain::IPV6
             };
-            let s = Socket::new(domain, Type::STREAM, None).map_err(|e| NetError::Socket {
+            let kind = match addr {
+                ListenAddr::Udp(_) => Type::DGRAM,
+                _ => Type::STREAM,
+            };
+            let s = Socket::new(domain, kind, None).map_err(|e| NetError::Socket {
                 addr: name.clone(),
                 errno: errno(&e),
             })?;
@@ -243,11 +250,14 @@ fn bind_one(addr: &ListenAddr, reuseport: bool, opts: &SockOpts) -> Result<Socke
         let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666));
     }
     set_sock_params(&sock, addr, opts)?;
-    sock.listen(backlog).map_err(|e| NetError::Listen {
-        addr: name.clone(),
-        backlog,
-        errno: errno(&e),
-    })?;
+    // A datagram socket takes datagrams once bound.
+    if !matches!(addr, ListenAddr::Udp(_)) {
+        sock.listen(backlog).map_err(|e| NetError::Listen {
+            addr: name.clone(),
+            backlog,
+            errno: errno(&e),
+        })?;
+    }
     sock.set_nonblocking(true)
         .map_err(|e| opt_err("O_NONBLOCK", e))?;
     Ok(sock)
@@ -296,7 +306,7 @@ pub fn unix_paths(bound: &[Bound]) -> Vec<PathBuf> {
         .iter()
         .filter_map(|b| match &b.addr {
             ListenAddr::Unix(p) => Some(p.clone()),
-            ListenAddr::Inet(_) => None,
+            ListenAddr::Inet(_) | ListenAddr::Udp(_) => None,
         })
         .collect()
 }
@@ -337,6 +347,24 @@ mod tests {
         let p = plan(&[&b, &a, &c, &d, &b]);
         let addrs: Vec<String> = p.iter().map(|x| x.0.to_string()).collect();
         assert_eq!(addrs, vec!["0.0.0.0:80", "127.0.0.1:81", "[::1]:80"]);
+    }
+
+    #[test]
+    fn udp_addresses_are_their_own() {
+        let tcp = l("0.0.0.0:53");
+        let mut u = l("127.0.0.1:53");
+        u.addr = ListenAddr::Udp("127.0.0.1:53".parse().unwrap());
+        let mut w = l("0.0.0.0:53");
+        w.addr = ListenAddr::Udp("0.0.0.0:53".parse().unwrap());
+        let p = plan(&[&tcp, &u, &w]);
+        assert_eq!(p.len(), 3, "neither wildcard covers the UDP address");
+        let b = bind_all(
+            &[(ListenAddr::Udp("127.0.0.1:0".parse().unwrap()), false, 511)],
+            1,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(b[0].sockets[0].r#type().unwrap(), Type::DGRAM);
     }
 
     #[test]

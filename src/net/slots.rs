@@ -65,6 +65,11 @@ impl Slots {
         closed
     }
 
+    /// A slot if one is free now (a UDP datagram cannot wait for one).
+    pub fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
+        self.sem.clone().try_acquire_owned().ok()
+    }
+
     /// A slot for the next connection, waiting for one when all are taken.
     /// None once the worker stops handing them out.
     pub async fn acquire(&self) -> Option<OwnedSemaphorePermit> {

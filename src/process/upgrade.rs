@@ -270,11 +270,12 @@ fn adopt(fd: RawFd, kind: Kind, seen: &mut Vec<RawFd>) -> Result<OwnedFd, &'stat
     // logs and stdio it has opened are neither (and numbers 0-2 were refused
     // above). Each number is adopted once (`seen`). A socket that turns out
     // not to listen is given back unclosed below, so the only sockets kept
-    // are listening ones, which no library of this process opens.
+    // are listening ones and bound datagram ones (stream `listen ... udp`),
+    // which no library of this process opens.
     let owned = unsafe { sys::own_fd(fd) };
     if let Kind::Listener = kind {
         let sock = Socket::from(owned);
-        if !sock.is_listener().unwrap_or(false) {
+        if !sock.is_listener().unwrap_or(false) && !bound_datagram(&sock) {
             let _ = std::os::fd::IntoRawFd::into_raw_fd(sock);
             return Err("is not a listening socket");
         }
@@ -291,9 +292,22 @@ fn set_cloexec(owned: OwnedFd) -> OwnedFd {
     owned
 }
 
+/// A UDP socket bound to a port: what a `listen ... udp` hands over.
+fn bound_datagram(sock: &Socket) -> bool {
+    sock.r#type().is_ok_and(|t| t == socket2::Type::DGRAM)
+        && sock
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .is_some_and(|a| a.port() != 0)
+}
+
 fn listen_addr(sock: &Socket) -> Option<ListenAddr> {
     let local = sock.local_addr().ok()?;
     if let Some(a) = local.as_socket() {
+        if bound_datagram(sock) {
+            return Some(ListenAddr::Udp(a));
+        }
         return Some(ListenAddr::Inet(a));
     }
     local

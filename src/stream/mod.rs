@@ -8,9 +8,11 @@
 //! closes the listeners and lets sessions finish (bounded by
 //! `worker_shutdown_timeout`). TLS: `listen ... ssl` terminates it before
 //! anything else, `ssl_preread` peeks at the ClientHello (`ssl.rs`), and
-//! `proxy_ssl` speaks it to the upstream. Called by `process::worker`.
+//! `proxy_ssl` speaks it to the upstream. `listen ... udp` addresses go to
+//! `udp.rs` (datagram sessions). Called by `process::worker`.
 
 mod ssl;
+mod udp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -113,6 +115,10 @@ pub async fn serve(
         let Some(server) = server_for(stream.servers.as_slice(), &l.addr) else {
             continue;
         };
+        if let ListenAddr::Udp(_) = l.addr {
+            accepts.spawn(udp::serve(l, server, shared.clone(), phase.clone()));
+            continue;
+        }
         let tls = stream
             .servers
             .get(server)
@@ -142,7 +148,7 @@ fn server_for(servers: &[StreamServer], addr: &ListenAddr) -> Option<usize> {
             // A specific address served by a wildcard listener.
             let port = match addr {
                 ListenAddr::Inet(a) => a.port(),
-                ListenAddr::Unix(_) => return None,
+                ListenAddr::Unix(_) | ListenAddr::Udp(_) => return None,
             };
             servers.iter().position(|s| {
                 s.listen
@@ -197,6 +203,7 @@ async fn accept_loop(l: Listener, server: usize, flags: Flags, shared: Arc<Share
             limit_status: None,
             holds: Vec::new(),
             vars: Vec::new(),
+            udp: false,
         };
         let shared2 = shared.clone();
         tokio::spawn(async move {
@@ -238,6 +245,8 @@ struct Session {
     holds: Vec<(Arc<crate::net::limit::LimitZone>, crate::net::limit::Held)>,
     /// What `set` gave, in order.
     vars: Vec<(String, String)>,
+    /// A UDP session (`udp.rs`): nginx's log context says "udp client".
+    udp: bool,
 }
 
 impl Drop for Session {
@@ -282,7 +291,8 @@ impl Session {
     /// nginx's stream log context.
     fn context(&self, upstream: &str, up: (u64, u64)) -> String {
         format!(
-            ", client: {}, server: {}, upstream: \"{}\", bytes from/to client:0/0, bytes from/to upstream:{}/{}",
+            ", {}client: {}, server: {}, upstream: \"{}\", bytes from/to client:0/0, bytes from/to upstream:{}/{}",
+            if self.udp { "udp " } else { "" },
             self.client(),
             self.listen,
             upstream,
@@ -293,7 +303,12 @@ impl Session {
 
     /// nginx's stream log context before an upstream is chosen.
     fn short_context(&self) -> String {
-        format!(", client: {}, server: {}", self.client(), self.listen)
+        format!(
+            ", {}client: {}, server: {}",
+            if self.udp { "udp " } else { "" },
+            self.client(),
+            self.listen
+        )
     }
 
     /// The variables a stream template may use here.
@@ -322,6 +337,7 @@ impl Session {
                 crate::net::vars::value(v)
             }
             Var::Status => self.status.to_string(),
+            Var::Protocol => if self.udp { "UDP" } else { "TCP" }.into(),
             Var::UpstreamAddr => self.list(|(a, _)| a.clone()),
             Var::UpstreamConnectTime => self.list(|(_, t)| t.map_or("-".into(), secs)),
             Var::UpstreamFirstByteTime => match (self.connected_at, self.copied.first_ba) {

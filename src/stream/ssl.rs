@@ -66,7 +66,7 @@ pub(super) fn listen_has(
 ) -> bool {
     let port = |a: &ListenAddr| match a {
         ListenAddr::Inet(a) => Some(a.port()),
-        ListenAddr::Unix(_) => None,
+        ListenAddr::Unix(_) | ListenAddr::Udp(_) => None,
     };
     server.listen.iter().any(|l| {
         has(l) && (&l.addr == addr || (port(&l.addr).is_some() && port(&l.addr) == port(addr)))
