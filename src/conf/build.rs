@@ -296,6 +296,7 @@ const TABLES: &[&[Spec]] = &[
     super::auth_request::TABLE,
     super::buckets::TABLE,
     super::rate::TABLE,
+    super::sticky::TABLE,
 ];
 
 const TABLE: &[Spec] = &[

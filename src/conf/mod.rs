@@ -33,6 +33,7 @@ mod resolver;
 mod rewrite;
 pub mod ssl;
 mod status;
+pub mod sticky;
 mod stream;
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -123,6 +123,7 @@ impl UpstreamRt {
             implicit: true,
             health: None,
             queue: None,
+            sticky: None,
             src: crate::conf::Src {
                 file: None,
                 line: 0,

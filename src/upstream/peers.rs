@@ -512,6 +512,7 @@ pub(crate) fn test_upstream(
         implicit: false,
         health: None,
         queue: None,
+        sticky: None,
         src: Src {
             file: None,
             line: 0,
