@@ -17,7 +17,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy upstream_sticky upstream_zone/)->plan(21);
+my $t = Test::Sluice->new()->has(qw/http proxy upstream_sticky upstream_zone/)->plan(23);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF2');
@@ -51,8 +51,19 @@ http {
         sticky route $cookie_route $arg_route;
     }
 
+    upstream h2 {
+        server 127.0.0.1:%%PORT_8084%%;
+        server 127.0.0.1:%%PORT_8085%%;
+        sticky cookie h;
+    }
+
+    # HTTP/2 (prior knowledge) backends.
+    server { listen 127.0.0.1:%%PORT_8084%% http2; return 200 "h%%PORT_8084%%"; }
+    server { listen 127.0.0.1:%%PORT_8085%% http2; return 200 "h%%PORT_8085%%"; }
+
     server {
         listen 127.0.0.1:%%PORT_8080%%;
+        location /h2 { proxy_pass http://h2; proxy_http_version 2; }
         location /ck { proxy_pass http://ck; add_header X-Pid $pid; }
         location /mv { proxy_pass http://mv; }
         location /rt { proxy_pass http://rt; }
@@ -138,6 +149,15 @@ is(port_of(get('/rt?route=a', 'route=b')), $p2, 'the first non-empty variable wi
 $r{port_of(get('/rt?route=zz'))}++ for 1 .. 6;
 ok($r{$p1} && $r{$p2}, 'unknown route: round robin');
 unlike(get('/rt', 'route=b'), qr/^Set-Cookie/mi, 'route sets no cookie');
+
+# proxy_http_version 2: the same cookie, the same stickiness.
+$r = get('/h2');
+my ($hp) = $r =~ /h(\d+)$/;
+my $hid = md5_hex('127.0.0.1:' . ($hp // 0));
+like($r, qr/^Set-Cookie: h=$hid\r$/mi, 'HTTP/2 upstream: the cookie names the peer');
+my %h2;
+for (1 .. 6) { my ($x) = get('/h2', "h=$hid") =~ /h(\d+)$/; $h2{$x // 'none'}++; }
+is(join(',', keys %h2), $hp // 'x', 'HTTP/2 upstream: the cookie sticks');
 
 # Config errors, as -t reports them.
 sub emerg {

@@ -760,7 +760,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
 /// from the first non-empty `create=` (else the one the request brought, to
 /// keep it alive) and learns it now with `header`, else returns the learning
 /// for the end of the body.
-fn sticky_response(
+pub(super) fn sticky_response(
     r: &Req,
     ups: &Arc<UpstreamRt>,
     headers: &mut http::HeaderMap,
