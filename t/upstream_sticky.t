@@ -17,7 +17,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy upstream_sticky upstream_zone/)->plan(23);
+my $t = Test::Sluice->new()->has(qw/http proxy upstream_sticky upstream_zone/)->plan(26);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF2');
@@ -51,6 +51,13 @@ http {
         sticky route $cookie_route $arg_route;
     }
 
+    upstream rs {
+        zone rs 64k;
+        resolver 127.0.0.1:%%PORT_8053%% valid=1s;
+        server app.test:%%PORT_8086%% resolve;
+        sticky cookie r;
+    }
+
     upstream h2 {
         server 127.0.0.1:%%PORT_8084%%;
         server 127.0.0.1:%%PORT_8085%%;
@@ -63,6 +70,7 @@ http {
 
     server {
         listen 127.0.0.1:%%PORT_8080%%;
+        location /rs { proxy_pass http://rs; }
         location /h2 { proxy_pass http://h2; proxy_http_version 2; }
         location /ck { proxy_pass http://ck; add_header X-Pid $pid; }
         location /mv { proxy_pass http://mv; }
@@ -75,6 +83,10 @@ EOF2
 $t->backend(port(8081));
 $t->backend(port(8082));
 $t->backend(port(8083));
+$t->write_file('dns.txt', "app.test A 127.0.0.2 1\napp.test A 127.0.0.3 1\n");
+$t->dns(port(8053));
+$t->backend(port(8086), addr => '127.0.0.2');
+$t->backend(port(8086), addr => '127.0.0.3');
 $t->run();
 
 my ($p1, $p2, $p3) = (port(8081), port(8082), port(8083));
@@ -158,6 +170,18 @@ like($r, qr/^Set-Cookie: h=$hid\r$/mi, 'HTTP/2 upstream: the cookie names the pe
 my %h2;
 for (1 .. 6) { my ($x) = get('/h2', "h=$hid") =~ /h(\d+)$/; $h2{$x // 'none'}++; }
 is(join(',', keys %h2), $hp // 'x', 'HTTP/2 upstream: the cookie sticks');
+
+# A resolved peer: sticks while DNS lists it, not once it is gone.
+my $p6 = port(8086);
+my ($a2, $a3) = map { md5_hex("$_:$p6") } ('127.0.0.2', '127.0.0.3');
+ok(poll_until(sub { backend_addr('/rs') ne 'down' }), 'resolved');
+my %ra;
+for (1 .. 6) { my ($x) = get('/rs', "r=$a3") =~ /^X-Addr: (\S+)/mi; $ra{$x // 'none'}++; }
+is(join(',', keys %ra), '127.0.0.3', 'a resolved peer sticks');
+$t->write_file('dns.txt', "app.test A 127.0.0.2 1\n");
+ok(poll_until(sub { my $g = get('/rs', "r=$a3");
+	$g =~ /^X-Addr: 127\.0\.0\.2\r$/mi && $g =~ /^Set-Cookie: r=$a2\r$/mi }, 10),
+	'gone from DNS: another peer answers and the cookie names it');
 
 # Config errors, as -t reports them.
 sub emerg {
