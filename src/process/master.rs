@@ -800,7 +800,8 @@ impl Master {
                         );
                     }
                 }
-                for z in g.shm.tls.caches.values() {
+                let learn = g.shm.sticky.values().map(|(_, z)| z);
+                for z in g.shm.tls.caches.values().chain(learn) {
                     if z.repair(raw) {
                         crate::log!(
                             Level::Alert,

@@ -278,4 +278,40 @@ mod tests {
         learn(&z, "x", &"y".repeat(33), true, t);
         assert_eq!(lookup(&z, "x"), None);
     }
+
+    proptest::proptest! {
+        /// Whatever the upstream's Set-Cookie lines and the client's id
+        /// hold, nothing panics, and a pick is a usable peer with that id.
+        #[test]
+        fn hostile_ids_and_cookies(
+            lines in proptest::collection::vec("[ -~]{0,60}", 0..6),
+            name in "[a-z=; ]{0,6}",
+            want in "[ -~]{0,40}",
+        ) {
+            let mut h = http::HeaderMap::new();
+            for l in &lines {
+                if let Ok(v) = http::HeaderValue::from_str(l) {
+                    h.append(http::header::SET_COOKIE, v);
+                }
+            }
+            if let Some(v) = upstream_cookie(&h, &name) {
+                proptest::prop_assert!(!v.contains(';'));
+            }
+            let mut u = test_upstream(
+                &[("127.0.0.1:1", 1, false), ("127.0.0.1:2", 1, true)],
+                Balancer::RoundRobin,
+            );
+            u.servers[0].route = Some(want.chars().take(32).collect());
+            let peers = Peers::from_config(&u);
+            let tried = Tried::new(&peers);
+            if let Some(id) = pick(&peers, &u, &want, &tried, 1) {
+                proptest::prop_assert_eq!(sid(&u, peers.get(id)), want.clone());
+            }
+            let z = SessionZone::heap("p", 32 * 1024).expect("zone");
+            learn(&z, &want, &name, true, Duration::from_secs(5));
+            if !want.is_empty() && name.len() <= SID_MAX {
+                proptest::prop_assert_eq!(lookup(&z, &want), Some(name.clone()));
+            }
+        }
+    }
 }
