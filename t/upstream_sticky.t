@@ -191,7 +191,7 @@ sub emerg {
 	like($err, qr/\[emerg\] \d+#0: $re in \Q$d\E\/t\.conf:5\b/, $name);
 }
 
-emerg("sticky cookie a samesite=x;", 'invalid "samesite" parameter value', 'bad samesite');
-emerg("sticky learn create=\$cookie_a lookup=\$cookie_a zone=z:1k;", 'zone is too small', 'small learn zone');
+emerg("sticky cookie a samesite=x;", '"sticky" directive invalid "samesite" parameter value', 'bad samesite');
+emerg("sticky learn create=\$cookie_a lookup=\$cookie_a zone=z:1k;", '"sticky" directive zone is too small', 'small learn zone');
 emerg("server 127.0.0.1:2 route=0123456789abcdef0123456789abcdefX;",
 	'invalid parameter "route=0123456789abcdef0123456789abcdefX"', 'route longer than 32');
