@@ -55,7 +55,9 @@ pub fn pick(peers: &Peers, cfg: &Upstream, want: &str, tried: &Tried, now: Ms) -
     if peers.primary.iter().any(|p| p.usable(now)) {
         return None;
     }
-    find(true, &peers.backup)
+    let id = find(true, &peers.backup)?;
+    peers.backup[id.index].mark_chosen(now);
+    Some(id)
 }
 
 /// nginx's `expires=max`: `Thu, 31-Dec-37 23:55:55 GMT`, with its max-age.
@@ -208,6 +210,26 @@ mod tests {
             index: 1,
         });
         assert_eq!(pick(&peers, &u, "b", &tried, 1), None);
+    }
+
+    #[test]
+    fn a_backup_peer_only_while_no_primary_is_usable() {
+        let mut u = test_upstream(
+            &[("127.0.0.1:1", 1, false), ("127.0.0.1:2", 1, true)],
+            Balancer::RoundRobin,
+        );
+        u.servers[1].route = Some("bk".into());
+        let peers = Peers::from_config(&u);
+        assert_eq!(pick(&peers, &u, "bk", &Tried::new(&peers), 1), None);
+        u.servers[0].down = true;
+        let peers = Peers::from_config(&u);
+        assert_eq!(
+            pick(&peers, &u, "bk", &Tried::new(&peers), 1),
+            Some(PeerId {
+                backup: true,
+                index: 0
+            })
+        );
     }
 
     #[test]
