@@ -42,10 +42,15 @@ pub fn pick(peers: &Peers, cfg: &Upstream, want: &str, tried: &Tried, now: Ms) -
     if want.is_empty() || want.len() > SID_MAX {
         return None;
     }
+    // An MD5 id is 32 hex digits: no digest is made for anything else.
+    let is = |p: &Peer| match cfg.servers.get(p.server).and_then(|s| s.route.as_deref()) {
+        Some(r) => r == want,
+        None => want.len() == 32 && sid(cfg, p) == want,
+    };
     let find = |backup: bool, set: &[Peer]| {
         set.iter().enumerate().find_map(|(index, p)| {
             let id = PeerId { backup, index };
-            (!tried.has(id) && p.usable(now) && sid(cfg, p) == want).then_some(id)
+            (!tried.has(id) && p.usable(now) && is(p)).then_some(id)
         })
     };
     if let Some(id) = find(false, &peers.primary) {
