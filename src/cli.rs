@@ -29,7 +29,6 @@ pub const WITHOUT_MODULES: &[&str] = &[
     "--without-http_memcached_module",
     "--without-http_empty_gif_module",
     "--without-http_browser_module",
-    "--without-http_upstream_sticky_module",
     "--without-http_upstream_least_time_module",
     "--without-http-cache",
     "--without-http_tunnel_module",

@@ -297,6 +297,7 @@ const TABLES: &[&[Spec]] = &[
     super::buckets::TABLE,
     super::rate::TABLE,
     super::stream_more::TABLE,
+    super::sticky::TABLE,
 ];
 
 const TABLE: &[Spec] = &[

@@ -34,6 +34,7 @@ mod resolver;
 mod rewrite;
 pub mod ssl;
 mod status;
+pub mod sticky;
 mod stream;
 pub mod stream_more;
 mod stream_udp;

@@ -495,6 +495,8 @@ pub struct UpstreamServer {
     pub weight_set: bool,
     /// `slow_start=`: how long a recovered peer takes to reach its weight.
     pub slow_start: Duration,
+    /// `route=`: the peer's id for `sticky` (else the MD5 of its address).
+    pub route: Option<String>,
 }
 
 impl UpstreamServer {
@@ -515,6 +517,7 @@ impl UpstreamServer {
             service: None,
             weight_set: false,
             slow_start: Duration::ZERO,
+            route: None,
         }
     }
 }
@@ -619,6 +622,8 @@ pub struct Upstream {
     pub health: Option<Arc<HealthCheck>>,
     /// `queue N [timeout=TIME]`: requests that find no peer wait.
     pub queue: Option<Queue>,
+    /// `sticky cookie|route|learn`: session affinity.
+    pub sticky: Option<super::sticky::Sticky>,
     pub src: Src,
 }
 

@@ -161,7 +161,9 @@ pub(super) struct UpstreamB {
     pub(super) resolver_timeout: Option<Duration>,
     state: Option<(PathBuf, Src)>,
     /// A `stream` block's: the keep-alive directives are not allowed.
-    stream: bool,
+    pub(super) stream: bool,
+    /// `sticky`, where it was written.
+    pub(super) sticky: Option<(super::sticky::Sticky, Src)>,
     src: Src,
 }
 
@@ -227,6 +229,7 @@ pub(super) fn new_upstream(
         resolver_timeout: None,
         state: None,
         stream,
+        sticky: None,
         src: d.src.clone(),
     };
     b.walk(
@@ -352,6 +355,15 @@ fn set_server(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
             }
             s.backup = true;
             u.backup_src.get_or_insert(d.src.clone());
+        } else if let Some(v) = p.strip_prefix("route=") {
+            // nginx keeps a peer's id in 32 bytes (an MD5 in hex).
+            if v.is_empty()
+                || v.len() > 32
+                || v.bytes().any(|b| b <= b' ' || b >= 0x7f || b == b';')
+            {
+                return Err(invalid(p));
+            }
+            s.route = Some(v.to_string());
         } else if p == "down" {
             s.down = true;
         } else if p == "resolve" {
@@ -619,9 +631,12 @@ fn set_balancer(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
             &d.src,
         ));
     }
-    if u.balancer.is_some() {
+    // nginx: `sticky` wraps the balancer defined before it; one defined
+    // after replaces both.
+    if u.balancer.is_some() || u.sticky.is_some() {
         b.warnings
             .push(ConfError::at("load balancing method redefined", &d.src));
+        u.sticky = None;
     }
     u.balancer = Some((bal, d.src.clone()));
     Ok(())
@@ -763,6 +778,22 @@ pub(super) fn finish_upstreams(
             &zones[i].src,
         ));
     }
+    // A learn zone serves one upstream (nginx's rule).
+    let mut learn: Vec<(&str, &str)> = Vec::new();
+    for u in &list {
+        if let Some((super::sticky::Sticky::Learn(l), src)) = &u.sticky {
+            if let Some((_, owner)) = learn.iter().find(|(z, _)| *z == l.zone) {
+                return Err(ConfError::at(
+                    format!(
+                        "sticky zone \"{}\" is already used in upstream \"{owner}\"",
+                        l.zone
+                    ),
+                    src,
+                ));
+            }
+            learn.push((&l.zone, &u.name));
+        }
+    }
     let mut upstreams = Vec::with_capacity(list.len());
     for u in list {
         // The upstream's own resolver wins; its timeout, else the http one.
@@ -825,6 +856,7 @@ pub(super) fn finish_upstreams(
             implicit: false,
             health: None,
             queue: u.queue,
+            sticky: u.sticky.map(|(s, _)| s),
             src: u.src,
         });
     }
@@ -887,6 +919,7 @@ pub(super) fn resolve_proxy_pass(
                     implicit: true,
                     health: None,
                     queue: None,
+                    sticky: None,
                     src: p.src.clone(),
                 });
                 upstreams.len() - 1

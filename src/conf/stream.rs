@@ -624,6 +624,7 @@ fn upstream_for(name: &str, src: &Src, upstreams: &mut Vec<Upstream>) -> Result<
         implicit: true,
         health: None,
         queue: None,
+        sticky: None,
         src: src.clone(),
     });
     Ok(upstreams.len() - 1)

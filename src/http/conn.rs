@@ -145,7 +145,8 @@ pub async fn serve(
     status::publish(shm.stats.as_ref());
     let shared = Arc::new(Shared {
         slots,
-        upstreams: Upstreams::new(cfg.http.as_ref().map(|h| &h.upstreams), &shm.zones),
+        upstreams: Upstreams::new(cfg.http.as_ref().map(|h| &h.upstreams), &shm.zones)
+            .with_sessions(&shm.sticky),
         stream_upstreams: Upstreams::new(cfg.stream.as_ref().map(|s| &s.upstreams), &shm.zones),
         stats: shm.stats.clone(),
         saved: shm.saved.clone(),

@@ -424,7 +424,15 @@ pub(crate) async fn run(
                 continue;
             }
         }
+        // `sticky`: the answering peer's id and the session the request
+        // brought, for the cookie and the learning.
+        let sticky = ups
+            .cfg
+            .sticky
+            .as_ref()
+            .map(|_| (attempts.sid(c.id), attempts.session.clone()));
         let answer = Answer {
+            sticky,
             c,
             head,
             // A request sent with `Connection: close` leaves nothing to reuse.
@@ -569,6 +577,9 @@ struct Answer<'a> {
     snap: &'a Arc<crate::upstream::Peers>,
     uri: String,
     client_upgrade: Option<super::tunnel::ClientUpgrade>,
+    /// `sticky`: (the answering peer's id, the session id the request
+    /// brought).
+    sticky: Option<(String, Option<String>)>,
 }
 
 /// Turns the upstream's answer into the reply: a tunnel for a 101, an
@@ -585,6 +596,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         snap,
         uri,
         client_upgrade,
+        sticky,
     } = a;
     let conf = r.conf.clone();
     let status = head.status.as_u16();
@@ -674,6 +686,9 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         log.in_flight = None;
         log.attempts.push(answered);
     }
+    // `sticky`: read the upstream's cookies before they are rewritten.
+    let learn =
+        sticky.and_then(|(sid, session)| sticky_response(r, ups, &mut parts.headers, sid, session));
     redirect_headers(r, pp, &mut parts.headers);
     super::proxy_cookie::rewrite(r, &mut parts.headers);
     if conf.proxy_ignore_headers & ignore::X_ACCEL_LIMIT_RATE == 0 {
@@ -719,6 +734,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
             None
         },
         rate_wait: false,
+        learn,
     };
     keep_spelling(&mut parts, reason, names, order);
     if conf.proxy_buffering {
@@ -751,6 +767,75 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         }
     }
     Reply::Full(Response::from_parts(parts, body.boxed()))
+}
+
+/// `sticky` on a response from the peer `sid`: `cookie` adds its
+/// `Set-Cookie` (on every response, as nginx); `learn` takes the session id
+/// from the first non-empty `create=` (else the one the request brought, to
+/// keep it alive) and learns it now with `header`, else returns the learning
+/// for the end of the body.
+pub(super) fn sticky_response(
+    r: &Req,
+    ups: &Arc<UpstreamRt>,
+    headers: &mut http::HeaderMap,
+    sid: String,
+    session: Option<String>,
+) -> Option<Box<dyn FnOnce() + Send + Sync>> {
+    use crate::conf::sticky::{Create, Sticky};
+    use crate::upstream::sticky;
+    match ups.cfg.sticky.as_ref()? {
+        Sticky::Cookie(c) => {
+            let domain = c.domain.as_ref().map(|t| r.eval(t)).unwrap_or_default();
+            let samesite = c.samesite.as_ref().map(|t| r.eval(t)).unwrap_or_default();
+            let now = chrono::Utc::now().timestamp();
+            let line = sticky::cookie_line(c, &sid, &domain, &samesite, now);
+            match http::HeaderValue::from_str(&line) {
+                Ok(v) => {
+                    headers.append(http::header::SET_COOKIE, v);
+                }
+                Err(_) => crate::log_conn!(
+                    Level::Warn,
+                    r.conn.number,
+                    "sticky: invalid cookie \"{}\"{}",
+                    line.escape_default(),
+                    r.log_context(None)
+                ),
+            }
+            None
+        }
+        Sticky::Route(_) => None,
+        Sticky::Learn(l) => {
+            let zone = ups.sessions.get()?.clone();
+            if l.create.iter().any(|c| matches!(c, Create::Var(_))) {
+                // `$upstream_http_*` reads the head kept in the log.
+                let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
+                log.headers.get_or_insert_with(|| headers.clone());
+            }
+            let created = l
+                .create
+                .iter()
+                .map(|c| match c {
+                    Create::UpstreamCookie(name) => {
+                        sticky::upstream_cookie(headers, name).unwrap_or_default()
+                    }
+                    Create::Var(t) => r.eval(t),
+                })
+                .find(|v| !v.is_empty());
+            let (id, create) = match (created, session) {
+                (Some(id), _) => (id, true),
+                (None, Some(id)) => (id, false),
+                (None, None) => return None,
+            };
+            let timeout = l.timeout;
+            let learn = move || sticky::learn(&zone, &id, &sid, create, timeout);
+            if l.header {
+                learn();
+                None
+            } else {
+                Some(Box::new(learn))
+            }
+        }
+    }
 }
 
 /// The upstream's reason phrase and header names' case go on with the

@@ -57,6 +57,9 @@ pub(crate) struct ProxyBody {
     pub(crate) limit: Option<super::rate::Bucket>,
     /// Waiting for `limit`, not for the upstream: no read timeout runs.
     pub(crate) rate_wait: bool,
+    /// `sticky learn` without `header`: the session is learned when the
+    /// body has ended well (nginx learns as it frees the peer).
+    pub(crate) learn: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 /// An upstream failure while streaming the response body; the body that owns
@@ -88,6 +91,9 @@ impl ProxyBody {
         let Some((peers, id)) = self.peer.take() else {
             return;
         };
+        if let Some(learn) = self.learn.take().filter(|_| complete) {
+            learn();
+        }
         let now = Instant::now();
         let wire = self.conn.as_ref().map(|c| c.h1.wire().1);
         if let Some(a) = self

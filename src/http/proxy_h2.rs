@@ -467,6 +467,14 @@ async fn attempts(
             let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
             log.attempts.push(answered);
         }
+        // `sticky`: the cookie, and the session to learn.
+        let learn = match ups.cfg.sticky {
+            Some(_) => {
+                let (sid, session) = (attempts.sid(c.id), attempts.session.clone());
+                super::proxy::sticky_response(r, &ups, &mut parts.headers, sid, session)
+            }
+            None => None,
+        };
         redirect_headers(r, pp, &mut parts.headers);
         super::proxy_cookie::rewrite(r, &mut parts.headers);
         filter_response_headers(
@@ -490,6 +498,7 @@ async fn attempts(
             ended: false,
             url: url(&c.name),
             _sender: sender,
+            learn,
         };
         return Reply::Full(Response::from_parts(parts, body.boxed()));
     }
@@ -855,14 +864,19 @@ struct H2Body {
     url: String,
     /// The request body still going (a gRPC stream).
     _sender: Option<Sender>,
+    /// `sticky learn` without `header`: learned when the body ended well.
+    learn: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 impl H2Body {
-    fn finish(&mut self, _complete: bool) {
+    fn finish(&mut self, complete: bool) {
         self.slot = None;
         let Some((peers, id)) = self.peer.take() else {
             return;
         };
+        if let Some(learn) = self.learn.take().filter(|_| complete) {
+            learn();
+        }
         if let Some(a) = self
             .log
             .lock()

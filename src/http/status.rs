@@ -32,6 +32,8 @@ pub struct Shm {
     pub tls: crate::net::tls::TlsShared,
     /// `limit_req_zone` and `limit_conn_zone` zones.
     pub limits: Arc<crate::net::limit::LimitZones>,
+    /// `sticky learn` zones.
+    pub sticky: Arc<crate::upstream::sticky::LearnZones>,
 }
 
 /// `stub_status` counters shared by the workers of a generation.

@@ -66,8 +66,30 @@ fn span(len: usize) -> usize {
 impl SessionZone {
     /// A new zone of `size` bytes, as a memfd mapped shared.
     pub fn create(name: &str, size: usize) -> Result<SessionZone, ShmError> {
-        let region = Region::create(&format!("ssl_session_cache:{name}"), size)?;
+        SessionZone::create_for("ssl_session_cache", name, size)
+    }
+
+    /// The same table for another use (`sticky learn`), its memfd named
+    /// `sluice:KIND:NAME`.
+    pub fn create_for(kind: &str, name: &str, size: usize) -> Result<SessionZone, ShmError> {
+        let region = Region::create(&format!("{kind}:{name}"), size)?;
         SessionZone::init(name, region)
+    }
+
+    /// A zone another binary made (a binary upgrade hands its memfd on),
+    /// with its entries; Err when its layout is not this binary's.
+    pub fn attach(name: &str, fd: std::os::fd::OwnedFd) -> Result<SessionZone, ShmError> {
+        let region = Region::from_fd(fd)?;
+        let h = region.get::<SessionHeader>(0)?;
+        if h.magic.load(Acquire) != SESSION_MAGIC || h.layout.load(Relaxed) != SESSION_LAYOUT {
+            return Err(ShmError::Layout);
+        }
+        SessionZone::init(name, region)
+    }
+
+    /// The memfd behind the zone (a binary upgrade hands it on).
+    pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.region.fd()
     }
 
     /// The same over process-private memory (tests).

@@ -184,7 +184,7 @@ pub fn start(cli: &Cli) -> i32 {
     if tickets.is_none() {
         crate::log!(Level::Alert, "cannot make session ticket keys");
     }
-    let shm = match make_shm(&cfg, 1, None, tickets.clone()) {
+    let shm = match make_shm(&cfg, 1, None, tickets.clone(), inherited.as_ref()) {
         Ok(z) => z,
         Err(()) => {
             let _ = std::fs::remove_file(&pid_path);
@@ -610,6 +610,11 @@ impl Master {
             .zones
             .iter()
             .filter_map(|(n, z)| z.fd().map(|fd| (n.clone(), fd)))
+            // `sticky learn` sessions go along too.
+            .chain(g.shm.sticky.iter().filter_map(|(n, (_, z))| {
+                z.fd()
+                    .map(|fd| (format!("{}:{n}", crate::upstream::sticky::KIND), fd))
+            }))
             .collect();
         // The ticket keys go along, so that tickets stay good.
         let keys = self
@@ -701,7 +706,13 @@ impl Master {
             }
         }
         let id = self.next_generation;
-        let Ok(shm) = make_shm(&cfg, id, Some(&self.current().shm), self.tickets.clone()) else {
+        let Ok(shm) = make_shm(
+            &cfg,
+            id,
+            Some(&self.current().shm),
+            self.tickets.clone(),
+            None,
+        ) else {
             return;
         };
         // The new zones start with the resolved peers of the current ones.
@@ -789,7 +800,8 @@ impl Master {
                         );
                     }
                 }
-                for z in g.shm.tls.caches.values() {
+                let learn = g.shm.sticky.values().map(|(_, z)| z);
+                for z in g.shm.tls.caches.values().chain(learn) {
                     if z.repair(raw) {
                         crate::log!(
                             Level::Alert,

@@ -29,6 +29,10 @@ pub(super) fn adopt_zones(
     // does not matter: a zone upstream is known by its zone and its name).
     let mut old_blocks = crate::conf::model::UpstreamBlocks::default();
     for (name, fd) in &inherited.zones {
+        // `sticky learn` zones were taken over by `make_shm`.
+        if name.starts_with(&format!("{}:", crate::upstream::sticky::KIND)) {
+            continue;
+        }
         let Ok(fd) = fd.try_clone() else { continue };
         match crate::upstream::Zone::attach(name, fd) {
             Ok(z) => {
@@ -53,7 +57,7 @@ pub(super) fn adopt_zones(
 /// creates its shared memory while testing; false (after `[emerg]`) when one
 /// cannot be made.
 pub(super) fn check_shm(cfg: &Config) -> bool {
-    make_shm(cfg, 1, None, None).is_ok()
+    make_shm(cfg, 1, None, None, None).is_ok()
 }
 
 /// The `ssl_session_cache shared:` zones: those of `prev` (the running
@@ -136,6 +140,62 @@ fn limit_zones(cfg: &Config, prev: Option<&Shm>) -> Result<crate::net::limit::Li
     Ok(out)
 }
 
+/// The `sticky learn` zones: those of `prev` whose name and size stay are
+/// kept with their sessions (a reload), then those a binary upgrade handed
+/// over (`inherited`, named `sticky:NAME`) whose size and layout fit; the
+/// others are made empty. A zone that moved to another upstream is
+/// nginx's `[emerg]`.
+fn sticky_zones(
+    cfg: &Config,
+    prev: Option<&Shm>,
+    inherited: Option<&super::upgrade::Inherited>,
+) -> Result<crate::upstream::sticky::LearnZones, String> {
+    use crate::conf::sticky::Sticky;
+    use crate::upstream::sticky::KIND;
+    let mut out = crate::upstream::sticky::LearnZones::new();
+    let learn = cfg
+        .http
+        .iter()
+        .flat_map(|h| h.upstreams.list.iter())
+        .filter_map(|u| match &u.sticky {
+            Some(Sticky::Learn(l)) => Some((l, &u.name)),
+            _ => None,
+        });
+    for (l, upstream) in learn {
+        let size =
+            usize::try_from(l.size).map_err(|_| format!("zone \"{}\" is too large", l.zone))?;
+        let kept = prev
+            .and_then(|p| p.sticky.get(&l.zone))
+            .filter(|(_, old)| old.size() == size);
+        if let Some((owner, old)) = kept {
+            if owner != upstream {
+                return Err(format!(
+                    "sticky zone \"{}\" is used in upstream \"{upstream}\" while previously it was used in upstream \"{}\"",
+                    l.zone, owner
+                ));
+            }
+            out.insert(l.zone.clone(), (owner.clone(), old.clone()));
+            continue;
+        }
+        let handed = inherited
+            .into_iter()
+            .flat_map(|i| i.zones.iter())
+            .find(|(n, _)| {
+                n.strip_prefix(KIND).and_then(|n| n.strip_prefix(':')) == Some(l.zone.as_str())
+            })
+            .and_then(|(_, fd)| fd.try_clone().ok())
+            .and_then(|fd| SessionZone::attach(&l.zone, fd).ok())
+            .filter(|z| z.size() == size);
+        let zone = match handed {
+            Some(z) => z,
+            None => SessionZone::create_for(KIND, &l.zone, size)
+                .map_err(|e| format!("shared memory zone \"{}\": {e}", l.zone))?,
+        };
+        out.insert(l.zone.clone(), (upstream.clone(), Arc::new(zone)));
+    }
+    Ok(out)
+}
+
 /// The generation's shared memory, or `[emerg]` and Err. `prev`: the
 /// running generation's; `tickets`: the master's ticket keys.
 pub(super) fn make_shm(
@@ -143,6 +203,7 @@ pub(super) fn make_shm(
     generation: u64,
     prev: Option<&Shm>,
     tickets: Option<Arc<TicketKeys>>,
+    inherited: Option<&super::upgrade::Inherited>,
 ) -> Result<Shm, ()> {
     let workers = if cfg.main.master_process {
         cfg.main.worker_processes
@@ -169,6 +230,9 @@ pub(super) fn make_shm(
     let limits = limit_zones(cfg, prev).map_err(|e| {
         crate::log!(Level::Emerg, "{}", e);
     })?;
+    let sticky = sticky_zones(cfg, prev, inherited).map_err(|e| {
+        crate::log!(Level::Emerg, "{}", e);
+    })?;
     Ok(Shm {
         zones,
         stats,
@@ -176,6 +240,7 @@ pub(super) fn make_shm(
         saved: None,
         tls: TlsShared { caches, tickets },
         limits: Arc::new(limits),
+        sticky: Arc::new(sticky),
     })
 }
 

@@ -65,6 +65,8 @@ pub enum ShmError {
     },
     #[error("offset {offset} is not aligned for its record")]
     Misaligned { offset: usize },
+    #[error("the zone's layout is not this binary's")]
+    Layout,
 }
 
 /// `12: Cannot allocate memory`, as nginx prints an errno.

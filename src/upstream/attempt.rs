@@ -347,6 +347,11 @@ pub struct Attempts {
     pending: Undecided,
     /// `queue`: why the request got no peer (full, timed out).
     refused: Option<&'static str>,
+    /// `sticky`: the id of the peer the request names (its cookie, its
+    /// route, or its learned session's peer).
+    sticky: Option<String>,
+    /// `sticky learn`: the session id the request brought (`lookup=`).
+    pub session: Option<String>,
 }
 
 /// How often a request in the queue looks for a peer when no release in
@@ -423,7 +428,10 @@ impl Attempts {
             Balancer::Random { .. } => super::random::next_u64(),
             _ => 0,
         };
+        let (sticky, session) = sticky_hint(ups, who);
         let mut a = Attempts {
+            sticky,
+            session,
             ups: ups.clone(),
             tried: Tried::new(&snap),
             pending: Undecided {
@@ -522,9 +530,24 @@ impl Attempts {
             && self.ups.peers().config == self.snap.config
     }
 
-    /// The balancer's next peer, taken for a try.
+    /// The id `sticky` gives the peer `id` (for its cookie, its session).
+    pub fn sid(&self, id: PeerId) -> String {
+        super::sticky::sid(&self.ups.cfg, self.snap.get(id))
+    }
+
+    /// The balancer's next peer, taken for a try: the one `sticky` names
+    /// first, while it is usable and untried (nginx's hint).
     fn take(&mut self) -> Option<PeerId> {
         let (b, ms) = (&self.ups.cfg.balancer, now_ms());
+        if let Some(want) = &self.sticky {
+            if let Some(id) = super::sticky::pick(&self.snap, &self.ups.cfg, want, &self.tried, ms)
+            {
+                self.snap.acquire(id, ms);
+                self.tried.set(id);
+                self.tries_left = self.tries_left.saturating_sub(1);
+                return Some(id);
+            }
+        }
         let key = match b {
             Balancer::Hash { .. } => Key::Text(&self.hash_text),
             Balancer::IpHash => Key::Addr(&self.addr_key),
@@ -718,6 +741,31 @@ impl Attempts {
 
 /// The next-upstream rule as a function of its inputs (see
 /// [`Attempts::retry`]).
+/// `sticky`: (the peer id the request names, the session id it brought).
+/// The first non-empty `lookup` variable; with `learn`, the peer its
+/// session was learned for.
+fn sticky_hint(ups: &UpstreamRt, who: &impl Requester) -> (Option<String>, Option<String>) {
+    use crate::conf::sticky::Sticky;
+    let Some(s) = &ups.cfg.sticky else {
+        return (None, None);
+    };
+    let id = s
+        .lookup()
+        .iter()
+        .map(|t| who.hash_text(t))
+        .find(|v| !v.is_empty());
+    match s {
+        Sticky::Learn(_) => {
+            let sid = id
+                .as_deref()
+                .zip(ups.sessions.get())
+                .and_then(|(i, z)| super::sticky::lookup(z, i));
+            (sid, id)
+        }
+        _ => (id, None),
+    }
+}
+
 fn may_retry(
     policy: &Policy,
     condition: u32,

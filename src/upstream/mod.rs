@@ -22,6 +22,7 @@ pub mod race;
 pub mod random;
 pub mod resolve;
 pub mod state;
+pub mod sticky;
 pub mod tls;
 pub mod zone;
 
@@ -62,6 +63,9 @@ pub struct UpstreamRt {
     /// `queue`: this worker's waiting requests, woken when a peer frees
     /// here (its snapshots carry it to `Peers::release`).
     pub queue: Option<Arc<QueueWake>>,
+    /// `sticky learn`: the zone of its sessions (set once the worker has
+    /// the generation's zones).
+    pub sessions: std::sync::OnceLock<Arc<crate::net::tls_cache::SessionZone>>,
 }
 
 /// An upstream's `queue` in one worker: how many requests wait, and the
@@ -123,6 +127,7 @@ impl UpstreamRt {
             implicit: true,
             health: None,
             queue: None,
+            sticky: None,
             src: crate::conf::Src {
                 file: None,
                 line: 0,
@@ -161,6 +166,7 @@ impl UpstreamRt {
             reg: Arc::new(Registry::default()),
             h2: Arc::new(h2set::H2Sets::default()),
             queue,
+            sessions: std::sync::OnceLock::new(),
         }
     }
 
@@ -282,6 +288,18 @@ impl Upstreams {
 
     pub fn get(&self, i: usize) -> Option<&Arc<UpstreamRt>> {
         self.0.get(i)
+    }
+
+    /// Gives each `sticky learn` upstream its zone of sessions.
+    pub fn with_sessions(self, zones: &sticky::LearnZones) -> Upstreams {
+        for u in &self.0 {
+            if let Some(crate::conf::sticky::Sticky::Learn(l)) = &u.cfg.sticky {
+                if let Some((_, z)) = zones.get(&l.zone) {
+                    let _ = u.sessions.set(z.clone());
+                }
+            }
+        }
+        self
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<UpstreamRt>> {

@@ -521,6 +521,7 @@ pub(crate) fn test_upstream(
         implicit: false,
         health: None,
         queue: None,
+        sticky: None,
         src: Src {
             file: None,
             line: 0,

@@ -234,6 +234,7 @@ impl Zone {
             implicit: false,
             health: None,
             queue: None,
+            sticky: None,
             src: crate::conf::Src {
                 file: None,
                 line: 0,
