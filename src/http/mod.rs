@@ -42,6 +42,7 @@ pub mod router;
 pub mod script;
 pub mod static_files;
 pub mod status;
+mod sub_filter;
 pub mod sub_match;
 mod tls;
 mod try_files;

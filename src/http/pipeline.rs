@@ -746,6 +746,8 @@ async fn finish(
             }
         }
     }
+    // sub_filter before gzip, as nginx's filter order has them.
+    let resp = super::sub_filter::filter(r, resp);
     Ok(super::gzip::filter(r, resp))
 }
 
