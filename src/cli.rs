@@ -21,7 +21,6 @@ pub const WITHOUT_MODULES: &[&str] = &[
     "--without-http_charset_module",
     "--without-http_ssi_module",
     "--without-http_userid_module",
-    "--without-http_mirror_module",
     "--without-http_referer_module",
     "--without-http_fastcgi_module",
     "--without-http_uwsgi_module",
