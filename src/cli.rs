@@ -21,7 +21,6 @@ pub const WITHOUT_MODULES: &[&str] = &[
     "--without-http_charset_module",
     "--without-http_ssi_module",
     "--without-http_userid_module",
-    "--without-http_mirror_module",
     "--without-http_referer_module",
     "--without-http_fastcgi_module",
     "--without-http_uwsgi_module",
@@ -108,7 +107,7 @@ pub fn version_line() -> String {
 
 pub fn configure_text() -> String {
     format!(
-        "{}built with Rust\nTLS SNI support enabled\ncore directives not implemented: {}\nconfigure arguments: --with-http_ssl_module --with-http_v2_module --with-http_realip_module --with-http_stub_status_module --with-http_api_module --with-stream --with-stream_ssl_module --with-stream_ssl_preread_module --with-stream_realip_module {}\n",
+        "{}built with Rust\nTLS SNI support enabled\ncore directives not implemented: {}\nconfigure arguments: --with-http_ssl_module --with-http_v2_module --with-http_realip_module --with-http_sub_module --with-http_stub_status_module --with-http_api_module --with-stream --with-stream_ssl_module --with-stream_ssl_preread_module --with-stream_realip_module {}\n",
         version_line(),
         crate::conf::build::missing_core().join(" "),
         WITHOUT_MODULES.join(" ")

@@ -294,6 +294,7 @@ const TABLES: &[&[Spec]] = &[
     super::autoindex::TABLE,
     super::proxy_more::TABLE,
     super::auth_request::TABLE,
+    super::sub_mirror::TABLE,
     super::buckets::TABLE,
     super::rate::TABLE,
     super::stream_more::TABLE,

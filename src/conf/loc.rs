@@ -238,6 +238,17 @@ loc_settings! {
     gzip_http_version: u8 = |_| 11,
     gzip_disable: Arc<Vec<super::gzip::GzipDisable>> = |_| Arc::default(),
     gzip_static: super::gzip::GzipStatic = |_| super::gzip::GzipStatic::Off,
+    /// `sub_filter STRING REPLACEMENT`, in order (a level with none takes
+    /// its parent's, as nginx's).
+    sub_filter: Arc<Vec<super::sub_mirror::SubFilter>> = |_| Arc::default(),
+    /// `sub_filter_types`: `text/html` always, these besides.
+    sub_filter_types: Arc<super::sub_mirror::SubFilterTypes> = |_| Arc::default(),
+    sub_filter_once: bool = |_| true,
+    /// `sub_filter_last_modified`: keep `Last-Modified` (off: removed).
+    sub_filter_last_modified: bool = |_| false,
+    /// `mirror URI ...`; empty when `off`.
+    mirror: Arc<Vec<String>> = |_| Arc::default(),
+    mirror_request_body: bool = |_| true,
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,

@@ -38,6 +38,7 @@ pub mod sticky;
 mod stream;
 pub mod stream_more;
 mod stream_udp;
+pub mod sub_mirror;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod tree;

@@ -320,6 +320,12 @@ async fn read_body(r: &Req, body: ClientBody) -> Result<Vec<u8>, Reply> {
     use http_body_util::BodyExt;
     let mut body = match body {
         ClientBody::Incoming(b) => b,
+        // Read whole for a mirror: in memory, or spooled (then larger than
+        // any API body).
+        ClientBody::Read(crate::upstream::body::Payload::Mem(b)) if b.len() <= BODY_MAX => {
+            return Ok(b.to_vec());
+        }
+        ClientBody::Read(_) => return Err(Reply::Status(413)),
         ClientBody::Empty => return Ok(Vec::new()),
     };
     let max = r.conf.client_max_body_size;

@@ -25,6 +25,7 @@ pub(crate) mod inbound;
 pub mod keeper;
 pub mod limit;
 pub mod metrics;
+mod mirror;
 mod open_file;
 mod pipeline;
 pub mod proxy;
@@ -42,6 +43,8 @@ pub mod router;
 pub mod script;
 pub mod static_files;
 pub mod status;
+mod sub_filter;
+pub mod sub_match;
 mod tls;
 mod try_files;
 mod tunnel;
@@ -78,6 +81,8 @@ pub enum Reply {
 /// The client's request body, or none (an internal redirect has none).
 pub enum ClientBody {
     Incoming(inbound::ReqBody),
+    /// Read whole already (for `mirror`, whose subrequests get it too).
+    Read(crate::upstream::body::Payload),
     Empty,
 }
 

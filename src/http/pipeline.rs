@@ -365,7 +365,7 @@ fn auto_redirect(r: &Req) -> Reply {
     ))
 }
 
-async fn dispatch(
+pub(super) async fn dispatch(
     shared: &Arc<Shared>,
     r: &mut Req,
     server: &Server,
@@ -477,6 +477,14 @@ async fn dispatch(
             }
         }
     }
+    // mirror (nginx's precontent phase), once for the client's request.
+    let mut body = body;
+    if !r.subrequest && !r.conf.mirror.is_empty() && matches!(body, ClientBody::Incoming(_)) {
+        body = match super::mirror::start(shared, r, server, body).await {
+            Ok(b) => b,
+            Err(code) => return Ok(Reply::Status(code)),
+        };
+    }
     if let Some(l) = location {
         match l.handler {
             Some(crate::conf::model::Handler::Api { write })
@@ -535,7 +543,9 @@ async fn dispatch(
             }
             None => {}
         }
-        if l.proxy_pass_var.is_some() || l.proxy_pass.is_some() {
+        // A subrequest shares the connection: its location's setting is
+        // not the request's.
+        if (l.proxy_pass_var.is_some() || l.proxy_pass.is_some()) && !r.subrequest {
             r.conn.ignore_abort.store(
                 r.conf.proxy_ignore_client_abort,
                 std::sync::atomic::Ordering::Relaxed,
@@ -560,21 +570,14 @@ async fn dispatch(
     Ok(static_files::serve(r).await)
 }
 
-/// `auth_request`: a GET subrequest to `uri` with the request's headers
-/// and no body, answered in full (its body dropped). 2xx lets the request
-/// on; 401 (with the subrequest's `WWW-Authenticate`) and 403 are the
-/// answer; any other status is logged and 500. `auth_request_set` takes
-/// its values from the subrequest whatever it answered, as nginx's.
-async fn auth_request(
-    shared: &Arc<Shared>,
-    r: &mut Req,
-    server: &Server,
-    uri: &str,
-) -> Option<u16> {
-    let mut sub = Req {
+/// A subrequest of `r` (nginx's `ngx_http_subrequest`): the request's
+/// connection, URI, arguments, headers, variables and body, with `method`;
+/// no access phase runs for it and it writes no access log line.
+pub(super) fn subrequest(r: &Req, method: http::Method) -> Req {
+    Req {
         conn: r.conn.clone(),
         start: std::time::Instant::now(),
-        method: http::Method::GET,
+        method,
         version: r.version,
         request_uri: r.request_uri.clone(),
         uri: r.uri.clone(),
@@ -600,11 +603,25 @@ async fn auth_request(
         sent_headers: None,
         limits: Default::default(),
         gzip_ratio: None,
-        request_body: None,
+        request_body: r.request_body.clone(),
         www_authenticate: None,
         subrequest: true,
         accel_limit_rate: None,
-    };
+    }
+}
+
+/// `auth_request`: a GET subrequest to `uri` with the request's headers
+/// and no body, answered in full (its body dropped). 2xx lets the request
+/// on; 401 (with the subrequest's `WWW-Authenticate`) and 403 are the
+/// answer; any other status is logged and 500. `auth_request_set` takes
+/// its values from the subrequest whatever it answered, as nginx's.
+async fn auth_request(
+    shared: &Arc<Shared>,
+    r: &mut Req,
+    server: &Server,
+    uri: &str,
+) -> Option<u16> {
+    let mut sub = subrequest(r, http::Method::GET);
     let status = match redirect_to(&mut sub, server, uri) {
         Err(()) => 500,
         Ok(named) => {
@@ -665,7 +682,7 @@ const ADD_HEADER_STATUSES: [u16; 10] = [200, 201, 204, 206, 301, 302, 303, 304, 
 /// Turns a reply into the response: a special status goes through
 /// `error_page` (an internal redirect, a named location or a redirect) or
 /// gets its built-in page; then `add_header` applies.
-async fn finish(
+pub(super) async fn finish(
     shared: &Arc<Shared>,
     r: &mut Req,
     server: &Server,
@@ -746,6 +763,8 @@ async fn finish(
             }
         }
     }
+    // sub_filter before gzip, as nginx's filter order has them.
+    let resp = super::sub_filter::filter(r, resp);
     Ok(super::gzip::filter(r, resp))
 }
 
@@ -810,7 +829,7 @@ async fn internal_redirect(
 /// (Err when the server has none of that name, logged as nginx logs it) or
 /// a URI with its own arguments (none when it has no `?`), whose location
 /// the caller looks up.
-fn redirect_to<'s>(
+pub(super) fn redirect_to<'s>(
     r: &mut Req,
     server: &'s Server,
     target: &str,

@@ -163,9 +163,10 @@ pub(super) fn over_limit(r: &Req, total: u64) -> Option<u16> {
 /// what lets a retry send it again): in memory up to
 /// `client_body_buffer_size`, in a temporary file in `client_body_temp_path`
 /// past it, as nginx. Err is the status to answer with.
-async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
+pub(super) async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16> {
     let mut body = match body {
         ClientBody::Incoming(b) => b,
+        ClientBody::Read(p) => return Ok(p),
         ClientBody::Empty => return Ok(Payload::default()),
     };
     body.limit(r.conf.client_max_body_size);

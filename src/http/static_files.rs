@@ -332,6 +332,15 @@ async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata, gz: bool) -
                 ranges = Some(Ranges::Whole);
             }
         }
+        // Nor does it serve ranges of a body sub_filter rewrites (its
+        // length is unknown by then).
+        if matches!(ranges, Some(Ranges::Parts(_) | Ranges::Unsatisfiable))
+            && size > 0
+            && !r.conf.sub_filter.is_empty()
+            && r.conf.sub_filter_types.matches(&ctype)
+        {
+            ranges = Some(Ranges::Whole);
+        }
         let (code, content_type, pieces, content_range) = match &ranges {
             Some(Ranges::Unsatisfiable) => {
                 let mut resp = response::status_page(416, tokens);
