@@ -359,7 +359,14 @@ mod tests {
         let p = plan(&[&tcp, &u, &w]);
         assert_eq!(p.len(), 3, "neither wildcard covers the UDP address");
         let b = bind_all(
-            &[(ListenAddr::Udp("127.0.0.1:0".parse().unwrap()), false, 511)],
+            &[(
+                ListenAddr::Udp("127.0.0.1:0".parse().unwrap()),
+                false,
+                SockOpts {
+                    backlog: 511,
+                    sock: Default::default(),
+                },
+            )],
             1,
             &[],
         )

@@ -38,7 +38,10 @@ mod tests {
         let msec = value(&Var::Msec);
         let (s, ms) = msec.split_once('.').unwrap();
         assert!(s.parse::<u64>().unwrap() > 1_600_000_000 && ms.len() == 3);
-        assert_eq!(value(&Var::TimeLocal).len(), "01/Dec/2026:10:00:00 +0000".len());
+        assert_eq!(
+            value(&Var::TimeLocal).len(),
+            "01/Dec/2026:10:00:00 +0000".len()
+        );
         assert!(!value(&Var::Hostname).is_empty());
         assert_eq!(value(&Var::Uri), "");
     }
