@@ -59,6 +59,8 @@ pub(super) struct HttpB {
     pub(super) settings: LocB,
     /// The `grpc_*` settings: the `proxy_*` ones of a `grpc_pass` location.
     pub(super) grpc: LocB,
+    /// The `fastcgi_*` settings that mean what their `proxy_*` namesakes do.
+    pub(super) fcgi: LocB,
     pub(super) ssl: super::ssl::SslB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) servers: Vec<ServerB>,
@@ -72,6 +74,7 @@ pub(super) struct HttpB {
 pub(super) struct ServerB {
     pub(super) settings: LocB,
     pub(super) grpc: LocB,
+    pub(super) fcgi: LocB,
     pub(super) ssl: super::ssl::SslB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) listen: Vec<Listen>,
@@ -87,6 +90,7 @@ pub(super) struct ServerB {
 pub(super) struct LocationB {
     pub(super) settings: LocB,
     pub(super) grpc: LocB,
+    pub(super) fcgi: LocB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) modifier: Modifier,
     pub(super) uri: String,
@@ -94,6 +98,8 @@ pub(super) struct LocationB {
     pub(super) script: Vec<Stmt>,
     pub(super) proxy_pass: Option<ProxyPassB>,
     pub(super) proxy_pass_var: Option<super::vars::Template>,
+    /// `fastcgi_pass`: the pass speaks FastCGI.
+    pub(super) fastcgi: bool,
     /// `api` or `stub_status`.
     pub(super) handler: Option<Handler>,
     pub(super) locations: Vec<LocationB>,
@@ -139,6 +145,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let mut s = ServerB {
         settings: LocB::default(),
         grpc: LocB::default(),
+        fcgi: LocB::default(),
         ssl: super::ssl::SslB::default(),
         error_log: Vec::new(),
         listen: Vec::new(),
@@ -409,6 +416,7 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     let mut loc = LocationB {
         settings: LocB::default(),
         grpc: LocB::default(),
+        fcgi: LocB::default(),
         error_log: Vec::new(),
         modifier,
         uri,
@@ -416,6 +424,7 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         script: Vec::new(),
         proxy_pass: None,
         proxy_pass_var: None,
+        fastcgi: false,
         handler: None,
         locations: Vec::new(),
         try_files: None,
@@ -536,6 +545,7 @@ pub(super) fn finish(
     for mut s in h.servers {
         s.settings.inherit(&h.settings);
         s.grpc.inherit(&h.grpc);
+        s.fcgi.inherit(&h.fcgi);
         s.ssl.inherit(&h.ssl);
         let ssl_listen = s.listen.iter().find(|l| l.ssl).map(|l| &l.src);
         let ssl = Arc::new(super::ssl::finish(
@@ -551,7 +561,7 @@ pub(super) fn finish(
         for l in s.locations {
             locations.push(finish_location(
                 l,
-                (&s.settings, &s.grpc),
+                (&s.settings, &s.grpc, &s.fcgi),
                 &defaults,
                 &mut upstreams,
                 &mut Notes {
@@ -620,7 +630,7 @@ struct Notes<'a> {
 
 fn finish_location(
     mut l: LocationB,
-    parent: (&LocB, &LocB),
+    parent: (&LocB, &LocB, &LocB),
     defaults: &Defaults,
     upstreams: &mut Vec<Upstream>,
     notes: &mut Notes<'_>,
@@ -628,8 +638,12 @@ fn finish_location(
     l.settings.inherit(parent.0);
     l.grpc.inherit(parent.1);
     let mut conf = l.settings.finish(defaults);
+    l.fcgi.inherit(parent.2);
     if l.proxy_pass.as_ref().is_some_and(|p| p.grpc) {
         conf.take_grpc(&l.grpc.finish(defaults));
+    }
+    if l.fastcgi {
+        conf.take_fastcgi(&l.fcgi.finish(defaults));
     }
     // TLS to the upstream: an https URL, or variables that may make one.
     let tls_src = match (&l.proxy_pass, &l.proxy_pass_var) {
@@ -710,7 +724,7 @@ fn finish_location(
     for c in l.locations {
         locations.push(finish_location(
             c,
-            (&l.settings, &l.grpc),
+            (&l.settings, &l.grpc, &l.fcgi),
             defaults,
             upstreams,
             notes,
