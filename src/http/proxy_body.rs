@@ -57,6 +57,8 @@ pub(crate) struct ProxyBody {
     pub(crate) limit: Option<super::rate::Bucket>,
     /// Waiting for `limit`, not for the upstream: no read timeout runs.
     pub(crate) rate_wait: bool,
+    /// `fastcgi_pass`: the body is STDOUT records, not HTTP framing.
+    pub(crate) fcgi: Option<Box<super::fastcgi::Stdout>>,
 }
 
 /// An upstream failure while streaming the response body; the body that owns
@@ -164,7 +166,11 @@ impl ProxyBody {
                 return Poll::Pending;
             }
         }
-        match c.h1.poll_body(&mut self.decoder, cx) {
+        let polled = match self.fcgi.as_mut() {
+            Some(out) => super::fastcgi::poll_body(c, out, cx),
+            None => c.h1.poll_body(&mut self.decoder, cx),
+        };
+        match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(Some(d))) => {
                 self.received += d.len() as u64;

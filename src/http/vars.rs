@@ -566,6 +566,9 @@ impl Req {
                     String::new()
                 }
             },
+            Var::FastcgiScriptName => super::fastcgi::split_path(self).0,
+            Var::FastcgiPathInfo => super::fastcgi::split_path(self).1,
+            Var::NginxVersion => crate::NGINX_VERSION.to_string(),
             Var::RequestFilename => self.filename().to_string_lossy().into_owned(),
             Var::DocumentRoot => self.conf.root.path.to_string_lossy().into_owned(),
             Var::RealpathRoot => std::fs::canonicalize(&self.conf.root.path)

@@ -306,7 +306,7 @@ mod tests {
         begin_request(&mut out, true);
         assert_eq!(out, [1, 1, 0, 1, 0, 8, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0]);
         let mut p = Vec::new();
-        let long = vec![b'v'; 200];
+        let long = [b'v'; 200];
         params(&mut p, [(&b"A"[..], &b"bc"[..]), (&b"LONG"[..], &long[..])]);
         // Content: 1+1+1+2 + 1+4+4+200 = 214, padded to 216, then the
         // empty record.
