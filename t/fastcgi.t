@@ -13,6 +13,7 @@ use strict;
 
 use Test::More;
 use File::Copy qw/copy/;
+use IO::Socket::INET;
 
 BEGIN { use FindBin; chdir($FindBin::Bin); }
 
@@ -23,7 +24,7 @@ my $etc = '/etc/nginx';
 plan(skip_all => "no Debian nginx configuration in $etc")
 	unless -f "$etc/fastcgi_params" && -f "$etc/fastcgi.conf" && -f "$etc/snippets/fastcgi-php.conf";
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(33);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(37);
 my $d = $t->testdir();
 chmod 0755, $d;
 # Beside sluice.conf, as in /etc/nginx: fastcgi-php.conf includes
@@ -102,6 +103,9 @@ http {
             include %%TESTDIR%%/fastcgi.conf;
             fastcgi_pass $where;
         }
+        location /http/ {
+            fastcgi_pass 127.0.0.1:%%PORT_8085%%;
+        }
         location /unix/ {
             include %%TESTDIR%%/fastcgi.conf;
             fastcgi_pass unix:%%TESTDIR%%/fcgi.sock;
@@ -115,6 +119,18 @@ my ($p2, $p3, $p4) = (port(8082), port(8083), port(8084));
 $t->fastcgi($p2);
 $t->fastcgi($p3);
 $t->fastcgi("$d/fcgi.sock");
+# Answers HTTP at once to whatever connects: no FastCGI application.
+my $http_port = port(8085);
+$t->run_daemon(sub {
+	my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$http_port", Listen => 16, ReuseAddr => 1)
+		or die "http: $!\n";
+	local $SIG{TERM} = sub { exit 0 };
+	while (my $c = $l->accept()) {
+		print $c "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+		close $c;
+	}
+});
+$t->waitforsocket("127.0.0.1:$http_port");
 $t->run();
 
 my $r = http_get('/dir/?a=1');
@@ -165,6 +181,19 @@ like(http_get('/intercept/?status=503'), qr/intercepted/, 'fastcgi_intercept_err
 like(http_get('/slow/?slow=2'), qr/^HTTP\/1\.1 504 /, 'fastcgi_read_timeout: 504');
 like(http_get('/var/'), qr/^X-Port: $p3\r$/m, 'an address in a variable');
 like(http_get('/unix/'), qr/^X-Port: $d\/fcgi\.sock\r$/m, 'a unix socket');
+
+# An HTTP server is no FastCGI application.
+like(http_get('/http/'), qr/^HTTP\/1\.1 502 /, 'an answer that is not FastCGI: 502');
+ok($t->waitforlog(qr/\[error\].*upstream sent unsupported FastCGI protocol version: 72 while reading response header from upstream/),
+	'... logged as nginx logs it');
+
+# Bad lines, with file and line.
+$t->write_file('bad.conf', "events {}\nhttp {\n server {\n  location / {\n   fastcgi_split_path_info ^(.+)\$;\n  }\n }\n}\n");
+my (undef, undef, $err) = $t->run_binary('-p', "$d/", '-c', "$d/bad.conf", '-t');
+like($err, qr/pattern "\^\(\.\+\)\$" must have 2 captures in \S*bad\.conf:5/, 'fastcgi_split_path_info without two captures');
+$t->write_file('bad.conf', "events {}\nhttp {\n fastcgi_keep_conn maybe;\n}\n");
+(undef, undef, $err) = $t->run_binary('-p', "$d/", '-c', "$d/bad.conf", '-t');
+like($err, qr/invalid value "maybe" in "fastcgi_keep_conn" directive, it must be "on" or "off" in \S*bad\.conf:3/, 'fastcgi_keep_conn maybe');
 
 my ($c1) = http_get('/keep/') =~ /conn=(\d+) keep=1/;
 my ($c2) = http_get('/keep/') =~ /conn=(\d+) keep=1/;
