@@ -24,7 +24,7 @@ my $etc = '/etc/nginx';
 plan(skip_all => "no Debian nginx configuration in $etc")
 	unless -f "$etc/fastcgi_params" && -f "$etc/fastcgi.conf" && -f "$etc/snippets/fastcgi-php.conf";
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(37);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(39);
 my $d = $t->testdir();
 chmod 0755, $d;
 # Beside sluice.conf, as in /etc/nginx: fastcgi-php.conf includes
@@ -103,6 +103,16 @@ http {
             include %%TESTDIR%%/fastcgi.conf;
             fastcgi_pass $where;
         }
+        location /nobuf/ {
+            include %%TESTDIR%%/fastcgi.conf;
+            fastcgi_pass 127.0.0.1:%%PORT_8082%%;
+            fastcgi_request_buffering off;
+        }
+        location /nobody/ {
+            include %%TESTDIR%%/fastcgi.conf;
+            fastcgi_pass 127.0.0.1:%%PORT_8082%%;
+            fastcgi_pass_request_body off;
+        }
         location /http/ {
             fastcgi_pass 127.0.0.1:%%PORT_8085%%;
         }
@@ -166,6 +176,10 @@ like($r, qr/^CONTENT_LENGTH=5$/m, '... with its length');
 # More than fastcgi_buffers hold: streamed, chunked to an HTTP/1.1 client.
 $r = http("GET /big/?big=200000 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
 like($r, qr/^Transfer-Encoding: chunked\r$/m, 'chunked to an HTTP/1.1 client without Content-Length');
+$r = http("POST /nobuf/ HTTP/1.0\r\nHost: localhost\r\nContent-Length: 4\r\n\r\nwxyz");
+like($r, qr/^stdin=wxyz$/m, 'fastcgi_request_buffering off: the body still goes');
+$r = http("POST /nobody/ HTTP/1.0\r\nHost: localhost\r\nContent-Length: 4\r\n\r\nwxyz");
+like($r, qr/^stdin=$/m, 'fastcgi_pass_request_body off');
 $r = http_get('/big/?big=200000');
 is(length(($r =~ /^stdin=\n(x*)/m)[0] // ''), 200000, 'a body of many records');
 

@@ -317,7 +317,9 @@ impl LocConf {
         self.proxy_buffer_size = fcgi.proxy_buffer_size;
         self.proxy_buffers = fcgi.proxy_buffers;
         self.proxy_buffering = fcgi.proxy_buffering;
-        self.proxy_request_buffering = fcgi.proxy_request_buffering;
+        // The body is read whole first (`fastcgi_request_buffering off` is
+        // accepted and has no effect: the man page says so).
+        self.proxy_request_buffering = true;
         self.proxy_intercept_errors = fcgi.proxy_intercept_errors;
         self.proxy_socket_keepalive = fcgi.proxy_socket_keepalive;
         self.proxy_pass_request_headers = fcgi.proxy_pass_request_headers;

@@ -321,6 +321,14 @@ pub(super) async fn exchange(
         };
         headers.append(n, v);
     }
+    // No protocol switch through FastCGI.
+    if cgi.status == 101 {
+        return Err(fail(
+            Kind::InvalidHeader,
+            "upstream sent invalid status \"101\"".into(),
+            READING,
+        ));
+    }
     let status = StatusCode::from_u16(cgi.status).map_err(|_| {
         fail(
             Kind::InvalidHeader,
