@@ -3,7 +3,8 @@
 # nginx's documentation examples, as the pages give them: the wiki's "Full
 # Example Configuration" (nginx.conf with its proxy.conf, fastcgi.conf and
 # mime.types; https://www.nginx.com/resources/wiki/start/topics/examples/full/)
-# and the proxy module's example (nginx.org/en/docs/http/ngx_http_proxy_module.html).
+# the wiki's "Simple Load Balancing" example (-t only), and the proxy
+# module's example (nginx.org/en/docs/http/ngx_http_proxy_module.html).
 # Only addresses, ports, paths and the user are rewritten by the test. They
 # pass -t and serve: the PHP location by a FastCGI responder, the reverse
 # proxy and the load-balanced server by backends in the test.
@@ -18,7 +19,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(9);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(10);
 my $d = $t->testdir();
 chmod 0755, $d;
 
@@ -194,6 +195,27 @@ location / {
 }
 EOF
 
+# The wiki's "Simple Load Balancing" example (its page gives the http block
+# alone: the test adds the events block nginx requires).
+my $lb_example = <<'EOF';
+  http {
+    upstream myproject {
+      server 127.0.0.1:8000 weight=3;
+      server 127.0.0.1:8001;
+      server 127.0.0.1:8002;    
+      server 127.0.0.1:8003;
+    }
+
+    server {
+      listen 80;
+      server_name www.domain.com;
+      location / {
+        proxy_pass http://myproject;
+      }
+    }
+  }
+EOF
+
 mkdir "$d/$_" for qw/conf logs html static static\/images/;
 spew("$d/conf/mime.types", $mime_types);
 spew("$d/proxy.conf", $proxy_conf);
@@ -223,6 +245,11 @@ spew("$d/nginx.conf", $conf);
 
 my ($rc, $out, $err) = $t->run_binary('-p', "$d/", '-c', "$d/nginx.conf", '-t');
 is($rc, 0, 'the full example passes -t') or diag($err);
+
+(my $lb = $lb_example) =~ s!listen 80;!listen 127.0.0.1:$listen;!;
+spew("$d/lb.conf", "events {}\n$lb");
+($rc, $out, $err) = $t->run_binary('-p', "$d/", '-c', "$d/lb.conf", '-t');
+is($rc, 0, 'the simple load balancing example passes -t') or diag($err);
 
 $t->fastcgi($fcgi);
 $t->backend($_) for $back, $b1, $b2, $b3, $b4;
