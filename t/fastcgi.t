@@ -24,7 +24,7 @@ my $etc = '/etc/nginx';
 plan(skip_all => "no Debian nginx configuration in $etc")
 	unless -f "$etc/fastcgi_params" && -f "$etc/fastcgi.conf" && -f "$etc/snippets/fastcgi-php.conf";
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(39);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(41);
 my $d = $t->testdir();
 chmod 0755, $d;
 # Beside sluice.conf, as in /etc/nginx: fastcgi-php.conf includes
@@ -53,6 +53,7 @@ http {
     root %%TESTDIR%%/www;
 
     upstream two { server 127.0.0.1:%%PORT_8084%% max_fails=0; server 127.0.0.1:%%PORT_8083%%; }
+    upstream both { server 127.0.0.1:%%PORT_8082%%; server 127.0.0.1:%%PORT_8083%%; }
     upstream kept { server 127.0.0.1:%%PORT_8083%%; keepalive 4; }
 
     server {
@@ -79,6 +80,11 @@ http {
         location /two/ {
             include %%TESTDIR%%/fastcgi.conf;
             fastcgi_pass two;
+            fastcgi_next_upstream error timeout http_500;
+        }
+        location /both/ {
+            include %%TESTDIR%%/fastcgi.conf;
+            fastcgi_pass both;
             fastcgi_next_upstream error timeout http_500;
         }
         location /intercept/ {
@@ -191,6 +197,14 @@ ok($t->waitforlog(qr/\[error\].*FastCGI sent in stderr: "php_oops" while reading
 	'stderr in error.log as nginx writes it');
 
 like(http_get('/two/?a=1'), qr/^X-Port: $p3\r$/m, 'fastcgi_next_upstream: the dead one, then the next');
+my %ports;
+for (1 .. 4) {
+	my ($p) = http_get("/both/?fail_on=$p2") =~ /^X-Port: (\d+)\r$/m;
+	$ports{$p // 'none'}++;
+}
+is_deeply(\%ports, { $p3 => 4 }, 'fastcgi_next_upstream http_500: the other responder answers');
+ok($t->waitforlog(qr/\/both\/\?fail_on=$p2 200 \[127\.0\.0\.1:$p2, 127\.0\.0\.1:$p3\] \[500, 200\]/, 5, 'access.log'),
+	'... after the 500 of the first');
 like(http_get('/intercept/?status=503'), qr/intercepted/, 'fastcgi_intercept_errors with error_page');
 like(http_get('/slow/?slow=2'), qr/^HTTP\/1\.1 504 /, 'fastcgi_read_timeout: 504');
 like(http_get('/var/'), qr/^X-Port: $p3\r$/m, 'an address in a variable');

@@ -9,6 +9,7 @@ package Test::Sluice::FastCGI;
 #   slow=SECS    wait before answering
 #   close=1      close the connection without answering
 #   big=N        a body of N bytes of "x" (after the echo)
+#   fail_on=PORT "Status: 500" from the responder on PORT only
 # The body echoes: "port=PORT conn=N keep=0|1", every param as
 # "NAME=VALUE" (sorted), then "stdin=" and the request body. With
 # FCGI_KEEP_CONN the connection serves the next request, else it is closed.
@@ -130,6 +131,7 @@ sub serve {
 		$out .= record(7, $q{stderr}) if defined $q{stderr};
 		my $head = "Content-Type: text/plain\r\nX-Port: $port\r\n";
 		$head = "Status: $q{status}\r\n$head" if $q{status};
+		$head = "Status: 500 Failed\r\n$head" if ($q{fail_on} // '') eq $port;
 		$head = "Location: $q{location}\r\n$head" if $q{location};
 		my $body = "port=$port conn=$n keep=$keep\n";
 		$body .= "$_=$p{$_}\n" for sort keys %p;
