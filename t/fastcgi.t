@@ -24,7 +24,7 @@ my $etc = '/etc/nginx';
 plan(skip_all => "no Debian nginx configuration in $etc")
 	unless -f "$etc/fastcgi_params" && -f "$etc/fastcgi.conf" && -f "$etc/snippets/fastcgi-php.conf";
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(41);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(43);
 my $d = $t->testdir();
 chmod 0755, $d;
 # Beside sluice.conf, as in /etc/nginx: fastcgi-php.conf includes
@@ -197,6 +197,10 @@ ok($t->waitforlog(qr/\[error\].*FastCGI sent in stderr: "php_oops" while reading
 	'stderr in error.log as nginx writes it');
 
 like(http_get('/two/?a=1'), qr/^X-Port: $p3\r$/m, 'fastcgi_next_upstream: the dead one, then the next');
+like(http_get('/x/?late=php_late'), qr/^tail$/m, 'stderr after the head: the body goes on');
+ok($t->waitforlog(qr/\[error\].*FastCGI sent in stderr: "php_late" while reading upstream/),
+	'... and the stderr is logged');
+
 my %ports;
 for (1 .. 4) {
 	my ($p) = http_get("/both/?fail_on=$p2") =~ /^X-Port: (\d+)\r$/m;

@@ -9,6 +9,7 @@ package Test::Sluice::FastCGI;
 #   slow=SECS    wait before answering
 #   close=1      close the connection without answering
 #   big=N        a body of N bytes of "x" (after the echo)
+#   late=TEXT    a FCGI_STDERR record with TEXT after the head, then "tail"
 #   fail_on=PORT "Status: 500" from the responder on PORT only
 # The body echoes: "port=PORT conn=N keep=0|1", every param as
 # "NAME=VALUE" (sorted), then "stdin=" and the request body. With
@@ -142,6 +143,7 @@ sub serve {
 		my $cut = int(length($head) / 2);
 		$out .= record(6, substr($all, 0, $cut));
 		$out .= record(6, substr($all, $cut));
+		$out .= record(7, $q{late}) . record(6, "tail\n") if defined $q{late};
 		$out .= record(6, '');
 		$out .= record(3, pack('NCCCC', 0, 0, 0, 0, 0));
 		syswrite($c, $out) // return;
