@@ -15,16 +15,6 @@ use super::vars::{self, Template};
 
 const HSL: u8 = HTTP | SRV | LOC;
 
-fn spec(name: &'static str, args: Args, set: super::build::Setter) -> Spec {
-    Spec {
-        name,
-        ctx: HSL,
-        args,
-        block: false,
-        set,
-    }
-}
-
 pub(super) const TABLE: &[Spec] = &[
     Spec {
         name: "fastcgi_param",
@@ -69,9 +59,6 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_busy,
     },
 ];
-
-// `spec` keeps the table's shape for rows added later.
-const _: fn(&'static str, Args, super::build::Setter) -> Spec = spec;
 
 /// One `fastcgi_param` line.
 #[derive(Debug, Clone)]
