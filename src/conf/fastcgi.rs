@@ -213,6 +213,12 @@ mod tests {
             "invalid host in \"http://127.0.0.1:9000\" of the \"fastcgi_pass\" directive in /t.conf:6"
         );
         assert!(err(&conf("fastcgi_keep_conn maybe;", "")).contains("must be \"on\" or \"off\""));
+        assert_eq!(
+            err(
+                "events {}\nhttp { upstream u { zone z 64k; server 127.0.0.1:1; }\nserver { listen 127.0.0.1:8080;\nlocation / { fastcgi_pass u;\nhealth_check; } } }"
+            ),
+            "\"health_check\" is not supported with \"fastcgi_pass\" in /t.conf:5"
+        );
         assert!(
             err(&conf("", "fastcgi_pass 127.0.0.1:1; proxy_pass http://x;")).contains("duplicate")
         );

@@ -674,6 +674,13 @@ fn finish_location(
         )?),
         None => None,
     };
+    if let Some(hc) = l.health_check.as_ref().filter(|_| l.fastcgi) {
+        // Its checks would speak HTTP to a FastCGI application.
+        return Err(ConfError::at(
+            "\"health_check\" is not supported with \"fastcgi_pass\"",
+            &hc.src,
+        ));
+    }
     if let Some(hc) = l.health_check {
         if hc.check.grpc.is_some() && conf.proxy_http_version != 20 {
             return Err(ConfError::at(
