@@ -22,7 +22,6 @@ pub const WITHOUT_MODULES: &[&str] = &[
     "--without-http_ssi_module",
     "--without-http_userid_module",
     "--without-http_referer_module",
-    "--without-http_fastcgi_module",
     "--without-http_uwsgi_module",
     "--without-http_scgi_module",
     "--without-http_memcached_module",

@@ -21,7 +21,7 @@ like($err, qr!^sluice version: sluice/[\d.]+\nnginx version: nginx/1\.31\.5 \(be
 	'-v text');
 
 ($rc, $out, $err) = $t->run_binary('-V');
-like($err, qr/^configure arguments: .*--without-http_fastcgi_module/m, '-V lists missing modules');
+like($err, qr/^configure arguments: .*--without-http_uwsgi_module/m, '-V lists missing modules');
 unlike($err, qr/--without-http_proxy_module/, '-V: the proxy module is built in');
 unlike($err, qr/--without-http_grpc_module/, '-V: the grpc module is built in');
 like($err, qr/^configure arguments: .*--with-http_v2_module(?:\s|$)/m, '-V: HTTP/2');

@@ -78,12 +78,12 @@ impl Node<'_> {
         }
     }
 
-    /// The level's `grpc_*` settings.
-    fn grpc_b(&mut self) -> Option<&mut LocB> {
+    /// The level's `grpc_*` settings, or (`fcgi`) its `fastcgi_*` ones.
+    fn side_b(&mut self, fcgi: bool) -> Option<&mut LocB> {
         match self {
-            Node::Http(h) => Some(&mut h.grpc),
-            Node::Server(s) => Some(&mut s.grpc),
-            Node::Location(l) => Some(&mut l.grpc),
+            Node::Http(h) => Some(if fcgi { &mut h.fcgi } else { &mut h.grpc }),
+            Node::Server(s) => Some(if fcgi { &mut s.fcgi } else { &mut s.grpc }),
+            Node::Location(l) => Some(if fcgi { &mut l.fcgi } else { &mut l.grpc }),
             _ => None,
         }
     }
@@ -260,11 +260,40 @@ const GRPC_ALIASES: [&str; 22] = [
     "grpc_ssl_ciphers",
 ];
 
-/// The `proxy_*` directive a `grpc_*` one stands for.
-fn grpc_alias(name: &str) -> Option<String> {
-    GRPC_ALIASES
+/// nginx's fastcgi module directives that mean what their `proxy_*`
+/// namesakes mean, for a `fastcgi_pass` location.
+const FASTCGI_ALIASES: [&str; 20] = [
+    "fastcgi_hide_header",
+    "fastcgi_pass_header",
+    "fastcgi_ignore_headers",
+    "fastcgi_connect_timeout",
+    "fastcgi_read_timeout",
+    "fastcgi_send_timeout",
+    "fastcgi_next_upstream",
+    "fastcgi_next_upstream_tries",
+    "fastcgi_next_upstream_timeout",
+    "fastcgi_buffer_size",
+    "fastcgi_buffers",
+    "fastcgi_buffering",
+    "fastcgi_request_buffering",
+    "fastcgi_intercept_errors",
+    "fastcgi_socket_keepalive",
+    "fastcgi_pass_request_headers",
+    "fastcgi_pass_request_body",
+    "fastcgi_bind",
+    "fastcgi_limit_rate",
+    "fastcgi_ignore_client_abort",
+];
+
+/// The `proxy_*` directive a `grpc_*` or `fastcgi_*` one stands for, and
+/// whether it is a `fastcgi_*` one.
+fn side_alias(name: &str) -> Option<(String, bool)> {
+    if GRPC_ALIASES.contains(&name) {
+        return Some((format!("proxy_{}", &name["grpc_".len()..]), false));
+    }
+    FASTCGI_ALIASES
         .contains(&name)
-        .then(|| format!("proxy_{}", &name["grpc_".len()..]))
+        .then(|| (format!("proxy_{}", &name["fastcgi_".len()..]), true))
 }
 
 const TABLES: &[&[Spec]] = &[
@@ -299,6 +328,7 @@ const TABLES: &[&[Spec]] = &[
     super::rate::TABLE,
     super::stream_more::TABLE,
     super::sticky::TABLE,
+    super::fastcgi::TABLE,
 ];
 
 const TABLE: &[Spec] = &[
@@ -559,8 +589,8 @@ impl Builder<'_> {
         ctx: u8,
     ) -> Result<(), ConfError> {
         for d in dirs {
-            if let Some(proxy) = grpc_alias(&d.name) {
-                self.grpc_directive(d, proxy, node, ctx)?;
+            if let Some((proxy, fcgi)) = side_alias(&d.name) {
+                self.side_directive(d, proxy, fcgi, node, ctx)?;
                 continue;
             }
             // A name may have one entry per context (`server` in http and upstream).
@@ -604,13 +634,14 @@ impl Builder<'_> {
         Ok(())
     }
 
-    /// A `grpc_*` directive: the `proxy_*` directive of the same meaning,
-    /// with its checks and its setter, filling the level's gRPC settings;
-    /// its errors name the `grpc_*` directive.
-    fn grpc_directive(
+    /// A `grpc_*` (`fastcgi_*`) directive: the `proxy_*` directive of the
+    /// same meaning, with its checks and its setter, filling the level's
+    /// gRPC (FastCGI) settings; its errors name the directive as written.
+    fn side_directive(
         &mut self,
         d: &Directive,
         proxy: String,
+        fcgi: bool,
         node: &mut Node<'_>,
         ctx: u8,
     ) -> Result<(), ConfError> {
@@ -619,7 +650,7 @@ impl Builder<'_> {
             e.message = e.message.replace(&from, &to);
             e
         };
-        let grpc = match node.grpc_b() {
+        let grpc = match node.side_b(fcgi) {
             Some(g) if ctx & (HTTP | SRV | LOC) != 0 => g,
             _ => {
                 return Err(ConfError::at(

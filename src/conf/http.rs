@@ -59,6 +59,8 @@ pub(super) struct HttpB {
     pub(super) settings: LocB,
     /// The `grpc_*` settings: the `proxy_*` ones of a `grpc_pass` location.
     pub(super) grpc: LocB,
+    /// The `fastcgi_*` settings that mean what their `proxy_*` namesakes do.
+    pub(super) fcgi: LocB,
     pub(super) ssl: super::ssl::SslB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) servers: Vec<ServerB>,
@@ -72,6 +74,7 @@ pub(super) struct HttpB {
 pub(super) struct ServerB {
     pub(super) settings: LocB,
     pub(super) grpc: LocB,
+    pub(super) fcgi: LocB,
     pub(super) ssl: super::ssl::SslB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) listen: Vec<Listen>,
@@ -87,6 +90,7 @@ pub(super) struct ServerB {
 pub(super) struct LocationB {
     pub(super) settings: LocB,
     pub(super) grpc: LocB,
+    pub(super) fcgi: LocB,
     pub(super) error_log: Vec<LogSpec>,
     pub(super) modifier: Modifier,
     pub(super) uri: String,
@@ -94,6 +98,8 @@ pub(super) struct LocationB {
     pub(super) script: Vec<Stmt>,
     pub(super) proxy_pass: Option<ProxyPassB>,
     pub(super) proxy_pass_var: Option<super::vars::Template>,
+    /// `fastcgi_pass`: the pass speaks FastCGI.
+    pub(super) fastcgi: bool,
     /// `api` or `stub_status`.
     pub(super) handler: Option<Handler>,
     pub(super) locations: Vec<LocationB>,
@@ -139,6 +145,7 @@ fn set_server(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let mut s = ServerB {
         settings: LocB::default(),
         grpc: LocB::default(),
+        fcgi: LocB::default(),
         ssl: super::ssl::SslB::default(),
         error_log: Vec::new(),
         listen: Vec::new(),
@@ -415,6 +422,7 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
     let mut loc = LocationB {
         settings: LocB::default(),
         grpc: LocB::default(),
+        fcgi: LocB::default(),
         error_log: Vec::new(),
         modifier,
         uri,
@@ -422,6 +430,7 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         script: Vec::new(),
         proxy_pass: None,
         proxy_pass_var: None,
+        fastcgi: false,
         handler: None,
         locations: Vec::new(),
         try_files: None,
@@ -542,6 +551,7 @@ pub(super) fn finish(
     for mut s in h.servers {
         s.settings.inherit(&h.settings);
         s.grpc.inherit(&h.grpc);
+        s.fcgi.inherit(&h.fcgi);
         s.ssl.inherit(&h.ssl);
         let ssl_listen = s.listen.iter().find(|l| l.ssl).map(|l| &l.src);
         let ssl = Arc::new(super::ssl::finish(
@@ -557,7 +567,7 @@ pub(super) fn finish(
         for l in s.locations {
             locations.push(finish_location(
                 l,
-                (&s.settings, &s.grpc),
+                (&s.settings, &s.grpc, &s.fcgi),
                 &defaults,
                 &mut upstreams,
                 &mut Notes {
@@ -626,7 +636,7 @@ struct Notes<'a> {
 
 fn finish_location(
     mut l: LocationB,
-    parent: (&LocB, &LocB),
+    parent: (&LocB, &LocB, &LocB),
     defaults: &Defaults,
     upstreams: &mut Vec<Upstream>,
     notes: &mut Notes<'_>,
@@ -634,8 +644,12 @@ fn finish_location(
     l.settings.inherit(parent.0);
     l.grpc.inherit(parent.1);
     let mut conf = l.settings.finish(defaults);
+    l.fcgi.inherit(parent.2);
     if l.proxy_pass.as_ref().is_some_and(|p| p.grpc) {
         conf.take_grpc(&l.grpc.finish(defaults));
+    }
+    if l.fastcgi {
+        conf.take_fastcgi(&l.fcgi.finish(defaults));
     }
     // TLS to the upstream: an https URL, or variables that may make one.
     let tls_src = match (&l.proxy_pass, &l.proxy_pass_var) {
@@ -666,6 +680,13 @@ fn finish_location(
         )?),
         None => None,
     };
+    if let Some(hc) = l.health_check.as_ref().filter(|_| l.fastcgi) {
+        // Its checks would speak HTTP to a FastCGI application.
+        return Err(ConfError::at(
+            "\"health_check\" is not supported with \"fastcgi_pass\"",
+            &hc.src,
+        ));
+    }
     if let Some(hc) = l.health_check {
         if hc.check.grpc.is_some() && conf.proxy_http_version != 20 {
             return Err(ConfError::at(
@@ -716,7 +737,7 @@ fn finish_location(
     for c in l.locations {
         locations.push(finish_location(
             c,
-            (&l.settings, &l.grpc),
+            (&l.settings, &l.grpc, &l.fcgi),
             defaults,
             upstreams,
             notes,

@@ -249,6 +249,20 @@ loc_settings! {
     /// `mirror URI ...`; empty when `off`.
     mirror: Arc<Vec<String>> = |_| Arc::default(),
     mirror_request_body: bool = |_| true,
+    /// A `fastcgi_pass` location (never set by a directive: `take_fastcgi`).
+    fastcgi: bool = |_| false,
+    /// `fastcgi_param NAME VALUE [if_not_empty]` lines of one level (a level
+    /// with none takes its parent's, as nginx's array).
+    fastcgi_param: Arc<Vec<super::fastcgi::Param>> = |_| Arc::default(),
+    /// `fastcgi_index NAME`: appended to `$fastcgi_script_name` ending in `/`.
+    fastcgi_index: Option<Template> = |_| None,
+    /// `fastcgi_split_path_info REGEX` (two captures).
+    fastcgi_split_path_info: Option<regex::Regex> = |_| None,
+    /// `fastcgi_keep_conn`: FCGI_KEEP_CONN, the connection cached after.
+    fastcgi_keep_conn: bool = |_| false,
+    /// `fastcgi_catch_stderr STRING`: stderr holding one is an invalid
+    /// response (next upstream) while the head is awaited.
+    fastcgi_catch_stderr: Vec<String> = |_| Vec::new(),
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,
@@ -292,6 +306,45 @@ impl LocConf {
         self.proxy_set_body = None;
         self.proxy_pass_request_headers = true;
         self.proxy_pass_request_body = true;
+    }
+}
+
+impl LocConf {
+    /// A `fastcgi_pass` location: the `fastcgi_*` settings (`fcgi`,
+    /// finished as the `proxy_*` ones are) stand in for the `proxy_*` ones
+    /// the fastcgi module has namesakes for; the rest is fixed as the
+    /// module has it (no header set, no redirect or cookie rewrite).
+    pub fn take_fastcgi(&mut self, fcgi: &LocConf) {
+        self.fastcgi = true;
+        self.proxy_hide_header = fcgi.proxy_hide_header.clone();
+        self.proxy_pass_header = fcgi.proxy_pass_header.clone();
+        self.proxy_ignore_headers = fcgi.proxy_ignore_headers;
+        self.proxy_connect_timeout = fcgi.proxy_connect_timeout;
+        self.proxy_read_timeout = fcgi.proxy_read_timeout;
+        self.proxy_send_timeout = fcgi.proxy_send_timeout;
+        self.proxy_next_upstream = fcgi.proxy_next_upstream;
+        self.proxy_next_upstream_tries = fcgi.proxy_next_upstream_tries;
+        self.proxy_next_upstream_timeout = fcgi.proxy_next_upstream_timeout;
+        self.proxy_buffer_size = fcgi.proxy_buffer_size;
+        self.proxy_buffers = fcgi.proxy_buffers;
+        self.proxy_buffering = fcgi.proxy_buffering;
+        // The body is read whole first (`fastcgi_request_buffering off` is
+        // accepted and has no effect: the man page says so).
+        self.proxy_request_buffering = true;
+        self.proxy_intercept_errors = fcgi.proxy_intercept_errors;
+        self.proxy_socket_keepalive = fcgi.proxy_socket_keepalive;
+        self.proxy_pass_request_headers = fcgi.proxy_pass_request_headers;
+        self.proxy_pass_request_body = fcgi.proxy_pass_request_body;
+        self.proxy_bind = fcgi.proxy_bind.clone();
+        self.proxy_limit_rate = fcgi.proxy_limit_rate.clone();
+        self.proxy_ignore_client_abort = fcgi.proxy_ignore_client_abort;
+        self.proxy_http_version = 11;
+        self.proxy_set_header = Vec::new();
+        self.proxy_redirect = None;
+        self.proxy_set_body = None;
+        self.proxy_method = None;
+        self.proxy_cookie_domain = Arc::default();
+        self.proxy_cookie_path = Arc::default();
     }
 }
 

@@ -68,6 +68,13 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_temp_path,
     },
     Spec {
+        name: "fastcgi_temp_path",
+        ctx: HSL,
+        args: Args::Range(1, 4),
+        block: false,
+        set: set_temp_path,
+    },
+    Spec {
         name: "proxy_temp_path",
         ctx: HSL,
         args: Args::Range(1, 4),

@@ -10,6 +10,7 @@ pub mod buckets;
 pub mod build;
 pub mod ciphers;
 pub mod expires;
+pub mod fastcgi;
 mod files;
 pub mod geo;
 pub mod gzip;

@@ -128,6 +128,13 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_proxy_pass,
     },
     Spec {
+        name: "fastcgi_pass",
+        ctx: LOC,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_proxy_pass,
+    },
+    Spec {
         name: "queue",
         ctx: UPS,
         args: Args::Range(1, 2),
@@ -651,6 +658,8 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     }
     let url = &d.args[0];
     let grpc = d.name == "grpc_pass";
+    let fastcgi = d.name == "fastcgi_pass";
+    l.fastcgi = fastcgi;
     if grpc && url.contains('$') {
         return Err(ConfError::at(
             "variables in \"grpc_pass\" are not supported",
@@ -664,7 +673,16 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
         l.proxy_pass_var = Some(t);
         return Ok(());
     }
-    let (ssl, rest) = if grpc {
+    let (ssl, rest) = if fastcgi {
+        // An address, an upstream's name or unix:PATH; no scheme, no URI.
+        if url.contains("://") {
+            return Err(ConfError::at(
+                format!("invalid host in \"{url}\" of the \"fastcgi_pass\" directive"),
+                &d.src,
+            ));
+        }
+        (false, url.as_str())
+    } else if grpc {
         match (url.strip_prefix("grpc://"), url.strip_prefix("grpcs://")) {
             (Some(r), _) => (false, r),
             (_, Some(r)) => (true, r),
@@ -688,7 +706,9 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
         ));
     };
     // unix:/path:/uri keeps its colon-separated URI.
-    let (hostport, uri) = if let Some(u) = rest.strip_prefix("unix:") {
+    let (hostport, uri) = if fastcgi {
+        (rest.to_string(), None)
+    } else if let Some(u) = rest.strip_prefix("unix:") {
         match u.split_once(':') {
             Some((p, uri)) => (format!("unix:{p}"), Some(uri.to_string())),
             None => (format!("unix:{u}"), None),

@@ -49,6 +49,9 @@ pub enum Var {
     RequestTime,
     TimeIso8601,
     ProxyHost,
+    /// `$fastcgi_script_name`, `$fastcgi_path_info` (`fastcgi_split_path_info`).
+    FastcgiScriptName,
+    FastcgiPathInfo,
     ProxyPort,
     ProxyAddXForwardedFor,
     UpstreamAddr,
@@ -392,6 +395,11 @@ impl Var {
             "request_time" => Var::RequestTime,
             "time_iso8601" => Var::TimeIso8601,
             "proxy_host" => Var::ProxyHost,
+            "fastcgi_script_name" => Var::FastcgiScriptName,
+            // The request headers (fastcgi_params reads them).
+            "content_type" => Var::Http("content_type".into()),
+            "content_length" => Var::Http("content_length".into()),
+            "fastcgi_path_info" => Var::FastcgiPathInfo,
             "proxy_port" => Var::ProxyPort,
             "proxy_add_x_forwarded_for" => Var::ProxyAddXForwardedFor,
             "upstream_addr" => Var::UpstreamAddr,

@@ -24,6 +24,13 @@ pub(crate) async fn run(
     shared: &Arc<super::Shared>,
 ) -> Reply {
     let url = r.eval(url_tpl);
+    // fastcgi_pass: an address, an upstream's name or unix:PATH, read as
+    // proxy_pass reads what follows its scheme.
+    let url = if r.conf.fastcgi {
+        format!("http://{url}")
+    } else {
+        url
+    };
     let (ssl, rest) = match url.strip_prefix("http://") {
         Some(rest) => (false, Some(rest)),
         None => (true, url.strip_prefix("https://")),

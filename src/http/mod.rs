@@ -17,6 +17,7 @@ mod conn;
 mod dashboard;
 mod dynamic;
 mod expires;
+mod fastcgi;
 mod framing;
 pub mod gzip;
 mod h2;

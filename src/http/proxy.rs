@@ -285,7 +285,16 @@ pub(crate) async fn run(
         bind,
         keepalive: conf.proxy_socket_keepalive,
     };
-    let scheme = if pp.ssl { "https" } else { "http" };
+    let scheme = if conf.fastcgi {
+        // nginx names a FastCGI upstream `fastcgi://ADDRESS`, no URI.
+        plan.uri.clear();
+        plan.head = super::fastcgi::request_head(r, &plan.body);
+        "fastcgi"
+    } else if pp.ssl {
+        "https"
+    } else {
+        "http"
+    };
     // The peers as this request sees them, for all its tries (a name with
     // no answer yet: wait for it, bounded, not a 502 at once).
     let uri = &plan.uri;
@@ -324,8 +333,17 @@ pub(crate) async fn run(
         });
         // Only a log line needs the upstream URL.
         let url = |c: &Connected<Pooled>, uri: &str| format!("{scheme}://{}{uri}", c.name);
-        let head = match exchange(&mut c.conn, r, &mut plan, &conf).await {
-            Ok(head) => head,
+        let got = if conf.fastcgi {
+            super::fastcgi::exchange(&mut c.conn, r, &mut plan, &conf)
+                .await
+                .map(|(head, out, rest)| (head, Some((out, rest))))
+        } else {
+            exchange(&mut c.conn, r, &mut plan, &conf)
+                .await
+                .map(|head| (head, None))
+        };
+        let (head, fcgi) = match got {
+            Ok(got) => got,
             // The client's body could not be read while it streamed: the
             // attempt ends, the peer did nothing wrong (nginx frees it as
             // after a success), and its connection is not reused.
@@ -442,6 +460,7 @@ pub(crate) async fn run(
             snap: &snap,
             uri: std::mem::take(&mut plan.uri),
             client_upgrade,
+            fcgi,
         };
         return respond(r, pp, answer, shared).await;
     }
@@ -551,7 +570,7 @@ async fn exchange(
 }
 
 /// Why an exchange ended without a response head.
-enum Failed {
+pub(super) enum Failed {
     Upstream(Unanswered),
     /// The client's body, streamed as it arrived, could not be read: the
     /// status to answer with.
@@ -560,10 +579,10 @@ enum Failed {
 
 /// A failed exchange: what failed, at which stage, and whether nothing of
 /// the request left (nginx retries a POST only if it was not sent).
-struct Unanswered {
-    f: Failure,
-    unsent: bool,
-    stage: &'static str,
+pub(super) struct Unanswered {
+    pub(super) f: Failure,
+    pub(super) unsent: bool,
+    pub(super) stage: &'static str,
 }
 
 /// An attempt the upstream answered, on its way to the client.
@@ -580,6 +599,9 @@ struct Answer<'a> {
     /// `sticky`: (the answering peer's id, the session id the request
     /// brought).
     sticky: Option<(String, Option<String>)>,
+    /// `fastcgi_pass`: the STDOUT reader and the body bytes that came
+    /// with the head.
+    fcgi: Option<(Box<super::fastcgi::Stdout>, Bytes)>,
 }
 
 /// Turns the upstream's answer into the reply: a tunnel for a 101, an
@@ -597,14 +619,25 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         uri,
         client_upgrade,
         sticky,
+        fcgi,
     } = a;
     let conf = r.conf.clone();
     let status = head.status.as_u16();
     let mut c = c;
     // The head's parts for the client: the upstream's names' case and
     // status line go with it.
-    let framing = h1conn::framing(&r.method, &head);
-    let keep = h1conn::keeps_alive(head.version, &head.headers) && !asked_close;
+    // FastCGI: the body is STDOUT up to END_REQUEST, whatever the head
+    // says, and the connection stays only with FCGI_KEEP_CONN.
+    let framing = if fcgi.is_some() {
+        Framing::Close
+    } else {
+        h1conn::framing(&r.method, &head)
+    };
+    let keep = if fcgi.is_some() {
+        conf.fastcgi_keep_conn
+    } else {
+        h1conn::keeps_alive(head.version, &head.headers) && !asked_close
+    };
     let ResponseHead {
         status: code,
         reason,
@@ -710,9 +743,9 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     // The body releases the peer.
     c.held.done();
     let mut body = ProxyBody {
-        ended: matches!(framing, Framing::Empty | Framing::Length(0)),
+        ended: fcgi.is_none() && matches!(framing, Framing::Empty | Framing::Length(0)),
         decoder: Decoder::new(framing),
-        keep: keep && framing != Framing::Close,
+        keep: keep && (fcgi.is_some() || framing != Framing::Close),
         conn: Some(c.conn),
         ahead: std::collections::VecDeque::new(),
         ups: ups.clone(),
@@ -723,7 +756,13 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         read_timeout: conf.proxy_read_timeout,
         timer: None,
         peer_name: c.name.clone(),
-        scheme: if pp.ssl { "https" } else { "http" },
+        scheme: if conf.fastcgi {
+            "fastcgi"
+        } else if pp.ssl {
+            "https"
+        } else {
+            "http"
+        },
         uri,
         held_error: None,
         // nginx limits the reads only when it buffers.
@@ -735,7 +774,15 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         },
         rate_wait: false,
         learn,
+        fcgi: None,
     };
+    if let Some((out, rest)) = fcgi {
+        if !rest.is_empty() {
+            body.received += rest.len() as u64;
+            body.ahead.push_back(rest);
+        }
+        body.fcgi = Some(out);
+    }
     keep_spelling(&mut parts, reason, names, order);
     if conf.proxy_buffering {
         let (count, size) = conf.proxy_buffers;

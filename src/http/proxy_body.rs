@@ -60,6 +60,8 @@ pub(crate) struct ProxyBody {
     /// `sticky learn` without `header`: the session is learned when the
     /// body has ended well (nginx learns as it frees the peer).
     pub(crate) learn: Option<Box<dyn FnOnce() + Send + Sync>>,
+    /// `fastcgi_pass`: the body is STDOUT records, not HTTP framing.
+    pub(crate) fcgi: Option<Box<super::fastcgi::Stdout>>,
 }
 
 /// An upstream failure while streaming the response body; the body that owns
@@ -170,7 +172,11 @@ impl ProxyBody {
                 return Poll::Pending;
             }
         }
-        match c.h1.poll_body(&mut self.decoder, cx) {
+        let polled = match self.fcgi.as_mut() {
+            Some(out) => super::fastcgi::poll_body(c, out, cx),
+            None => c.h1.poll_body(&mut self.decoder, cx),
+        };
+        match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(Some(d))) => {
                 self.received += d.len() as u64;

@@ -568,6 +568,8 @@ impl Req {
                     String::new()
                 }
             },
+            Var::FastcgiScriptName => super::fastcgi::split_path(self).0,
+            Var::FastcgiPathInfo => super::fastcgi::split_path(self).1,
             Var::RequestFilename => self.filename().to_string_lossy().into_owned(),
             Var::DocumentRoot => self.conf.root.path.to_string_lossy().into_owned(),
             Var::RealpathRoot => std::fs::canonicalize(&self.conf.root.path)

@@ -56,6 +56,14 @@ pub enum ReadError {
     Truncated,
 }
 
+/// Why no FastCGI record came.
+#[derive(Debug)]
+pub enum FcgiError {
+    /// Closed (or failed) before the record, or after the request's end.
+    Closed,
+    Invalid(super::fcgi::Invalid),
+}
+
 /// An upstream connection: the socket and what was read past the last
 /// message.
 pub struct H1 {
@@ -246,6 +254,33 @@ impl H1 {
                 Poll::Ready(Ok(0)) => self.eof = true,
                 Poll::Ready(Ok(n)) => self.got += n as u64,
                 Poll::Ready(Err(_)) => return Poll::Ready(Err(ReadError::Truncated)),
+            }
+        }
+    }
+
+    /// The next FastCGI record of the answer (`fastcgi_pass`: the same
+    /// socket and buffer, records instead of HTTP framing).
+    pub fn poll_fcgi(
+        &mut self,
+        rd: &mut super::fcgi::Reader,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<super::fcgi::Event, FcgiError>> {
+        let buf = self.buf.get_or_insert_with(crate::h1::pool::take);
+        loop {
+            match rd.next(buf) {
+                Ok(Some(e)) => return Poll::Ready(Ok(e)),
+                Ok(None) if rd.ended || self.eof => return Poll::Ready(Err(FcgiError::Closed)),
+                Ok(None) => {}
+                Err(e) => return Poll::Ready(Err(FcgiError::Invalid(e))),
+            }
+            if buf.capacity() - buf.len() < READ_ROOM / 4 {
+                buf.reserve(READ_ROOM);
+            }
+            match poll_read_buf(&mut self.io, buf, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(0)) => self.eof = true,
+                Poll::Ready(Ok(n)) => self.got += n as u64,
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(FcgiError::Closed)),
             }
         }
     }

@@ -12,6 +12,7 @@ pub mod carry;
 pub mod clock;
 mod crc32;
 pub mod dns;
+pub mod fcgi;
 pub mod h1conn;
 pub mod h2set;
 pub mod health;

@@ -379,6 +379,21 @@ sub backend {
 	return $self;
 }
 
+# Starts a FastCGI responder (Test::Sluice::FastCGI) on 127.0.0.1:port (or a
+# unix socket, a path) and waits until it accepts connections.
+sub fastcgi {
+	my ($self, $port) = @_;
+	require Test::Sluice::FastCGI;
+	_release_ports();
+	(my $name = $port) =~ s![/.]!_!g;
+	my $ready = "$self->{_testdir}/fastcgi_$name.ready";
+	unlink $ready;
+	$self->run_daemon(\&Test::Sluice::FastCGI::run, $port, ready => $ready);
+	$self->{_backends}{$port =~ m{^/} ? $port : "127.0.0.1:$port"} = $self->{_daemons}[-1];
+	$self->waitforfile($ready) or die "fastcgi $port did not start\n";
+	return $self;
+}
+
 # Starts a scripted raw backend (Test::Sluice::Raw) on 127.0.0.1:port: each
 # request path gets the bytes %script names. What it received is logged, one
 # line a request ("CONN METHOD URI BODY_LENGTH"), in raw_PORT.log in the test
