@@ -490,6 +490,13 @@ async fn attempts(
             ended: false,
             url: url(&c.name),
             _sender: sender,
+            // As over HTTP/1: nginx limits the reads only when it buffers.
+            limit: if conf.proxy_buffering {
+                let rate = crate::conf::rate::size(conf.proxy_limit_rate.as_ref(), |t| r.eval(t));
+                super::rate::Bucket::new(rate, 0)
+            } else {
+                None
+            },
         };
         return Reply::Full(Response::from_parts(parts, body.boxed()));
     }
@@ -855,6 +862,9 @@ struct H2Body {
     url: String,
     /// The request body still going (a gRPC stream).
     _sender: Option<Sender>,
+    /// `proxy_limit_rate`: the next DATA frame is read only when there is
+    /// room, so the stream's window fills and the upstream waits.
+    limit: Option<super::rate::Bucket>,
 }
 
 impl H2Body {
@@ -923,10 +933,21 @@ impl HttpBody for H2Body {
             return Poll::Ready(None);
         }
         if !this.data_done {
+            if let Some(b) = this.limit.as_mut() {
+                if b.poll_room(cx).is_pending() {
+                    // Waiting for the limit, not the upstream: no read
+                    // timeout runs.
+                    this.timer = None;
+                    return Poll::Pending;
+                }
+            }
             match this.recv.poll_data(cx) {
                 Poll::Ready(Some(Ok(d))) => {
                     let _ = this.recv.flow_control().release_capacity(d.len());
                     this.received += d.len() as u64;
+                    if let Some(b) = this.limit.as_mut() {
+                        b.used(d.len() as u64);
+                    }
                     this.timer = None;
                     return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
