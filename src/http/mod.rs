@@ -34,6 +34,7 @@ mod proxy_h2;
 mod proxy_plan;
 mod proxy_protocol;
 mod proxy_stream;
+mod proxy_temp;
 pub mod range;
 mod rate;
 pub mod realip;
