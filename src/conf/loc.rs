@@ -248,6 +248,11 @@ loc_settings! {
     gzip_http_version: u8 = |_| 11,
     gzip_disable: Arc<Vec<super::gzip::GzipDisable>> = |_| Arc::default(),
     gzip_static: super::gzip::GzipStatic = |_| super::gzip::GzipStatic::Off,
+    /// `charset`: None is `off` (`http::charset`).
+    charset: Option<String> = |_| None,
+    source_charset: Option<String> = |_| None,
+    charset_types: Arc<super::charset::CharsetTypes> = |_| Arc::default(),
+    override_charset: bool = |_| false,
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,

@@ -13,6 +13,7 @@ mod api_write;
 mod auth_basic;
 mod autoindex;
 pub mod case;
+mod charset;
 mod conn;
 mod dashboard;
 mod dynamic;

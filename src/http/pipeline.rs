@@ -759,6 +759,15 @@ async fn finish(
             }
         }
     }
+    // Charset before gzip, as nginx's filters run; a response with an
+    // upstream attempt behind it is a proxied one (`override_charset`).
+    let proxied = !r
+        .upstream
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .attempts
+        .is_empty();
+    let resp = super::charset::filter(r, resp, proxied);
     Ok(super::gzip::filter(r, resp))
 }
 
