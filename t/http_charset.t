@@ -7,6 +7,10 @@
 # lacks), whole across many pieces; a proxied response that declares its
 # charset kept, or recoded with override_charset on; charset off; a pair
 # sluice cannot recode refused at load as nginx refuses one without a map.
+# charset_map with the tables nginx ships (/etc/nginx/koi-utf, koi-win from
+# nginx-common, included where they are; skipped otherwise): the map, not
+# encoding_rs, decides (koi-utf's bullet is U+2022, koi8-r's 0x95 is U+2219;
+# a byte it lacks is "?"), both ways; bad and duplicate maps refused.
 
 use warnings;
 use strict;
@@ -19,7 +23,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(20);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(28);
 my $d = $t->testdir();
 
 my $text = "\x{41f}\x{440}\x{438}\x{432}\x{435}\x{442}, \x{43c}\x{438}\x{440}!\n";   # Привет, мир!
@@ -31,6 +35,11 @@ $t->write_file('utf/a.html', encode('utf-8', "$text\x{20ac}"));
 $t->write_file('utf/a.bin', 'binary');
 $t->write_file('utf/a.json', '{}');
 $t->write_file('cp/a.html', encode('cp1251', $text)) if mkdir "$d/cp";
+my $maps = -r '/etc/nginx/koi-utf' && -r '/etc/nginx/koi-win';
+my $include = $maps ? "include /etc/nginx/koi-utf;\n    include /etc/nginx/koi-win;" : '';
+mkdir "$d/map";
+$t->write_file('map/koi.txt', encode('koi8-r', $text) . "\x95\x81");
+$t->write_file('map/utf.txt', encode('utf-8', "$text\x{2022}\x{4c2}"));
 
 $t->write_file_expand('sluice.conf', <<"EOF");
 
@@ -43,6 +52,7 @@ http {
     access_log off;
     types { text/html html; text/plain txt; application/json json; }
     default_type application/octet-stream;
+    $include
 
     server {
         listen 127.0.0.1:%%PORT_8080%%;
@@ -55,6 +65,9 @@ http {
         location /koi/ { alias $d/koi/; source_charset koi8-r; }
         location /tokoi/ { alias $d/utf/; charset koi8-r; source_charset utf-8; }
         location /ret { return 200 "text"; }
+        location /mapkoi/ { alias $d/map/; source_charset koi8-r; }
+        location /maputf/ { alias $d/map/; charset koi8-r; source_charset utf-8; }
+        location /mapwin/ { alias $d/map/; charset windows-1251; source_charset koi8-r; }
 
         location /proxy/ { proxy_pass http://127.0.0.1:%%PORT_8081%%/; }
         location /keep/ { proxy_pass http://127.0.0.1:%%PORT_8081%%/cp/; }
@@ -98,7 +111,9 @@ is(body($r), encode('utf-8', $text x 20000), 'recoded: a large body whole, acros
 
 $r = http_get('/tokoi/a.html');
 is(ct($r), 'text/html; charset=koi8-r', 'utf-8 to koi8-r: named');
-is(body($r), encode('koi8-r', $text) . '&#8364;', 'utf-8 to koi8-r: what koi8-r lacks as &#N;');
+# koi8-r lacks the euro sign; nginx's koi-utf map has it as 0x80.
+is(body($r), encode('koi8-r', $text) . ($maps ? "\x80" : '&#8364;'),
+	'utf-8 to koi8-r: what koi8-r lacks as &#N; (by the map where included)');
 
 is(ct(http_get('/proxy/utf/a.html')), 'text/html; charset=utf-8', 'proxied: charset added');
 $r = http_get('/keep/a.html');
@@ -108,6 +123,17 @@ $r = http_get('/override/a.html');
 is(ct($r), 'text/html; charset=utf-8', 'override_charset on: the target charset');
 is(decode('utf-8', body($r)), $text, 'override_charset on: recoded from windows-1251');
 
+SKIP: {
+	skip 'no /etc/nginx/koi-utf and koi-win (nginx-common)', 4 unless $maps;
+	$r = http_get('/mapkoi/koi.txt');
+	is(decode('utf-8', body($r)), "$text\x{2022}?", 'charset_map koi8-r utf-8: by the map, "?" for what it lacks');
+	$r = http_get('/maputf/utf.txt');
+	is(ct($r), 'text/plain; charset=koi8-r', 'charset_map backwards: named');
+	is(body($r), encode('koi8-r', $text) . "\x95&#1218;", 'charset_map backwards: by the map, &#N; for what it lacks');
+	$r = http_get('/mapwin/koi.txt');
+	is(body($r), encode('cp1251', $text) . "\x95?", 'charset_map koi8-r windows-1251 (koi-win)');
+}
+
 $t->stop();
 
 # A pair sluice cannot recode: refused at the location's line, in nginx's words.
@@ -115,3 +141,14 @@ $t->write_file('bad.conf', "events {}\nhttp {\nserver {\nlocation / {\ncharset u
 my ($rc, $out, $err) = $t->run_binary('-p', "$d/", '-c', 'bad.conf', '-e', 'bad.log', '-t');
 like($err, qr/^sluice: \[emerg\] no "charset_map" between the charsets "x-none" and "utf-8" in \Q$d\E\/bad\.conf:4$/m,
 	'a pair without a recoding: refused at load');
+
+for my $c (["charset_map a utf-8 { 100 41; }", 'invalid value "100"', 3],
+	["charset_map a b { 80 E282AC; }", 'invalid value "E282AC"', 3],
+	["charset_map a b { 80; }", 'invalid parameters number', 3],
+	["charset_map a b { }\ncharset_map B A { }", 'duplicate "charset_map" between "b" and "a"', 4])
+{
+	my ($conf, $msg, $line) = @$c;
+	$t->write_file('bad.conf', "events {}\nhttp {\n$conf\n}\n");
+	($rc, $out, $err) = $t->run_binary('-p', "$d/", '-c', 'bad.conf', '-e', 'bad.log', '-t');
+	like($err, qr/^sluice: \[emerg\] \Q$msg\E in \Q$d\E\/bad\.conf:$line$/m, "charset_map: $msg");
+}

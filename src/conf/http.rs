@@ -656,8 +656,12 @@ fn finish_location(
         conf.proxy_ssl = Some(made);
     }
     super::loc::check_proxy_buffers(&conf).map_err(|m| ConfError::at(m, &l.src))?;
-    super::charset::check(conf.charset.as_deref(), conf.source_charset.as_deref())
-        .map_err(|m| ConfError::at(m, &l.src))?;
+    super::charset::check(
+        conf.charset.as_deref(),
+        conf.source_charset.as_deref(),
+        &conf.charset_maps,
+    )
+    .map_err(|m| ConfError::at(m, &l.src))?;
     let conf = Arc::new(conf);
     note_logs(&conf, notes.logs);
     note_temps(&conf, notes.temps);

@@ -253,6 +253,8 @@ loc_settings! {
     source_charset: Option<String> = |_| None,
     charset_types: Arc<super::charset::CharsetTypes> = |_| Arc::default(),
     override_charset: bool = |_| false,
+    /// `charset_map` tables (http level), for every location.
+    charset_maps: Arc<Vec<Arc<super::charset::CharsetMap>>> = |_| Arc::default(),
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,

@@ -1,10 +1,13 @@
 //! nginx's charset filter: `charset` adds `; charset=NAME` to the
 //! Content-Type of the types in `charset_types`; with `source_charset` (or,
 //! under `override_charset on`, the charset a proxied response declares) the
-//! body is recoded on its way, with encoding_rs, across piece boundaries.
+//! body is recoded on its way, by a `charset_map` that joins the two
+//! charsets, else with encoding_rs, across piece boundaries.
 //! Runs on every response before gzip (`pipeline`).
 
+use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -16,6 +19,15 @@ use http_body_util::BodyExt;
 
 use super::response::{Body, BoxError};
 use super::vars::Req;
+use crate::conf::charset::CharsetMap;
+
+/// How a body is recoded.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Recoding {
+    Rs(&'static Encoding, &'static Encoding),
+    /// By a `charset_map`; true: from its target to its source.
+    Map(Arc<CharsetMap>, bool),
+}
 
 /// The MIME type and the charset parameter of a Content-Type value.
 fn split(ct: &str) -> (&str, Option<&str>) {
@@ -35,7 +47,7 @@ fn split(ct: &str) -> (&str, Option<&str>) {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Plan {
     pub content_type: Option<String>,
-    pub recode: Option<(&'static Encoding, &'static Encoding)>,
+    pub recode: Option<Recoding>,
 }
 
 /// nginx's header filter, as a pure function of the configuration, the
@@ -79,6 +91,16 @@ pub(crate) fn plan(
             recode: None,
         });
     }
+    if let Some((m, back)) = conf
+        .charset_maps
+        .iter()
+        .find_map(|m| m.joins(from, to).map(|b| (m, b)))
+    {
+        return Some(Plan {
+            content_type: with(to),
+            recode: Some(Recoding::Map(m.clone(), back)),
+        });
+    }
     let (Some(f), Some(t)) = (
         Encoding::for_label(from.as_bytes()),
         Encoding::for_label(to.as_bytes()),
@@ -89,7 +111,7 @@ pub(crate) fn plan(
     };
     Some(Plan {
         content_type: with(to),
-        recode: (f != t).then_some((f, t)),
+        recode: (f != t).then_some(Recoding::Rs(f, t)),
     })
 }
 
@@ -111,40 +133,152 @@ pub fn filter(r: &Req, mut resp: Response<Body>, proxied: bool) -> Response<Body
     if let Some(v) = p.content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
         h.insert(header::CONTENT_TYPE, v);
     }
-    let Some((from, to)) = p.recode else {
+    let Some(recoding) = p.recode else {
         return resp;
     };
     h.remove(header::CONTENT_LENGTH);
     h.remove(header::ACCEPT_RANGES);
     let (parts, body) = resp.into_parts();
+    let conv = match recoding {
+        Recoding::Rs(from, to) => Conv::Rs {
+            decoder: from.new_decoder_without_bom_handling(),
+            encoder: (to != encoding_rs::UTF_8).then(|| to.new_encoder()),
+        },
+        Recoding::Map(m, false) => Conv::Bytes(m),
+        Recoding::Map(m, true) if !m.utf8 => {
+            // nginx's reverse of a one-byte table: ASCII as is, `?` else.
+            let mut back: Vec<u8> = (0..=255u8)
+                .map(|b| if b < 128 { b } else { b'?' })
+                .collect();
+            for (src, dst) in m.table.iter().enumerate().skip(128) {
+                if let (Some(&d), Ok(s)) = (dst.first(), u8::try_from(src)) {
+                    back[usize::from(d)] = s;
+                }
+            }
+            Conv::Reverse(back)
+        }
+        Recoding::Map(m, true) => {
+            let mut back = HashMap::new();
+            for (src, dst) in m.table.iter().enumerate().skip(128) {
+                let c = std::str::from_utf8(dst).ok().and_then(|s| s.chars().next());
+                if let (Some(c), Ok(s)) = (c, u8::try_from(src)) {
+                    back.entry(c).or_insert(s);
+                }
+            }
+            Conv::FromUtf8 {
+                back,
+                pending: Vec::new(),
+            }
+        }
+    };
     let body = Recode {
         inner: body,
-        decoder: from.new_decoder_without_bom_handling(),
-        encoder: (to != encoding_rs::UTF_8).then(|| to.new_encoder()),
+        conv,
         done: false,
     };
     Response::from_parts(parts, body.boxed())
+}
+
+/// The conversion of a body, with what it holds between two pieces.
+enum Conv {
+    Rs {
+        decoder: Decoder,
+        /// None: the target is UTF-8, what the decoder writes.
+        encoder: Option<Encoder>,
+    },
+    /// A `charset_map` forwards: each byte to its bytes.
+    Bytes(Arc<CharsetMap>),
+    /// A one-byte `charset_map` backwards.
+    Reverse(Vec<u8>),
+    /// A utf-8 `charset_map` backwards: characters to bytes, `&#N;` for one
+    /// the map lacks; a sequence cut between pieces waits in `pending`.
+    FromUtf8 {
+        back: HashMap<char, u8>,
+        pending: Vec<u8>,
+    },
 }
 
 /// A body recoded piece by piece; the decoder keeps a sequence cut between
 /// two pieces until the next.
 struct Recode {
     inner: Body,
-    decoder: Decoder,
-    /// None: the target is UTF-8, what the decoder writes.
-    encoder: Option<Encoder>,
+    conv: Conv,
     done: bool,
+}
+
+/// Characters to bytes by a map's reverse; invalid UTF-8 becomes `?`.
+fn from_utf8(back: &HashMap<char, u8>, pending: &mut Vec<u8>, input: &[u8], last: bool) -> Bytes {
+    pending.extend_from_slice(input);
+    let mut out = Vec::with_capacity(pending.len());
+    let mut rest: &[u8] = pending;
+    loop {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                push_chars(back, s, &mut out);
+                rest = &[];
+                break;
+            }
+            Err(e) => {
+                let (good, after) = rest.split_at(e.valid_up_to());
+                push_chars(back, std::str::from_utf8(good).unwrap_or(""), &mut out);
+                match e.error_len() {
+                    Some(n) => {
+                        out.push(b'?');
+                        rest = &after[n.min(after.len())..];
+                    }
+                    // Cut at the end: wait for the next piece.
+                    None if !last => {
+                        rest = after;
+                        break;
+                    }
+                    None => {
+                        out.push(b'?');
+                        rest = &[];
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    *pending = rest.to_vec();
+    Bytes::from(out)
+}
+
+fn push_chars(back: &HashMap<char, u8>, s: &str, out: &mut Vec<u8>) {
+    for c in s.chars() {
+        match (c.is_ascii(), back.get(&c)) {
+            (true, _) => out.push(c as u8),
+            (false, Some(&b)) => out.push(b),
+            (false, None) => out.extend_from_slice(format!("&#{};", u32::from(c)).as_bytes()),
+        }
+    }
 }
 
 impl Recode {
     fn convert(&mut self, input: &[u8], last: bool) -> Bytes {
+        let (decoder, encoder) = match &mut self.conv {
+            Conv::Rs { decoder, encoder } => (decoder, encoder),
+            Conv::Bytes(m) => {
+                let mut out = Vec::with_capacity(input.len() * 2);
+                for &b in input {
+                    if let Some(t) = m.table.get(usize::from(b)) {
+                        out.extend_from_slice(t);
+                    }
+                }
+                return Bytes::from(out);
+            }
+            Conv::Reverse(t) => {
+                return input.iter().map(|&b| t[usize::from(b)]).collect();
+            }
+            Conv::FromUtf8 { back, pending } => return from_utf8(back, pending, input, last),
+        };
         let mut text = String::with_capacity(
-            self.decoder
+            decoder
                 .max_utf8_buffer_length(input.len())
                 .unwrap_or(input.len().saturating_mul(3).saturating_add(16)),
         );
-        let _ = self.decoder.decode_to_string(input, &mut text, last);
-        let Some(enc) = self.encoder.as_mut() else {
+        let _ = decoder.decode_to_string(input, &mut text, last);
+        let Some(enc) = encoder.as_mut() else {
             return Bytes::from(text.into_bytes());
         };
         let mut out = Vec::with_capacity(text.len() + 16);
@@ -243,7 +377,7 @@ mod tests {
         assert_eq!(p.content_type.as_deref(), Some("text/html; charset=utf-8"));
         assert_eq!(
             p.recode,
-            Some((encoding_rs::WINDOWS_1251, encoding_rs::UTF_8))
+            Some(Recoding::Rs(encoding_rs::WINDOWS_1251, encoding_rs::UTF_8))
         );
         // Not a proxied response: kept.
         assert!(plan(&c, 200, "text/html; charset=windows-1251", false).is_none());
@@ -253,7 +387,10 @@ mod tests {
     fn source_charset_recodes_but_not_redirects() {
         let c = conf(Some("utf-8"), Some("koi8-r"), false);
         let p = plan(&c, 200, "text/plain", false).unwrap();
-        assert_eq!(p.recode, Some((encoding_rs::KOI8_R, encoding_rs::UTF_8)));
+        assert_eq!(
+            p.recode,
+            Some(Recoding::Rs(encoding_rs::KOI8_R, encoding_rs::UTF_8))
+        );
         let p = plan(&c, 302, "text/html", false).unwrap();
         assert_eq!(p.content_type.as_deref(), Some("text/html"));
         assert!(p.recode.is_none());
@@ -270,8 +407,10 @@ mod tests {
     fn recodes_across_pieces() {
         let mut r = Recode {
             inner: super::super::response::full(Bytes::new()),
-            decoder: encoding_rs::UTF_8.new_decoder_without_bom_handling(),
-            encoder: Some(encoding_rs::KOI8_R.new_encoder()),
+            conv: Conv::Rs {
+                decoder: encoding_rs::UTF_8.new_decoder_without_bom_handling(),
+                encoder: Some(encoding_rs::KOI8_R.new_encoder()),
+            },
             done: false,
         };
         // "Привет" in UTF-8, cut inside a character; then one koi8-r lacks.
@@ -282,10 +421,28 @@ mod tests {
         assert_eq!(out, b"\xf0\xd2\xc9\xd7\xc5\xd4 &#8364;");
         let mut back = Recode {
             inner: super::super::response::full(Bytes::new()),
-            decoder: encoding_rs::KOI8_R.new_decoder_without_bom_handling(),
-            encoder: None,
+            conv: Conv::Rs {
+                decoder: encoding_rs::KOI8_R.new_decoder_without_bom_handling(),
+                encoder: None,
+            },
             done: false,
         };
         assert_eq!(&back.convert(b"\xf0\xd2\xc9", true)[..], "При".as_bytes());
+    }
+
+    #[test]
+    fn a_utf8_map_backwards_across_pieces() {
+        let mut back = HashMap::new();
+        back.insert('\u{20ac}', 0x80u8);
+        let mut pending = Vec::new();
+        let s = "a\u{20ac}\u{44f}".as_bytes();
+        let mut out = from_utf8(&back, &mut pending, &s[..2], false).to_vec();
+        assert_eq!(pending.len(), 1, "a cut sequence waits");
+        out.extend_from_slice(&from_utf8(&back, &mut pending, &s[2..], false));
+        out.extend_from_slice(&from_utf8(&back, &mut pending, b"\xff", true));
+        assert_eq!(out, b"a\x80&#1103;?");
+        assert!(pending.is_empty());
+        // Hostile input: truncated at the very end.
+        assert_eq!(&from_utf8(&back, &mut pending, b"\xe2\x82", true)[..], b"?");
     }
 }
