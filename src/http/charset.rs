@@ -70,10 +70,7 @@ pub(crate) fn plan(
     let from = match declared {
         // A response that names its charset keeps it, unless a proxied one
         // is to be recoded (`override_charset on`).
-        Some(d) if !(proxied && conf.override_charset) => {
-            let _ = d;
-            return None;
-        }
+        Some(_) if !(proxied && conf.override_charset) => return None,
         Some(d) => Some(d),
         None => conf.source_charset.as_deref(),
     };
