@@ -18,7 +18,6 @@ pub const DEFAULT_ERROR_LOG: &str = "logs/error.log";
 /// so tools that read it leave their directives out. Remove a line in the commit
 /// that lands its module, and not before.
 pub const WITHOUT_MODULES: &[&str] = &[
-    "--without-http_charset_module",
     "--without-http_ssi_module",
     "--without-http_userid_module",
     "--without-http_referer_module",

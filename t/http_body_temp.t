@@ -114,10 +114,10 @@ my @first = grep { $_->[2] eq '/echo' } $t->raw_log(port(8082));
 is(scalar(@first) && $first[0][3], 200000, 'retry: the first peer got the whole body too');
 
 # A body within client_body_buffer_size stays in memory: no file, no line.
-my $warns = () = $t->read_file('error.log') =~ /buffered to a temporary file/g;
+my $warns = () = $t->read_file('error.log') =~ /request body is buffered to a temporary file/g;
 $r = post('/big-buffer/', $body);
 ok(index($r, "\r\n\r\n$body") >= 0, 'body within the buffer: whole');
-my $after = () = $t->read_file('error.log') =~ /buffered to a temporary file/g;
+my $after = () = $t->read_file('error.log') =~ /request body is buffered to a temporary file/g;
 is($after, $warns, 'body within the buffer: no temporary file');
 
 my @left = (glob("$d/client_body_temp/*"), glob("$d/own_temp/*"));

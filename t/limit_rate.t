@@ -18,11 +18,12 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(33);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(37);
 my $d = $t->testdir();
 my $size = 300 * 1024;
 
 $t->write_file('big.bin', 'x' x $size);
+$t->write_file('small.bin', 's' x 95);
 $t->write_file_expand('sluice.conf', <<"EOF");
 
 %%TEST_GLOBALS%%
@@ -37,6 +38,7 @@ http {
         listen 127.0.0.1:%%PORT_8080%%;
 
         location /slow/ { alias $d/; limit_rate 100k; }
+        location /head/ { alias $d/; limit_rate 100; }
         location /after/ { alias $d/; limit_rate 100k; limit_rate_after 250k; }
         location /var/ { alias $d/; set \$limit_rate 100k; }
         location /varoff/ { alias $d/; limit_rate 100k; set \$limit_rate 0; }
@@ -56,6 +58,11 @@ http {
             proxy_limit_rate 100k;
             proxy_buffering off;
         }
+        location /proxyh2/ {
+            proxy_pass http://127.0.0.1:%%PORT_8082%%/h2/;
+            proxy_http_version 2;
+            proxy_limit_rate 100k;
+        }
         location /xaccel/ { proxy_pass http://127.0.0.1:%%PORT_8081%%/accel/; }
         location /xignored/ {
             proxy_pass http://127.0.0.1:%%PORT_8081%%/accel/;
@@ -66,6 +73,7 @@ http {
     server {
         listen 127.0.0.1:%%PORT_8082%% http2;
         location /slow/ { alias $d/; limit_rate 100k; }
+        location /h2/ { alias $d/; }
     }
 
     server {
@@ -138,6 +146,17 @@ cmp_ok($s, '>=', 1.5, 'proxy_limit_rate 100k: reading 300 KB takes over 1.5 s');
 ($s, $r) = timed('/proxyoff/big.bin');
 ok(whole($r), 'proxy_limit_rate without buffering: the whole body');
 cmp_ok($s, '<', 1.5, 'proxy_limit_rate has no effect without proxy_buffering');
+
+# nginx limits what the connection sent (c->sent), the head included: 95
+# bytes of body fit the first second of limit_rate 100 alone, not after a
+# head of 150 bytes or so (then the last bytes wait about 1.4 s).
+($s, $r) = timed('/head/small.bin');
+like($r, qr/\r\n\r\ns{95}\z/, 'limit_rate counting the head: the whole body');
+cmp_ok($s, '>=', 0.5, 'limit_rate counts the response head too');
+
+($s, $r) = timed('/proxyh2/big.bin');
+ok(whole($r), 'proxy_limit_rate, HTTP/2 upstream: the whole body');
+cmp_ok($s, '>=', 1.5, 'proxy_limit_rate 100k: an HTTP/2 upstream read that slowly too');
 
 ($s, $r) = timed('/xaccel/big.bin');
 ok(whole($r), 'X-Accel-Limit-Rate: the whole body');

@@ -61,6 +61,7 @@ http {
             client_max_body_size 1m;
             proxy_buffer_size 1k;
             proxy_buffers 2 1k;
+            proxy_busy_buffers_size 1k;
         }
         location /rw/ { rewrite ^/rw/(.*)$ /echo/$1?r=1 break; proxy_pass http://u; }
     }

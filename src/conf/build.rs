@@ -317,6 +317,7 @@ const TABLES: &[&[Spec]] = &[
     super::try_files::TABLE,
     super::worker_setup::TABLE,
     super::gzip::TABLE,
+    super::charset::TABLE,
     super::allow::TABLE,
     super::health::TABLE,
     super::expires::TABLE,

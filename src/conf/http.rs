@@ -618,7 +618,11 @@ fn note_logs(conf: &LocConf, paths: &mut Vec<PathBuf>) {
 }
 
 fn note_temps(conf: &LocConf, temps: &mut Vec<PathBuf>) {
-    for p in conf.temp_paths.iter().chain([&conf.client_body_temp_path]) {
+    for p in conf
+        .temp_paths
+        .iter()
+        .chain([&conf.client_body_temp_path, &conf.proxy_temp_path])
+    {
         if !temps.contains(p) {
             temps.push(p.clone());
         }
@@ -671,6 +675,13 @@ fn finish_location(
             })?;
         conf.proxy_ssl = Some(made);
     }
+    super::loc::check_proxy_buffers(&conf).map_err(|m| ConfError::at(m, &l.src))?;
+    super::charset::check(
+        conf.charset.as_deref(),
+        conf.source_charset.as_deref(),
+        &conf.charset_maps,
+    )
+    .map_err(|m| ConfError::at(m, &l.src))?;
     let conf = Arc::new(conf);
     note_logs(&conf, notes.logs);
     note_temps(&conf, notes.temps);

@@ -87,6 +87,16 @@ loc_settings! {
     proxy_buffer_size: u64 = |_| 4096,
     /// `proxy_buffers NUMBER SIZE`.
     proxy_buffers: (u32, u64) = |_| (8, 4096),
+    /// Where a response larger than the buffers goes (`proxy_buffering
+    /// on`); levels are accepted and not used: files are unlinked at once.
+    proxy_temp_path: PathBuf = |d| d.prefix.join("proxy_temp"),
+    /// `proxy_max_temp_file_size`: 0 keeps responses out of files.
+    proxy_max_temp_file_size: u64 = |_| 1024 * 1024 * 1024,
+    /// `proxy_busy_buffers_size`, `proxy_temp_file_write_size`: None is
+    /// nginx's default, twice the larger of `proxy_buffer_size` and one of
+    /// `proxy_buffers`.
+    proxy_busy_buffers_size: Option<u64> = |_| None,
+    proxy_temp_file_write_size: Option<u64> = |_| None,
     client_max_body_size: u64 = |_| 1024 * 1024,
     /// `limit_rate`, `limit_rate_after`, `proxy_limit_rate` (see
     /// `conf::rate`): None is 0.
@@ -263,6 +273,13 @@ loc_settings! {
     /// `fastcgi_catch_stderr STRING`: stderr holding one is an invalid
     /// response (next upstream) while the head is awaited.
     fastcgi_catch_stderr: Vec<String> = |_| Vec::new(),
+    /// `charset`: None is `off` (`http::charset`).
+    charset: Option<String> = |_| None,
+    source_charset: Option<String> = |_| None,
+    charset_types: Arc<super::charset::CharsetTypes> = |_| Arc::default(),
+    override_charset: bool = |_| false,
+    /// `charset_map` tables (http level), for every location.
+    charset_maps: Arc<Vec<Arc<super::charset::CharsetMap>>> = |_| Arc::default(),
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,
@@ -560,6 +577,42 @@ impl NextUpstream {
     pub fn has(self, bits: u32) -> bool {
         bits != 0 && self.0 & bits == bits
     }
+}
+
+/// nginx's checks of `proxy_busy_buffers_size`, `proxy_temp_file_write_size`
+/// and `proxy_max_temp_file_size` against the buffers, made once the
+/// location's values are inherited (nginx makes them when it merges).
+pub fn check_proxy_buffers(c: &LocConf) -> Result<(), String> {
+    let (count, one) = c.proxy_buffers;
+    let size = c.proxy_buffer_size.max(one);
+    let min = "the maximum of the value of \"proxy_buffer_size\" and one of the \"proxy_buffers\"";
+    if count < 2 {
+        return Err("there must be at least 2 \"proxy_buffers\"".into());
+    }
+    let busy = c.proxy_busy_buffers_size.unwrap_or(size.saturating_mul(2));
+    if busy < size {
+        return Err(format!(
+            "\"proxy_busy_buffers_size\" must be equal to or greater than {min}"
+        ));
+    }
+    if busy > u64::from(count - 1).saturating_mul(one) {
+        return Err("\"proxy_busy_buffers_size\" must be less than the size of all \"proxy_buffers\" minus one buffer".into());
+    }
+    if c.proxy_temp_file_write_size
+        .unwrap_or(size.saturating_mul(2))
+        < size
+    {
+        return Err(format!(
+            "\"proxy_temp_file_write_size\" must be equal to or greater than {min}"
+        ));
+    }
+    let max = c.proxy_max_temp_file_size;
+    if max != 0 && max < size {
+        return Err(format!(
+            "\"proxy_max_temp_file_size\" must be equal to zero to disable temporary files usage or must be equal to or greater than {min}"
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -110,6 +110,27 @@ pub(super) const TABLE: &[Spec] = &[
         set: set_buffers,
     },
     Spec {
+        name: "proxy_busy_buffers_size",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_size,
+    },
+    Spec {
+        name: "proxy_max_temp_file_size",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_size,
+    },
+    Spec {
+        name: "proxy_temp_file_write_size",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_size,
+    },
+    Spec {
         name: "send_timeout",
         ctx: HSL,
         args: Args::Exactly(1),
@@ -473,6 +494,11 @@ fn set_size(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
             }
             once(&mut l.client_header_buffer_size, size, d)
         }
+        "proxy_busy_buffers_size" => once(&mut l.proxy_busy_buffers_size, Some(size_arg(d, 0)?), d),
+        "proxy_temp_file_write_size" => {
+            once(&mut l.proxy_temp_file_write_size, Some(size_arg(d, 0)?), d)
+        }
+        "proxy_max_temp_file_size" => once(&mut l.proxy_max_temp_file_size, size_arg(d, 0)?, d),
         _ => once(&mut l.proxy_buffer_size, size_arg(d, 0)?, d),
     }
 }
@@ -836,6 +862,8 @@ fn set_temp_path(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(),
     let l = loc(n, d)?;
     if d.name == "client_body_temp_path" {
         once(&mut l.client_body_temp_path, path.clone(), d)?;
+    } else {
+        once(&mut l.proxy_temp_path, path.clone(), d)?;
     }
     l.temp_paths.get_or_insert_with(Vec::new).push(path);
     Ok(())

@@ -8,6 +8,7 @@ pub mod auth_request;
 pub mod autoindex;
 pub mod buckets;
 pub mod build;
+pub mod charset;
 pub mod ciphers;
 pub mod expires;
 pub mod fastcgi;

@@ -313,7 +313,10 @@ pub(super) async fn handle(
         }
     }
     let (parts, mut body) = resp.into_parts();
-    if let Some(b) = super::rate::client_bucket(r) {
+    if let Some(mut b) = super::rate::client_bucket(r) {
+        // nginx limits what the connection sent (c->sent), the head
+        // included: the head's bytes use the bucket before the body's.
+        b.used(header_bytes_of(&parts));
         body = http_body_util::BodyExt::boxed(super::rate::Limited::new(body, b));
     }
     let Some(r) = unfinished.0.take() else {
@@ -344,6 +347,16 @@ impl Drop for Unfinished {
 fn header_bytes(resp: &Response<Body>) -> u64 {
     let headers: usize = resp
         .headers()
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    (17 + headers + 2) as u64
+}
+
+/// The same count from the response's parts.
+fn header_bytes_of(parts: &http::response::Parts) -> u64 {
+    let headers: usize = parts
+        .headers
         .iter()
         .map(|(n, v)| n.as_str().len() + v.len() + 4)
         .sum();
@@ -765,6 +778,15 @@ pub(super) async fn finish(
     }
     // sub_filter before gzip, as nginx's filter order has them.
     let resp = super::sub_filter::filter(r, resp);
+    // Charset before gzip, as nginx's filters run; a response with an
+    // upstream attempt behind it is a proxied one (`override_charset`).
+    let proxied = !r
+        .upstream
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .attempts
+        .is_empty();
+    let resp = super::charset::filter(r, resp, proxied);
     Ok(super::gzip::filter(r, resp))
 }
 

@@ -812,6 +812,20 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
             };
             return Reply::Full(Response::from_parts(parts, response::full(whole)));
         }
+        if conf.proxy_max_temp_file_size > 0 {
+            // The rest is read on at the upstream's pace, past the buffers
+            // into a temporary file, so a slow client does not hold it.
+            let url = format!("{}://{}{}", body.scheme, body.peer_name, body.uri);
+            let temp = super::proxy_temp::TempConf {
+                room,
+                max_file: conf.proxy_max_temp_file_size,
+                dir: conf.proxy_temp_path.clone(),
+                conn: r.conn.number,
+                ctx: r.log_context(Some(&url)),
+            };
+            let relay = super::proxy_temp::relay(body, temp);
+            return Reply::Full(Response::from_parts(parts, relay.boxed()));
+        }
     }
     Reply::Full(Response::from_parts(parts, body.boxed()))
 }

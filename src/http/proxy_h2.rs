@@ -499,6 +499,13 @@ async fn attempts(
             url: url(&c.name),
             _sender: sender,
             learn,
+            // As over HTTP/1: nginx limits the reads only when it buffers.
+            limit: if conf.proxy_buffering {
+                let rate = crate::conf::rate::size(conf.proxy_limit_rate.as_ref(), |t| r.eval(t));
+                super::rate::Bucket::new(rate, 0)
+            } else {
+                None
+            },
         };
         return Reply::Full(Response::from_parts(parts, body.boxed()));
     }
@@ -866,6 +873,9 @@ struct H2Body {
     _sender: Option<Sender>,
     /// `sticky learn` without `header`: learned when the body ended well.
     learn: Option<Box<dyn FnOnce() + Send + Sync>>,
+    /// `proxy_limit_rate`: the next DATA frame is read only when there is
+    /// room, so the stream's window fills and the upstream waits.
+    limit: Option<super::rate::Bucket>,
 }
 
 impl H2Body {
@@ -937,10 +947,21 @@ impl HttpBody for H2Body {
             return Poll::Ready(None);
         }
         if !this.data_done {
+            if let Some(b) = this.limit.as_mut() {
+                if b.poll_room(cx).is_pending() {
+                    // Waiting for the limit, not the upstream: no read
+                    // timeout runs.
+                    this.timer = None;
+                    return Poll::Pending;
+                }
+            }
             match this.recv.poll_data(cx) {
                 Poll::Ready(Some(Ok(d))) => {
                     let _ = this.recv.flow_control().release_capacity(d.len());
                     this.received += d.len() as u64;
+                    if let Some(b) = this.limit.as_mut() {
+                        b.used(d.len() as u64);
+                    }
                     this.timer = None;
                     return Poll::Ready(Some(Ok(Frame::data(d))));
                 }

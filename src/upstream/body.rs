@@ -105,6 +105,32 @@ impl Spool {
         self.len += data.len() as u64;
         Ok(())
     }
+
+    /// The bytes written so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Up to `max` bytes from `pos` (a blocking pread of a local file, as
+    /// nginx's); an error past the end of what was written.
+    pub fn read_at(&self, pos: u64, max: usize) -> std::io::Result<Bytes> {
+        let left = self.len.saturating_sub(pos);
+        let mut buf = vec![0u8; left.min(max as u64) as usize];
+        match self.file.read_at(&mut buf, pos)? {
+            0 if !buf.is_empty() => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "temporary file shorter than written",
+            )),
+            n => {
+                buf.truncate(n);
+                Ok(Bytes::from(buf))
+            }
+        }
+    }
 }
 
 /// One attempt's request body, read from its start in pieces.
