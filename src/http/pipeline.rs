@@ -776,7 +776,7 @@ pub(super) async fn finish(
             }
         }
     }
-    // sub_filter before gzip, as nginx's filter order has them.
+    // sub_filter, then charset, then gzip: nginx's filter order.
     let resp = super::sub_filter::filter(r, resp);
     // Charset before gzip, as nginx's filters run; a response with an
     // upstream attempt behind it is a proxied one (`override_charset`).
