@@ -272,6 +272,7 @@ const TABLES: &[&[Spec]] = &[
     TABLE,
     super::http::TABLE,
     super::loc_table::TABLE,
+    super::switches::TABLE,
     super::http2::TABLE,
     super::files::TABLE,
     super::proxy::TABLE,

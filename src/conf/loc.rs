@@ -238,6 +238,20 @@ loc_settings! {
     gzip_http_version: u8 = |_| 11,
     gzip_disable: Arc<Vec<super::gzip::GzipDisable>> = |_| Arc::default(),
     gzip_static: super::gzip::GzipStatic = |_| super::gzip::GzipStatic::Off,
+    /// `absolute_redirect`: a redirect sluice makes to a path on this
+    /// server gets scheme, host and port (`http::script::absolute`).
+    absolute_redirect: bool = |_| true,
+    port_in_redirect: bool = |_| true,
+    /// `server_name_in_redirect`: the server's first name, not the Host.
+    server_name_in_redirect: bool = |_| false,
+    /// `merge_slashes` (server level): `//` in the path is one `/`.
+    merge_slashes: bool = |_| true,
+    /// `chunked_transfer_encoding off`: a response of unknown length to an
+    /// HTTP/1.1 client is sent as it comes and the connection closed.
+    chunked_transfer_encoding: bool = |_| true,
+    /// `recursive_error_pages`: an error_page target's own error may use
+    /// error_page again.
+    recursive_error_pages: bool = |_| false,
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,

@@ -34,6 +34,7 @@ mod rewrite;
 pub mod ssl;
 mod status;
 mod stream;
+mod switches;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod tree;

@@ -186,6 +186,7 @@ pub(super) async fn handle(
             Ok(Some(h)) => h.clone(),
             _ => server.primary_name.clone(),
         },
+        host_given: matches!(host, Ok(Some(_))),
         server_name: server.primary_name.clone(),
         conf,
         status: 0,
@@ -350,8 +351,11 @@ fn header_bytes(resp: &Response<Body>) -> u64 {
     (17 + headers + 2) as u64
 }
 
-/// nginx's 301 to the URI with its "/" added (`router::auto_redirect`).
-fn auto_redirect(r: &Req) -> Reply {
+/// nginx's 301 to the URI with its "/" added (`router::auto_redirect`),
+/// made with the settings of the location that asked for it, as nginx
+/// (its `absolute_redirect` and kin).
+fn auto_redirect(r: &mut Req, by: &Location) -> Reply {
+    r.conf = by.conf.clone();
     let mut target = format!("{}/", r.uri);
     if let Some(a) = r.args.as_deref().filter(|a| !a.is_empty()) {
         target.push('?');
@@ -383,8 +387,10 @@ async fn dispatch(
             return reply;
         }
     }
-    if named.is_none() && router::auto_redirect(&server.locations, &r.uri) {
-        return Ok(auto_redirect(r));
+    if named.is_none() {
+        if let Some(by) = router::auto_redirect(&server.locations, &r.uri) {
+            return Ok(auto_redirect(r, by));
+        }
     }
     let mut location = named.or_else(|| router::find_location(&server.locations, &r.uri));
     let mut searches = 0;
@@ -404,8 +410,8 @@ async fn dispatch(
                     if let Some(reply) = redirect_cycle(r, &mut searches, "processing") {
                         return Ok(reply);
                     }
-                    if router::auto_redirect(&server.locations, &r.uri) {
-                        return Ok(auto_redirect(r));
+                    if let Some(by) = router::auto_redirect(&server.locations, &r.uri) {
+                        return Ok(auto_redirect(r, by));
                     }
                     location = router::find_location(&server.locations, &r.uri);
                 }
@@ -581,6 +587,7 @@ async fn auth_request(
         args: r.args.clone(),
         headers: r.headers.clone(),
         host: r.host.clone(),
+        host_given: r.host_given,
         server_name: r.server_name.clone(),
         conf: r.conf.clone(),
         status: 0,
@@ -872,7 +879,7 @@ pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection>
             Ok(Reply::Status(code))
         }
         (301 | 302 | 303 | 307 | 308, Some(loc)) => {
-            // absolute_redirect on, port_in_redirect on: as nginx builds it.
+            // absolute_redirect and its kin decide, as nginx's header filter.
             let loc = script::absolute(r, &loc);
             Ok(Reply::Full(response::redirect(ret.code, &loc, tokens)))
         }

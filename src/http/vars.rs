@@ -164,6 +164,10 @@ pub struct Req {
     pub headers: crate::h1::head::Headers,
     /// `Host` without the port, lowercased, else the server's name (`$host`).
     pub host: String,
+    /// The request named its host (Host, `:authority` or an absolute URI):
+    /// a redirect then names it, else the address it came to (nginx's
+    /// `headers_in.server`).
+    pub host_given: bool,
     pub server_name: String,
     pub conf: Arc<LocConf>,
     pub status: u16,
@@ -661,6 +665,7 @@ pub(crate) mod tests {
             args: Some("x=1&y=2".into()),
             headers,
             host: "example.com".into(),
+            host_given: true,
             server_name: "srv".into(),
             conf: Arc::new(crate::conf::loc::LocB::default().finish(&d)),
             status: 200,

@@ -1,0 +1,78 @@
+//! nginx's http core on/off switches that change how sluice builds its own
+//! responses: the redirect switches (`absolute_redirect`,
+//! `port_in_redirect`, `server_name_in_redirect`), `merge_slashes`,
+//! `chunked_transfer_encoding` and `recursive_error_pages`. Each sets one
+//! merged location setting (`loc::LocConf`) once per level. Pure.
+
+use super::ConfError;
+use super::build::{Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here};
+use super::tree::Directive;
+
+const HSL: u8 = HTTP | SRV | LOC;
+
+const fn switch(name: &'static str, ctx: u8) -> Spec {
+    Spec {
+        name,
+        ctx,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_switch,
+    }
+}
+
+pub(super) const TABLE: &[Spec] = &[
+    switch("absolute_redirect", HSL),
+    switch("port_in_redirect", HSL),
+    switch("server_name_in_redirect", HSL),
+];
+
+fn set_switch(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = flag(d)?;
+    let l = n.loc_b().ok_or_else(|| not_here(d))?;
+    let slot = match d.name.as_str() {
+        "absolute_redirect" => &mut l.absolute_redirect,
+        "port_in_redirect" => &mut l.port_in_redirect,
+        "server_name_in_redirect" => &mut l.server_name_in_redirect,
+        "merge_slashes" => &mut l.merge_slashes,
+        "chunked_transfer_encoding" => &mut l.chunked_transfer_encoding,
+        _ => &mut l.recursive_error_pages,
+    };
+    if slot.is_some() {
+        return Err(duplicate(d));
+    }
+    *slot = Some(v);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{err, http_with, try_build};
+
+    #[test]
+    fn defaults_and_inheritance() {
+        let (c, _) = try_build(&http_with("")).unwrap();
+        let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
+        assert!(l.absolute_redirect && l.port_in_redirect && !l.server_name_in_redirect);
+        let (c, _) = try_build(&http_with(
+            "port_in_redirect off; server_name_in_redirect on; absolute_redirect off;",
+        ))
+        .unwrap();
+        let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
+        assert!(!l.absolute_redirect && !l.port_in_redirect && l.server_name_in_redirect);
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(
+            err(&http_with("absolute_redirect yes;")),
+            "invalid value \"yes\" in \"absolute_redirect\" directive, it must be \"on\" or \"off\" in /t.conf:3"
+        );
+        assert!(
+            err(&http_with("port_in_redirect on; port_in_redirect off;"))
+                .contains("\"port_in_redirect\" directive is duplicate in /t.conf:3")
+        );
+        assert!(err(&http_with("server_name_in_redirect on off;")).contains(
+            "invalid number of arguments in \"server_name_in_redirect\" directive in /t.conf:3"
+        ));
+    }
+}
