@@ -24,6 +24,9 @@ pub(super) const TABLE: &[Spec] = &[
     switch("absolute_redirect", HSL),
     switch("port_in_redirect", HSL),
     switch("server_name_in_redirect", HSL),
+    // nginx reads it from the server the request's address chose, before
+    // any location: no location level.
+    switch("merge_slashes", HTTP | SRV),
 ];
 
 fn set_switch(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -53,12 +56,15 @@ mod tests {
         let (c, _) = try_build(&http_with("")).unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
         assert!(l.absolute_redirect && l.port_in_redirect && !l.server_name_in_redirect);
+        assert!(l.merge_slashes);
         let (c, _) = try_build(&http_with(
-            "port_in_redirect off; server_name_in_redirect on; absolute_redirect off;",
+            "port_in_redirect off; server_name_in_redirect on; absolute_redirect off;\n\
+             merge_slashes off;",
         ))
         .unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
         assert!(!l.absolute_redirect && !l.port_in_redirect && l.server_name_in_redirect);
+        assert!(!l.merge_slashes);
     }
 
     #[test]
@@ -71,6 +77,10 @@ mod tests {
             err(&http_with("port_in_redirect on; port_in_redirect off;"))
                 .contains("\"port_in_redirect\" directive is duplicate in /t.conf:3")
         );
+        assert!(err(
+            "events {}\nhttp {\nserver { listen 127.0.0.1:8080;\nlocation / { merge_slashes off; } } }"
+        )
+        .contains("\"merge_slashes\" directive is not allowed here in /t.conf:4"));
         assert!(err(&http_with("server_name_in_redirect on off;")).contains(
             "invalid number of arguments in \"server_name_in_redirect\" directive in /t.conf:3"
         ));

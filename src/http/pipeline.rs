@@ -161,7 +161,22 @@ pub(super) async fn handle(
         body,
         upgrade,
     } = req;
-    let normalized = uri::normalize(req_uri.path());
+    // nginx parses the URI with the settings of the server the address
+    // (and SNI) chose, before the Host header picks one: merge_slashes is
+    // that server's.
+    let merge = shared
+        .router
+        .server(
+            http,
+            listen,
+            info.local,
+            info.tls()
+                .and_then(|t| t.server_name.as_deref())
+                .map(|n| n.strip_suffix('.').unwrap_or(n).to_ascii_lowercase())
+                .as_deref(),
+        )
+        .is_none_or(|s| s.conf.merge_slashes);
+    let normalized = uri::normalize(req_uri.path(), merge);
     let location = normalized
         .as_deref()
         .and_then(|u| router::find_location(&server.locations, u));
@@ -841,7 +856,7 @@ fn redirect_to<'s>(
         Some((p, a)) => (p.to_string(), Some(a.to_string())),
         None => (target.to_string(), None),
     };
-    r.uri = uri::normalize(&path).unwrap_or(path);
+    r.uri = uri::normalize(&path, server.conf.merge_slashes).unwrap_or(path);
     r.args = args;
     r.uri_changed = true;
     Ok(None)
