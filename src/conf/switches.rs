@@ -27,6 +27,7 @@ pub(super) const TABLE: &[Spec] = &[
     // nginx reads it from the server the request's address chose, before
     // any location: no location level.
     switch("merge_slashes", HTTP | SRV),
+    switch("recursive_error_pages", HSL),
 ];
 
 fn set_switch(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -56,15 +57,15 @@ mod tests {
         let (c, _) = try_build(&http_with("")).unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
         assert!(l.absolute_redirect && l.port_in_redirect && !l.server_name_in_redirect);
-        assert!(l.merge_slashes);
+        assert!(l.merge_slashes && !l.recursive_error_pages);
         let (c, _) = try_build(&http_with(
             "port_in_redirect off; server_name_in_redirect on; absolute_redirect off;\n\
-             merge_slashes off;",
+             merge_slashes off; recursive_error_pages on;",
         ))
         .unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
         assert!(!l.absolute_redirect && !l.port_in_redirect && l.server_name_in_redirect);
-        assert!(!l.merge_slashes);
+        assert!(!l.merge_slashes && l.recursive_error_pages);
     }
 
     #[test]

@@ -788,27 +788,55 @@ async fn error_page(
 ) -> Result<Response<Body>, CloseConnection> {
     use crate::conf::loc::ErrorPageStatus;
     let tokens = r.conf.server_tokens;
-    let target = r.eval(&page.target);
-    if !target.starts_with('/') && !target.starts_with('@') {
-        let code = match page.status {
-            ErrorPageStatus::Code(c @ (301 | 302 | 303 | 307 | 308)) => c,
-            _ => 302,
+    let (mut code, mut page) = (code, page.clone());
+    let mut pages = 0;
+    loop {
+        let target = r.eval(&page.target);
+        if !target.starts_with('/') && !target.starts_with('@') {
+            let code = match page.status {
+                ErrorPageStatus::Code(c @ (301 | 302 | 303 | 307 | 308)) => c,
+                _ => 302,
+            };
+            return Ok(response::redirect(code, &target, tokens));
+        }
+        // The location that sent the error decides whether the target's
+        // own error may use error_page again (nginx's
+        // recursive_error_pages); nginx's budget of URI changes bounds it.
+        let recursive = r.conf.recursive_error_pages;
+        pages += 1;
+        if pages > 10 {
+            crate::log_conn!(
+                Level::Error,
+                r.conn.number,
+                "rewrite or internal redirection cycle while internally redirecting to \"{}\"{}",
+                target,
+                r.log_context(None)
+            );
+            return Ok(response::status_page(500, tokens));
+        }
+        let inner = internal_redirect(shared, r, server, &target).await?;
+        let mut resp = match inner {
+            Reply::Full(resp) => resp,
+            Reply::Status(c) => {
+                let again = recursive
+                    .then(|| r.conf.error_page.iter().find(|p| p.codes.contains(&c)))
+                    .flatten()
+                    .cloned();
+                if let Some(next) = again {
+                    (code, page) = (c, next);
+                    continue;
+                }
+                response::status_page(c, tokens)
+            }
+            Reply::Internal(_) => response::status_page(500, tokens),
         };
-        return Ok(response::redirect(code, &target, tokens));
+        match page.status {
+            ErrorPageStatus::Keep => set_status(&mut resp, code),
+            ErrorPageStatus::Code(c) => set_status(&mut resp, c),
+            ErrorPageStatus::Target => {}
+        }
+        return Ok(resp);
     }
-    let inner = internal_redirect(shared, r, server, &target).await?;
-    // error_page does not apply again (nginx's recursive_error_pages off).
-    let mut resp = match inner {
-        Reply::Full(resp) => resp,
-        Reply::Status(c) => response::status_page(c, tokens),
-        Reply::Internal(_) => response::status_page(500, tokens),
-    };
-    match page.status {
-        ErrorPageStatus::Keep => set_status(&mut resp, code),
-        ErrorPageStatus::Code(c) => set_status(&mut resp, c),
-        ErrorPageStatus::Target => {}
-    }
-    Ok(resp)
 }
 
 /// An internal redirect: GET (HEAD stays HEAD), the new URI (or a named
