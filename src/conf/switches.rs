@@ -28,6 +28,7 @@ pub(super) const TABLE: &[Spec] = &[
     // any location: no location level.
     switch("merge_slashes", HTTP | SRV),
     switch("recursive_error_pages", HSL),
+    switch("chunked_transfer_encoding", HSL),
 ];
 
 fn set_switch(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -57,15 +58,15 @@ mod tests {
         let (c, _) = try_build(&http_with("")).unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
         assert!(l.absolute_redirect && l.port_in_redirect && !l.server_name_in_redirect);
-        assert!(l.merge_slashes && !l.recursive_error_pages);
+        assert!(l.merge_slashes && !l.recursive_error_pages && l.chunked_transfer_encoding);
         let (c, _) = try_build(&http_with(
             "port_in_redirect off; server_name_in_redirect on; absolute_redirect off;\n\
-             merge_slashes off; recursive_error_pages on;",
+             merge_slashes off; recursive_error_pages on; chunked_transfer_encoding off;",
         ))
         .unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
         assert!(!l.absolute_redirect && !l.port_in_redirect && l.server_name_in_redirect);
-        assert!(!l.merge_slashes && l.recursive_error_pages);
+        assert!(!l.merge_slashes && l.recursive_error_pages && !l.chunked_transfer_encoding);
     }
 
     #[test]
