@@ -252,6 +252,8 @@ loc_settings! {
     /// `recursive_error_pages`: an error_page target's own error may use
     /// error_page again.
     recursive_error_pages: bool = |_| false,
+    /// `client_body_in_file_only on | clean | off`.
+    client_body_in_file_only: BodyInFile = |_| BodyInFile::Off,
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,
@@ -296,6 +298,18 @@ impl LocConf {
         self.proxy_pass_request_headers = true;
         self.proxy_pass_request_body = true;
     }
+}
+
+/// `client_body_in_file_only`: a body read whole always goes to a file in
+/// `client_body_temp_path`, named by `$request_body_file`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BodyInFile {
+    #[default]
+    Off,
+    /// The file is left after the request.
+    On,
+    /// The file is removed after the request.
+    Clean,
 }
 
 /// Where files come from: `root` (path + URI) or `alias` (path replaces the

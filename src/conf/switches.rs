@@ -6,6 +6,7 @@
 
 use super::ConfError;
 use super::build::{Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here};
+use super::loc::BodyInFile;
 use super::tree::Directive;
 
 const HSL: u8 = HTTP | SRV | LOC;
@@ -29,7 +30,37 @@ pub(super) const TABLE: &[Spec] = &[
     switch("merge_slashes", HTTP | SRV),
     switch("recursive_error_pages", HSL),
     switch("chunked_transfer_encoding", HSL),
+    Spec {
+        name: "client_body_in_file_only",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_body_in_file,
+    },
 ];
+
+fn set_body_in_file(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = match d.args[0].as_str() {
+        "off" => BodyInFile::Off,
+        "on" => BodyInFile::On,
+        "clean" => BodyInFile::Clean,
+        other => {
+            return Err(ConfError::at(
+                format!(
+                    "invalid value \"{other}\" in \"{}\" directive, it must be \"on\", \"clean\" or \"off\"",
+                    d.name
+                ),
+                &d.src,
+            ));
+        }
+    };
+    let l = n.loc_b().ok_or_else(|| not_here(d))?;
+    if l.client_body_in_file_only.is_some() {
+        return Err(duplicate(d));
+    }
+    l.client_body_in_file_only = Some(v);
+    Ok(())
+}
 
 fn set_switch(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let v = flag(d)?;
@@ -67,6 +98,21 @@ mod tests {
         let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
         assert!(!l.absolute_redirect && !l.port_in_redirect && l.server_name_in_redirect);
         assert!(!l.merge_slashes && l.recursive_error_pages && !l.chunked_transfer_encoding);
+    }
+
+    #[test]
+    fn body_in_file() {
+        use super::BodyInFile;
+        let (c, _) = try_build(&http_with("client_body_in_file_only clean;")).unwrap();
+        let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
+        assert_eq!(l.client_body_in_file_only, BodyInFile::Clean);
+        let (c, _) = try_build(&http_with("")).unwrap();
+        let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
+        assert_eq!(l.client_body_in_file_only, BodyInFile::Off);
+        assert_eq!(
+            err(&http_with("client_body_in_file_only yes;")),
+            "invalid value \"yes\" in \"client_body_in_file_only\" directive, it must be \"on\", \"clean\" or \"off\" in /t.conf:3"
+        );
     }
 
     #[test]
