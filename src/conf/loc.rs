@@ -254,6 +254,8 @@ loc_settings! {
     recursive_error_pages: bool = |_| false,
     /// `client_body_in_file_only on | clean | off`.
     client_body_in_file_only: BodyInFile = |_| BodyInFile::Off,
+    /// `auth_delay`: how long a 401 of auth_basic or auth_request waits.
+    auth_delay: Duration = |_| Duration::ZERO,
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,

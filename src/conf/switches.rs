@@ -1,11 +1,14 @@
 //! nginx's http core on/off switches that change how sluice builds its own
 //! responses: the redirect switches (`absolute_redirect`,
 //! `port_in_redirect`, `server_name_in_redirect`), `merge_slashes`,
-//! `chunked_transfer_encoding` and `recursive_error_pages`. Each sets one
+//! `chunked_transfer_encoding`, `recursive_error_pages`,
+//! `client_body_in_file_only` and `auth_delay`. Each sets one
 //! merged location setting (`loc::LocConf`) once per level. Pure.
 
 use super::ConfError;
-use super::build::{Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here};
+use super::build::{
+    Args, Builder, HTTP, LOC, Node, SRV, Spec, duplicate, flag, not_here, time_arg,
+};
 use super::loc::BodyInFile;
 use super::tree::Directive;
 
@@ -37,7 +40,24 @@ pub(super) const TABLE: &[Spec] = &[
         block: false,
         set: set_body_in_file,
     },
+    Spec {
+        name: "auth_delay",
+        ctx: HSL,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_auth_delay,
+    },
 ];
+
+fn set_auth_delay(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let v = time_arg(d, 0)?;
+    let l = n.loc_b().ok_or_else(|| not_here(d))?;
+    if l.auth_delay.is_some() {
+        return Err(duplicate(d));
+    }
+    l.auth_delay = Some(v);
+    Ok(())
+}
 
 fn set_body_in_file(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let v = match d.args[0].as_str() {
@@ -109,6 +129,14 @@ mod tests {
         let (c, _) = try_build(&http_with("")).unwrap();
         let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
         assert_eq!(l.client_body_in_file_only, BodyInFile::Off);
+        assert_eq!(l.auth_delay, std::time::Duration::ZERO);
+        let (c, _) = try_build(&http_with("auth_delay 1500ms;")).unwrap();
+        let l = &c.http.as_ref().unwrap().servers[0].locations[0].conf;
+        assert_eq!(l.auth_delay, std::time::Duration::from_millis(1500));
+        assert!(
+            err(&http_with("auth_delay soon;"))
+                .contains("\"auth_delay\" directive invalid value in /t.conf:3")
+        );
         assert_eq!(
             err(&http_with("client_body_in_file_only yes;")),
             "invalid value \"yes\" in \"client_body_in_file_only\" directive, it must be \"on\", \"clean\" or \"off\" in /t.conf:3"
