@@ -273,6 +273,7 @@ const TABLES: &[&[Spec]] = &[
     super::http::TABLE,
     super::loc_table::TABLE,
     super::switches::TABLE,
+    super::limit_except::TABLE,
     super::http2::TABLE,
     super::files::TABLE,
     super::proxy::TABLE,

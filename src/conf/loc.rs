@@ -256,6 +256,8 @@ loc_settings! {
     client_body_in_file_only: BodyInFile = |_| BodyInFile::Off,
     /// `auth_delay`: how long a 401 of auth_basic or auth_request waits.
     auth_delay: Duration = |_| Duration::ZERO,
+    /// `limit_except`: the access rules for the methods it does not list.
+    limit_except: Option<Arc<super::limit_except::LimitExcept>> = |_| None,
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,

@@ -18,6 +18,7 @@ pub mod http;
 mod http2;
 pub mod lexer;
 pub mod limit;
+pub mod limit_except;
 pub mod loc;
 mod loc_table;
 mod logs;

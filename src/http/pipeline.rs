@@ -455,12 +455,21 @@ async fn dispatch(
             }
             // allow/deny and auth_basic (nginx's access phase), again for
             // the location an internal redirect leads to; then auth_request.
-            if !r.conf.access_rules.is_empty() || r.conf.auth_basic.is_some() {
-                if let Some(code) = Box::pin(super::access_phase::check(r)).await {
-                    drop(body);
-                    auth_delay(r, code).await;
-                    return Ok(Reply::Status(code));
-                }
+            // limit_except: a method the block does not list is checked
+            // with the block's rules (nginx's limit_except location).
+            let location_conf = limited(r).map(|c| std::mem::replace(&mut r.conf, c));
+            let refused = if !r.conf.access_rules.is_empty() || r.conf.auth_basic.is_some() {
+                Box::pin(super::access_phase::check(r)).await
+            } else {
+                None
+            };
+            if let Some(c) = location_conf {
+                r.conf = c;
+            }
+            if let Some(code) = refused {
+                drop(body);
+                auth_delay(r, code).await;
+                return Ok(Reply::Status(code));
             }
             if let Some(uri) = r.conf.auth_request.clone() {
                 if let Some(code) = Box::pin(auth_request(shared, r, server, &uri)).await {
@@ -892,6 +901,26 @@ fn redirect_to<'s>(
     r.args = args;
     r.uri_changed = true;
     Ok(None)
+}
+
+/// The settings the access phase uses for a method `limit_except` does not
+/// list: the location's, with the block's rules where it has any.
+fn limited(r: &Req) -> Option<Arc<crate::conf::loc::LocConf>> {
+    let le = r.conf.limit_except.as_ref()?;
+    if !le.restricts(r.method.as_str()) {
+        return None;
+    }
+    let mut c = (*r.conf).clone();
+    if let Some(a) = &le.access_rules {
+        c.access_rules = a.clone();
+    }
+    if let Some(a) = &le.auth_basic {
+        c.auth_basic = a.clone();
+    }
+    if let Some(a) = &le.auth_basic_user_file {
+        c.auth_basic_user_file = a.clone();
+    }
+    Some(Arc::new(c))
 }
 
 /// `auth_delay`: a 401 of the access phase waits before it is sent, so
