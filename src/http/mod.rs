@@ -20,6 +20,7 @@ mod expires;
 mod framing;
 pub mod gzip;
 mod h2;
+mod h2_wire;
 pub mod htpasswd;
 pub(crate) mod inbound;
 pub mod keeper;

@@ -386,11 +386,16 @@ async fn attempts(
         };
         let status = resp.status().as_u16();
         snap.responded(c.id, status);
+        // The response head as the upstream sent it, before any header is
+        // hidden from the client.
+        let head_wire = super::h2_wire::response_head(resp.status(), resp.headers());
         let answered = Attempt {
             addr: c.name.clone(),
             status: Some(status),
             connect: Some(connect_time),
             header: Some(c.began.elapsed()),
+            sent: super::h2_wire::request(&head, whole.as_ref().map(Payload::len)),
+            received: head_wire,
             ..Attempt::default()
         };
         // Another try needs the body again: whole, or kept whole.
@@ -484,6 +489,7 @@ async fn attempts(
             log: r.upstream.clone(),
             attempt_start: c.began,
             received: 0,
+            wire: head_wire,
             read_timeout: conf.proxy_read_timeout,
             timer: None,
             data_done: ended,
@@ -848,6 +854,9 @@ struct H2Body {
     log: Arc<Mutex<UpstreamLog>>,
     attempt_start: Instant,
     received: u64,
+    /// The response on the wire as estimated (`h2_wire`): head, DATA
+    /// frames, trailers.
+    wire: u64,
     read_timeout: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     data_done: bool,
@@ -872,7 +881,7 @@ impl H2Body {
         {
             a.response = Some(self.attempt_start.elapsed());
             a.length = Some(self.received);
-            a.received = self.received;
+            a.received = self.wire;
         }
         if self.received > 0 {
             peers
@@ -927,6 +936,7 @@ impl HttpBody for H2Body {
                 Poll::Ready(Some(Ok(d))) => {
                     let _ = this.recv.flow_control().release_capacity(d.len());
                     this.received += d.len() as u64;
+                    this.wire += d.len() as u64 + super::h2_wire::FRAME_HEAD;
                     this.timer = None;
                     return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
@@ -940,6 +950,9 @@ impl HttpBody for H2Body {
         match this.recv.poll_trailers(cx) {
             Poll::Ready(Ok(t)) => {
                 this.ended = true;
+                if let Some(t) = &t {
+                    this.wire += super::h2_wire::header_block(&[], t);
+                }
                 this.finish(true);
                 Poll::Ready(t.map(|t| Ok(Frame::trailers(t))))
             }
