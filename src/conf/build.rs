@@ -1025,9 +1025,11 @@ mod core_list {
             .find(".SH CORE DIRECTIVES NOT IMPLEMENTED")
             .expect("man page section");
         let body = &man[start..];
+        // The list follows the section's text; one name is a `.B` line.
         let list = body
             .lines()
-            .find(|l| l.starts_with(".BR ") && l.contains("\", \""))
+            .skip_while(|l| *l != "prints the same list.")
+            .nth(1)
             .unwrap_or("");
         let named: Vec<&str> = list
             .split('"')
