@@ -2,6 +2,8 @@
 
 # proxy_redirect: the default rewrites the proxy_pass URL in upstream Location
 # and Refresh headers to the location prefix (or / without a URI part);
+# a rewritten Location that is a path is completed with the request's host
+# and port (absolute_redirect, as nginx's header filter), Refresh is not;
 # explicit rules; regular expressions (~, ~*) with captures, tried in order
 # with the text rules; off. X-Accel-Redirect from the upstream.
 
@@ -69,11 +71,12 @@ EOF
 $t->backend(port(8081));
 $t->run();
 my $p = port(8081);
+my $p0 = port(8080);
 
 my $r = http_get('/one/redir');
-like($r, qr!^Location: /one/target\r$!m, 'default with a URI part: the location prefix');
+like($r, qr!^Location: http://localhost:$p0/one/target\r$!m, 'default with a URI part: the location prefix');
 like($r, qr!^Refresh: 0; url=/one/refresh\r$!m, 'Refresh rewritten too');
-like(http_get('/redir'), qr!^Location: /two/target\r$!m, 'default without a URI part: /');
+like(http_get('/redir'), qr!^Location: http://localhost:$p0/two/target\r$!m, 'default without a URI part: /');
 like(http_get('/off/redir'), qr!^Location: http://127\.0\.0\.1:$p/two/target\r$!m, 'off');
 like(http_get('/rule/redir'), qr!^Location: http://example\.com/localhost/target\r$!m, 'explicit rule with a variable');
 
@@ -82,13 +85,13 @@ $r = http_get('/re/redir');
 like($r, qr!^Location: http://127\.0\.0\.1/two/target\r$!m, 'regex with positional captures');
 like($r, qr!^Refresh: 0; url=http://127\.0\.0\.1/two/refresh\r$!m, 'regex on Refresh after url=');
 $r = http_get('/order/redir');
-like($r, qr!^Location: /nocase/target\?h=localhost\r$!m,
+like($r, qr!^Location: http://localhost:$p0/nocase/target\?h=localhost\r$!m,
 	'~* matches case-insensitively, ~ does not; a named capture and a variable');
 like($r, qr!^Refresh: 0; url=/nocase/refresh\?h=localhost\r$!m, 'the first match wins');
 $r = http_get('/mixed/redir');
-like($r, qr!^Location: /text/arget\r$!m, 'a text rule before a regex');
+like($r, qr!^Location: http://localhost:$p0/text/arget\r$!m, 'a text rule before a regex');
 like($r, qr!^Refresh: 0; url=/regex\r$!m, 'the regex when the text rule does not match');
-like(http_get('/loc7/redir'), qr!^Location: /from-rewrite-7\r$!m,
+like(http_get('/loc7/redir'), qr!^Location: http://localhost:$p0/from-rewrite-7\r$!m,
 	'a regex without groups leaves $1 to the rewrite\'s');
 
 # X-Accel-Redirect: an internal redirect (GET), the header not shown.

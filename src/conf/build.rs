@@ -301,6 +301,8 @@ const TABLES: &[&[Spec]] = &[
     TABLE,
     super::http::TABLE,
     super::loc_table::TABLE,
+    super::switches::TABLE,
+    super::limit_except::TABLE,
     super::http2::TABLE,
     super::files::TABLE,
     super::proxy::TABLE,
@@ -1061,9 +1063,11 @@ mod core_list {
             .find(".SH CORE DIRECTIVES NOT IMPLEMENTED")
             .expect("man page section");
         let body = &man[start..];
+        // The list follows the section's text; one name is a `.B` line.
         let list = body
             .lines()
-            .find(|l| l.starts_with(".BR ") && l.contains("\", \""))
+            .skip_while(|l| *l != "prints the same list.")
+            .nth(1)
             .unwrap_or("");
         let named: Vec<&str> = list
             .split('"')

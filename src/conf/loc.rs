@@ -280,6 +280,26 @@ loc_settings! {
     override_charset: bool = |_| false,
     /// `charset_map` tables (http level), for every location.
     charset_maps: Arc<Vec<Arc<super::charset::CharsetMap>>> = |_| Arc::default(),
+    /// `absolute_redirect`: a redirect sluice makes to a path on this
+    /// server gets scheme, host and port (`http::script::absolute`).
+    absolute_redirect: bool = |_| true,
+    port_in_redirect: bool = |_| true,
+    /// `server_name_in_redirect`: the server's first name, not the Host.
+    server_name_in_redirect: bool = |_| false,
+    /// `merge_slashes` (server level): `//` in the path is one `/`.
+    merge_slashes: bool = |_| true,
+    /// `chunked_transfer_encoding off`: a response of unknown length to an
+    /// HTTP/1.1 client is sent as it comes and the connection closed.
+    chunked_transfer_encoding: bool = |_| true,
+    /// `recursive_error_pages`: an error_page target's own error may use
+    /// error_page again.
+    recursive_error_pages: bool = |_| false,
+    /// `client_body_in_file_only on | clean | off`.
+    client_body_in_file_only: BodyInFile = |_| BodyInFile::Off,
+    /// `auth_delay`: how long a 401 of auth_basic or auth_request waits.
+    auth_delay: Duration = |_| Duration::ZERO,
+    /// `limit_except`: the access rules for the methods it does not list.
+    limit_except: Option<Arc<super::limit_except::LimitExcept>> = |_| None,
     /// The finished TLS client settings, made for a location whose
     /// `proxy_pass` is https or has variables (never set by a directive).
     proxy_ssl: Option<Arc<super::proxy_ssl::ProxySsl>> = |_| None,
@@ -363,6 +383,18 @@ impl LocConf {
         self.proxy_cookie_domain = Arc::default();
         self.proxy_cookie_path = Arc::default();
     }
+}
+
+/// `client_body_in_file_only`: a body read whole always goes to a file in
+/// `client_body_temp_path`, named by `$request_body_file`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BodyInFile {
+    #[default]
+    Off,
+    /// The file is left after the request.
+    On,
+    /// The file is removed after the request.
+    Clean,
 }
 
 /// Where files come from: `root` (path + URI) or `alias` (path replaces the

@@ -20,6 +20,7 @@ pub mod http;
 mod http2;
 pub mod lexer;
 pub mod limit;
+pub mod limit_except;
 pub mod listen_opts;
 pub mod loc;
 mod loc_table;
@@ -41,6 +42,7 @@ mod stream;
 pub mod stream_more;
 mod stream_udp;
 pub mod sub_mirror;
+mod switches;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod tree;

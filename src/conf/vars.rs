@@ -46,6 +46,8 @@ pub enum Var {
     RequestLength,
     /// `$request_body`: the client's body when it was read into memory.
     RequestBody,
+    /// `$request_body_file`: the body's file (`client_body_in_file_only`).
+    RequestBodyFile,
     RequestTime,
     TimeIso8601,
     ProxyHost,
@@ -392,6 +394,7 @@ impl Var {
             // that reads the rate in force until set.
             "limit_rate" => Var::User(name.to_string()),
             "request_body" => Var::RequestBody,
+            "request_body_file" => Var::RequestBodyFile,
             "request_time" => Var::RequestTime,
             "time_iso8601" => Var::TimeIso8601,
             "proxy_host" => Var::ProxyHost,

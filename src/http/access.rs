@@ -61,6 +61,14 @@ impl LoggedBody {
             .map_or(std::time::Duration::from_secs(60), |r| r.conf.send_timeout)
     }
 
+    /// The request's `chunked_transfer_encoding`: off, a body of unknown
+    /// length goes until the connection closes, as to an HTTP/1.0 client.
+    pub(crate) fn chunked_transfer_encoding(&self) -> bool {
+        self.req
+            .as_ref()
+            .is_none_or(|r| r.conf.chunked_transfer_encoding)
+    }
+
     /// The request's `http2_chunk_size`.
     pub(crate) fn http2_chunk_size(&self) -> usize {
         self.req

@@ -966,7 +966,8 @@ fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
 /// Writes a response: its head with the framing headers it needs, then its
 /// body (length, chunked to a client that reads chunks, else until close),
 /// each write within `send_timeout`. `chunks`: the client reads chunks
-/// (HTTP/1.1; an HTTP/1.0 one gets a body of unknown length until close).
+/// (HTTP/1.1; an HTTP/1.0 one, or any with `chunked_transfer_encoding off`,
+/// gets a body of unknown length until close).
 /// `keep`: the client would keep the connection.
 async fn send_response(
     inb: &Inbound,
@@ -998,7 +999,7 @@ async fn send_response(
                 Some(n) => {
                     h.insert(CONTENT_LENGTH, HeaderValue::from(n));
                 }
-                None if chunks => {
+                None if chunks && body.chunked_transfer_encoding() => {
                     h.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
                     chunked = true;
                 }

@@ -22,6 +22,7 @@ mod fastcgi;
 mod framing;
 pub mod gzip;
 mod h2;
+mod h2_wire;
 pub mod htpasswd;
 pub(crate) mod inbound;
 pub mod keeper;

@@ -161,7 +161,22 @@ pub(super) async fn handle(
         body,
         upgrade,
     } = req;
-    let normalized = uri::normalize(req_uri.path());
+    // nginx parses the URI with the settings of the server the address
+    // (and SNI) chose, before the Host header picks one: merge_slashes is
+    // that server's.
+    let merge = shared
+        .router
+        .server(
+            http,
+            listen,
+            info.local,
+            info.tls()
+                .and_then(|t| t.server_name.as_deref())
+                .map(|n| n.strip_suffix('.').unwrap_or(n).to_ascii_lowercase())
+                .as_deref(),
+        )
+        .is_none_or(|s| s.conf.merge_slashes);
+    let normalized = uri::normalize(req_uri.path(), merge);
     let location = normalized
         .as_deref()
         .and_then(|u| router::find_location(&server.locations, u));
@@ -186,6 +201,7 @@ pub(super) async fn handle(
             Ok(Some(h)) => h.clone(),
             _ => server.primary_name.clone(),
         },
+        host_given: matches!(host, Ok(Some(_))),
         server_name: server.primary_name.clone(),
         conf,
         status: 0,
@@ -206,6 +222,7 @@ pub(super) async fn handle(
         limits: Default::default(),
         gzip_ratio: None,
         request_body: None,
+        request_body_file: None,
         www_authenticate: None,
         subrequest: false,
         accel_limit_rate: None,
@@ -363,8 +380,11 @@ fn header_bytes_of(parts: &http::response::Parts) -> u64 {
     (17 + headers + 2) as u64
 }
 
-/// nginx's 301 to the URI with its "/" added (`router::auto_redirect`).
-fn auto_redirect(r: &Req) -> Reply {
+/// nginx's 301 to the URI with its "/" added (`router::auto_redirect`),
+/// made with the settings of the location that asked for it, as nginx
+/// (its `absolute_redirect` and kin).
+fn auto_redirect(r: &mut Req, by: &Location) -> Reply {
+    r.conf = by.conf.clone();
     let mut target = format!("{}/", r.uri);
     if let Some(a) = r.args.as_deref().filter(|a| !a.is_empty()) {
         target.push('?');
@@ -396,8 +416,10 @@ pub(super) async fn dispatch(
             return reply;
         }
     }
-    if named.is_none() && router::auto_redirect(&server.locations, &r.uri) {
-        return Ok(auto_redirect(r));
+    if named.is_none() {
+        if let Some(by) = router::auto_redirect(&server.locations, &r.uri) {
+            return Ok(auto_redirect(r, by));
+        }
     }
     let mut location = named.or_else(|| router::find_location(&server.locations, &r.uri));
     let mut searches = 0;
@@ -417,8 +439,8 @@ pub(super) async fn dispatch(
                     if let Some(reply) = redirect_cycle(r, &mut searches, "processing") {
                         return Ok(reply);
                     }
-                    if router::auto_redirect(&server.locations, &r.uri) {
-                        return Ok(auto_redirect(r));
+                    if let Some(by) = router::auto_redirect(&server.locations, &r.uri) {
+                        return Ok(auto_redirect(r, by));
                     }
                     location = router::find_location(&server.locations, &r.uri);
                 }
@@ -446,15 +468,26 @@ pub(super) async fn dispatch(
             }
             // allow/deny and auth_basic (nginx's access phase), again for
             // the location an internal redirect leads to; then auth_request.
-            if !r.conf.access_rules.is_empty() || r.conf.auth_basic.is_some() {
-                if let Some(code) = Box::pin(super::access_phase::check(r)).await {
-                    drop(body);
-                    return Ok(Reply::Status(code));
-                }
+            // limit_except: a method the block does not list is checked
+            // with the block's rules (nginx's limit_except location).
+            let location_conf = limited(r).map(|c| std::mem::replace(&mut r.conf, c));
+            let refused = if !r.conf.access_rules.is_empty() || r.conf.auth_basic.is_some() {
+                Box::pin(super::access_phase::check(r)).await
+            } else {
+                None
+            };
+            if let Some(c) = location_conf {
+                r.conf = c;
+            }
+            if let Some(code) = refused {
+                drop(body);
+                auth_delay(r, code).await;
+                return Ok(Reply::Status(code));
             }
             if let Some(uri) = r.conf.auth_request.clone() {
                 if let Some(code) = Box::pin(auth_request(shared, r, server, &uri)).await {
                     drop(body);
+                    auth_delay(r, code).await;
                     return Ok(Reply::Status(code));
                 }
             }
@@ -597,6 +630,7 @@ pub(super) fn subrequest(r: &Req, method: http::Method) -> Req {
         args: r.args.clone(),
         headers: r.headers.clone(),
         host: r.host.clone(),
+        host_given: r.host_given,
         server_name: r.server_name.clone(),
         conf: r.conf.clone(),
         status: 0,
@@ -617,6 +651,7 @@ pub(super) fn subrequest(r: &Req, method: http::Method) -> Req {
         limits: Default::default(),
         gzip_ratio: None,
         request_body: r.request_body.clone(),
+        request_body_file: None,
         www_authenticate: None,
         subrequest: true,
         accel_limit_rate: None,
@@ -807,27 +842,55 @@ async fn error_page(
 ) -> Result<Response<Body>, CloseConnection> {
     use crate::conf::loc::ErrorPageStatus;
     let tokens = r.conf.server_tokens;
-    let target = r.eval(&page.target);
-    if !target.starts_with('/') && !target.starts_with('@') {
-        let code = match page.status {
-            ErrorPageStatus::Code(c @ (301 | 302 | 303 | 307 | 308)) => c,
-            _ => 302,
+    let (mut code, mut page) = (code, page.clone());
+    let mut pages = 0;
+    loop {
+        let target = r.eval(&page.target);
+        if !target.starts_with('/') && !target.starts_with('@') {
+            let code = match page.status {
+                ErrorPageStatus::Code(c @ (301 | 302 | 303 | 307 | 308)) => c,
+                _ => 302,
+            };
+            return Ok(response::redirect(code, &target, tokens));
+        }
+        // The location that sent the error decides whether the target's
+        // own error may use error_page again (nginx's
+        // recursive_error_pages); nginx's budget of URI changes bounds it.
+        let recursive = r.conf.recursive_error_pages;
+        pages += 1;
+        if pages > 10 {
+            crate::log_conn!(
+                Level::Error,
+                r.conn.number,
+                "rewrite or internal redirection cycle while internally redirecting to \"{}\"{}",
+                target,
+                r.log_context(None)
+            );
+            return Ok(response::status_page(500, tokens));
+        }
+        let inner = internal_redirect(shared, r, server, &target).await?;
+        let mut resp = match inner {
+            Reply::Full(resp) => resp,
+            Reply::Status(c) => {
+                let again = recursive
+                    .then(|| r.conf.error_page.iter().find(|p| p.codes.contains(&c)))
+                    .flatten()
+                    .cloned();
+                if let Some(next) = again {
+                    (code, page) = (c, next);
+                    continue;
+                }
+                response::status_page(c, tokens)
+            }
+            Reply::Internal(_) => response::status_page(500, tokens),
         };
-        return Ok(response::redirect(code, &target, tokens));
+        match page.status {
+            ErrorPageStatus::Keep => set_status(&mut resp, code),
+            ErrorPageStatus::Code(c) => set_status(&mut resp, c),
+            ErrorPageStatus::Target => {}
+        }
+        return Ok(resp);
     }
-    let inner = internal_redirect(shared, r, server, &target).await?;
-    // error_page does not apply again (nginx's recursive_error_pages off).
-    let mut resp = match inner {
-        Reply::Full(resp) => resp,
-        Reply::Status(c) => response::status_page(c, tokens),
-        Reply::Internal(_) => response::status_page(500, tokens),
-    };
-    match page.status {
-        ErrorPageStatus::Keep => set_status(&mut resp, code),
-        ErrorPageStatus::Code(c) => set_status(&mut resp, c),
-        ErrorPageStatus::Target => {}
-    }
-    Ok(resp)
 }
 
 /// An internal redirect: GET (HEAD stays HEAD), the new URI (or a named
@@ -875,10 +938,38 @@ pub(super) fn redirect_to<'s>(
         Some((p, a)) => (p.to_string(), Some(a.to_string())),
         None => (target.to_string(), None),
     };
-    r.uri = uri::normalize(&path).unwrap_or(path);
+    r.uri = uri::normalize(&path, server.conf.merge_slashes).unwrap_or(path);
     r.args = args;
     r.uri_changed = true;
     Ok(None)
+}
+
+/// The settings the access phase uses for a method `limit_except` does not
+/// list: the location's, with the block's rules where it has any.
+fn limited(r: &Req) -> Option<Arc<crate::conf::loc::LocConf>> {
+    let le = r.conf.limit_except.as_ref()?;
+    if !le.restricts(r.method.as_str()) {
+        return None;
+    }
+    let mut c = (*r.conf).clone();
+    if let Some(a) = &le.access_rules {
+        c.access_rules = a.clone();
+    }
+    if let Some(a) = &le.auth_basic {
+        c.auth_basic = a.clone();
+    }
+    if let Some(a) = &le.auth_basic_user_file {
+        c.auth_basic_user_file = a.clone();
+    }
+    Some(Arc::new(c))
+}
+
+/// `auth_delay`: a 401 of the access phase waits before it is sent, so
+/// that its timing tells an attacker nothing (nginx 1.17.10).
+async fn auth_delay(r: &Req, code: u16) {
+    if code == 401 && !r.conf.auth_delay.is_zero() {
+        tokio::time::sleep(r.conf.auth_delay).await;
+    }
 }
 
 /// The cycle nginx stops after ten URI changes: logged, then 500.
@@ -913,7 +1004,7 @@ pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection>
             Ok(Reply::Status(code))
         }
         (301 | 302 | 303 | 307 | 308, Some(loc)) => {
-            // absolute_redirect on, port_in_redirect on: as nginx builds it.
+            // absolute_redirect and its kin decide, as nginx's header filter.
             let loc = script::absolute(r, &loc);
             Ok(Reply::Full(response::redirect(ret.code, &loc, tokens)))
         }

@@ -963,6 +963,7 @@ pub(super) fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
                     // that had, as nginx.
                     let caps = (re.captures_len() > 1).then(|| Captures::of(re, &c));
                     let to = eval_with_captures(t, caps.as_ref(), |v| r.value(v));
+                    let to = completed(r, &name, to);
                     if let Ok(v) = HeaderValue::from_str(&format!("{head}{to}")) {
                         h.insert(name.clone(), v);
                     }
@@ -970,12 +971,25 @@ pub(super) fn redirect_headers(r: &Req, pp: &ProxyPass, h: &mut HeaderMap) {
                 }
             };
             if let Some(rest) = url.strip_prefix(from.as_str()) {
-                if let Ok(v) = HeaderValue::from_str(&format!("{head}{to}{rest}")) {
+                let to = completed(r, &name, format!("{to}{rest}"));
+                if let Ok(v) = HeaderValue::from_str(&format!("{head}{to}")) {
                     h.insert(name.clone(), v);
                 }
                 break;
             }
         }
+    }
+}
+
+/// A `Location` that `proxy_redirect` made relative is completed as
+/// sluice's own redirects are (`absolute_redirect`): nginx's upstream
+/// module hands a rewritten one to its header filter. `Refresh` and an
+/// upstream's own relative `Location` stay as they are.
+fn completed(r: &Req, name: &HeaderName, url: String) -> String {
+    if *name == header::LOCATION {
+        super::script::absolute(r, &url)
+    } else {
+        url
     }
 }
 

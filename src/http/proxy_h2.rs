@@ -386,11 +386,16 @@ async fn attempts(
         };
         let status = resp.status().as_u16();
         snap.responded(c.id, status);
+        // The response head as the upstream sent it, before any header is
+        // hidden from the client.
+        let head_wire = super::h2_wire::response_head(resp.status(), resp.headers());
         let answered = Attempt {
             addr: c.name.clone(),
             status: Some(status),
             connect: Some(connect_time),
             header: Some(c.began.elapsed()),
+            sent: super::h2_wire::request(&head, whole.as_ref().map(Payload::len)),
+            received: head_wire,
             ..Attempt::default()
         };
         // Another try needs the body again: whole, or kept whole.
@@ -492,6 +497,7 @@ async fn attempts(
             log: r.upstream.clone(),
             attempt_start: c.began,
             received: 0,
+            wire: head_wire,
             read_timeout: conf.proxy_read_timeout,
             timer: None,
             data_done: ended,
@@ -864,6 +870,9 @@ struct H2Body {
     log: Arc<Mutex<UpstreamLog>>,
     attempt_start: Instant,
     received: u64,
+    /// The response on the wire as estimated (`h2_wire`): head, DATA
+    /// frames, trailers.
+    wire: u64,
     read_timeout: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     data_done: bool,
@@ -896,7 +905,7 @@ impl H2Body {
         {
             a.response = Some(self.attempt_start.elapsed());
             a.length = Some(self.received);
-            a.received = self.received;
+            a.received = self.wire;
         }
         if self.received > 0 {
             peers
@@ -962,6 +971,7 @@ impl HttpBody for H2Body {
                     if let Some(b) = this.limit.as_mut() {
                         b.used(d.len() as u64);
                     }
+                    this.wire += d.len() as u64 + super::h2_wire::FRAME_HEAD;
                     this.timer = None;
                     return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
@@ -975,6 +985,9 @@ impl HttpBody for H2Body {
         match this.recv.poll_trailers(cx) {
             Poll::Ready(Ok(t)) => {
                 this.ended = true;
+                if let Some(t) = &t {
+                    this.wire += super::h2_wire::header_block(&[], t);
+                }
                 this.finish(true);
                 Poll::Ready(t.map(|t| Ok(Frame::trailers(t))))
             }

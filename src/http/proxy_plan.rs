@@ -15,10 +15,11 @@ use std::sync::Arc;
 use super::ClientBody;
 use super::proxy_stream::Streamed;
 use super::vars::Req;
+use crate::conf::loc::BodyInFile;
 use crate::conf::model::ProxyPass;
 use crate::h1::body::Framing;
 use crate::log::Level;
-use crate::upstream::body::{Payload, Spool};
+use crate::upstream::body::{Keep, Payload, Spool};
 
 const HOP_BY_HOP: [&str; 6] = [
     "connection",
@@ -171,10 +172,16 @@ pub(super) async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16>
     };
     body.limit(r.conf.client_max_body_size);
     let declared = declared_length(r)?;
-    let room = r.conf.client_body_buffer_size;
+    let in_file = r.conf.client_body_in_file_only != BodyInFile::Off;
+    // client_body_in_file_only: all of it to a file, from the first byte.
+    let room = if in_file {
+        0
+    } else {
+        r.conf.client_body_buffer_size
+    };
     // Memory for what the body declares, up to the buffer; past it, a file.
     let mut buf = BytesMut::with_capacity(declared.unwrap_or(0).min(room) as usize);
-    let mut spool: Option<Spool> = None;
+    let mut spool: Option<Spool> = if in_file { Some(spool_file(r)?) } else { None };
     let mut total: u64 = 0;
     loop {
         let frame = match tokio::time::timeout(r.conf.client_body_timeout, body.frame()).await {
@@ -227,10 +234,17 @@ pub(super) async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16>
 
 /// A new temporary file for a body, logged as nginx logs it.
 fn spool_file(r: &Req) -> Result<Spool, u16> {
-    match Spool::create(&r.conf.client_body_temp_path) {
+    // client_body_in_file_only keeps the file (named by $request_body_file)
+    // and logs it at notice, as nginx.
+    let (keep, level) = match r.conf.client_body_in_file_only {
+        BodyInFile::Off => (Keep::No, Level::Warn),
+        BodyInFile::On => (Keep::After, Level::Notice),
+        BodyInFile::Clean => (Keep::During, Level::Notice),
+    };
+    match Spool::create_kept(&r.conf.client_body_temp_path, keep) {
         Ok(f) => {
             crate::log_conn!(
-                Level::Warn,
+                level,
                 r.conn.number,
                 "a client request body is buffered to a temporary file {}{}",
                 f.path.display(),
@@ -386,7 +400,9 @@ impl Plan {
 /// internal redirect has none).
 fn streamed_framing(r: &Req, incoming: bool) -> Option<Framing> {
     let conf = &r.conf;
+    // client_body_in_file_only reads the whole body to its file first.
     if conf.proxy_request_buffering
+        || conf.client_body_in_file_only != crate::conf::loc::BodyInFile::Off
         || conf.proxy_set_body.is_some()
         || !conf.proxy_pass_request_body
         || !incoming
@@ -454,8 +470,12 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
         drop(body);
         Payload::default()
     };
-    if let Payload::Mem(b) = &payload {
-        r.request_body = Some(b.clone());
+    match &payload {
+        Payload::Mem(b) => r.request_body = Some(b.clone()),
+        Payload::File(f) if r.conf.client_body_in_file_only != BodyInFile::Off => {
+            r.request_body_file = Some(f.path.display().to_string());
+        }
+        Payload::File(_) => {}
     }
     if let Some(t) = &r.conf.proxy_set_body {
         payload = Payload::Mem(Bytes::from(r.eval(t)));

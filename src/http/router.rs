@@ -192,31 +192,26 @@ pub fn find_location<'a>(locs: &'a [Location], uri: &str) -> Option<&'a Location
 /// requests on (`proxy_pass`, `grpc_pass`) but for its final "/", and no
 /// location is `uri` itself. The search stops there, before any regex
 /// location, with a 301 to `uri/`.
-pub fn auto_redirect(locs: &[Location], uri: &str) -> bool {
-    let Some(named) = uri.strip_suffix('/').map_or(Some(uri), |_| None) else {
-        return false;
-    };
+pub fn auto_redirect<'a>(locs: &'a [Location], uri: &str) -> Option<&'a Location> {
+    let named = uri.strip_suffix('/').map_or(Some(uri), |_| None)?;
     let prefix = |l: &Location| matches!(l.modifier, Modifier::Prefix | Modifier::PrefixNoRegex);
     let mut level = locs;
     loop {
         if level.iter().any(|l| l.regex.is_none() && l.uri == named) {
-            return false;
+            return None;
         }
-        if level.iter().any(|l| {
+        if let Some(l) = level.iter().find(|l| {
             prefix(l)
                 && (l.proxy_pass.is_some() || l.proxy_pass_var.is_some())
                 && l.uri.strip_suffix('/') == Some(named)
         }) {
-            return true;
+            return Some(l);
         }
         // Into the longest prefix location that holds the URI.
-        let Some(best) = level
+        let best = level
             .iter()
             .filter(|l| prefix(l) && named.starts_with(l.uri.as_str()))
-            .max_by_key(|l| l.uri.len())
-        else {
-            return false;
-        };
+            .max_by_key(|l| l.uri.len())?;
         level = &best.locations;
     }
 }

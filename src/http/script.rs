@@ -69,9 +69,14 @@ fn holds(cond: &Cond, r: &mut Req) -> bool {
     }
 }
 
-/// An absolute URL for a redirect to a path on this server, as nginx builds it.
+/// The `Location` of a redirect sluice makes, as nginx's header filter
+/// completes a relative one: with `absolute_redirect` a path gets scheme,
+/// host (the server's first name with `server_name_in_redirect`, else the
+/// request's host, else the address it came to) and the port the request
+/// came to (left out when it is the scheme's, or with `port_in_redirect
+/// off`). Anything but a path is left as written.
 pub fn absolute(r: &Req, path: &str) -> String {
-    if !path.starts_with('/') {
+    if !path.starts_with('/') || !r.conf.absolute_redirect {
         return path.to_string();
     }
     // https over TLS, its default port left out as http's is.
@@ -81,13 +86,19 @@ pub fn absolute(r: &Req, path: &str) -> String {
         ("http", 80)
     };
     let port = r.conn.local.map(|a| a.port()).unwrap_or(default);
-    // No name to give: the address the request came to, as nginx.
-    let host = match r.conn.local {
-        Some(a) if r.host.is_empty() && a.is_ipv6() => format!("[{}]", a.ip()),
-        Some(a) if r.host.is_empty() => a.ip().to_string(),
-        _ => r.host.clone(),
+    let host = if r.conf.server_name_in_redirect {
+        r.server_name.clone()
+    } else if r.host_given {
+        r.host.clone()
+    } else {
+        match r.conn.local {
+            Some(a) if a.is_ipv6() => format!("[{}]", a.ip()),
+            Some(a) => a.ip().to_string(),
+            // A unix socket has no address to name: the server's name.
+            None => r.host.clone(),
+        }
     };
-    if port == default {
+    if port == default || !r.conf.port_in_redirect {
         format!("{scheme}://{host}{path}")
     } else {
         format!("{scheme}://{host}:{port}{path}")

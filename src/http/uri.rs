@@ -1,9 +1,12 @@
 //! nginx's URI normalization for location matching and `$uri`: percent-decoding,
-//! merging `//`, resolving `/./` and `/../`. A path that climbs above the root, or
-//! one that does not start with `/`, is a bad request. Pure.
+//! merging `//` (unless `merge_slashes off`), resolving `/./` and `/../`. A path
+//! that climbs above the root, or one that does not start with `/`, is a bad
+//! request. Pure.
 
 /// The normalized path, or None for a request nginx answers with 400.
-pub fn normalize(path: &str) -> Option<String> {
+/// `merge`: `merge_slashes`; without it an empty segment stays one, and a
+/// `..` after it takes it away, as nginx's parser does.
+pub fn normalize(path: &str, merge: bool) -> Option<String> {
     if !path.starts_with('/') {
         return None;
     }
@@ -33,9 +36,17 @@ pub fn normalize(path: &str) -> Option<String> {
     let text = String::from_utf8_lossy(&decoded);
     let mut segs: Vec<&str> = Vec::new();
     let trailing = text.ends_with('/') || text.ends_with("/.") || text.ends_with("/..");
-    for seg in text.split('/') {
+    // The segments after the leading "/"; the last empty one (after a
+    // final "/") is `trailing`'s to add back.
+    let body = text.get(1..).unwrap_or("");
+    let mut parts: Vec<&str> = body.split('/').collect();
+    if parts.last() == Some(&"") {
+        parts.pop();
+    }
+    for seg in parts {
         match seg {
-            "" | "." => {}
+            "" if merge => {}
+            "." => {}
             ".." => {
                 segs.pop()?;
             }
@@ -55,7 +66,44 @@ pub fn normalize(path: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::normalize;
+    use proptest::prelude::*;
+
+    fn normalize(p: &str) -> Option<String> {
+        super::normalize(p, true)
+    }
+
+    fn unmerged(p: &str) -> Option<String> {
+        super::normalize(p, false)
+    }
+
+    #[test]
+    fn merge_slashes_off() {
+        assert_eq!(unmerged("/a//b").as_deref(), Some("/a//b"));
+        assert_eq!(unmerged("//").as_deref(), Some("//"));
+        assert_eq!(unmerged("/").as_deref(), Some("/"));
+        assert_eq!(unmerged("/a//").as_deref(), Some("/a//"));
+        assert_eq!(unmerged("/a%2F%2Fb").as_deref(), Some("/a//b"));
+        assert_eq!(unmerged("/a//../b").as_deref(), Some("/a/b"));
+        assert_eq!(unmerged("/a/.//b").as_deref(), Some("/a//b"));
+        assert_eq!(unmerged("/a//..").as_deref(), Some("/a/"));
+        assert_eq!(unmerged("//../../x"), None);
+        assert_eq!(unmerged("x"), None);
+    }
+
+    proptest! {
+        // Hostile paths: never a panic; a result always starts with "/",
+        // never holds a "." or ".." segment, and merged has no "//".
+        #[test]
+        fn any_path(p in "/[a-z/.%0-9A-F]{0,40}") {
+            for merge in [true, false] {
+                if let Some(out) = super::normalize(&p, merge) {
+                    prop_assert!(out.starts_with('/'));
+                    prop_assert!(!out.split('/').any(|s| s == "." || s == ".."));
+                    prop_assert!(!merge || !out.contains("//"));
+                }
+            }
+        }
+    }
 
     #[test]
     fn cases() {

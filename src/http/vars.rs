@@ -164,6 +164,10 @@ pub struct Req {
     pub headers: crate::h1::head::Headers,
     /// `Host` without the port, lowercased, else the server's name (`$host`).
     pub host: String,
+    /// The request named its host (Host, `:authority` or an absolute URI):
+    /// a redirect then names it, else the address it came to (nginx's
+    /// `headers_in.server`).
+    pub host_given: bool,
     pub server_name: String,
     pub conf: Arc<LocConf>,
     pub status: u16,
@@ -199,6 +203,9 @@ pub struct Req {
     /// The client's body, when a proxied request read it into memory
     /// (`$request_body`; none for one spooled to a file, as nginx).
     pub request_body: Option<bytes::Bytes>,
+    /// `$request_body_file`: the body's file with
+    /// `client_body_in_file_only`.
+    pub request_body_file: Option<String>,
     /// `auth_basic`'s challenge, sent with a 401.
     pub www_authenticate: Option<String>,
     /// An `auth_request` subrequest: no access phase, its upstream's
@@ -485,6 +492,7 @@ impl Req {
                 .as_ref()
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .unwrap_or_default(),
+            Var::RequestBodyFile => self.request_body_file.clone().unwrap_or_default(),
             Var::RequestTime => secs(Some(self.start.elapsed())),
             Var::ProxyHost => self.proxy_host.clone(),
             Var::ProxyPort => self.proxy_port.to_string(),
@@ -677,6 +685,7 @@ pub(crate) mod tests {
             args: Some("x=1&y=2".into()),
             headers,
             host: "example.com".into(),
+            host_given: true,
             server_name: "srv".into(),
             conf: Arc::new(crate::conf::loc::LocB::default().finish(&d)),
             status: 200,
@@ -697,6 +706,7 @@ pub(crate) mod tests {
             limits: Default::default(),
             gzip_ratio: None,
             request_body: None,
+            request_body_file: None,
             www_authenticate: None,
             subrequest: false,
             accel_limit_rate: None,

@@ -62,6 +62,29 @@ pub struct Spool {
     len: u64,
     /// Where it was made, for the log line.
     pub path: PathBuf,
+    /// `client_body_in_file_only clean`: the file stays on disk while the
+    /// request lasts and is removed when the last holder lets it go.
+    remove: bool,
+}
+
+/// `client_body_in_file_only`: whether a kept body file stays after the
+/// request (`on`) or is removed (`clean`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Unlinked at once: nobody sees it (a body past the buffer).
+    No,
+    /// Left on disk after the request.
+    After,
+    /// On disk while the request lasts.
+    During,
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Temp file numbers, as nginx's ten-digit names; per process, starting from
@@ -69,8 +92,14 @@ pub struct Spool {
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 impl Spool {
-    /// Creates an empty spool file in `dir` (mode 0600).
+    /// Creates an empty spool file in `dir` (mode 0600), unlinked at once.
     pub fn create(dir: &Path) -> std::io::Result<Spool> {
+        Spool::create_kept(dir, Keep::No)
+    }
+
+    /// Creates an empty spool file in `dir` (mode 0600), kept on disk as
+    /// `keep` says.
+    pub fn create_kept(dir: &Path, keep: Keep) -> std::io::Result<Spool> {
         let _ = NEXT.compare_exchange(
             0,
             u64::from(std::process::id()) * 1_000,
@@ -89,8 +118,15 @@ impl Spool {
                 .open(&path)
             {
                 Ok(file) => {
-                    let _ = std::fs::remove_file(&path);
-                    return Ok(Spool { file, len: 0, path });
+                    if keep == Keep::No {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    return Ok(Spool {
+                        file,
+                        len: 0,
+                        path,
+                        remove: keep == Keep::During,
+                    });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
                 Err(e) => return Err(e),
