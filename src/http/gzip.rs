@@ -1,25 +1,23 @@
 //! The gzip filter: decides, as nginx's gzip header filter and
 //! `ngx_http_gzip_ok` do, whether a response is compressed for this client,
-//! then streams its body through flate2's gzip encoder, flushing whenever
+//! then streams its body through a gzip stream (`gzip_stream`), flushing whenever
 //! the source has nothing more ready so a slow upstream's pieces are not
 //! held back. Also what `gzip_static` needs to decide. Called by the
 //! pipeline's `finish` (after `add_header` and `expires`) and by
 //! `static_files`.
 
-use std::io::Write;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use flate2::Compression;
-use flate2::write::GzEncoder;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, Version};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use http_body_util::BodyExt;
 
+use super::gzip_stream::GzipStream;
 use super::response::{Body, BoxError};
 use super::vars::Req;
 use crate::conf::gzip::{GzipDisable, proxied};
@@ -335,7 +333,8 @@ pub fn filter(r: &mut Req, mut resp: Response<Body>) -> Response<Body> {
     let (parts, body) = resp.into_parts();
     let body = GzipBody {
         inner: body,
-        enc: Some(GzEncoder::new(Vec::new(), Compression::new(level))),
+        enc: Some(GzipStream::new(level)),
+        out: Vec::new(),
         unflushed: false,
         zin: 0,
         zout: 0,
@@ -349,7 +348,9 @@ pub fn filter(r: &mut Req, mut resp: Response<Body>) -> Response<Body> {
 struct GzipBody {
     inner: Body,
     /// None once finished.
-    enc: Option<GzEncoder<Vec<u8>>>,
+    enc: Option<GzipStream>,
+    /// Compressed bytes not passed on yet.
+    out: Vec<u8>,
     /// Input written since the last flush.
     unflushed: bool,
     zin: u64,
@@ -359,7 +360,7 @@ struct GzipBody {
 
 impl GzipBody {
     fn take(&mut self) -> Option<Bytes> {
-        let out = std::mem::take(self.enc.as_mut()?.get_mut());
+        let out = std::mem::take(&mut self.out);
         if out.is_empty() {
             return None;
         }
@@ -368,7 +369,7 @@ impl GzipBody {
     }
 }
 
-fn io_err(e: std::io::Error) -> BoxError {
+fn io_err(e: flate2::CompressError) -> BoxError {
     Box::new(e)
 }
 
@@ -395,13 +396,13 @@ impl HttpBody for GzipBody {
                     if data.is_empty() {
                         continue;
                     }
-                    if let Err(e) = enc.write_all(&data) {
+                    if let Err(e) = enc.write(&data, &mut this.out) {
                         this.enc = None;
                         return Poll::Ready(Some(Err(io_err(e))));
                     }
                     this.zin += data.len() as u64;
                     this.unflushed = true;
-                    if enc.get_ref().len() >= OUT_CHUNK {
+                    if this.out.len() >= OUT_CHUNK {
                         if let Some(b) = this.take() {
                             return Poll::Ready(Some(Ok(Frame::data(b))));
                         }
@@ -415,10 +416,10 @@ impl HttpBody for GzipBody {
                     let Some(enc) = this.enc.take() else {
                         return Poll::Ready(None);
                     };
-                    let out = match enc.finish() {
-                        Ok(out) => out,
-                        Err(e) => return Poll::Ready(Some(Err(io_err(e)))),
-                    };
+                    if let Err(e) = enc.finish(&mut this.out) {
+                        return Poll::Ready(Some(Err(io_err(e))));
+                    }
+                    let out = std::mem::take(&mut this.out);
                     this.zout += out.len() as u64;
                     this.ratio.zin.store(this.zin, Ordering::Relaxed);
                     this.ratio.zout.store(this.zout, Ordering::Relaxed);
@@ -428,7 +429,7 @@ impl HttpBody for GzipBody {
                     // Nothing more for now: what was compressed goes out.
                     if this.unflushed {
                         this.unflushed = false;
-                        if let Err(e) = enc.flush() {
+                        if let Err(e) = enc.flush(&mut this.out) {
                             this.enc = None;
                             return Poll::Ready(Some(Err(io_err(e))));
                         }
@@ -530,7 +531,8 @@ mod tests {
         let ratio = Arc::new(Ratio::default());
         let body = GzipBody {
             inner,
-            enc: Some(GzEncoder::new(Vec::new(), Compression::new(1))),
+            enc: Some(GzipStream::new(1)),
+            out: Vec::new(),
             unflushed: false,
             zin: 0,
             zout: 0,

@@ -21,6 +21,7 @@ mod expires;
 mod fastcgi;
 mod framing;
 pub mod gzip;
+mod gzip_stream;
 mod h2;
 mod h2_wire;
 pub mod htpasswd;
