@@ -323,6 +323,9 @@ pub fn filter(r: &mut Req, mut resp: Response<Body>) -> Response<Body> {
         return resp;
     }
     let h = resp.headers_mut();
+    let len = h
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     h.remove(header::CONTENT_LENGTH);
     h.remove(header::ACCEPT_RANGES);
@@ -333,7 +336,7 @@ pub fn filter(r: &mut Req, mut resp: Response<Body>) -> Response<Body> {
     let (parts, body) = resp.into_parts();
     let body = GzipBody {
         inner: body,
-        enc: Some(GzipStream::new(level)),
+        enc: Some(GzipStream::new(level, len)),
         out: Vec::new(),
         unflushed: false,
         zin: 0,
@@ -531,7 +534,7 @@ mod tests {
         let ratio = Arc::new(Ratio::default());
         let body = GzipBody {
             inner,
-            enc: Some(GzipStream::new(1)),
+            enc: Some(GzipStream::new(1, None)),
             out: Vec::new(),
             unflushed: false,
             zin: 0,

@@ -1,9 +1,9 @@
-//! A gzip stream (RFC 1952) over flate2's raw deflate, whose compressor
-//! state comes from a per-thread pool and goes back to it. flate2's
-//! `GzEncoder` makes a fresh state for every response: a few hundred
-//! kilobytes that malloc maps and the kernel zeroes page by page, which
-//! cost more than compressing a small response (nginx sizes its state by
-//! the response instead). Used by the gzip filter (`gzip.rs`).
+//! A gzip stream (RFC 1952) over flate2's raw deflate (zlib-rs), whose
+//! compressor state comes from a per-thread pool and goes back to it.
+//! flate2's `GzEncoder` makes a fresh state for every response: a few
+//! hundred kilobytes that malloc maps and the kernel zeroes page by page,
+//! which cost more than compressing a small response. The window is sized
+//! by a known length as nginx sizes it. Used by the gzip filter (`gzip.rs`).
 
 use std::cell::RefCell;
 
@@ -15,7 +15,21 @@ use flate2::{Compress, Compression, Crc, FlushCompress, Status};
 const POOL_MAX: usize = 16;
 
 thread_local! {
-    static POOL: RefCell<Vec<(u32, Compress)>> = const { RefCell::new(Vec::new()) };
+    /// (level, window bits, state).
+    static POOL: RefCell<Vec<(u32, u8, Compress)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// nginx's window for a body of known length: halved while the body fits
+/// in half of it with deflate's lookahead (262) to spare, down to 512
+/// bytes; 32 KiB (gzip_window's default) otherwise.
+fn window_bits(len: Option<u64>) -> u8 {
+    let mut bits = 15u8;
+    if let Some(n) = len.filter(|&n| n > 0) {
+        while bits > 9 && n < (1u64 << (bits - 1)) - 262 {
+            bits -= 1;
+        }
+    }
+    bits
 }
 
 /// nginx's gzip header: deflate, no flags, no time, no extra flags, Unix.
@@ -25,28 +39,32 @@ const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
 /// can be decompressed), `finish`; each appends to `out`.
 pub struct GzipStream {
     level: u32,
+    bits: u8,
     c: Option<Compress>,
     crc: Crc,
     header_done: bool,
 }
 
 impl GzipStream {
-    pub fn new(level: u32) -> GzipStream {
+    /// A stream at `level`, for a body of `len` bytes if it is known.
+    pub fn new(level: u32, len: Option<u64>) -> GzipStream {
         let level = level.min(9);
+        let bits = window_bits(len);
         let pooled = POOL.with(|p| {
             let mut p = p.borrow_mut();
-            let i = p.iter().position(|(l, _)| *l == level)?;
-            Some(p.swap_remove(i).1)
+            let i = p.iter().position(|(l, b, _)| *l == level && *b == bits)?;
+            Some(p.swap_remove(i).2)
         });
         let c = match pooled {
             Some(mut c) => {
                 c.reset();
                 c
             }
-            None => Compress::new(Compression::new(level), false),
+            None => Compress::new_with_window_bits(Compression::new(level), false, bits),
         };
         GzipStream {
             level,
+            bits,
             c: Some(c),
             crc: Crc::new(),
             header_done: false,
@@ -120,11 +138,11 @@ impl GzipStream {
 impl Drop for GzipStream {
     fn drop(&mut self) {
         if let Some(c) = self.c.take() {
-            let level = self.level;
+            let (level, bits) = (self.level, self.bits);
             POOL.with(|p| {
                 let mut p = p.borrow_mut();
                 if p.len() < POOL_MAX {
-                    p.push((level, c));
+                    p.push((level, bits, c));
                 }
             });
         }
@@ -148,7 +166,7 @@ mod tests {
     fn round_trip_and_reuse() {
         for round in 0..3 {
             let text = format!("round {round}: ").repeat(3000);
-            let mut g = GzipStream::new(1);
+            let mut g = GzipStream::new(1, None);
             let mut out = Vec::new();
             g.write(text.as_bytes(), &mut out).unwrap();
             g.flush(&mut out).unwrap();
@@ -165,9 +183,20 @@ mod tests {
     }
 
     #[test]
+    fn windows_as_nginx() {
+        assert_eq!(window_bits(None), 15);
+        assert_eq!(window_bits(Some(0)), 15);
+        assert_eq!(window_bits(Some(100_000)), 15);
+        assert_eq!(window_bits(Some(16_384 - 262)), 15);
+        assert_eq!(window_bits(Some(16_384 - 263)), 14);
+        assert_eq!(window_bits(Some(4096)), 13);
+        assert_eq!(window_bits(Some(1)), 9);
+    }
+
+    #[test]
     fn empty_body() {
         let mut out = Vec::new();
-        GzipStream::new(6).finish(&mut out).unwrap();
+        GzipStream::new(6, Some(1)).finish(&mut out).unwrap();
         assert!(gunzip(&out).is_empty());
     }
 
@@ -177,8 +206,10 @@ mod tests {
         #[test]
         fn pieces(body in proptest::collection::vec(any::<u8>(), 0..20000),
                   cuts in proptest::collection::vec((0usize..20000, any::<bool>()), 0..8),
-                  level in 1u32..10) {
-            let mut g = GzipStream::new(level);
+                  level in 1u32..10, sized in any::<bool>()) {
+            // A known length sizes the window; a wrong one must not matter.
+            let len = sized.then_some(body.len() as u64 / 3);
+            let mut g = GzipStream::new(level, len);
             let mut out = Vec::new();
             let mut at = 0;
             let mut cuts = cuts;
