@@ -6,17 +6,14 @@
 //! Runs on every response before gzip (`pipeline`).
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use encoding_rs::{Decoder, Encoder, Encoding};
 use http::Response;
 use http::header::{self, HeaderValue};
-use http_body::{Body as HttpBody, Frame, SizeHint};
-use http_body_util::BodyExt;
 
+use super::body_filter::{Filter, filtered};
 use super::response::{Body, BoxError};
 use super::vars::Req;
 use crate::conf::charset::CharsetMap;
@@ -168,12 +165,7 @@ pub fn filter(r: &Req, mut resp: Response<Body>, proxied: bool) -> Response<Body
             }
         }
     };
-    let body = Recode {
-        inner: body,
-        conv,
-        done: false,
-    };
-    Response::from_parts(parts, body.boxed())
+    Response::from_parts(parts, filtered(body, Recode { conv }))
 }
 
 /// The conversion of a body, with what it holds between two pieces.
@@ -198,9 +190,7 @@ enum Conv {
 /// A body recoded piece by piece; the decoder keeps a sequence cut between
 /// two pieces until the next.
 struct Recode {
-    inner: Body,
     conv: Conv,
-    done: bool,
 }
 
 /// Characters to bytes by a map's reverse; invalid UTF-8 becomes `?`.
@@ -310,49 +300,17 @@ impl Recode {
     }
 }
 
-impl HttpBody for Recode {
-    type Data = Bytes;
-    type Error = BoxError;
+impl Filter for Recode {
+    /// A body that is recoded keeps its trailers (nginx passes them).
+    const TRAILERS: bool = true;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        loop {
-            if this.done {
-                return Poll::Ready(None);
-            }
-            match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
-                Poll::Ready(Some(Ok(f))) => match f.into_data() {
-                    Ok(d) => {
-                        let out = this.convert(&d, false);
-                        if !out.is_empty() {
-                            return Poll::Ready(Some(Ok(Frame::data(out))));
-                        }
-                    }
-                    Err(f) => return Poll::Ready(Some(Ok(f))),
-                },
-                Poll::Ready(None) => {
-                    this.done = true;
-                    // What the decoder held back (a cut sequence) ends here.
-                    let out = this.convert(&[], true);
-                    if !out.is_empty() {
-                        return Poll::Ready(Some(Ok(Frame::data(out))));
-                    }
-                }
-            }
-        }
+    fn data(&mut self, d: &[u8]) -> Result<Bytes, BoxError> {
+        Ok(self.convert(d, false))
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.done
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+    /// What the decoder held back (a cut sequence) ends here.
+    fn end(&mut self) -> Result<Bytes, BoxError> {
+        Ok(self.convert(&[], true))
     }
 }
 
@@ -418,12 +376,10 @@ mod tests {
     #[test]
     fn recodes_across_pieces() {
         let mut r = Recode {
-            inner: super::super::response::full(Bytes::new()),
             conv: Conv::Rs {
                 decoder: encoding_rs::UTF_8.new_decoder_without_bom_handling(),
                 encoder: Some(encoding_rs::KOI8_R.new_encoder()),
             },
-            done: false,
         };
         // "Привет" in UTF-8, cut inside a character; then one koi8-r lacks.
         let s = "Привет €".as_bytes();
@@ -432,12 +388,10 @@ mod tests {
         out.extend_from_slice(&r.convert(&[], true));
         assert_eq!(out, b"\xf0\xd2\xc9\xd7\xc5\xd4 &#8364;");
         let mut back = Recode {
-            inner: super::super::response::full(Bytes::new()),
             conv: Conv::Rs {
                 decoder: encoding_rs::KOI8_R.new_decoder_without_bom_handling(),
                 encoder: None,
             },
-            done: false,
         };
         assert_eq!(&back.convert(b"\xf0\xd2\xc9", true)[..], "При".as_bytes());
     }
@@ -460,12 +414,10 @@ mod tests {
 
     fn rs(from: &'static Encoding, to: &'static Encoding) -> Recode {
         Recode {
-            inner: super::super::response::full(Bytes::new()),
             conv: Conv::Rs {
                 decoder: from.new_decoder_without_bom_handling(),
                 encoder: (to != encoding_rs::UTF_8).then(|| to.new_encoder()),
             },
-            done: false,
         }
     }
 
@@ -512,14 +464,10 @@ mod tests {
             let mut back = HashMap::new();
             back.insert('\u{20ac}', 0x80u8);
             let mut m = Recode {
-                inner: super::super::response::full(Bytes::new()),
-                conv: Conv::FromUtf8 { back: back.clone(), pending: Vec::new() },
-                done: false,
+                    conv: Conv::FromUtf8 { back: back.clone(), pending: Vec::new() },
             };
             let mut one = Recode {
-                inner: super::super::response::full(Bytes::new()),
-                conv: Conv::FromUtf8 { back, pending: Vec::new() },
-                done: false,
+                    conv: Conv::FromUtf8 { back, pending: Vec::new() },
             };
             prop_assert_eq!(pieces(&mut m, &bytes, &cuts), pieces(&mut one, &bytes, &[]));
         }

@@ -6,17 +6,14 @@
 //! pipeline's `finish` (after `add_header` and `expires`) and by
 //! `static_files`.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, Version};
-use http_body::{Body as HttpBody, Frame, SizeHint};
-use http_body_util::BodyExt;
 
+use super::body_filter::{Filter, filtered};
 use super::gzip_stream::GzipStream;
 use super::response::{Body, BoxError};
 use super::vars::Req;
@@ -334,22 +331,11 @@ pub fn filter(r: &mut Req, mut resp: Response<Body>) -> Response<Body> {
     r.gzip_ratio = Some(ratio.clone());
     let level = r.conf.gzip_comp_level;
     let (parts, body) = resp.into_parts();
-    let body = GzipBody {
-        inner: body,
-        enc: Some(GzipStream::new(level, len)),
-        out: Vec::new(),
-        unflushed: false,
-        zin: 0,
-        zout: 0,
-        ratio,
-    }
-    .boxed();
-    Response::from_parts(parts, body)
+    Response::from_parts(parts, filtered(body, Gzip::new(level, len, ratio)))
 }
 
 /// A body compressed as it streams.
-struct GzipBody {
-    inner: Body,
+struct Gzip {
     /// None once finished.
     enc: Option<GzipStream>,
     /// Compressed bytes not passed on yet.
@@ -361,14 +347,22 @@ struct GzipBody {
     ratio: Arc<Ratio>,
 }
 
-impl GzipBody {
-    fn take(&mut self) -> Option<Bytes> {
-        let out = std::mem::take(&mut self.out);
-        if out.is_empty() {
-            return None;
+impl Gzip {
+    fn new(level: u32, len: Option<u64>, ratio: Arc<Ratio>) -> Gzip {
+        Gzip {
+            enc: Some(GzipStream::new(level, len)),
+            out: Vec::new(),
+            unflushed: false,
+            zin: 0,
+            zout: 0,
+            ratio,
         }
+    }
+
+    fn take(&mut self) -> Bytes {
+        let out = std::mem::take(&mut self.out);
         self.zout += out.len() as u64;
-        Some(Bytes::from(out))
+        Bytes::from(out)
     }
 }
 
@@ -376,88 +370,50 @@ fn io_err(e: flate2::CompressError) -> BoxError {
     Box::new(e)
 }
 
-impl HttpBody for GzipBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        loop {
-            let Some(enc) = this.enc.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    // Trailers are not passed on: the body is no longer
-                    // the one they described.
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    if data.is_empty() {
-                        continue;
-                    }
-                    if let Err(e) = enc.write(&data, &mut this.out) {
-                        this.enc = None;
-                        return Poll::Ready(Some(Err(io_err(e))));
-                    }
-                    this.zin += data.len() as u64;
-                    this.unflushed = true;
-                    if this.out.len() >= OUT_CHUNK {
-                        if let Some(b) = this.take() {
-                            return Poll::Ready(Some(Ok(Frame::data(b))));
-                        }
-                    }
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    this.enc = None;
-                    return Poll::Ready(Some(Err(e)));
-                }
-                Poll::Ready(None) => {
-                    let Some(enc) = this.enc.take() else {
-                        return Poll::Ready(None);
-                    };
-                    if let Err(e) = enc.finish(&mut this.out) {
-                        return Poll::Ready(Some(Err(io_err(e))));
-                    }
-                    let out = std::mem::take(&mut this.out);
-                    this.zout += out.len() as u64;
-                    this.ratio.zin.store(this.zin, Ordering::Relaxed);
-                    this.ratio.zout.store(this.zout, Ordering::Relaxed);
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
-                }
-                Poll::Pending => {
-                    // Nothing more for now: what was compressed goes out.
-                    if this.unflushed {
-                        this.unflushed = false;
-                        if let Err(e) = enc.flush(&mut this.out) {
-                            this.enc = None;
-                            return Poll::Ready(Some(Err(io_err(e))));
-                        }
-                        if let Some(b) = this.take() {
-                            return Poll::Ready(Some(Ok(Frame::data(b))));
-                        }
-                    }
-                    return Poll::Pending;
-                }
-            }
+impl Filter for Gzip {
+    /// Compressed output goes on in pieces of `OUT_CHUNK`.
+    fn data(&mut self, d: &[u8]) -> Result<Bytes, BoxError> {
+        let Some(enc) = self.enc.as_mut() else {
+            return Ok(Bytes::new());
+        };
+        enc.write(d, &mut self.out).map_err(io_err)?;
+        self.zin += d.len() as u64;
+        self.unflushed = true;
+        if self.out.len() >= OUT_CHUNK {
+            return Ok(self.take());
         }
+        Ok(Bytes::new())
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.enc.is_none()
+    /// Nothing more for now: what was compressed goes out.
+    fn idle(&mut self) -> Result<Bytes, BoxError> {
+        let Some(enc) = self.enc.as_mut() else {
+            return Ok(Bytes::new());
+        };
+        if !self.unflushed {
+            return Ok(Bytes::new());
+        }
+        self.unflushed = false;
+        enc.flush(&mut self.out).map_err(io_err)?;
+        Ok(self.take())
     }
 
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+    fn end(&mut self) -> Result<Bytes, BoxError> {
+        let Some(enc) = self.enc.take() else {
+            return Ok(Bytes::new());
+        };
+        enc.finish(&mut self.out).map_err(io_err)?;
+        let out = self.take();
+        self.ratio.zin.store(self.zin, Ordering::Relaxed);
+        self.ratio.zout.store(self.zout, Ordering::Relaxed);
+        Ok(out)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
     use std::io::Read;
 
     #[test]
@@ -532,15 +488,7 @@ mod tests {
         let text = "hello hello hello ".repeat(5000);
         let inner = super::super::response::full(Bytes::from(text.clone()));
         let ratio = Arc::new(Ratio::default());
-        let body = GzipBody {
-            inner,
-            enc: Some(GzipStream::new(1, None)),
-            out: Vec::new(),
-            unflushed: false,
-            zin: 0,
-            zout: 0,
-            ratio: ratio.clone(),
-        };
+        let body = filtered(inner, Gzip::new(1, None, ratio.clone()));
         let out = body.collect().await.unwrap().to_bytes();
         let mut d = flate2::read::GzDecoder::new(&out[..]);
         let mut back = String::new();

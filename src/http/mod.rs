@@ -12,6 +12,7 @@ mod access_phase;
 mod api_write;
 mod auth_basic;
 mod autoindex;
+mod body_filter;
 pub mod case;
 mod charset;
 mod conn;

@@ -5,15 +5,11 @@
 //! unless `sub_filter_last_modified`), then streams the body through
 //! `sub_match`. Called by the pipeline's `finish`, before gzip.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use bytes::Bytes;
 use http::Response;
 use http::header::{self, HeaderMap, HeaderValue};
-use http_body::{Body as HttpBody, Frame};
-use http_body_util::BodyExt;
 
+use super::body_filter::{Filter, filtered};
 use super::response::{Body, BoxError};
 use super::sub_match::{Matcher, Pattern};
 use super::vars::Req;
@@ -92,63 +88,24 @@ pub fn filter(r: &Req, mut resp: Response<Body>) -> Response<Body> {
         h.remove(header::ETAG);
     }
     let (parts, body) = resp.into_parts();
-    let body = SubBody {
-        inner: body,
-        m: Some(Matcher::new(pats, r.conf.sub_filter_once)),
-    }
-    .boxed();
+    let body = filtered(body, Sub(Matcher::new(pats, r.conf.sub_filter_once)));
     Response::from_parts(parts, body)
 }
 
-/// A body with its strings replaced as it streams.
-struct SubBody {
-    inner: Body,
-    /// None once finished.
-    m: Option<Matcher>,
-}
+/// A body's strings replaced as it streams.
+struct Sub(Matcher);
 
-impl HttpBody for SubBody {
-    type Data = Bytes;
-    type Error = BoxError;
+impl Filter for Sub {
+    fn data(&mut self, d: &[u8]) -> Result<Bytes, BoxError> {
+        let mut out = Vec::with_capacity(d.len());
+        self.0.feed(d, &mut out);
+        Ok(Bytes::from(out))
+    }
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
-        loop {
-            let Some(m) = this.m.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    // Trailers describe the body before replacement: dropped.
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    let mut out = Vec::with_capacity(data.len());
-                    m.feed(&data, &mut out);
-                    if !out.is_empty() {
-                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
-                    }
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    this.m = None;
-                    return Poll::Ready(Some(Err(e)));
-                }
-                Poll::Ready(None) => {
-                    let mut out = Vec::new();
-                    if let Some(mut m) = this.m.take() {
-                        m.finish(&mut out);
-                    }
-                    if out.is_empty() {
-                        return Poll::Ready(None);
-                    }
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
-                }
-                Poll::Pending => return Poll::Pending,
-            }
-        }
+    fn end(&mut self) -> Result<Bytes, BoxError> {
+        let mut out = Vec::new();
+        self.0.finish(&mut out);
+        Ok(Bytes::from(out))
     }
 }
 
