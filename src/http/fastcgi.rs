@@ -12,17 +12,17 @@ use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Version};
 
-use super::proxy::{Failed, Unanswered};
+use super::proxy::{Failed, READING, SENDING, head_unsent, timed_out, unanswered, unsent_write};
 use super::proxy_plan::Plan;
 use super::vars::Req;
 use crate::conf::loc::LocConf;
 use crate::h1::head::{Names, ResponseHead};
 use crate::log::Level;
 use crate::upstream::Pooled;
-use crate::upstream::attempt::{Failure, Kind};
+use crate::upstream::attempt::Kind;
 use crate::upstream::body::Payload;
 use crate::upstream::fcgi::{self, Event};
-use crate::upstream::h1conn::{Error, FcgiError};
+use crate::upstream::h1conn::FcgiError;
 
 /// `$fastcgi_script_name` and `$fastcgi_path_info`: `$uri` split by
 /// `fastcgi_split_path_info` (whole when it does not match), with
@@ -175,16 +175,6 @@ pub(super) async fn exchange(
     plan: &mut Plan,
     conf: &LocConf,
 ) -> Result<(ResponseHead, Box<Stdout>, Bytes), Failed> {
-    const SENDING: &str = "sending request to upstream";
-    const READING: &str = "reading response header from upstream";
-    let fail = |kind, text: String, stage| {
-        Failed::Upstream(Unanswered {
-            f: Failure::upstream(kind, text),
-            unsent: false,
-            stage,
-        })
-    };
-    let timed_out = || "upstream timed out (110: Connection timed out)".to_string();
     conn.requests += 1;
     let mut first = plan.head.clone();
     // A small body goes in the same write as the params.
@@ -197,21 +187,10 @@ pub(super) async fn exchange(
         _ => false,
     };
     let timeout = conf.proxy_send_timeout;
-    match conn.h1.send(first, &Payload::default(), timeout).await {
-        Ok(()) => {}
-        Err(Error::Write { sent: false, .. }) => {
-            return Err(Failed::Upstream(Unanswered {
-                f: Failure::upstream(Kind::Closed, "upstream prematurely closed connection"),
-                unsent: true,
-                stage: READING,
-            }));
-        }
-        Err(Error::Write { e, .. }) => {
-            let text = format!("writev() failed ({})", crate::log::errno_text(&e));
-            return Err(fail(Kind::Closed, text, SENDING));
-        }
-        Err(_) => return Err(fail(Kind::Timeout, timed_out(), SENDING)),
-    }
+    conn.h1
+        .send(first, &Payload::default(), timeout)
+        .await
+        .map_err(head_unsent)?;
     if !small {
         let mut chunks = plan.body.body();
         loop {
@@ -220,26 +199,19 @@ pub(super) async fn exchange(
                 Ok(None) => break,
                 Err(e) => {
                     let text = format!("read() failed ({})", crate::log::errno_text(&e));
-                    return Err(fail(Kind::Error, text, SENDING));
+                    return Err(unanswered(Kind::Error, text, SENDING));
                 }
             };
             let mut recs = Vec::with_capacity(piece.len() + 64);
             fcgi::stdin(&mut recs, &piece);
             if let Err(e) = conn.h1.write_more(&recs, timeout).await {
-                return Err(match e {
-                    Error::Write { e, .. } => fail(
-                        Kind::Closed,
-                        format!("writev() failed ({})", crate::log::errno_text(&e)),
-                        SENDING,
-                    ),
-                    _ => fail(Kind::Timeout, timed_out(), SENDING),
-                });
+                return Err(unsent_write(&e));
             }
         }
         let mut end = Vec::new();
         fcgi::stdin_end(&mut end);
         if conn.h1.write_more(&end, timeout).await.is_err() {
-            return Err(fail(Kind::Closed, "writev() failed".into(), SENDING));
+            return Err(unanswered(Kind::Closed, "writev() failed".into(), SENDING));
         }
     }
     let ctx_url = |r: &Req| r.log_context(Some(&format!("fastcgi://{}", conn.peer)));
@@ -255,12 +227,12 @@ pub(super) async fn exchange(
     let (cgi, used) = loop {
         let got = tokio::time::timeout(read, poll_fn(|cx| conn.h1.poll_fcgi(&mut out.reader, cx)));
         match got.await {
-            Err(_) => return Err(fail(Kind::Timeout, timed_out(), READING)),
+            Err(_) => return Err(unanswered(Kind::Timeout, timed_out(), READING)),
             Ok(Err(FcgiError::Invalid(e))) => {
-                return Err(fail(Kind::InvalidHeader, e.to_string(), READING));
+                return Err(unanswered(Kind::InvalidHeader, e.to_string(), READING));
             }
             Ok(Err(FcgiError::Closed)) => {
-                return Err(fail(
+                return Err(unanswered(
                     Kind::Closed,
                     "upstream prematurely closed connection".into(),
                     READING,
@@ -274,7 +246,7 @@ pub(super) async fn exchange(
                     .iter()
                     .any(|s| text.contains(s.as_str()))
                 {
-                    return Err(fail(
+                    return Err(unanswered(
                         Kind::InvalidHeader,
                         "upstream sent invalid header".into(),
                         READING,
@@ -283,7 +255,7 @@ pub(super) async fn exchange(
             }
             Ok(Ok(Event::End { .. })) => {
                 // The application ended with no (complete) head.
-                return Err(fail(
+                return Err(unanswered(
                     Kind::Closed,
                     "upstream prematurely closed FastCGI stdout".into(),
                     READING,
@@ -294,14 +266,14 @@ pub(super) async fn exchange(
                 match fcgi::parse_head(&head) {
                     Ok(Some(done)) => break done,
                     Ok(None) if head.len() >= limit => {
-                        return Err(fail(
+                        return Err(unanswered(
                             Kind::InvalidHeader,
                             "upstream sent too big header".into(),
                             READING,
                         ));
                     }
                     Ok(None) => {}
-                    Err(text) => return Err(fail(Kind::InvalidHeader, text, READING)),
+                    Err(text) => return Err(unanswered(Kind::InvalidHeader, text, READING)),
                 }
             }
         }
@@ -313,7 +285,7 @@ pub(super) async fn exchange(
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_bytes(&value),
         ) else {
-            return Err(fail(
+            return Err(unanswered(
                 Kind::InvalidHeader,
                 "upstream sent invalid header".into(),
                 READING,
@@ -323,14 +295,14 @@ pub(super) async fn exchange(
     }
     // No protocol switch through FastCGI.
     if cgi.status == 101 {
-        return Err(fail(
+        return Err(unanswered(
             Kind::InvalidHeader,
             "upstream sent invalid status \"101\"".into(),
             READING,
         ));
     }
     let status = StatusCode::from_u16(cgi.status).map_err(|_| {
-        fail(
+        unanswered(
             Kind::InvalidHeader,
             "upstream sent invalid status".into(),
             READING,

@@ -486,62 +486,32 @@ async fn exchange(
     };
     let mut head = Vec::with_capacity(plan.head.len() + with_head);
     head.extend_from_slice(&plan.head);
-    const SENDING: &str = "sending request to upstream";
-    const READING: &str = "reading response header from upstream";
-    let fail = |kind, text: String, stage| {
-        Failed::Upstream(Unanswered {
-            f: Failure::upstream(kind, text),
-            unsent: false,
-            stage,
-        })
-    };
-    let timed_out = || "upstream timed out (110: Connection timed out)".to_string();
-    match conn
-        .h1
+    conn.h1
         .send(head, &plan.body, conf.proxy_send_timeout)
         .await
-    {
-        Ok(()) => {}
-        // Nothing went: a stale cached connection, as nginx's request_sent.
-        Err(Error::Write { sent: false, .. }) => {
-            return Err(Failed::Upstream(Unanswered {
-                f: Failure::upstream(Kind::Closed, "upstream prematurely closed connection"),
-                unsent: true,
-                stage: READING,
-            }));
-        }
-        Err(Error::Write { e, .. }) => {
-            let text = format!("writev() failed ({})", crate::log::errno_text(&e));
-            return Err(fail(Kind::Closed, text, SENDING));
-        }
-        Err(_) => return Err(fail(Kind::Timeout, timed_out(), SENDING)),
-    }
+        .map_err(head_unsent)?;
     // `proxy_request_buffering off`: the body, as it arrives.
     if let Some(stream) = plan.stream.as_mut() {
         match stream.send(&mut conn.h1, r).await {
             Ok(()) => {}
             Err(Broken::Client(status)) => return Err(Failed::Client(status)),
-            Err(Broken::Upstream(Error::Write { e, .. })) => {
-                let text = format!("writev() failed ({})", crate::log::errno_text(&e));
-                return Err(fail(Kind::Closed, text, SENDING));
-            }
-            Err(Broken::Upstream(_)) => return Err(fail(Kind::Timeout, timed_out(), SENDING)),
+            Err(Broken::Upstream(e)) => return Err(unsent_write(&e)),
         }
     }
     let limit = usize::try_from(conf.proxy_buffer_size).unwrap_or(usize::MAX);
     let head = match conn.h1.read_head(conf.proxy_read_timeout, limit).await {
         Ok(h) => h,
-        Err(Error::ReadTimeout) => return Err(fail(Kind::Timeout, timed_out(), READING)),
-        Err(Error::Invalid(text)) => return Err(fail(Kind::InvalidHeader, text, READING)),
+        Err(Error::ReadTimeout) => return Err(unanswered(Kind::Timeout, timed_out(), READING)),
+        Err(Error::Invalid(text)) => return Err(unanswered(Kind::InvalidHeader, text, READING)),
         Err(Error::TooBig) => {
-            return Err(fail(
+            return Err(unanswered(
                 Kind::InvalidHeader,
                 "upstream sent too big header".into(),
                 READING,
             ));
         }
         Err(_) => {
-            return Err(fail(
+            return Err(unanswered(
                 Kind::Closed,
                 "upstream prematurely closed connection".into(),
                 READING,
@@ -549,18 +519,18 @@ async fn exchange(
         }
     };
     if head.status == 101 && !r.headers.contains_key(header::UPGRADE) {
-        return Err(fail(
+        return Err(unanswered(
             Kind::InvalidHeader,
             "upstream sent \"101 Switching Protocols\" to a request without \"Upgrade\"".into(),
             READING,
         ));
     }
-    upstream_framing(&head.headers).map_err(|m| fail(Kind::InvalidHeader, m, READING))?;
+    upstream_framing(&head.headers).map_err(|m| unanswered(Kind::InvalidHeader, m, READING))?;
     // An HTTP/1.0 response cannot be chunked.
     if head.version == http::Version::HTTP_10
         && head.headers.contains_key(header::TRANSFER_ENCODING)
     {
-        return Err(fail(
+        return Err(unanswered(
             Kind::InvalidHeader,
             "upstream sent invalid header".into(),
             READING,
@@ -575,6 +545,49 @@ pub(super) enum Failed {
     /// The client's body, streamed as it arrived, could not be read: the
     /// status to answer with.
     Client(u16),
+}
+
+/// The stages nginx's log lines name for a failed attempt.
+pub(super) const SENDING: &str = "sending request to upstream";
+pub(super) const READING: &str = "reading response header from upstream";
+
+/// An attempt that failed before the upstream answered, at `stage`.
+pub(super) fn unanswered(kind: Kind, text: String, stage: &'static str) -> Failed {
+    Failed::Upstream(Unanswered {
+        f: Failure::upstream(kind, text),
+        unsent: false,
+        stage,
+    })
+}
+
+pub(super) fn timed_out() -> String {
+    "upstream timed out (110: Connection timed out)".to_string()
+}
+
+/// A write of the request that failed: the socket's error, or the send
+/// timeout.
+pub(super) fn unsent_write(e: &h1conn::Error) -> Failed {
+    match e {
+        h1conn::Error::Write { e, .. } => {
+            let text = format!("writev() failed ({})", crate::log::errno_text(e));
+            unanswered(Kind::Closed, text, SENDING)
+        }
+        _ => unanswered(Kind::Timeout, timed_out(), SENDING),
+    }
+}
+
+/// The first write of the request failed. Nothing went: a stale cached
+/// connection, as nginx's `request_sent` (the attempt can go again
+/// elsewhere); else as any failed write.
+pub(super) fn head_unsent(e: h1conn::Error) -> Failed {
+    match e {
+        h1conn::Error::Write { sent: false, .. } => Failed::Upstream(Unanswered {
+            f: Failure::upstream(Kind::Closed, "upstream prematurely closed connection"),
+            unsent: true,
+            stage: READING,
+        }),
+        e => unsent_write(&e),
+    }
 }
 
 /// A failed exchange: what failed, at which stage, and whether nothing of

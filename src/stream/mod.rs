@@ -184,27 +184,7 @@ async fn accept_loop(l: Listener, server: usize, flags: Flags, shared: Arc<Share
             return;
         };
         let guard = (shared.conns.enter(), Counted::new(&shared.stats));
-        let session = Session {
-            number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
-            remote,
-            peer: remote,
-            proxy: None,
-            local,
-            listen: listen.clone(),
-            start: Instant::now(),
-            status: 200,
-            attempts: Vec::new(),
-            copied: Default::default(),
-            connected_at: None,
-            ended: None,
-            maps: Default::default(),
-            tls: None,
-            preread: None,
-            limit_status: None,
-            holds: Vec::new(),
-            vars: Vec::new(),
-            udp: false,
-        };
+        let session = Session::new(&shared, remote, local, listen.clone(), false);
         let shared2 = shared.clone();
         tokio::spawn(async move {
             let (_permit, _guard) = (permit, guard);
@@ -282,6 +262,37 @@ impl Evaluator for Session {
 }
 
 impl Session {
+    /// A session that starts now, numbered as the worker's connections are.
+    fn new(
+        shared: &Shared,
+        remote: Option<SocketAddr>,
+        local: Option<SocketAddr>,
+        listen: String,
+        udp: bool,
+    ) -> Session {
+        Session {
+            number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
+            remote,
+            peer: remote,
+            proxy: None,
+            local,
+            listen,
+            start: Instant::now(),
+            status: 200,
+            attempts: Vec::new(),
+            copied: Default::default(),
+            connected_at: None,
+            ended: None,
+            maps: Default::default(),
+            tls: None,
+            preread: None,
+            limit_status: None,
+            holds: Vec::new(),
+            vars: Vec::new(),
+            udp,
+        }
+    }
+
     fn client(&self) -> String {
         self.remote
             .map(|a| a.ip().to_string())
@@ -492,12 +503,7 @@ async fn run(mut client: Stream, mut s: Session, server: usize, flags: Flags, sh
     if flags.pp && !proxy_protocol(&mut client, &mut s, conf).await {
         return end(&mut s, conf);
     }
-    // ngx_stream_set_module's preaccess handler, before limit_conn's.
-    for (name, t) in &conf.more.set {
-        let v = s.eval(t);
-        s.vars.push((name.clone(), v));
-    }
-    if !limit_conn(&mut s, conf, shared) {
+    if !preaccess(&mut s, conf, shared) {
         s.status = 503;
         return end(&mut s, conf);
     }
@@ -592,6 +598,16 @@ async fn proxy_protocol(client: &mut Stream, s: &mut Session, conf: &StreamServe
 }
 
 /// nginx's stream `limit_conn`: false to close the session (503).
+/// nginx's preaccess phase: the set module's handler, then limit_conn's
+/// (false: refused, 503).
+fn preaccess(s: &mut Session, conf: &StreamServer, shared: &Shared) -> bool {
+    for (name, t) in &conf.more.set {
+        let v = s.eval(t);
+        s.vars.push((name.clone(), v));
+    }
+    limit_conn(s, conf, shared)
+}
+
 fn limit_conn(s: &mut Session, conf: &StreamServer, shared: &Shared) -> bool {
     use crate::net::limit::Acquire;
     for l in &conf.limit_conn {

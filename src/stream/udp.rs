@@ -10,7 +10,6 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -257,27 +256,13 @@ async fn session(
     else {
         return;
     };
-    let mut s = Session {
-        number: shared.next_conn.fetch_add(1, Ordering::Relaxed),
-        remote: Some(start.client),
-        peer: Some(start.client),
-        proxy: None,
-        local: start.local,
-        listen: start.listen.clone(),
-        start: Instant::now(),
-        status: 200,
-        attempts: Vec::new(),
-        copied: Default::default(),
-        connected_at: None,
-        ended: None,
-        maps: Default::default(),
-        tls: None,
-        preread: None,
-        limit_status: None,
-        holds: Vec::new(),
-        vars: Vec::new(),
-        udp: true,
-    };
+    let mut s = Session::new(
+        &shared,
+        Some(start.client),
+        start.local,
+        start.listen.clone(),
+        true,
+    );
     run(&start, &link, &mut s, conf, &shared, phase).await;
     // The client's next datagram starts a new session.
     {
@@ -301,12 +286,7 @@ async fn run(
     shared: &Shared,
     phase: watch::Receiver<Phase>,
 ) {
-    // ngx_stream_set_module's preaccess handler, before limit_conn's.
-    for (name, t) in &conf.more.set {
-        let v = s.eval(t);
-        s.vars.push((name.clone(), v));
-    }
-    if !super::limit_conn(s, conf, shared) {
+    if !super::preaccess(s, conf, shared) {
         s.status = 503;
         return;
     }
