@@ -570,7 +570,7 @@ async fn serve_requests(
             }
         }
         served += 1;
-        if !Box::pin(serve_one(ctx, inb, served)).await {
+        if !crate::net::boxed::boxed(|| serve_one(ctx, inb, served)).await {
             return None;
         }
         idle_since = std::time::Instant::now();

@@ -406,7 +406,7 @@ async fn serve_stream(
         biased;
         // Boxed: the pipeline's future is large, and this task's own
         // (spawned per stream) is moved and dropped whole by tokio.
-        r = Box::pin(super::pipeline::handle(shared, conn.info.clone(), &conn.listen, req, nth, flight)) => r,
+        r = crate::net::boxed::boxed(|| super::pipeline::handle(shared, conn.info.clone(), &conn.listen, req, nth, flight)) => r,
         reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
             client_reset(&conn, id, reason.ok());
             return;

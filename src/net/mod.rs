@@ -5,6 +5,7 @@
 //! the connection's local address, as nginx does.
 
 pub mod accept;
+pub mod boxed;
 pub mod copy;
 pub mod idle;
 pub mod limit;

@@ -328,6 +328,22 @@ fn poll_read_buf(
     fut.as_mut().poll(cx)
 }
 
+/// The timer in `slot`, started (to expire after `timeout`) the first time
+/// it is asked for. Kept in the waiting future itself: a boxed one was an
+/// allocation per upstream read.
+fn armed(
+    mut slot: Pin<&mut Option<tokio::time::Sleep>>,
+    timeout: Duration,
+) -> Pin<&mut tokio::time::Sleep> {
+    if slot.is_none() {
+        slot.set(Some(tokio::time::sleep(timeout)));
+    }
+    match slot.as_pin_mut() {
+        Some(t) => t,
+        None => unreachable!("the timer was set just above"),
+    }
+}
+
 /// One read, waiting at most `timeout` (the timer is armed only if the
 /// socket has nothing yet). TimedOut when it expired.
 async fn read_timed(
@@ -335,16 +351,13 @@ async fn read_timed(
     buf: &mut BytesMut,
     timeout: Duration,
 ) -> std::io::Result<usize> {
-    let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut timer = std::pin::pin!(None::<tokio::time::Sleep>);
     poll_fn(|cx| match poll_read_buf(io, buf, cx) {
         Poll::Ready(r) => Poll::Ready(r),
-        Poll::Pending => {
-            let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-            match t.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(std::io::ErrorKind::TimedOut.into())),
-                Poll::Pending => Poll::Pending,
-            }
-        }
+        Poll::Pending => match armed(timer.as_mut(), timeout).poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::ErrorKind::TimedOut.into())),
+            Poll::Pending => Poll::Pending,
+        },
     })
     .await
 }
@@ -358,7 +371,7 @@ async fn write_all(
     sent: &mut bool,
 ) -> Result<(), Error> {
     let mut at = 0;
-    let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    let mut timer = std::pin::pin!(None::<tokio::time::Sleep>);
     poll_fn(|cx| {
         while at < buf.len() {
             match Pin::new(&mut *io).poll_write(cx, &buf[at..]) {
@@ -371,12 +384,11 @@ async fn write_all(
                 Poll::Ready(Ok(n)) => {
                     at += n;
                     *sent = true;
-                    timer = None;
+                    timer.set(None);
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(Error::Write { e, sent: *sent })),
                 Poll::Pending => {
-                    let t = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-                    return match t.as_mut().poll(cx) {
+                    return match armed(timer.as_mut(), timeout).poll(cx) {
                         Poll::Ready(()) => Poll::Ready(Err(Error::SendTimeout)),
                         Poll::Pending => Poll::Pending,
                     };
