@@ -220,7 +220,7 @@ pub fn outcome(patch: Patch, now: Target) -> Option<Target> {
 
 /// A duration as nginx writes one in its configuration: `10s`, `1500ms`.
 fn duration(ms: u64) -> String {
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")

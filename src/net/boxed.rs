@@ -21,7 +21,7 @@ mod tests {
 
     #[tokio::test]
     async fn runs_the_future_it_was_given() {
-        let v = vec![1u8, 2, 3];
+        let v = [1u8, 2, 3];
         let fut = boxed(|| async move { v.iter().map(|&b| u32::from(b)).sum::<u32>() });
         assert_eq!(fut.await, 6);
     }

@@ -355,12 +355,12 @@ impl SessionZone {
         for b in bytes {
             word[n % 8] = b;
             n += 1;
-            if n % 8 == 0 {
+            if n.is_multiple_of(8) {
                 flush(n, &word);
                 word = [0; 8];
             }
         }
-        if n % 8 != 0 {
+        if !n.is_multiple_of(8) {
             flush(n, &word);
         }
     }

@@ -173,7 +173,7 @@ impl Region {
                 len: self.len,
             });
         }
-        if (self.base.as_ptr() as usize + offset) % std::mem::align_of::<T>() != 0 {
+        if !(self.base.as_ptr() as usize + offset).is_multiple_of(std::mem::align_of::<T>()) {
             return Err(ShmError::Misaligned { offset });
         }
         Ok(())

@@ -195,7 +195,7 @@ mod tests {
             std::thread::spawn(move || {
                 let mut n = 0u32;
                 while !stop.load(Relaxed) {
-                    let list = if n % 2 == 0 { &pb } else { &pa };
+                    let list = if n.is_multiple_of(2) { &pb } else { &pa };
                     z.publish(0, 1, list).expect("publish");
                     n += 1;
                 }
