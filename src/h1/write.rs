@@ -31,10 +31,16 @@ pub fn name(n: &HeaderName, names: Option<&Names>, out: &mut Vec<u8>) {
         out.extend_from_slice(spelled.as_bytes());
         return;
     }
+    // Copied whole, then capitalised in place: no capacity check per byte.
+    let start = out.len();
+    out.extend_from_slice(s.as_bytes());
     let mut up = true;
-    for &b in s.as_bytes() {
-        out.push(if up { b.to_ascii_uppercase() } else { b });
-        up = b == b'-';
+    for b in &mut out[start..] {
+        let c = *b;
+        if up {
+            *b = c.to_ascii_uppercase();
+        }
+        up = c == b'-';
     }
 }
 
@@ -147,5 +153,31 @@ mod tests {
             "{s}"
         );
         assert!(s.ends_with(" GMT"), "{s}");
+    }
+
+    proptest::proptest! {
+        /// Without the client's spelling a name is written in title case
+        /// (each letter after a dash or at the start upper-cased), appended
+        /// to what the buffer held, and `spelled_as_usual` says so.
+        #[test]
+        fn title_case_is_appended(lower in "[a-z0-9][a-z0-9-]{0,30}", before in "[ -~]{0,8}") {
+            let n = HeaderName::from_bytes(lower.as_bytes()).unwrap();
+            let mut out = before.as_bytes().to_vec();
+            name(&n, None, &mut out);
+            proptest::prop_assert!(out.starts_with(before.as_bytes()));
+            let written = &out[before.len()..];
+            if let Some((_, spelled)) = SPECIAL.iter().find(|(l, _)| *l == lower) {
+                proptest::prop_assert_eq!(written, spelled.as_bytes());
+            } else {
+                let mut want = Vec::new();
+                let mut up = true;
+                for b in lower.bytes() {
+                    want.push(if up { b.to_ascii_uppercase() } else { b });
+                    up = b == b'-';
+                }
+                proptest::prop_assert_eq!(written, &want[..]);
+            }
+            proptest::prop_assert!(spelled_as_usual(&n, written));
+        }
     }
 }

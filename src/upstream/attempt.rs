@@ -607,8 +607,11 @@ impl Attempts {
             };
             let mut race: Race<K::Conn, Failure> = Race::default();
             let mut failures = Vec::new();
-            let ended = race
-                .first(
+            // Boxed: a new connection's race (connect, TLS handshake) is
+            // over 4 kB of state that a request served from the keep-alive
+            // cache should not carry in its own future.
+            let ended = crate::net::boxed::boxed(|| {
+                race.first(
                     k.open(addr),
                     self.policy.race,
                     |race| {
@@ -631,7 +634,8 @@ impl Attempts {
                     },
                     |j, f| failures.push((j, f)),
                 )
-                .await;
+            })
+            .await;
             // Every attempt is accounted for below.
             undecided.ids.clear();
             for (j, f) in failures {
