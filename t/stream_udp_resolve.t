@@ -84,7 +84,15 @@ sub ask {
 ok(poll_until(sub { (ask('q') // '') eq '127.0.0.2:q' }, 6), 'UDP to the resolved peer');
 $t->write_file('dns.txt', "app.test A 127.0.0.3 1\n");
 ok(poll_until(sub { (ask('q') // '') eq '127.0.0.3:q' }, 8), 'UDP follows the DNS change');
+# The old generation's workers read the shared UDP socket until they exit:
+# the sessions counted below are sent once they have, so that all of them
+# are this generation's.
+my @old = $t->worker_pids();
 $t->reload();
+$t->waitforlog(sub {
+	my $log = shift;
+	!grep { $log !~ /worker process $_ exited with code 0/ } @old;
+}, 10) or diag('old workers still running');
 my $ok = grep { (ask("r$_") // '') eq "127.0.0.3:r$_" } 1 .. 5;
 is($ok, 5, 'served after a reload');
 my ($total) = (http_get('/metrics') // '') =~ /^sluice_stream_sessions_total (\d+)$/m;
