@@ -582,7 +582,7 @@ pub(super) fn finish(
         servers.push(Server {
             listen: s.listen,
             server_name: s.server_name,
-            primary_name: s.primary_name,
+            primary_name: s.primary_name.into(),
             script: s.script,
             locations,
             error_log: s.error_log,
@@ -794,7 +794,7 @@ mod tests {
         assert_eq!(s.listen[0].backlog, 10);
         assert_eq!(s.listen[1].addr.to_string(), "[::1]:8081");
         assert_eq!(s.server_name.len(), 5);
-        assert_eq!(s.primary_name, "example.com");
+        assert_eq!(&*s.primary_name, "example.com");
         assert_eq!(s.locations.len(), 4);
         assert_eq!(s.locations[0].locations.len(), 1);
         assert_eq!(s.locations[1].modifier, Modifier::Exact);

@@ -318,8 +318,8 @@ pub enum ServerName {
 pub struct Server {
     pub listen: Vec<Listen>,
     pub server_name: Vec<ServerName>,
-    /// The first name, for `$server_name`.
-    pub primary_name: String,
+    /// The first name, for `$server_name` (shared with each request).
+    pub primary_name: std::sync::Arc<str>,
     /// The rewrite module's directives at server level, run before any
     /// location is chosen.
     pub script: Vec<Stmt>,

@@ -183,6 +183,8 @@ pub(super) async fn handle(
     let conf = location
         .map(|l| l.conf.clone())
         .unwrap_or_else(|| server.conf.clone());
+    // A target the parser refused (answered 400 below).
+    let bad_target = normalized.is_none();
     let mut unfinished = Unfinished(Some(Req {
         conn: info,
         start: std::time::Instant::now(),
@@ -192,14 +194,12 @@ pub(super) async fn handle(
             .path_and_query()
             .map(|p| p.as_str().to_string())
             .unwrap_or_else(|| "/".into()),
-        uri: normalized
-            .clone()
-            .unwrap_or_else(|| req_uri.path().to_string()),
+        uri: normalized.unwrap_or_else(|| req_uri.path().to_string()),
         args: req_uri.query().map(str::to_string),
         headers,
         host: match &host {
             Ok(Some(h)) => h.clone(),
-            _ => server.primary_name.clone(),
+            _ => server.primary_name.to_string(),
         },
         host_given: matches!(host, Ok(Some(_))),
         server_name: server.primary_name.clone(),
@@ -256,7 +256,7 @@ pub(super) async fn handle(
         // A 400 ends the connection, as nginx's does.
         closing = true;
         Ok(Reply::Status(400))
-    } else if normalized.is_none() {
+    } else if bad_target {
         // A target nginx's request line parser refuses (CONNECT's
         // authority form too): 400, and the connection ends.
         closing = true;

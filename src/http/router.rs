@@ -336,7 +336,12 @@ mod tests {
         );
         let r = Router::new(&h);
         let a: ListenAddr = ListenAddr::Inet("127.0.0.1:1".parse().unwrap());
-        let pick = |host: Option<&str>| r.server(&h, &a, None, host).unwrap().primary_name.clone();
+        let pick = |host: Option<&str>| {
+            r.server(&h, &a, None, host)
+                .unwrap()
+                .primary_name
+                .to_string()
+        };
         assert_eq!(pick(Some("example.com")), "example.com");
         assert_eq!(pick(Some("x.example.com")), "*.example.com");
         assert_eq!(pick(Some("x.a.example.com")), "*.a.example.com");
@@ -347,7 +352,7 @@ mod tests {
         assert_eq!(pick(None), "*.example.com");
         let b: ListenAddr = ListenAddr::Inet("127.0.0.1:2".parse().unwrap());
         assert_eq!(
-            r.server(&h, &b, None, Some("first")).unwrap().primary_name,
+            &*r.server(&h, &b, None, Some("first")).unwrap().primary_name,
             "other"
         );
     }

@@ -87,7 +87,7 @@ pub fn absolute(r: &Req, path: &str) -> String {
     };
     let port = r.conn.local.map(|a| a.port()).unwrap_or(default);
     let host = if r.conf.server_name_in_redirect {
-        r.server_name.clone()
+        r.server_name.to_string()
     } else if r.host_given {
         r.host.clone()
     } else {

@@ -168,7 +168,7 @@ pub struct Req {
     /// a redirect then names it, else the address it came to (nginx's
     /// `headers_in.server`).
     pub host_given: bool,
-    pub server_name: String,
+    pub server_name: Arc<str>,
     pub conf: Arc<LocConf>,
     pub status: u16,
     pub body_bytes_sent: u64,
@@ -459,7 +459,7 @@ impl Req {
                 .local
                 .map(|a| a.ip().to_string())
                 .unwrap_or_else(|| c.listen_text.to_string()),
-            Var::ServerName => self.server_name.clone(),
+            Var::ServerName => self.server_name.to_string(),
             Var::ServerPort => c.local.map(|a| a.port().to_string()).unwrap_or_default(),
             Var::ServerProtocol => self.protocol().to_string(),
             Var::TimeLocal => chrono::Local::now()
