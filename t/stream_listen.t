@@ -24,8 +24,9 @@ my $d = $t->testdir();
 
 # Three consecutive free ports, held until sluice starts.
 my ($base, @held);
+my ($lo, $hi) = Test::Sluice::_port_range();
 for (1 .. 100) {
-	my $p = 20000 + int(rand(30000));
+	my $p = $lo + int(rand($hi - $lo - 3));
 	@held = map {
 		IO::Socket::INET->new(LocalAddr => '127.0.0.1:' . ($p + $_), Listen => 1, ReuseAddr => 1)
 	} 0 .. 2;

@@ -106,8 +106,9 @@ sub port {
 	my $udp = $opts{udp};
 	my $key = $udp ? "${num}_udp" : $num;
 	return $PORTS{$key} if defined $PORTS{$key};
+	my ($lo, $hi) = _port_range();
 	for (1 .. 100) {
-		my $port = 10000 + int(rand(50000));
+		my $port = $lo + int(rand($hi - $lo));
 		my $s = IO::Socket::INET->new(
 			Proto => $udp ? 'udp' : 'tcp',
 			LocalAddr => "127.0.0.1:$port",
@@ -122,6 +123,23 @@ sub port {
 		return $PORTS{$key} = $port;
 	}
 	die "no free port\n";
+}
+
+# Where test ports are picked: below the kernel's ephemeral range, so that a
+# port released for a backend to bind (`_release_ports`) is not taken in the
+# meantime as the source port of some client's connection (a fresh-clone CI
+# run saw `blackhole 57084: Address already in use`). Falls back to
+# 10000-60000 when that leaves too few ports.
+my @RANGE;
+sub _port_range {
+	return @RANGE if @RANGE;
+	my $eph;
+	if (open my $fh, '<', '/proc/sys/net/ipv4/ip_local_port_range') {
+		($eph) = (<$fh> // '') =~ /^(\d+)/;
+		close $fh;
+	}
+	@RANGE = defined $eph && $eph - 10000 >= 5000 ? (10000, $eph) : (10000, 60000);
+	return @RANGE;
 }
 
 sub _release_ports {
