@@ -395,7 +395,7 @@ pub(super) async fn serve_conn(
             super::h2::Preface::Http2 => {
                 // Boxed: an HTTP/1 connection's task does not carry an
                 // HTTP/2 connection's state.
-                Box::pin(super::h2::serve(Upgraded::new(inb), ctx, phase)).await;
+                crate::net::boxed::boxed(|| super::h2::serve(Upgraded::new(inb), ctx, phase)).await;
                 return;
             }
             super::h2::Preface::Http1 => {}

@@ -14,6 +14,7 @@ use crate::h1::head::Headers;
 use crate::conf::model::{ListenAddr, Location, Return, Server};
 use crate::conf::ssl::VerifyClient;
 use crate::log::Level;
+use crate::net::boxed::boxed;
 use crate::net::tls::Verify;
 
 use super::access::LoggedBody;
@@ -599,14 +600,14 @@ pub(super) async fn dispatch(
         }
         if let Some(t) = &l.proxy_pass_var {
             let id = l as *const Location as usize;
-            return Ok(Box::pin(dynamic::run(r, t, id, body, upgrade, shared)).await);
+            return Ok(boxed(|| dynamic::run(r, t, id, body, upgrade, shared)).await);
         }
         if let Some(pp) = &l.proxy_pass {
             let Some(ups) = shared.upstreams.get(pp.upstream) else {
                 return Ok(Reply::Status(500));
             };
             if r.conf.proxy_http_version == 20 {
-                return Ok(Box::pin(super::proxy_h2::run(r, ups.clone(), pp, body, shared)).await);
+                return Ok(boxed(|| super::proxy_h2::run(r, ups.clone(), pp, body, shared)).await);
             }
             let id = l as *const Location as usize;
             return Ok(proxy::run(r, ups.clone(), pp, id, body, upgrade, shared).await);
@@ -673,15 +674,8 @@ async fn auth_request(
     let status = match redirect_to(&mut sub, server, uri) {
         Err(()) => 500,
         Ok(named) => {
-            let reply = Box::pin(dispatch(
-                shared,
-                &mut sub,
-                server,
-                named,
-                ClientBody::Empty,
-                None,
-            ))
-            .await;
+            let reply =
+                boxed(|| dispatch(shared, &mut sub, server, named, ClientBody::Empty, None)).await;
             let resp = match reply {
                 Ok(reply) => Box::pin(finish(shared, &mut sub, server, reply)).await,
                 Err(e) => Err(e),
@@ -907,7 +901,7 @@ async fn internal_redirect(
     let Ok(named) = redirect_to(r, server, target) else {
         return Ok(Reply::Status(500));
     };
-    Box::pin(dispatch(shared, r, server, named, ClientBody::Empty, None)).await
+    boxed(|| dispatch(shared, r, server, named, ClientBody::Empty, None)).await
 }
 
 /// Points the request at an internal redirect's target: a named location

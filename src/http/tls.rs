@@ -183,7 +183,7 @@ pub(super) async fn serve_conn_tls(
     info.tls = ConnTls::Tls(Box::new(tls.details(auth.as_deref())));
     if tls.alpn_h2() {
         let ctx = super::conn::conn_ctx(info, listen, &shared, open);
-        Box::pin(super::h2::serve(Stream::Tls(Box::new(tls)), ctx, phase)).await;
+        crate::net::boxed::boxed(|| super::h2::serve(Stream::Tls(Box::new(tls)), ctx, phase)).await;
         return;
     }
     start(
