@@ -73,10 +73,7 @@ ok(poll_until(sub { `curl -s --http2-prior-knowledge http://127.0.0.1:$p/` eq 's
 my $got = join '', <$slow>;
 close $slow;
 like($got, qr/^\d+ \/slow\/2\/x 200 2$/, 'the in-flight stream completed on the old generation');
-ok($t->waitforlog(sub {
-	my $log = shift;
-	!grep { $log !~ /worker process $_ exited with code 0/ } @old;
-}, 10), 'then the old worker exited');
+ok($t->waitforexit(\@old, 10), 'then the old worker exited');
 
 # keepalive_timeout closes an idle HTTP/2 connection with GOAWAY.
 {

@@ -54,10 +54,7 @@ server {
 EOF
 
 ok($t->reload(), 'reloaded');
-ok($t->waitforlog(sub {
-	my $log = shift;
-	!grep { $log !~ /worker process $_ exited with code 0/ } @old;
-}), 'old workers exited with code 0');
+ok($t->waitforexit(\@old), 'old workers exited with code 0');
 like(http_get('/'), qr/\r\n\r\nsecond$/, 'second config');
 like(http_get('/', PeerAddr => '127.0.0.1:' . port(8081)), qr/\r\n\r\nsecond$/, 'new listener');
 like($t->read_file('error.log'),
@@ -86,7 +83,4 @@ server {
 }
 EOF
 ok($t->reload(), 'reloaded again');
-ok($t->waitforlog(sub {
-	my $log = shift;
-	!grep { $log !~ /worker process $_ exited with code 0/ } @second;
-}) && http_get('/') =~ /fourth$/, 'fourth config');
+ok($t->waitforexit(\@second) && http_get('/') =~ /fourth$/, 'fourth config');

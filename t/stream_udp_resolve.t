@@ -89,10 +89,7 @@ ok(poll_until(sub { (ask('q') // '') eq '127.0.0.3:q' }, 8), 'UDP follows the DN
 # are this generation's.
 my @old = $t->worker_pids();
 $t->reload();
-$t->waitforlog(sub {
-	my $log = shift;
-	!grep { $log !~ /worker process $_ exited with code 0/ } @old;
-}, 10) or diag('old workers still running');
+$t->waitforexit(\@old, 10) or diag('old workers still running');
 my $ok = grep { (ask("r$_") // '') eq "127.0.0.3:r$_" } 1 .. 5;
 is($ok, 5, 'served after a reload');
 my ($total) = (http_get('/metrics') // '') =~ /^sluice_stream_sessions_total (\d+)$/m;

@@ -326,6 +326,16 @@ sub reload {
 	}, $secs // 5);
 }
 
+# Waits (up to $secs, default 5) until the master has logged every one of
+# these worker pids as exited with code 0; true if it has.
+sub waitforexit {
+	my ($self, $pids, $secs) = @_;
+	return $self->waitforlog(sub {
+		my $log = shift;
+		!grep { $log !~ /worker process $_ exited with code 0/ } @$pids;
+	}, $secs);
+}
+
 # Polls error.log until the regex (or code ref) matches; true if it did.
 sub waitforlog {
 	my ($self, $what, $secs, $file) = @_;
