@@ -720,7 +720,7 @@ fn finish_location(
             (Some((_, proxy_host, true)), Some(ssl)) => {
                 let name = match ssl.name.as_ref() {
                     Some(t) => t.as_literal().unwrap_or(proxy_host).to_string(),
-                    None => proxy_host.clone(),
+                    None => proxy_host.to_string(),
                 };
                 Some((ssl.clone(), name))
             }
@@ -734,7 +734,7 @@ fn finish_location(
             notes.matches,
             |c| {
                 c.host = host
-                    .or_else(|| target.map(|(_, h, _)| h))
+                    .or_else(|| target.map(|(_, h, _)| h.to_string()))
                     .unwrap_or_else(|| "localhost".into());
                 c.headers = headers;
                 c.tls = tls;

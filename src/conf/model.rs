@@ -659,7 +659,7 @@ pub struct ProxyPass {
     /// The URI part, when given: it replaces the matched location prefix.
     pub uri: Option<String>,
     /// `$proxy_host`: the host (and port when not 80) as written.
-    pub proxy_host: String,
+    pub proxy_host: std::sync::Arc<str>,
     /// `$proxy_port`.
     pub proxy_port: u16,
     /// The location prefix the URI part replaces.

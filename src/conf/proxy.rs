@@ -952,7 +952,7 @@ pub(super) fn resolve_proxy_pass(
         grpc: p.grpc,
         upstream: index,
         uri: p.uri,
-        proxy_host,
+        proxy_host: proxy_host.into(),
         proxy_port,
         location_prefix: location.to_string(),
     })

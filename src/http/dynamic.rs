@@ -107,7 +107,7 @@ pub(crate) async fn run(
         ssl,
         upstream,
         uri: uri.clone(),
-        proxy_host: proxy_host.clone(),
+        proxy_host: proxy_host.as_str().into(),
         proxy_port: port.unwrap_or(default_port),
         location_prefix: String::new(),
     };

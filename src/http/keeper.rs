@@ -85,7 +85,7 @@ pub(crate) fn tls_for(http: &Http, index: usize, clients: &Arc<Clients>) -> Opti
             let ssl = conf.proxy_ssl.clone()?;
             let name = match ssl.name.as_ref() {
                 Some(t) => t.as_literal().unwrap_or(&p.proxy_host).to_string(),
-                None => p.proxy_host.clone(),
+                None => p.proxy_host.to_string(),
             };
             Some(Tls::new(clients.clone(), ssl, &name))
         })
@@ -200,7 +200,7 @@ pub(crate) fn h2_for(
         conf.proxy_ssl.clone().map(|ssl| {
             let name = match ssl.name.as_ref() {
                 Some(t) => t.as_literal().unwrap_or(&p.proxy_host).to_string(),
-                None => p.proxy_host.clone(),
+                None => p.proxy_host.to_string(),
             };
             Tls::new(clients.clone(), ssl, &name)
         })

@@ -186,6 +186,9 @@ pub(super) async fn handle(
         .unwrap_or_else(|| server.conf.clone());
     // A target the parser refused (answered 400 below).
     let bad_target = normalized.is_none();
+    // The host moves into the request (its `$host`).
+    let host_valid = host.is_ok();
+    let host_given = matches!(host, Ok(Some(_)));
     let mut unfinished = Unfinished(Some(Req {
         conn: info,
         start: std::time::Instant::now(),
@@ -193,23 +196,22 @@ pub(super) async fn handle(
         version,
         request_uri: req_uri
             .path_and_query()
-            .map(|p| p.as_str().to_string())
-            .unwrap_or_else(|| "/".into()),
+            .map_or_else(|| "/".into(), |p| p.as_str().into()),
         uri: normalized.unwrap_or_else(|| req_uri.path().to_string()),
         args: req_uri.query().map(str::to_string),
         headers,
-        host: match &host {
-            Ok(Some(h)) => h.clone(),
+        host: match host {
+            Ok(Some(h)) => h,
             _ => server.primary_name.to_string(),
         },
-        host_given: matches!(host, Ok(Some(_))),
+        host_given,
         server_name: server.primary_name.clone(),
         conf,
         status: 0,
         body_bytes_sent: 0,
         bytes_sent: 0,
         request_length: 0,
-        proxy_host: String::new(),
+        proxy_host: std::sync::Arc::from(""),
         proxy_port: 0,
         upstream: Arc::default(),
         vars: Vec::new(),
@@ -234,7 +236,7 @@ pub(super) async fn handle(
     r.request_length = r.headers.wire_len() as u64;
     flight.keepalive(r.conf.keepalive_timeout);
     let mut closing = false;
-    let bad = framing::request_problem(r, host.is_ok());
+    let bad = framing::request_problem(r, host_valid);
     let reply = if let Some(framing::Problem { code, why, in_line }) = bad {
         crate::log_conn!(
             Level::Info,
@@ -248,7 +250,7 @@ pub(super) async fn handle(
         // also ends its connection: keep-alive is not yet decided then.
         closing = true;
         Ok(Reply::Status(code))
-    } else if host.is_err() {
+    } else if !host_valid {
         crate::log_conn!(
             Level::Info,
             r.conn.number,
@@ -271,7 +273,7 @@ pub(super) async fn handle(
         );
         closing = true;
         Ok(Reply::Status(497))
-    } else if misdirected(r, host.as_ref().ok().and_then(|h| h.as_deref()), server) {
+    } else if misdirected(r, r.host_given.then_some(r.host.as_str()), server) {
         crate::log_conn!(
             Level::Info,
             r.conn.number,
@@ -638,7 +640,7 @@ pub(super) fn subrequest(r: &Req, method: http::Method) -> Req {
         body_bytes_sent: 0,
         bytes_sent: 0,
         request_length: 0,
-        proxy_host: String::new(),
+        proxy_host: std::sync::Arc::from(""),
         proxy_port: 0,
         upstream: Arc::default(),
         vars: r.vars.clone(),

@@ -33,17 +33,20 @@ use crate::upstream::tls::Tls;
 use crate::upstream::{Outcome, Pooled, UpstreamRt};
 
 /// Response headers nginx does not pass from the upstream unless
-/// `proxy_pass_header` names them.
-const HIDDEN_BY_DEFAULT: [&str; 8] = [
-    "date",
-    "server",
-    "x-pad",
-    "x-accel-expires",
-    "x-accel-redirect",
-    "x-accel-limit-rate",
-    "x-accel-buffering",
-    "x-accel-charset",
-];
+/// `proxy_pass_header` names them (names are lowercase in a `HeaderMap`).
+fn hidden_by_default(name: &str) -> bool {
+    matches!(
+        name,
+        "date"
+            | "server"
+            | "x-pad"
+            | "x-accel-expires"
+            | "x-accel-redirect"
+            | "x-accel-limit-rate"
+            | "x-accel-buffering"
+            | "x-accel-charset"
+    )
+}
 
 /// Adds one attempt to the request's `$upstream_*` record.
 pub(super) fn record(r: &Req, a: Attempt) {
@@ -78,7 +81,7 @@ pub(super) fn tls_for_request(r: &Req, pp: &ProxyPass, shared: &super::Shared) -
     let ssl = r.conf.proxy_ssl.clone()?;
     let name = match &ssl.name {
         Some(t) => r.eval(t),
-        None => pp.proxy_host.clone(),
+        None => pp.proxy_host.to_string(),
     };
     Some(Tls::new(shared.upstream_tls.clone(), ssl, &name))
 }
@@ -287,7 +290,7 @@ pub(crate) async fn run(
     };
     let scheme = if conf.fastcgi {
         // nginx names a FastCGI upstream `fastcgi://ADDRESS`, no URI.
-        plan.uri.clear();
+        plan.uri = Default::default();
         plan.head = super::fastcgi::request_head(r, &plan.body);
         "fastcgi"
     } else if pp.ssl {
@@ -607,7 +610,7 @@ struct Answer<'a> {
     record: Attempt,
     ups: &'a Arc<UpstreamRt>,
     snap: &'a Arc<crate::upstream::Peers>,
-    uri: String,
+    uri: super::proxy_plan::UpUri,
     client_upgrade: Option<super::tunnel::ClientUpgrade>,
     /// `sticky`: (the answering peer's id, the session id the request
     /// brought).
@@ -760,7 +763,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         decoder: Decoder::new(framing),
         keep: keep && (fcgi.is_some() || framing != Framing::Close),
         conn: Some(c.conn),
-        ahead: std::collections::VecDeque::new(),
+        ahead: Default::default(),
         ups: ups.clone(),
         peer: Some((snap.clone(), c.id)),
         log: r.upstream.clone(),
@@ -819,7 +822,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
                 0 => Bytes::new(),
                 1 => body.ahead.pop_front().unwrap_or_default(),
                 _ => {
-                    let parts: Vec<Bytes> = body.ahead.drain(..).collect();
+                    let parts: Vec<Bytes> = body.ahead.drain().collect();
                     Bytes::from(parts.concat())
                 }
             };
@@ -1007,15 +1010,18 @@ fn completed(r: &Req, name: &HeaderName, url: String) -> String {
 }
 
 /// Response headers not passed to the client whatever the configuration.
-const HOP_BY_HOP_RESPONSE: [&str; 7] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
+fn hop_by_hop_response(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}
 
 pub(super) fn filter_response_headers(
     h: &mut HeaderMap,
@@ -1024,21 +1030,96 @@ pub(super) fn filter_response_headers(
     tokens: bool,
 ) {
     // One pass over the (few) headers present, instead of a lookup for each
-    // name that might be: names are already lowercase here.
-    let drop: Vec<HeaderName> = h
-        .keys()
-        .filter(|k| {
-            let n = k.as_str();
-            HOP_BY_HOP_RESPONSE.contains(&n)
-                || (HIDDEN_BY_DEFAULT.contains(&n) && !pass.iter().any(|p| p == n))
-                || hide.iter().any(|x| x == n)
-        })
-        .cloned()
-        .collect();
-    for n in drop {
-        h.remove(n);
+    // name that might be: names are already lowercase here. The names to
+    // drop are gathered a few at a time on the stack, not in a vector.
+    let dropped = |n: &str| {
+        hop_by_hop_response(n)
+            || (hidden_by_default(n) && !pass.iter().any(|p| p == n))
+            || hide.iter().any(|x| x == n)
+    };
+    loop {
+        let mut found: [Option<HeaderName>; 8] = Default::default();
+        let mut n = 0;
+        for k in h.keys() {
+            if dropped(k.as_str()) {
+                if let Some(slot) = found.get_mut(n) {
+                    *slot = Some(k.clone());
+                }
+                n += 1;
+                if n == found.len() {
+                    break;
+                }
+            }
+        }
+        for k in found.iter_mut().filter_map(Option::take) {
+            h.remove(k);
+        }
+        if n < found.len() {
+            break;
+        }
     }
     if !h.contains_key(header::SERVER) {
         h.insert(header::SERVER, response::server_header(tokens));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every hop-by-hop and hidden header goes, however many there are
+    /// (more than the eight gathered at a time), repeated ones too; the
+    /// rest stay, `proxy_pass_header` keeps a hidden one and
+    /// `proxy_hide_header` drops another; `Server` becomes sluice's.
+    #[test]
+    fn response_headers_filtered() {
+        let mut h = HeaderMap::new();
+        for (n, v) in [
+            ("connection", "keep-alive"),
+            ("x-one", "1"),
+            ("keep-alive", "timeout=5"),
+            ("date", "x"),
+            ("server", "backend"),
+            ("x-pad", "p"),
+            ("x-accel-expires", "1"),
+            ("x-accel-redirect", "/r"),
+            ("x-two", "2"),
+            ("x-accel-limit-rate", "1"),
+            ("x-accel-buffering", "no"),
+            ("x-accel-charset", "utf-8"),
+            ("proxy-connection", "close"),
+            ("te", "trailers"),
+            ("trailer", "x"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "h2c"),
+            ("x-secret", "s"),
+            ("x-one", "1b"),
+            ("connection", "close"),
+        ] {
+            h.append(HeaderName::from_static(n), HeaderValue::from_static(v));
+        }
+        filter_response_headers(
+            &mut h,
+            &["x-secret".to_string()],
+            &["x-pad".to_string()],
+            false,
+        );
+        // (The map's own order changes as entries go; the wire order is
+        // the head's, kept apart.)
+        let mut left: Vec<(&str, &str)> = h
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("?")))
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            vec![
+                ("server", "sluice"),
+                ("x-one", "1"),
+                ("x-one", "1b"),
+                ("x-pad", "p"),
+                ("x-two", "2"),
+            ]
+        );
     }
 }

@@ -35,7 +35,7 @@ pub(crate) struct ProxyBody {
     /// The upstream lets the connection serve again after this body.
     pub(crate) keep: bool,
     /// What `proxy_buffering` read ahead, sent before the rest.
-    pub(crate) ahead: VecDeque<Bytes>,
+    pub(crate) ahead: Ahead,
     pub(crate) ups: Arc<UpstreamRt>,
     /// The request's snapshot of the peers and the one that answered.
     pub(crate) peer: Option<(Arc<Peers>, PeerId)>,
@@ -49,7 +49,7 @@ pub(crate) struct ProxyBody {
     pub(crate) peer_name: Arc<str>,
     /// `http` or `https`.
     pub(crate) scheme: &'static str,
-    pub(crate) uri: String,
+    pub(crate) uri: super::proxy_plan::UpUri,
     /// A failure held back one poll so that what came before it is written
     /// out first.
     pub(crate) held_error: Option<ReadError>,
@@ -294,5 +294,75 @@ impl Drop for ProxyBody {
         // release the peer; a half-read connection is not reused.
         let complete = self.ended;
         self.finish(complete);
+    }
+}
+
+/// The buffers `proxy_buffering` read ahead, oldest first: the first in
+/// place, so the common answer that comes in one read allocates no queue.
+#[derive(Debug, Default)]
+pub(crate) struct Ahead {
+    first: Option<Bytes>,
+    rest: VecDeque<Bytes>,
+}
+
+impl Ahead {
+    pub(crate) fn push_back(&mut self, b: Bytes) {
+        // `first` is only ever the oldest: it is filled when all is empty.
+        if self.first.is_none() && self.rest.is_empty() {
+            self.first = Some(b);
+        } else {
+            self.rest.push_back(b);
+        }
+    }
+
+    pub(crate) fn pop_front(&mut self) -> Option<Bytes> {
+        self.first.take().or_else(|| self.rest.pop_front())
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.first.is_none() && self.rest.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Bytes> {
+        self.first.iter().chain(self.rest.iter())
+    }
+
+    /// Takes them all, oldest first.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = Bytes> + '_ {
+        self.first.take().into_iter().chain(self.rest.drain(..))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The read-ahead queue gives its buffers back oldest first, however
+    /// pushes and pops interleave, and counts and drains them all.
+    #[test]
+    fn ahead_keeps_its_order() {
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        let mut a = Ahead::default();
+        assert!(a.is_empty());
+        a.push_back(b("1"));
+        a.push_back(b("2"));
+        assert_eq!(a.len(), 2);
+        assert_eq!(a.pop_front(), Some(b("1")));
+        a.push_back(b("3"));
+        assert_eq!(a.iter().cloned().collect::<Vec<_>>(), vec![b("2"), b("3")]);
+        assert_eq!(a.pop_front(), Some(b("2")));
+        assert_eq!(a.pop_front(), Some(b("3")));
+        assert_eq!(a.pop_front(), None);
+        assert!(a.is_empty());
+        for s in ["4", "5", "6"] {
+            a.push_back(b(s));
+        }
+        assert_eq!(a.drain().collect::<Vec<_>>(), vec![b("4"), b("5"), b("6")]);
+        assert!(a.is_empty());
+        assert_eq!(a.len(), 0);
     }
 }

@@ -145,9 +145,9 @@ fn request_head(r: &Req, pp: &ProxyPass, uri: &str, length: Option<u64>) -> Opti
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string)
-            .unwrap_or_else(|| r.proxy_host.clone())
+            .unwrap_or_else(|| r.proxy_host.to_string())
     } else {
-        r.proxy_host.clone()
+        r.proxy_host.to_string()
     };
     let mut h = HeaderMap::new();
     let passes = |name: &[u8], value: &[u8]| {

@@ -46,8 +46,8 @@ fn escape_path(p: &str) -> String {
 
 /// The URI sent upstream: the client's as received, or with the location's
 /// prefix replaced by `proxy_pass`'s URI part.
-pub(super) fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
-    match &pp.uri {
+pub(super) fn upstream_uri(r: &Req, pp: &ProxyPass) -> UpUri {
+    UpUri::Made(match &pp.uri {
         // After a rewrite the changed URI goes, escaped, with its arguments.
         None if r.uri_changed => {
             let mut s = escape_path(&r.uri);
@@ -57,7 +57,8 @@ pub(super) fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
             }
             s
         }
-        None => r.request_uri.clone(),
+        // The client's own, shared: the common case allocates nothing.
+        None => return UpUri::Same(r.request_uri.clone()),
         // With variables nginx sends the URI part as it is.
         Some(u) if pp.dynamic => u.clone(),
         Some(u) => {
@@ -72,7 +73,7 @@ pub(super) fn upstream_uri(r: &Req, pp: &ProxyPass) -> String {
             }
             s
         }
-    }
+    })
 }
 
 /// The body's declared `Content-Length`, refused with 413 (logged as nginx
@@ -366,9 +367,39 @@ pub(super) fn upstream_method(r: &Req) -> http::Method {
         .unwrap_or_else(|| r.method.clone())
 }
 
+/// The URI an attempt asks the upstream for: the client's own, shared with
+/// the request, or one made for this upstream.
+#[derive(Debug, Clone)]
+pub(crate) enum UpUri {
+    Same(std::sync::Arc<str>),
+    Made(String),
+}
+
+impl Default for UpUri {
+    fn default() -> UpUri {
+        UpUri::Made(String::new())
+    }
+}
+
+impl std::ops::Deref for UpUri {
+    type Target = str;
+    fn deref(&self) -> &str {
+        match self {
+            UpUri::Same(s) => s,
+            UpUri::Made(s) => s,
+        }
+    }
+}
+
+impl std::fmt::Display for UpUri {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self)
+    }
+}
+
 /// Everything an attempt needs that stays the same across attempts.
 pub(super) struct Plan {
-    pub(super) uri: String,
+    pub(super) uri: UpUri,
     /// The request line and headers as every attempt writes them.
     pub(super) head: Vec<u8>,
     /// The head asks the upstream to close the connection.
@@ -626,10 +657,10 @@ mod tests {
         r.request_uri = "/app/a%20b?x=1".into();
         r.uri = "/app/a b".into();
         r.args = Some("x=1".into());
-        assert_eq!(upstream_uri(&r, &pp(None, "/app/")), "/app/a%20b?x=1");
-        assert_eq!(upstream_uri(&r, &pp(Some("/"), "/app/")), "/a%20b?x=1");
+        assert_eq!(&*upstream_uri(&r, &pp(None, "/app/")), "/app/a%20b?x=1");
+        assert_eq!(&*upstream_uri(&r, &pp(Some("/"), "/app/")), "/a%20b?x=1");
         assert_eq!(
-            upstream_uri(&r, &pp(Some("/v2/"), "/app/")),
+            &*upstream_uri(&r, &pp(Some("/v2/"), "/app/")),
             "/v2/a%20b?x=1"
         );
     }

@@ -105,7 +105,7 @@ pub(crate) fn relay(mut body: ProxyBody, conf: TempConf) -> Relay {
         error: None,
         reader: None,
     };
-    for b in body.ahead.drain(..) {
+    for b in body.ahead.drain() {
         store.push(Seg::Mem(b));
     }
     let store = Arc::new(Mutex::new(store));

@@ -82,7 +82,8 @@ pub struct InFlight {
 /// upstream's response, which finishes the last attempt's figures.
 #[derive(Debug, Default)]
 pub struct UpstreamLog {
-    pub attempts: Vec<Attempt>,
+    /// One in place: most requests make one attempt.
+    pub attempts: smallvec::SmallVec<[Attempt; 1]>,
     /// How long the request waited for peers before its first attempt
     /// (a `resolve` name's first answer).
     pub queued: Option<Duration>,
@@ -157,7 +158,7 @@ pub struct Req {
     pub method: Method,
     pub version: Version,
     /// The path and query as received (`$request_uri`).
-    pub request_uri: String,
+    pub request_uri: std::sync::Arc<str>,
     /// The normalized path (`$uri`).
     pub uri: String,
     pub args: Option<String>,
@@ -174,7 +175,7 @@ pub struct Req {
     pub body_bytes_sent: u64,
     pub bytes_sent: u64,
     pub request_length: u64,
-    pub proxy_host: String,
+    pub proxy_host: std::sync::Arc<str>,
     pub proxy_port: u16,
     pub upstream: Arc<Mutex<UpstreamLog>>,
     /// Variables `set` assigned.
@@ -433,7 +434,7 @@ impl Req {
             },
             Var::Request => self.request_line(),
             Var::RequestMethod => self.method.to_string(),
-            Var::RequestUri => self.request_uri.clone(),
+            Var::RequestUri => self.request_uri.to_string(),
             Var::Scheme => if c.tls().is_some() { "https" } else { "http" }.to_string(),
             Var::Https => if c.tls().is_some() { "on" } else { "" }.to_string(),
             Var::Http2 => match (self.version, c.tls().is_some()) {
@@ -494,7 +495,7 @@ impl Req {
                 .unwrap_or_default(),
             Var::RequestBodyFile => self.request_body_file.clone().unwrap_or_default(),
             Var::RequestTime => secs(Some(self.start.elapsed())),
-            Var::ProxyHost => self.proxy_host.clone(),
+            Var::ProxyHost => self.proxy_host.to_string(),
             Var::ProxyPort => self.proxy_port.to_string(),
             Var::ProxyAddXForwardedFor => {
                 let addr = self.value(&Var::RemoteAddr);

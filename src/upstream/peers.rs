@@ -207,32 +207,73 @@ pub struct PeerId {
 /// The peers tried for one request (a bit per peer, primary then backup).
 #[derive(Debug, Clone, Default)]
 pub struct Tried {
-    bits: Vec<bool>,
+    bits: TriedBits,
     primaries: usize,
+    slots: usize,
+}
+
+/// One bit a peer: in the value itself for up to 128 peers (as nginx keeps
+/// up to a word's worth in the request), so a request's attempts allocate
+/// nothing for it; in a vector for more.
+#[derive(Debug, Clone)]
+enum TriedBits {
+    Inline(u128),
+    Heap(Vec<bool>),
+}
+
+impl Default for TriedBits {
+    fn default() -> TriedBits {
+        TriedBits::Inline(0)
+    }
 }
 
 impl Tried {
     pub fn new(peers: &Peers) -> Tried {
+        let slots = peers.primary.len() + peers.backup.len();
         Tried {
-            bits: vec![false; peers.primary.len() + peers.backup.len()],
+            bits: if slots <= 128 {
+                TriedBits::Inline(0)
+            } else {
+                TriedBits::Heap(vec![false; slots])
+            },
             primaries: peers.primary.len(),
+            slots,
         }
     }
-    fn slot(&self, id: PeerId) -> usize {
-        if id.backup {
-            self.primaries + id.index
+    /// The peer's bit, if it is one of the peers this set was made for.
+    fn slot(&self, id: PeerId) -> Option<usize> {
+        let s = if id.backup {
+            self.primaries.checked_add(id.index)?
         } else {
             id.index
-        }
+        };
+        (s < self.slots).then_some(s)
     }
     pub fn set(&mut self, id: PeerId) {
-        let s = self.slot(id);
-        if let Some(b) = self.bits.get_mut(s) {
-            *b = true;
+        let Some(s) = self.slot(id) else {
+            return;
+        };
+        match &mut self.bits {
+            TriedBits::Inline(b) => {
+                if s < 128 {
+                    *b |= 1u128 << s;
+                }
+            }
+            TriedBits::Heap(v) => {
+                if let Some(b) = v.get_mut(s) {
+                    *b = true;
+                }
+            }
         }
     }
     pub fn has(&self, id: PeerId) -> bool {
-        self.bits.get(self.slot(id)).copied().unwrap_or(false)
+        let Some(s) = self.slot(id) else {
+            return false;
+        };
+        match &self.bits {
+            TriedBits::Inline(b) => s < 128 && b & (1u128 << s) != 0,
+            TriedBits::Heap(v) => v.get(s).copied().unwrap_or(false),
+        }
     }
 }
 
@@ -661,6 +702,47 @@ mod tests {
             index: 0,
         });
         assert_eq!(p.pick_round_robin(&t, now), None);
+    }
+
+    /// The tried set marks exactly the peers set, primary and backup
+    /// apart, with its bits in the value (up to 128 peers) and in a vector
+    /// past that.
+    #[test]
+    fn tried_marks_exactly_the_peers_set() {
+        for (primaries, backups) in [(1usize, 0usize), (100, 28), (100, 29), (300, 5)] {
+            let addrs: Vec<String> = (0..primaries + backups)
+                .map(|i| format!("127.0.{}.{}:80", i / 250, i % 250 + 1))
+                .collect();
+            let list: Vec<(&str, u32, bool)> = addrs
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (a.as_str(), 1, i >= primaries))
+                .collect();
+            let p = Peers::from_config(&upstream(&list));
+            let id = |i: usize| PeerId {
+                backup: i >= primaries,
+                index: if i >= primaries { i - primaries } else { i },
+            };
+            let mut t = Tried::new(&p);
+            let marked: Vec<usize> = (0..primaries + backups).filter(|i| i % 7 == 3).collect();
+            for &i in &marked {
+                t.set(id(i));
+            }
+            for i in 0..primaries + backups {
+                assert_eq!(
+                    t.has(id(i)),
+                    marked.contains(&i),
+                    "peer {i} of {primaries}+{backups}"
+                );
+            }
+            // Out of range: never marked, and setting it changes nothing.
+            let far = PeerId {
+                backup: true,
+                index: backups + 5,
+            };
+            t.set(far);
+            assert!(!t.has(far));
+        }
     }
 
     #[test]
