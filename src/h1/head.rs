@@ -376,7 +376,7 @@ fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names, Option<Ord
     let mut last: Option<HeaderName> = None;
     let mut interleaved = false;
     for (n, v) in spans {
-        let raw = head.slice(n.clone());
+        let raw = &head[n.clone()];
         let bad = || {
             HeadError::header(
                 400,
@@ -386,17 +386,19 @@ fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names, Option<Ord
                 ),
             )
         };
-        let name = HeaderName::from_bytes(&raw).map_err(|_| bad())?;
+        let name = HeaderName::from_bytes(raw).map_err(|_| bad())?;
         let value = HeaderValue::from_maybe_shared(head.slice(v.clone())).map_err(|_| bad())?;
         // Only the names written otherwise than sluice would write them.
-        if !super::write::spelled_as_usual(&name, &raw) {
-            names.push(raw);
+        if !super::write::spelled_as_usual(&name, raw) {
+            names.push(head.slice(n.clone()));
         }
-        if last.as_ref() != Some(&name) && map.contains_key(&name) {
+        // A name seen before, but not just before: the map alone would
+        // write its values together.
+        let again = last.as_ref() == Some(&name);
+        last = Some(name.clone());
+        if map.append(name, value) && !again {
             interleaved = true;
         }
-        last = Some(name.clone());
-        map.append(name, value);
     }
     let order = interleaved.then(|| {
         Order(
@@ -715,6 +717,38 @@ mod tests {
         assert!(resp(b"HTTP/1.1 200 OK\r\n").unwrap().is_none());
         assert!(resp(b"SSH-2.0\r\n\r\n").is_err());
         assert!(resp(b"HTTP/1.1 200 OK\r\nA : b\r\n\r\n").is_err());
+    }
+
+    /// The order of the upstream's lines is kept only when a name comes
+    /// back after another; the case of a name is kept only when it is not
+    /// how sluice writes it.
+    #[test]
+    fn response_order_and_names() {
+        let order = |b: &[u8]| {
+            let h = resp(b).unwrap().unwrap();
+            h.order.map(|o| {
+                o.0.iter()
+                    .map(|n| n.as_str().to_string())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(
+            order(b"HTTP/1.1 200 OK\r\nA: 1\r\nA: 2\r\nB: 3\r\n\r\n"),
+            None
+        );
+        assert_eq!(
+            order(b"HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n"),
+            None
+        );
+        assert_eq!(
+            order(b"HTTP/1.1 200 OK\r\nA: 1\r\nB: 2\r\na: 3\r\n\r\n"),
+            Some(vec!["a".to_string(), "b".to_string(), "a".to_string()])
+        );
+        let h = resp(b"HTTP/1.1 200 OK\r\nContent-Type: x\r\netag: 1\r\nETag: 2\r\nx-one: 1\r\nX-Two: 2\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        let kept: Vec<&[u8]> = h.names.0.iter().map(|b| &b[..]).collect();
+        assert_eq!(kept, vec![&b"etag"[..], b"x-one"]);
     }
 
     use proptest::prelude::*;

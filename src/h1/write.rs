@@ -8,7 +8,9 @@ use http::{Method, StatusCode, Version};
 
 use super::head::Names;
 
-/// Names whose usual spelling is not plain title case.
+/// Names whose usual spelling is not plain title case (what `special`
+/// answers, checked against it in the tests).
+#[cfg(test)]
 const SPECIAL: [(&str, &str); 8] = [
     ("etag", "ETag"),
     ("www-authenticate", "WWW-Authenticate"),
@@ -20,6 +22,23 @@ const SPECIAL: [(&str, &str); 8] = [
     ("sec-websocket-key", "Sec-WebSocket-Key"),
 ];
 
+/// The usual spelling of a lowercase name in `SPECIAL`: a `match`, which
+/// the compiler turns into a switch on the length, where a scan of the
+/// table compared each entry (this runs for every header written).
+fn special(lower: &str) -> Option<&'static str> {
+    Some(match lower {
+        "etag" => "ETag",
+        "www-authenticate" => "WWW-Authenticate",
+        "content-md5" => "Content-MD5",
+        "x-xss-protection" => "X-XSS-Protection",
+        "dnt" => "DNT",
+        "te" => "TE",
+        "x-ua-compatible" => "X-UA-Compatible",
+        "sec-websocket-key" => "Sec-WebSocket-Key",
+        _ => return None,
+    })
+}
+
 /// Writes a header name: as it arrived when `names` has it, else title case.
 pub fn name(n: &HeaderName, names: Option<&Names>, out: &mut Vec<u8>) {
     if let Some(raw) = names.and_then(|m| m.find(n)) {
@@ -27,7 +46,7 @@ pub fn name(n: &HeaderName, names: Option<&Names>, out: &mut Vec<u8>) {
         return;
     }
     let s = n.as_str();
-    if let Some((_, spelled)) = SPECIAL.iter().find(|(l, _)| *l == s) {
+    if let Some(spelled) = special(s) {
         out.extend_from_slice(spelled.as_bytes());
         return;
     }
@@ -47,17 +66,22 @@ pub fn name(n: &HeaderName, names: Option<&Names>, out: &mut Vec<u8>) {
 /// Whether `raw` is how `name` writes `n` by itself (so that a head need
 /// not carry it in its `Names`).
 pub fn spelled_as_usual(n: &HeaderName, raw: &[u8]) -> bool {
-    let s = n.as_str();
-    if let Some((_, spelled)) = SPECIAL.iter().find(|(l, _)| *l == s) {
-        return raw == spelled.as_bytes();
+    let s = n.as_str().as_bytes();
+    if raw.len() != s.len() {
+        return false;
     }
+    // Title case: upper case at the start and after each dash, the rest as
+    // the lowercase name has it.
     let mut up = true;
-    raw.len() == s.len()
-        && s.bytes().zip(raw).all(|(b, &r)| {
-            let want = if up { b.to_ascii_uppercase() } else { b };
-            up = b == b'-';
-            want == r
-        })
+    for (&b, &r) in s.iter().zip(raw) {
+        let want = if up { b.to_ascii_uppercase() } else { b };
+        if want != r {
+            // Not title case: still usual if it is a special spelling.
+            return special(n.as_str()).is_some_and(|sp| sp.as_bytes() == raw);
+        }
+        up = b == b'-';
+    }
+    special(n.as_str()).is_none()
 }
 
 /// Writes one header line, `Name: value\r\n`.
@@ -153,6 +177,31 @@ mod tests {
             "{s}"
         );
         assert!(s.ends_with(" GMT"), "{s}");
+    }
+
+    /// `special` knows the table's names, each spelled as the table has it,
+    /// and no others.
+    #[test]
+    fn special_spellings() {
+        for (lower, spelled) in SPECIAL {
+            assert_eq!(special(lower), Some(spelled));
+            let n = HeaderName::from_static(lower);
+            assert!(spelled_as_usual(&n, spelled.as_bytes()));
+            // Its title case is not how it is written.
+            let mut title = Vec::new();
+            let mut up = true;
+            for b in lower.bytes() {
+                title.push(if up { b.to_ascii_uppercase() } else { b });
+                up = b == b'-';
+            }
+            assert!(!spelled_as_usual(&n, &title), "{lower}");
+        }
+        assert_eq!(special("content-type"), None);
+        let ct = HeaderName::from_static("content-type");
+        assert!(spelled_as_usual(&ct, b"Content-Type"));
+        assert!(!spelled_as_usual(&ct, b"content-type"));
+        assert!(!spelled_as_usual(&ct, b"Content-Typ"));
+        assert!(!spelled_as_usual(&ct, b"Content-TypeX"));
     }
 
     proptest::proptest! {
