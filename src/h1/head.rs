@@ -76,6 +76,21 @@ pub struct Reason(pub Bytes);
 pub struct Headers {
     head: Bytes,
     spans: Vec<Span>,
+    /// The lengths of its names, a bit each (63 for any longer): a lookup
+    /// of a name no header's length matches returns at once, without a
+    /// scan (most of the framing headers are absent from most requests). A
+    /// bit may stay set after `retain`: it only sends the lookup to the scan.
+    lengths: u64,
+}
+
+/// A name's bit in `Headers::lengths`.
+fn length_bit(name: &[u8]) -> u64 {
+    1 << name.len().min(63)
+}
+
+/// The length bits of a head's names.
+fn lengths(spans: &[Span]) -> u64 {
+    spans.iter().fold(0, |a, (n, _)| a | 1 << n.len().min(63))
 }
 
 /// A header's value, as received.
@@ -135,9 +150,11 @@ impl Headers {
             text.extend_from_slice(v);
             spans.push((at..vat, vat..text.len()));
         }
+        let lengths = lengths(&spans);
         Headers {
             head: Bytes::from(text),
             spans,
+            lengths,
         }
     }
 
@@ -161,17 +178,32 @@ impl Headers {
         &'a self,
         name: N,
     ) -> impl Iterator<Item = Value<'a>> + 'a {
-        self.iter()
-            .filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_ref()))
-            .map(|(_, v)| v)
+        let absent = self.surely_absent(name.as_ref());
+        self.spans
+            .iter()
+            .take(if absent { 0 } else { usize::MAX })
+            .filter(move |(n, _)| {
+                n.len() == name.as_ref().len()
+                    && self.head[n.clone()].eq_ignore_ascii_case(name.as_ref())
+            })
+            .map(|(_, v)| Value(&self.head[v.clone()]))
     }
 
     /// The first header with this name (any case).
     pub fn get(&self, name: impl AsRef<[u8]>) -> Option<Value<'_>> {
         let want = name.as_ref();
-        self.iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(want))
-            .map(|(_, v)| v)
+        if self.surely_absent(want) {
+            return None;
+        }
+        self.spans
+            .iter()
+            .find(|(n, _)| n.len() == want.len() && self.head[n.clone()].eq_ignore_ascii_case(want))
+            .map(|(_, v)| Value(&self.head[v.clone()]))
+    }
+
+    /// No header has a name of this length.
+    fn surely_absent(&self, name: &[u8]) -> bool {
+        self.lengths & length_bit(name) == 0
     }
 
     pub fn contains_key(&self, name: impl AsRef<[u8]>) -> bool {
@@ -366,7 +398,12 @@ fn request_headers(head: Bytes, spans: Vec<Span>) -> Result<Headers, HeadError> 
             ),
         ));
     }
-    Ok(Headers { head, spans })
+    let lengths = lengths(&spans);
+    Ok(Headers {
+        head,
+        spans,
+        lengths,
+    })
 }
 
 /// Turns the headers' spans into the map and the names, slicing `head`.
@@ -382,7 +419,7 @@ fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names, Option<Ord
                 400,
                 format!(
                     "client sent invalid header line: \"{}\"",
-                    String::from_utf8_lossy(&raw)
+                    String::from_utf8_lossy(raw)
                 ),
             )
         };
@@ -774,6 +811,56 @@ mod tests {
                     .collect(),
             ))),
             Err(e) => Some(Err(e.code)),
+        }
+    }
+
+    proptest! {
+        /// Lookups by name find what a plain scan finds, in any case, for
+        /// names of lengths present and absent, after `retain` too.
+        #[test]
+        fn lookups_match_a_scan(
+            lines in proptest::collection::vec((0usize..16, any::<bool>(), "[ -~]{0,6}"), 0..8),
+            drop_name in 0usize..16,
+        ) {
+            // Names of the same length, and two past the last length bit.
+            const NAMES: [&str; 16] = [
+                "te", "host", "expect", "cookie", "upgrade", "connection", "keep-alive",
+                "content-length", "transfer-encoding", "x-a", "tf", "hosts", "accept", "connectiox",
+                "x-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                "x-bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+            ];
+            let spelled: Vec<(String, String)> = lines
+                .iter()
+                .map(|(i, upper, v)| {
+                    let n = if *upper { NAMES[*i].to_ascii_uppercase() } else { NAMES[*i].to_string() };
+                    (n, v.clone())
+                })
+                .collect();
+            let mut h = Headers::from_pairs(spelled.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+            let check = |h: &Headers, kept: &[(String, String)]| -> Result<(), TestCaseError> {
+                for name in NAMES {
+                    for asked in [name.to_string(), name.to_ascii_uppercase()] {
+                        let scan: Vec<&[u8]> = kept
+                            .iter()
+                            .filter(|(n, _)| n.eq_ignore_ascii_case(&asked))
+                            .map(|(_, v)| v.as_bytes())
+                            .collect();
+                        let all: Vec<&[u8]> = h.get_all(asked.as_str()).map(|v| v.as_bytes()).collect();
+                        prop_assert_eq!(&all, &scan);
+                        prop_assert_eq!(h.get(asked.as_str()).map(|v| v.as_bytes()), scan.first().copied());
+                        prop_assert_eq!(h.contains_key(asked.as_str()), !scan.is_empty());
+                    }
+                }
+                Ok(())
+            };
+            check(&h, &spelled)?;
+            h.retain(|n| !n.eq_ignore_ascii_case(NAMES[drop_name].as_bytes()));
+            let kept: Vec<(String, String)> = spelled
+                .iter()
+                .filter(|(n, _)| !n.eq_ignore_ascii_case(NAMES[drop_name]))
+                .cloned()
+                .collect();
+            check(&h, &kept)?;
         }
     }
 

@@ -24,12 +24,37 @@ struct AddrServers {
 
 #[derive(Debug)]
 pub struct Router {
-    by_addr: HashMap<ListenAddr, AddrServers>,
+    /// By listening address: two lookups a request (the server for the
+    /// Host, and the one the address chose for the URI's parsing), so the
+    /// keys are hashed with FNV-1a, not SipHash (they are the
+    /// configuration's addresses, not the clients' choice).
+    by_addr: HashMap<ListenAddr, AddrServers, std::hash::BuildHasherDefault<Fnv>>,
+}
+
+/// FNV-1a, 64 bits: a few multiplications for a socket address.
+#[derive(Debug)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
 }
 
 impl Router {
     pub fn new(http: &Http) -> Router {
-        let mut by_addr: HashMap<ListenAddr, AddrServers> = HashMap::new();
+        let mut by_addr: HashMap<ListenAddr, AddrServers, _> = HashMap::default();
         for (i, s) in http.servers.iter().enumerate() {
             for l in &s.listen {
                 let e = by_addr
@@ -84,6 +109,11 @@ impl Router {
     }
 
     fn entry(&self, listen: &ListenAddr, local: Option<SocketAddr>) -> Option<&AddrServers> {
+        // One listening address (the common configuration): every
+        // connection came through it, with nothing to look up.
+        if self.by_addr.len() == 1 {
+            return self.by_addr.values().next();
+        }
         // A wildcard socket carries servers of specific addresses on its port too.
         local
             .map(ListenAddr::Inet)
@@ -354,6 +384,40 @@ mod tests {
         assert_eq!(
             &*r.server(&h, &b, None, Some("first")).unwrap().primary_name,
             "other"
+        );
+    }
+
+    /// A wildcard socket serves the servers of a specific address on its
+    /// port when the connection came to that address, its own otherwise;
+    /// with one address, every connection is its.
+    #[test]
+    fn servers_by_local_address() {
+        let h = http(
+            "server { listen 0.0.0.0:3; server_name wild; }\n\
+             server { listen 127.0.0.2:3; server_name two; }\n\
+             server { listen 127.0.0.1:4; server_name four; }",
+        );
+        let r = Router::new(&h);
+        let wild: ListenAddr = ListenAddr::Inet("0.0.0.0:3".parse().unwrap());
+        let name = |local: &str| {
+            r.server(&h, &wild, Some(local.parse().unwrap()), None)
+                .map(|s| s.primary_name.to_string())
+        };
+        assert_eq!(name("127.0.0.2:3").as_deref(), Some("two"));
+        assert_eq!(name("127.0.0.3:3").as_deref(), Some("wild"));
+        let four: ListenAddr = ListenAddr::Inet("127.0.0.1:4".parse().unwrap());
+        assert_eq!(
+            r.server(&h, &four, None, Some("wild"))
+                .map(|s| &*s.primary_name),
+            Some("four")
+        );
+        let one = http("server { listen 127.0.0.1:5; server_name only; }");
+        let r = Router::new(&one);
+        let five: ListenAddr = ListenAddr::Inet("127.0.0.1:5".parse().unwrap());
+        assert_eq!(
+            r.server(&one, &five, Some("127.0.0.1:5".parse().unwrap()), Some("x"))
+                .map(|s| &*s.primary_name),
+            Some("only")
         );
     }
 }
