@@ -17,7 +17,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(26);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(28);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -28,6 +28,7 @@ events {
 
 http {
     access_log off;
+    log_format up '$upstream_http_x_port|$upstream_http_x_mixed_case|$upstream_http_connection|$upstream_http_content_length';
 
     upstream u { server 127.0.0.1:%%PORT_8081%%; }
 
@@ -52,6 +53,11 @@ http {
             proxy_pass http://127.0.0.1:%%PORT_8082%%;
             proxy_hide_header X-Port;
             proxy_pass_header Server;
+            access_log %%TESTDIR%%/up.log up;
+        }
+        location /hide-close {
+            proxy_pass http://127.0.0.1:%%PORT_8083%%;
+            access_log %%TESTDIR%%/up.log up;
         }
         location /tokens { proxy_pass http://u/echo; server_tokens off; }
         location /big { proxy_pass http://u/echo; client_max_body_size 1m; }
@@ -71,6 +77,7 @@ EOF
 
 $t->backend(port(8081));
 $t->backend(port(8082), header_case => 1);
+$t->backend(port(8083), close => 1);
 $t->run();
 
 my $p1 = port(8081);
@@ -131,6 +138,13 @@ like($r, qr/^Server: sluice/m, 'own Server header');
 
 $r = http_get('/hide');
 unlike($r, qr/X-Port/, 'proxy_hide_header');
+# Headers the client does not get are still the upstream's variables: one
+# hidden by proxy_hide_header, and a hop-by-hop one.
+my $p2 = port(8082);
+ok($t->waitforlog(qr!^$p2\|yes\|-\|\d+$!m, 3, 'up.log'), '$upstream_http_* of a hidden header');
+$r = http_get('/hide-close');
+my $p3 = port(8083);
+ok($t->waitforlog(qr!^$p3\|-\|close\|\d+$!m, 3, 'up.log'), '$upstream_http_connection');
 
 $r = http_get('/tokens');
 like($r, qr/^Server: sluice\r$/m, 'server_tokens off');

@@ -245,7 +245,12 @@ pub struct ResponseHead {
     pub status: StatusCode,
     pub reason: Bytes,
     pub version: Version,
+    /// The headers that go on to the client (what `parse_response`'s
+    /// `passes` let through).
     pub headers: HeaderMap,
+    /// Every header as received: the framing, keep-alive and `X-Accel-*`
+    /// ones the client never sees are read here, and `$upstream_http_*`.
+    pub raw: Headers,
     pub names: Names,
     pub order: Option<Order>,
     pub len: usize,
@@ -406,8 +411,14 @@ fn request_headers(head: Bytes, spans: Vec<Span>) -> Result<Headers, HeadError> 
     })
 }
 
-/// Turns the headers' spans into the map and the names, slicing `head`.
-fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names, Option<Order>), HeadError> {
+/// Turns the headers' spans into the map and the names, slicing `head`:
+/// only the headers `passes` lets on (the others' values are checked all
+/// the same, and stay in the head's `raw` list).
+fn collect(
+    head: &Bytes,
+    spans: &[Span],
+    passes: &(dyn Fn(&HeaderName) -> bool + Sync),
+) -> Result<(HeaderMap, Names, Option<Order>), HeadError> {
     let mut map = HeaderMap::with_capacity(spans.len());
     let mut names = Vec::new();
     let mut last: Option<HeaderName> = None;
@@ -424,6 +435,12 @@ fn collect(head: &Bytes, spans: &[Span]) -> Result<(HeaderMap, Names, Option<Ord
             )
         };
         let name = HeaderName::from_bytes(raw).map_err(|_| bad())?;
+        if !passes(&name) {
+            if !valid_value(&head[v.clone()]) {
+                return Err(bad());
+            }
+            continue;
+        }
         let value = HeaderValue::from_maybe_shared(head.slice(v.clone())).map_err(|_| bad())?;
         // Only the names written otherwise than sluice would write them.
         if !super::write::spelled_as_usual(&name, raw) {
@@ -581,7 +598,12 @@ fn in_headers(buf: &[u8]) -> bool {
 
 /// Parses a response head at the start of `buf` and takes it from there;
 /// Ok(None): incomplete. The error is nginx's "upstream sent ..." text.
-pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String> {
+/// Only the headers `passes` lets on go into the head's map (all of them
+/// for a 101, whose `Upgrade` and `Connection` go on); `raw` has them all.
+pub fn parse_response(
+    buf: &mut BytesMut,
+    passes: &(dyn Fn(&HeaderName) -> bool + Sync),
+) -> Result<Option<ResponseHead>, String> {
     let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
     let mut heap;
     let mut slots: &mut [httparse::Header<'_>] = &mut stack;
@@ -600,13 +622,25 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                 };
                 let spans = spans(buf, resp.headers);
                 let head = buf.split_to(len).freeze();
-                let (headers, names, order) = collect(&head, &spans)
+                let all = |_: &HeaderName| true;
+                let passes = if status == StatusCode::SWITCHING_PROTOCOLS {
+                    &all
+                } else {
+                    passes
+                };
+                let (headers, names, order) = collect(&head, &spans, passes)
                     .map_err(|_| "upstream sent invalid header".to_string())?;
+                let lengths = lengths(&spans);
                 return Ok(Some(ResponseHead {
                     status,
                     reason: head.slice(reason),
                     version,
                     headers,
+                    raw: Headers {
+                        head,
+                        spans,
+                        lengths,
+                    },
                     names,
                     order,
                     len,
@@ -637,7 +671,7 @@ mod tests {
     }
 
     fn resp(s: &[u8]) -> Result<Option<ResponseHead>, String> {
-        parse_response(&mut BytesMut::from(s))
+        parse_response(&mut BytesMut::from(s), &|_| true)
     }
 
     #[test]
@@ -746,7 +780,7 @@ mod tests {
     fn responses() {
         let b = b"HTTP/1.1 404 Gone Away\r\nContent-Length: 3\r\n\r\nabc";
         let mut buf = BytesMut::from(&b[..]);
-        let h = parse_response(&mut buf).unwrap().unwrap();
+        let h = parse_response(&mut buf, &|_| true).unwrap().unwrap();
         assert_eq!(&buf[..], b"abc");
         assert_eq!(h.status, 404);
         assert_eq!(&h.reason[..], b"Gone Away");

@@ -188,7 +188,7 @@ pub(super) async fn exchange(
     };
     let timeout = conf.proxy_send_timeout;
     conn.h1
-        .send(first, &Payload::default(), timeout)
+        .send(&first, &Payload::default(), timeout)
         .await
         .map_err(head_unsent)?;
     if !small {
@@ -312,11 +312,17 @@ pub(super) async fn exchange(
         Some(r) => Bytes::from(r),
         None => Bytes::from_static(super::response::reason(cgi.status).unwrap_or("").as_bytes()),
     };
+    let raw = crate::h1::head::Headers::from_byte_pairs(
+        headers
+            .iter()
+            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+    );
     let head = ResponseHead {
         status,
         reason,
         version: Version::HTTP_11,
         headers,
+        raw,
         names: Names(Vec::new()),
         order: None,
         len: used,

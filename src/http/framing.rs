@@ -5,10 +5,11 @@
 //! desync and requests are smuggled. Pure functions of a parsed head; the
 //! proxy and the connection code call them.
 
-use http::header::{self, HOST, HeaderMap, HeaderValue};
+use http::header::{self, HOST};
 
 use super::vars::Req;
 use crate::h1::body::content_length;
+use crate::h1::head::{Headers, Value};
 
 /// A request head nginx refuses: the status, the log reason, and whether the
 /// request line (not a header) was at fault (the codec's type).
@@ -117,9 +118,9 @@ fn framing_problem(r: &Req) -> Option<Problem> {
 /// both. Anything else is an invalid header (502, the connection not
 /// reused): a response the client could read two ways desyncs its
 /// connection. The message is nginx's error-log text.
-pub(super) fn upstream_framing(h: &HeaderMap) -> Result<(), String> {
-    let text = |v: &HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
-    let mut lengths = h.get_all(header::CONTENT_LENGTH).iter();
+pub(super) fn upstream_framing(h: &Headers) -> Result<(), String> {
+    let text = |v: Value<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    let mut lengths = h.get_all(header::CONTENT_LENGTH);
     if let Some(first) = lengths.next() {
         if let Some(second) = lengths.next() {
             return Err(format!(
@@ -135,7 +136,7 @@ pub(super) fn upstream_framing(h: &HeaderMap) -> Result<(), String> {
             ));
         }
     }
-    let mut codings = h.get_all(header::TRANSFER_ENCODING).iter();
+    let mut codings = h.get_all(header::TRANSFER_ENCODING);
     if let Some(first) = codings.next() {
         if let Some(second) = codings.next() {
             return Err(format!(
@@ -163,20 +164,11 @@ pub(super) fn upstream_framing(h: &HeaderMap) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::header::HeaderName;
 
     #[test]
     fn framing() {
-        let head = |lines: &[(&str, &str)]| {
-            let mut h = HeaderMap::new();
-            for (n, v) in lines {
-                h.append(
-                    HeaderName::from_bytes(n.as_bytes()).unwrap(),
-                    HeaderValue::from_str(v).unwrap(),
-                );
-            }
-            upstream_framing(&h)
-        };
+        let head =
+            |lines: &[(&str, &str)]| upstream_framing(&Headers::from_pairs(lines.iter().copied()));
         assert!(head(&[]).is_ok());
         assert!(head(&[("content-length", "5")]).is_ok());
         assert!(head(&[("transfer-encoding", "chunked")]).is_ok());
@@ -228,19 +220,14 @@ mod tests {
             lengths in proptest::collection::vec("[0-9a-z ,+-]{0,20}", 0..3),
             codings in proptest::collection::vec("(chunked|Chunked|gzip|identity| |,){0,3}", 0..3),
         ) {
-            let mut h = HeaderMap::new();
-            for v in &lengths {
-                if let Ok(v) = HeaderValue::from_str(v) {
-                    h.append(header::CONTENT_LENGTH, v);
-                }
-            }
-            for v in &codings {
-                if let Ok(v) = HeaderValue::from_str(v) {
-                    h.append(header::TRANSFER_ENCODING, v);
-                }
-            }
-            let cl: Vec<_> = h.get_all(header::CONTENT_LENGTH).iter().collect();
-            let te: Vec<_> = h.get_all(header::TRANSFER_ENCODING).iter().collect();
+            let h = Headers::from_pairs(
+                lengths
+                    .iter()
+                    .map(|v| ("content-length", v.as_str()))
+                    .chain(codings.iter().map(|v| ("transfer-encoding", v.as_str()))),
+            );
+            let cl: Vec<_> = h.get_all(header::CONTENT_LENGTH).collect();
+            let te: Vec<_> = h.get_all(header::TRANSFER_ENCODING).collect();
             if upstream_framing(&h).is_ok() {
                 proptest::prop_assert!(cl.len() + te.len() <= 1);
                 if let Some(v) = cl.first() {

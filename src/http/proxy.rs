@@ -25,7 +25,7 @@ use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
 use crate::conf::proxy_more::ignore;
 use crate::conf::vars::Template;
 use crate::h1::body::{Decoder, Framing};
-use crate::h1::head::{Names, Reason, ResponseHead};
+use crate::h1::head::{Headers, Names, Reason, ResponseHead};
 use crate::log::Level;
 use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Policy, Requester};
 use crate::upstream::h1conn::{self, H1};
@@ -482,15 +482,8 @@ async fn exchange(
 ) -> Result<ResponseHead, Failed> {
     use h1conn::Error;
     conn.requests += 1;
-    // A small body goes in the same write as the head.
-    let with_head = match &plan.body {
-        crate::upstream::body::Payload::Mem(b) if b.len() <= h1conn::WITH_HEAD => b.len(),
-        _ => 0,
-    };
-    let mut head = Vec::with_capacity(plan.head.len() + with_head);
-    head.extend_from_slice(&plan.head);
     conn.h1
-        .send(head, &plan.body, conf.proxy_send_timeout)
+        .send(&plan.head, &plan.body, conf.proxy_send_timeout)
         .await
         .map_err(head_unsent)?;
     // `proxy_request_buffering off`: the body, as it arrives.
@@ -502,7 +495,14 @@ async fn exchange(
         }
     }
     let limit = usize::try_from(conf.proxy_buffer_size).unwrap_or(usize::MAX);
-    let head = match conn.h1.read_head(conf.proxy_read_timeout, limit).await {
+    // The headers the client never gets are not put in the map at all.
+    let passes =
+        |n: &HeaderName| passes_on(n.as_str(), &conf.proxy_hide_header, &conf.proxy_pass_header);
+    let head = match conn
+        .h1
+        .read_head(conf.proxy_read_timeout, limit, &passes)
+        .await
+    {
         Ok(h) => h,
         Err(Error::ReadTimeout) => return Err(unanswered(Kind::Timeout, timed_out(), READING)),
         Err(Error::Invalid(text)) => return Err(unanswered(Kind::InvalidHeader, text, READING)),
@@ -528,11 +528,9 @@ async fn exchange(
             READING,
         ));
     }
-    upstream_framing(&head.headers).map_err(|m| unanswered(Kind::InvalidHeader, m, READING))?;
+    upstream_framing(&head.raw).map_err(|m| unanswered(Kind::InvalidHeader, m, READING))?;
     // An HTTP/1.0 response cannot be chunked.
-    if head.version == http::Version::HTTP_10
-        && head.headers.contains_key(header::TRANSFER_ENCODING)
-    {
+    if head.version == http::Version::HTTP_10 && head.raw.contains_key(header::TRANSFER_ENCODING) {
         return Err(unanswered(
             Kind::InvalidHeader,
             "upstream sent invalid header".into(),
@@ -652,12 +650,13 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     let keep = if fcgi.is_some() {
         conf.fastcgi_keep_conn
     } else {
-        h1conn::keeps_alive(head.version, &head.headers) && !asked_close
+        h1conn::keeps_alive(head.version, &head.raw) && !asked_close
     };
     let ResponseHead {
         status: code,
         reason,
         headers,
+        raw,
         names,
         order,
         ..
@@ -683,8 +682,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     }
     // X-Accel-Redirect: the upstream asks for an internal redirect; an
     // intercepted error is answered by sluice, not passed through.
-    let redirect = parts
-        .headers
+    let redirect = raw
         .get("x-accel-redirect")
         .and_then(|v| v.to_str().ok())
         .filter(|t| t.starts_with('/') || t.starts_with('@'))
@@ -698,20 +696,32 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         record(r, answered);
         // The request that follows still sees this response's
         // $upstream_http_*; an intercepted 401 keeps its challenge (nginx).
-        r.upstream.lock().unwrap_or_else(|e| e.into_inner()).headers = Some(parts.headers.clone());
         if status == 401 && redirect.is_none() {
-            if let Some(v) = parts
-                .headers
+            if let Some(v) = raw
                 .get(http::header::WWW_AUTHENTICATE)
                 .and_then(|v| v.to_str().ok())
             {
                 r.www_authenticate = Some(v.to_string());
             }
         }
+        r.upstream.lock().unwrap_or_else(|e| e.into_inner()).headers = Some(raw);
         return match redirect {
             Some(target) => Reply::Internal(target),
             None => Reply::Status(status),
         };
+    }
+    // `sticky`: read the upstream's cookies, as received, before they are
+    // rewritten.
+    let learn = sticky
+        .and_then(|(sid, session)| sticky_response(r, ups, &mut parts.headers, &raw, sid, session));
+    if conf.proxy_ignore_headers & ignore::X_ACCEL_LIMIT_RATE == 0 {
+        if let Some(n) = raw
+            .get("x-accel-limit-rate")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            r.accel_limit_rate = Some(n);
+        }
     }
     {
         let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
@@ -730,26 +740,13 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
                 })
             })
         {
-            log.headers = Some(parts.headers.clone());
+            log.headers = Some(raw);
         }
         log.in_flight = None;
         log.attempts.push(answered);
     }
-    // `sticky`: read the upstream's cookies before they are rewritten.
-    let learn =
-        sticky.and_then(|(sid, session)| sticky_response(r, ups, &mut parts.headers, sid, session));
     redirect_headers(r, pp, &mut parts.headers);
     super::proxy_cookie::rewrite(r, &mut parts.headers);
-    if conf.proxy_ignore_headers & ignore::X_ACCEL_LIMIT_RATE == 0 {
-        if let Some(n) = parts
-            .headers
-            .get("x-accel-limit-rate")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            r.accel_limit_rate = Some(n);
-        }
-    }
     filter_response_headers(
         &mut parts.headers,
         &conf.proxy_hide_header,
@@ -855,6 +852,7 @@ pub(super) fn sticky_response(
     r: &Req,
     ups: &Arc<UpstreamRt>,
     headers: &mut http::HeaderMap,
+    raw: &Headers,
     sid: String,
     session: Option<String>,
 ) -> Option<Box<dyn FnOnce() + Send + Sync>> {
@@ -886,14 +884,14 @@ pub(super) fn sticky_response(
             if l.create.iter().any(|c| matches!(c, Create::Var(_))) {
                 // `$upstream_http_*` reads the head kept in the log.
                 let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
-                log.headers.get_or_insert_with(|| headers.clone());
+                log.headers.get_or_insert_with(|| raw.clone());
             }
             let created = l
                 .create
                 .iter()
                 .map(|c| match c {
                     Create::UpstreamCookie(name) => {
-                        sticky::upstream_cookie(headers, name).unwrap_or_default()
+                        sticky::upstream_cookie(raw, name).unwrap_or_default()
                     }
                     Create::Var(t) => r.eval(t),
                 })
@@ -1023,6 +1021,15 @@ fn hop_by_hop_response(name: &str) -> bool {
     )
 }
 
+/// Whether an upstream's response header (its lowercase name) goes on to
+/// the client: not hop-by-hop, not hidden by default unless
+/// `proxy_pass_header` names it, not named by `proxy_hide_header`.
+pub(super) fn passes_on(n: &str, hide: &[String], pass: &[String]) -> bool {
+    !(hop_by_hop_response(n)
+        || (hidden_by_default(n) && !pass.iter().any(|p| p == n))
+        || hide.iter().any(|x| x == n))
+}
+
 pub(super) fn filter_response_headers(
     h: &mut HeaderMap,
     hide: &[String],
@@ -1032,11 +1039,7 @@ pub(super) fn filter_response_headers(
     // One pass over the (few) headers present, instead of a lookup for each
     // name that might be: names are already lowercase here. The names to
     // drop are gathered a few at a time on the stack, not in a vector.
-    let dropped = |n: &str| {
-        hop_by_hop_response(n)
-            || (hidden_by_default(n) && !pass.iter().any(|p| p == n))
-            || hide.iter().any(|x| x == n)
-    };
+    let dropped = |n: &str| !passes_on(n, hide, pass);
     loop {
         let mut found: [Option<HeaderName>; 8] = Default::default();
         let mut n = 0;

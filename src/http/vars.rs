@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http::{HeaderMap, Method, Version};
+use http::{Method, Version};
 
 use crate::conf::map::{Captures, Evaluator, MapCache};
 use crate::conf::model::LocConf;
@@ -87,7 +87,9 @@ pub struct UpstreamLog {
     /// How long the request waited for peers before its first attempt
     /// (a `resolve` name's first answer).
     pub queued: Option<Duration>,
-    pub headers: Option<HeaderMap>,
+    /// The upstream's response headers as received (`$upstream_http_*`,
+    /// `$upstream_cookie_*`), kept only when something reads them.
+    pub headers: Option<crate::h1::head::Headers>,
     /// The zone upstreams whose time histograms count the attempts: each
     /// with the index of its first attempt (an `X-Accel-Redirect` may go
     /// on to another upstream).

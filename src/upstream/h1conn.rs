@@ -16,13 +16,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap};
+use http::header;
 use http::{Method, Version};
 use tokio::io::AsyncWrite;
 
 use super::body::Payload;
 use crate::h1::body::{BodyError, Decoder, Framing, Piece};
-use crate::h1::head::{ResponseHead, parse_response};
+use crate::h1::head::{Headers, ResponseHead, parse_response};
 use crate::net::stream::Stream;
 
 /// A body this small goes out in the same write as the head.
@@ -88,11 +88,11 @@ pub fn framing(method: &Method, head: &ResponseHead) -> Framing {
     if *method == Method::HEAD || s < 200 || s == 204 || s == 304 {
         return Framing::Empty;
     }
-    if head.headers.contains_key(header::TRANSFER_ENCODING) {
+    if head.raw.contains_key(header::TRANSFER_ENCODING) {
         return Framing::Chunked;
     }
     match head
-        .headers
+        .raw
         .get(header::CONTENT_LENGTH)
         .and_then(|v| crate::h1::body::content_length(v.as_bytes()))
     {
@@ -103,11 +103,10 @@ pub fn framing(method: &Method, head: &ResponseHead) -> Framing {
 
 /// Whether the upstream lets the connection be reused after this response:
 /// HTTP/1.1 without `Connection: close`, HTTP/1.0 with `keep-alive`.
-pub fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
+pub fn keeps_alive(version: Version, headers: &Headers) -> bool {
     let has = |token: &str| {
         headers
             .get_all(header::CONNECTION)
-            .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .any(|t| t.trim().eq_ignore_ascii_case(token))
@@ -150,7 +149,7 @@ impl H1 {
     /// the body. `proxy_send_timeout` bounds each wait for the socket.
     pub async fn send(
         &mut self,
-        mut head: Vec<u8>,
+        head: &[u8],
         body: &Payload,
         timeout: Duration,
     ) -> Result<(), Error> {
@@ -163,16 +162,21 @@ impl H1 {
             Ok(())
         };
         match body {
+            // Most requests: the head alone, written as it is.
+            Payload::Mem(b) if b.is_empty() => run(head, &mut sent).await,
+            // A small body goes in the same write.
             Payload::Mem(b) if b.len() <= WITH_HEAD => {
-                head.extend_from_slice(b);
-                run(&head, &mut sent).await
+                let mut one = Vec::with_capacity(head.len() + b.len());
+                one.extend_from_slice(head);
+                one.extend_from_slice(b);
+                run(&one, &mut sent).await
             }
             Payload::Mem(b) => {
-                run(&head, &mut sent).await?;
+                run(head, &mut sent).await?;
                 run(b, &mut sent).await
             }
             Payload::File(_) => {
-                run(&head, &mut sent).await?;
+                run(head, &mut sent).await?;
                 let mut chunks = body.body();
                 loop {
                     match chunks.next_chunk() {
@@ -197,15 +201,18 @@ impl H1 {
     /// Reads the response head, skipping interim responses other than 101
     /// (nginx ignores a 100 or 103 from the upstream). `limit`:
     /// `proxy_buffer_size`.
+    /// `passes`: which headers go into the head's map (see
+    /// `parse_response`).
     pub async fn read_head(
         &mut self,
         timeout: Duration,
         limit: usize,
+        passes: &(dyn Fn(&http::HeaderName) -> bool + Sync),
     ) -> Result<ResponseHead, Error> {
         let mut buf = self.buf.take().unwrap_or_else(crate::h1::pool::take);
         let got = loop {
             if !buf.is_empty() {
-                match parse_response(&mut buf) {
+                match parse_response(&mut buf, passes) {
                     Ok(Some(h)) if h.status.is_informational() && h.status != 101 => continue,
                     Ok(Some(h)) => break Ok(h),
                     Ok(None) if buf.len() >= limit => break Err(Error::TooBig),
@@ -418,7 +425,7 @@ mod tests {
     /// may then serve again.
     async fn read(h: &mut H1, method: &Method) -> Result<(ResponseHead, Vec<u8>, bool), String> {
         let head = h
-            .read_head(T, 64 * 1024)
+            .read_head(T, 64 * 1024, &|_| true)
             .await
             .map_err(|e| format!("{e:?}"))?;
         let mut d = Decoder::new(framing(method, &head));
@@ -447,7 +454,7 @@ mod tests {
         let head =
             b"POST /a?b HTTP/1.1\r\nHost: b\r\nx-lower: 1\r\nContent-Length: 3\r\n\r\n".to_vec();
         let body = Payload::Mem(Bytes::from_static(b"abc"));
-        h.send(head, &body, T).await.unwrap();
+        h.send(&head, &body, T).await.unwrap();
         let mut got = vec![0u8; 200];
         let n = peer.read(&mut got).await.unwrap();
         assert_eq!(
@@ -466,7 +473,7 @@ mod tests {
             }
             all
         });
-        h.send(head, &Payload::Mem(big), T).await.unwrap();
+        h.send(&head, &Payload::Mem(big), T).await.unwrap();
         let all = reader.await.unwrap();
         assert!(all.starts_with(b"PUT / HTTP/1.0\r\n\r\nzzz"));
         assert_eq!(all.len(), 18 + 100_000);
@@ -532,25 +539,31 @@ mod tests {
         // Closed before any head.
         let (mut h, peer) = pair();
         drop(peer);
-        assert!(matches!(h.read_head(T, 4096).await, Err(Error::Closed)));
+        assert!(matches!(
+            h.read_head(T, 4096, &|_| true).await,
+            Err(Error::Closed)
+        ));
         // A head past the limit.
         let (mut h, mut peer) = pair();
         peer.write_all(&[b'x'; 5000]).await.unwrap();
         assert!(matches!(
-            h.read_head(T, 4096).await,
+            h.read_head(T, 4096, &|_| true).await,
             Err(Error::Invalid(_) | Error::TooBig)
         ));
         let (mut h, mut peer) = pair();
         peer.write_all(b"HTTP/1.1 200 OK\r\nX: ").await.unwrap();
         peer.write_all(&[b'x'; 5000]).await.unwrap();
-        assert!(matches!(h.read_head(T, 4096).await, Err(Error::TooBig)));
+        assert!(matches!(
+            h.read_head(T, 4096, &|_| true).await,
+            Err(Error::TooBig)
+        ));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_upstream_times_out() {
         let (mut h, _peer) = pair();
         assert!(matches!(
-            h.read_head(Duration::from_secs(60), 4096).await,
+            h.read_head(Duration::from_secs(60), 4096, &|_| true).await,
             Err(Error::ReadTimeout)
         ));
     }
@@ -585,7 +598,7 @@ mod tests {
         let (mut h, peer) = pair();
         drop(peer);
         let r = h
-            .send(b"GET / HTTP/1.1\r\n\r\n".to_vec(), &Payload::default(), T)
+            .send(b"GET / HTTP/1.1\r\n\r\n", &Payload::default(), T)
             .await;
         assert!(matches!(r, Err(Error::Write { sent: false, .. })), "{r:?}");
     }
