@@ -178,14 +178,14 @@ impl Headers {
         &'a self,
         name: N,
     ) -> impl Iterator<Item = Value<'a>> + 'a {
-        let absent = self.surely_absent(name.as_ref());
-        self.spans
+        let spans: &[Span] = if self.surely_absent(name.as_ref()) {
+            &[]
+        } else {
+            &self.spans
+        };
+        spans
             .iter()
-            .take(if absent { 0 } else { usize::MAX })
-            .filter(move |(n, _)| {
-                n.len() == name.as_ref().len()
-                    && self.head[n.clone()].eq_ignore_ascii_case(name.as_ref())
-            })
+            .filter(move |(n, _)| self.named(n, name.as_ref()))
             .map(|(_, v)| Value(&self.head[v.clone()]))
     }
 
@@ -197,8 +197,17 @@ impl Headers {
         }
         self.spans
             .iter()
-            .find(|(n, _)| n.len() == want.len() && self.head[n.clone()].eq_ignore_ascii_case(want))
+            .find(|(n, _)| self.named(n, want))
             .map(|(_, v)| Value(&self.head[v.clone()]))
+    }
+
+    /// Whether the name at `n` is `want` (any case): lengths first.
+    fn named(&self, n: &std::ops::Range<usize>, want: &[u8]) -> bool {
+        n.len() == want.len()
+            && self
+                .head
+                .get(n.clone())
+                .is_some_and(|h| h.eq_ignore_ascii_case(want))
     }
 
     /// No header has a name of this length.
