@@ -799,6 +799,31 @@ mod tests {
         assert!(resp(b"HTTP/1.1 200 OK\r\nA : b\r\n\r\n").is_err());
     }
 
+    /// Only the headers `passes` lets on go into the map (all of them for
+    /// a 101); the raw list keeps every one, and a bad value is refused in
+    /// a header left out as in any other.
+    #[test]
+    fn response_headers_left_out_stay_raw() {
+        let passes = |n: &HeaderName| n.as_str() != "connection" && n.as_str() != "date";
+        let parse = |b: &[u8]| parse_response(&mut BytesMut::from(b), &passes);
+        let h = parse(b"HTTP/1.1 200 OK\r\nDate: d\r\nX-A: 1\r\nConnection: close\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        let kept: Vec<&str> = h.headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(kept, vec!["x-a"]);
+        assert_eq!(h.raw.len(), 3);
+        assert_eq!(
+            h.raw.get("connection").map(|v| v.as_bytes()),
+            Some(&b"close"[..])
+        );
+        assert_eq!(h.raw.get("DATE").map(|v| v.as_bytes()), Some(&b"d"[..]));
+        let up = parse(b"HTTP/1.1 101 Switching\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(up.headers.contains_key("connection"));
+        assert!(parse(b"HTTP/1.1 200 OK\r\nDate: a\x01b\r\n\r\n").is_err());
+    }
+
     /// The order of the upstream's lines is kept only when a name comes
     /// back after another; the case of a name is kept only when it is not
     /// how sluice writes it.
