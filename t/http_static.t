@@ -98,7 +98,7 @@ like(http_get('/index.html'), qr!^Accept-Ranges: bytes\r$!mi, 'Accept-Ranges');
 
 # etag off: no ETag, and If-None-Match is not looked at.
 my ($tag) = http_get('/index.html') =~ /^ETag: (\S+)\r$/mi;
-my $r = http_get('/noetag/index.html');
+$r = http_get('/noetag/index.html');
 unlike($r, qr/^ETag:/mi, 'etag off: no ETag');
 like($r, qr/^Last-Modified:/mi, '... Last-Modified still');
 like(http("GET /noetag/index.html HTTP/1.0\nHost: localhost\nIf-None-Match: $tag\n\n"),
