@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone stream/)->plan(49);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite upstream_zone stream/)->plan(50);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -152,6 +152,8 @@ my $len = "HTTP/1.1 200 OK\r\nX-A: 1\r\nContent-Length: 5\r\n\r\nhello";
 my $chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
 $t->raw_backend(port(8081), '/len' => $len, '/chunked' => $chunked,
 	'/order' => "HTTP/1.1 200 OK\r\nX-B: 1\r\nX-A: 2\r\nX-C: 3\r\nX-A: 4\r\nContent-Length: 2\r\n\r\nok",
+	'/order-dropped' => "HTTP/1.1 200 OK\r\nX-B: 1\r\nConnection: keep-alive\r\nX-A: 2\r\n"
+		. "Date: x\r\nX-C: 3\r\nServer: s\r\nX-D: 4\r\nContent-Length: 2\r\n\r\nok",
 	'/accel' => "HTTP/1.1 200 OK\r\nX-Accel-Redirect: /internal\r\nX-Foo: first\r\n"
 		. "Content-Length: 0\r\n\r\n",
 	'/auth' => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"x\"\r\n"
@@ -368,6 +370,14 @@ ok($t->waitforlog(qr/dangling\.test could not be resolved \(3: Host not found\)/
 	my $r = http_get('/raw/order');
 	my @h = $r =~ /^(X-\w+): /mg;
 	is("@h", 'X-B X-A X-C X-A X-IP', 'upstream header order kept, add_header name case kept');
+}
+
+# The upstream's order stays when headers between are not passed on
+# (hop-by-hop, hidden by default).
+{
+	my $r = http_get('/raw/order-dropped');
+	my @h = $r =~ /^(X-\w+): /mg;
+	is("@h", 'X-B X-A X-C X-D X-IP', 'upstream header order kept around headers not passed');
 }
 
 # Host as nginx validates it: a port is not checked, an IPv6 literal's
