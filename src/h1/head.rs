@@ -210,6 +210,16 @@ impl Headers {
                 .is_some_and(|h| h.eq_ignore_ascii_case(want))
     }
 
+    /// Whether a comma-separated list header (`Connection`) holds `token`,
+    /// any case, spaces around it ignored: bytes, not text.
+    pub fn has_token(&self, name: impl AsRef<[u8]>, token: &[u8]) -> bool {
+        self.get_all(name).any(|v| {
+            v.as_bytes()
+                .split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+        })
+    }
+
     /// No header has a name of this length.
     fn surely_absent(&self, name: &[u8]) -> bool {
         self.lengths & length_bit(name) == 0
@@ -797,6 +807,22 @@ mod tests {
         assert!(resp(b"HTTP/1.1 200 OK\r\n").unwrap().is_none());
         assert!(resp(b"SSH-2.0\r\n\r\n").is_err());
         assert!(resp(b"HTTP/1.1 200 OK\r\nA : b\r\n\r\n").is_err());
+    }
+
+    /// List tokens are found whole, in any case and any of the lines.
+    #[test]
+    fn list_tokens() {
+        let h = Headers::from_pairs([
+            ("Connection", "keep-alive , Upgrade"),
+            ("connection", "  CLOSE"),
+            ("X", "closed, notclose"),
+        ]);
+        assert!(h.has_token("connection", b"upgrade"));
+        assert!(h.has_token("Connection", b"close"));
+        assert!(h.has_token("connection", b"keep-alive"));
+        assert!(!h.has_token("x", b"close"));
+        assert!(!h.has_token("y", b"close"));
+        assert!(!h.has_token("connection", b"keep"));
     }
 
     /// Only the headers `passes` lets on go into the map (all of them for

@@ -517,17 +517,10 @@ async fn run_parker(
 /// Whether the client asked to keep the connection: HTTP/1.1 unless it said
 /// `close`, HTTP/1.0 only if it said `keep-alive`.
 fn client_keeps_alive(head: &RequestHead) -> bool {
-    let has = |token: &str| {
-        head.headers
-            .get_all("connection")
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    };
     if head.version == Version::HTTP_10 {
-        has("keep-alive")
+        head.headers.has_token("connection", b"keep-alive")
     } else {
-        !has("close")
+        !head.headers.has_token("connection", b"close")
     }
 }
 

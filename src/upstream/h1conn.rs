@@ -104,16 +104,9 @@ pub fn framing(method: &Method, head: &ResponseHead) -> Framing {
 /// Whether the upstream lets the connection be reused after this response:
 /// HTTP/1.1 without `Connection: close`, HTTP/1.0 with `keep-alive`.
 pub fn keeps_alive(version: Version, headers: &Headers) -> bool {
-    let has = |token: &str| {
-        headers
-            .get_all(header::CONNECTION)
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    };
     match version {
-        Version::HTTP_11 => !has("close"),
-        Version::HTTP_10 => has("keep-alive"),
+        Version::HTTP_11 => !headers.has_token(header::CONNECTION, b"close"),
+        Version::HTTP_10 => headers.has_token(header::CONNECTION, b"keep-alive"),
         _ => false,
     }
 }
