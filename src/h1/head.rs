@@ -158,6 +158,15 @@ impl Headers {
         }
     }
 
+    /// The same from a map (a FastCGI or HTTP/2 response's headers), in the
+    /// map's order.
+    pub fn from_map(map: &HeaderMap) -> Headers {
+        Headers::from_byte_pairs(
+            map.iter()
+                .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+        )
+    }
+
     pub fn len(&self) -> usize {
         self.spans.len()
     }

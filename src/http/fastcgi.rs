@@ -312,11 +312,7 @@ pub(super) async fn exchange(
         Some(r) => Bytes::from(r),
         None => Bytes::from_static(super::response::reason(cgi.status).unwrap_or("").as_bytes()),
     };
-    let raw = crate::h1::head::Headers::from_byte_pairs(
-        headers
-            .iter()
-            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-    );
+    let raw = crate::h1::head::Headers::from_map(&headers);
     let head = ResponseHead {
         status,
         reason,

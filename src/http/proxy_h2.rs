@@ -476,12 +476,7 @@ async fn attempts(
         let learn = match ups.cfg.sticky {
             Some(_) => {
                 let (sid, session) = (attempts.sid(c.id), attempts.session.clone());
-                let raw = crate::h1::head::Headers::from_byte_pairs(
-                    parts
-                        .headers
-                        .iter()
-                        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-                );
+                let raw = crate::h1::head::Headers::from_map(&parts.headers);
                 super::proxy::sticky_response(r, &ups, &mut parts.headers, &raw, sid, session)
             }
             None => None,
