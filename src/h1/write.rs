@@ -123,24 +123,38 @@ pub fn request_line(method: &Method, target: &[u8], version: Version, out: &mut 
     });
 }
 
-/// Today's `Date:` value, formatted once a second per thread.
+/// Today's `Date:` value, formatted once a second per thread. The wall
+/// clock is read only when the second it was formatted for has passed by
+/// the task's clock (`net::clock`), not once per response.
 pub fn date(out: &mut Vec<u8>) {
     use std::cell::RefCell;
-    thread_local! {
-        static CACHE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+    struct Cached {
+        /// Until when (by the monotonic clock) `text` is today's second.
+        until: Option<Instant>,
+        secs: u64,
+        text: String,
     }
-    let now = std::time::SystemTime::now();
-    let secs = now
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    thread_local! {
+        static CACHE: RefCell<Cached> = const {
+            RefCell::new(Cached { until: None, secs: u64::MAX, text: String::new() })
+        };
+    }
+    let mono = crate::net::clock::now();
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        if c.0 != secs {
-            let t: chrono::DateTime<chrono::Utc> = now.into();
-            c.1 = t.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
-            c.0 = secs;
+        if c.until.is_none_or(|u| mono >= u) {
+            let now = SystemTime::now();
+            let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+            if c.secs != since.as_secs() {
+                let t: chrono::DateTime<chrono::Utc> = now.into();
+                c.text = t.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+                c.secs = since.as_secs();
+            }
+            let left = Duration::from_nanos(1_000_000_000 - u64::from(since.subsec_nanos()));
+            c.until = mono.checked_add(left);
         }
-        out.extend_from_slice(c.1.as_bytes());
+        out.extend_from_slice(c.text.as_bytes());
     });
 }
 

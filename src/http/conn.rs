@@ -264,7 +264,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
         if pp_port {
             // The PROXY protocol header first (then TLS, if the address
             // speaks it), in the connection's own task.
-            tokio::spawn(super::proxy_protocol::serve(
+            crate::net::clock::spawn(super::proxy_protocol::serve(
                 io,
                 info,
                 addr.clone(),
@@ -279,7 +279,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
         if tls_port {
             // The handshake (or a plain request's 497) first, in the
             // connection's own task.
-            tokio::spawn(super::tls::serve_conn_tls(
+            crate::net::clock::spawn(super::tls::serve_conn_tls(
                 io,
                 info,
                 addr.clone(),
@@ -291,12 +291,12 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             continue;
         }
         let (ctx, inb) = open_conn(io, info, addr.clone(), &shared, open);
-        tokio::spawn(serve_conn(
+        crate::net::clock::spawn(serve_conn(
             ctx,
             inb,
             phase.clone(),
             0,
-            std::time::Instant::now(),
+            crate::net::clock::now(),
         ));
         // One connection per turn, as nginx's `multi_accept off`: the new
         // connection's request runs before the next accept, so a burst of
@@ -497,7 +497,7 @@ async fn run_parker(
                                 continue;
                             };
                             let inb = Arc::new(Inbound::new(stream, r.limit));
-                            tokio::spawn(serve_conn(r.ctx, inb, phase.clone(), r.served, r.idle_since));
+                            crate::net::clock::spawn(serve_conn(r.ctx, inb, phase.clone(), r.served, r.idle_since));
                         }
                         // Closed, and no longer counted.
                         Wake::Expired(sock, r) => drop((sock, r)),
@@ -555,7 +555,7 @@ async fn serve_requests(
             } else {
                 inb.keepalive()
             };
-            let park_at = (may_park && served > 0).then(|| std::time::Instant::now() + PARK_AFTER);
+            let park_at = (may_park && served > 0).then(|| crate::net::clock::now() + PARK_AFTER);
             match wait_for_bytes(inb, &ctx.shared, phase, wait, idle_since, park_at).await {
                 Waited::Bytes => {}
                 Waited::Close => return None,
@@ -566,7 +566,7 @@ async fn serve_requests(
         if !crate::net::boxed::boxed(|| serve_one(ctx, inb, served)).await {
             return None;
         }
-        idle_since = std::time::Instant::now();
+        idle_since = crate::net::clock::now();
     }
 }
 
@@ -689,7 +689,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
         }
         let discard = std::future::poll_fn(|cx| inb.poll_discard(cx));
         if !matches!(
-            tokio::time::timeout(ctx.head_limit, discard).await,
+            crate::net::clock::timeout(ctx.head_limit, discard).await,
             Ok(true)
         ) {
             return false;
@@ -771,7 +771,7 @@ async fn read_head(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, HeadFail
 }
 
 async fn read_head_inner(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, HeadFail> {
-    let deadline = tokio::time::Instant::now() + ctx.head_limit;
+    let deadline = tokio::time::Instant::from_std(crate::net::clock::now()) + ctx.head_limit;
     let number = ctx.info.number;
     loop {
         let parsed = inb.with_buf(|buf| {
@@ -868,7 +868,7 @@ async fn linger(inb: &Inbound) {
             }
         }
     };
-    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
+    let _ = crate::net::clock::timeout(Duration::from_secs(2), drain).await;
     inb.release();
 }
 
@@ -1101,7 +1101,10 @@ impl Shared {
     /// `idle_for` may stay (zero: close it now). None while running.
     fn drain_left(&self, idle_for: Duration) -> Option<Duration> {
         let since = self.draining.get()?;
-        Some(self.drain.saturating_sub(idle_for.min(since.elapsed())))
+        Some(
+            self.drain
+                .saturating_sub(idle_for.min(crate::net::clock::since(*since))),
+        )
     }
 
     fn start_draining(&self) {
@@ -1135,14 +1138,18 @@ pub(super) async fn wait_for_bytes(
     // this wait's own (see `net::idle`).
     let waiting = shared.idle.wait();
     loop {
-        let now = std::time::Instant::now();
+        let now = crate::net::clock::now();
         let mut wait = deadline.saturating_duration_since(now);
         let mut park = park_at;
         match *phase.borrow_and_update() {
             Phase::Fast => return Waited::Close,
             Phase::Graceful => {
                 shared.start_draining();
-                wait = wait.min(shared.drain_left(idle_since.elapsed()).unwrap_or_default());
+                wait = wait.min(
+                    shared
+                        .drain_left(crate::net::clock::since(idle_since))
+                        .unwrap_or_default(),
+                );
                 park = None;
             }
             Phase::Running => {}

@@ -28,6 +28,9 @@ pub fn apply(r: &Req, resp: &mut Response<Body>) {
             Err(_) => return,
         },
     };
+    if e == Expires::Off {
+        return;
+    }
     let now = Utc::now().timestamp();
     if let Some((exp, cc)) = headers(e, now, last_modified(resp.headers()), next_daily) {
         let h = resp.headers_mut();

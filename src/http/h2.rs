@@ -49,7 +49,7 @@ pub(super) async fn sniff_preface(
     inb: &Inbound,
     phase: &mut watch::Receiver<Phase>,
 ) -> Preface {
-    let start = Instant::now();
+    let start = crate::net::clock::now();
     match wait_for_bytes(inb, &ctx.shared, phase, ctx.head_limit, start, None).await {
         Waited::Bytes => {}
         Waited::Close | Waited::Park => return Preface::Closed,
@@ -98,7 +98,7 @@ struct Conn {
 impl Conn {
     fn since_last(&self) -> Duration {
         let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
-        self.born.elapsed().saturating_sub(last)
+        crate::net::clock::since(self.born).saturating_sub(last)
     }
 }
 
@@ -115,8 +115,10 @@ impl Active {
 impl Drop for Active {
     fn drop(&mut self) {
         let c = &self.0;
-        c.last
-            .store(c.born.elapsed().as_millis() as u64, Ordering::Relaxed);
+        c.last.store(
+            crate::net::clock::since(c.born).as_millis() as u64,
+            Ordering::Relaxed,
+        );
         c.active.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -187,7 +189,7 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
         .max_pending_accept_reset_streams((2 * streams as usize).max(20))
         .max_local_error_reset_streams(Some((2 * streams as usize).max(100)));
     let handshake = builder.handshake::<T, Bytes>(io);
-    let mut h2c = match tokio::time::timeout(ctx.head_limit, handshake).await {
+    let mut h2c = match crate::net::clock::timeout(ctx.head_limit, handshake).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             crate::log_conn!(
@@ -215,7 +217,7 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
         resets: AtomicU64::new(0),
         done: AtomicU64::new(0),
         last: AtomicU64::new(0),
-        born: Instant::now(),
+        born: crate::net::clock::now(),
     });
     let keepalive = conf.keepalive_timeout;
     let max_requests = conf.keepalive_requests;
@@ -223,7 +225,7 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
     let mut accepted: u64 = 0;
     // Set once a GOAWAY went: when it went.
     let mut going: Option<Instant> = None;
-    let timer = tokio::time::sleep(keepalive);
+    let timer = crate::net::clock::sleep(keepalive);
     tokio::pin!(timer);
     loop {
         // Idle: no stream for `keepalive_timeout` (nginx 1.19.7's
@@ -231,13 +233,16 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
         // the client gets a moment to read the GOAWAY.
         let idle = conn.active.load(Ordering::Relaxed) == 0;
         let wait = match going {
-            Some(at) if idle => GONE.saturating_sub(at.elapsed().min(conn.since_last())),
+            Some(at) if idle => {
+                GONE.saturating_sub(crate::net::clock::since(at).min(conn.since_last()))
+            }
             None if idle => keepalive.saturating_sub(conn.since_last()),
             _ => keepalive.max(Duration::from_secs(1)),
         };
-        timer
-            .as_mut()
-            .reset(tokio::time::Instant::now() + wait.max(Duration::from_millis(10)));
+        timer.as_mut().reset(
+            tokio::time::Instant::from_std(crate::net::clock::now())
+                + wait.max(Duration::from_millis(10)),
+        );
         tokio::select! {
             r = h2c.accept() => match r {
                 Some(Ok((req, respond))) => {
@@ -249,7 +254,7 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
                         continue;
                     }
                     let active = Active::new(&conn);
-                    tokio::spawn(serve_stream(conn.clone(), active, req, respond, accepted));
+                    crate::net::clock::spawn(serve_stream(conn.clone(), active, req, respond, accepted));
                     // Rapid reset: far more streams reset by the client
                     // than answered.
                     let resets = conn.resets.load(Ordering::Relaxed);
@@ -260,7 +265,7 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
                     } else if accepted >= max_requests && going.is_none() {
                         // keepalive_requests: no stream after this one.
                         h2c.graceful_shutdown();
-                        going = Some(Instant::now());
+                        going = Some(crate::net::clock::now());
                     }
                 }
                 Some(Err(e)) => {
@@ -284,7 +289,7 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
                         // closes.
                         if going.is_none() {
                             h2c.graceful_shutdown();
-                            going = Some(Instant::now());
+                            going = Some(crate::net::clock::now());
                         }
                     }
                     Phase::Fast => break,
@@ -297,10 +302,10 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
                 match going {
                     None if conn.since_last() >= keepalive => {
                         h2c.graceful_shutdown();
-                        going = Some(Instant::now());
+                        going = Some(crate::net::clock::now());
                     }
                     // The client did not close after the GOAWAY.
-                    Some(at) if at.elapsed().min(conn.since_last()) >= GONE => break,
+                    Some(at) if crate::net::clock::since(at).min(conn.since_last()) >= GONE => break,
                     _ => {}
                 }
             }
@@ -600,7 +605,7 @@ async fn send_data(
                 }
             }
         });
-        let n = match tokio::time::timeout(send_timeout, room).await {
+        let n = match crate::net::clock::timeout(send_timeout, room).await {
             Ok(r) => r?,
             Err(_) => {
                 crate::log_conn!(

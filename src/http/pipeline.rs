@@ -191,7 +191,7 @@ pub(super) async fn handle(
     let host_given = matches!(host, Ok(Some(_)));
     let mut unfinished = Unfinished(Some(Req {
         conn: info,
-        start: std::time::Instant::now(),
+        start: crate::net::clock::now(),
         method,
         version,
         request_uri: req_uri
@@ -625,7 +625,7 @@ pub(super) async fn dispatch(
 pub(super) fn subrequest(r: &Req, method: http::Method) -> Req {
     Req {
         conn: r.conn.clone(),
-        start: std::time::Instant::now(),
+        start: crate::net::clock::now(),
         method,
         version: r.version,
         request_uri: r.request_uri.clone(),
@@ -964,7 +964,7 @@ fn limited(r: &Req) -> Option<Arc<crate::conf::loc::LocConf>> {
 /// that its timing tells an attacker nothing (nginx 1.17.10).
 async fn auth_delay(r: &Req, code: u16) {
     if code == 401 && !r.conf.auth_delay.is_zero() {
-        tokio::time::sleep(r.conf.auth_delay).await;
+        crate::net::clock::sleep(r.conf.auth_delay).await;
     }
 }
 

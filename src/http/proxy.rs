@@ -7,7 +7,7 @@
 //! keep-alive cache when it ends.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
@@ -64,7 +64,7 @@ pub(super) fn abandoned(r: &Req) {
         log.attempts.push(Attempt {
             addr: f.addr,
             connect: Some(f.connect),
-            response: Some(f.began.elapsed()),
+            response: Some(crate::net::clock::since(f.began)),
             sent: f.sent,
             ..Attempt::default()
         });
@@ -160,7 +160,7 @@ pub(crate) async fn open(
     Ok(Pooled::new(
         h1,
         addr,
-        Instant::now(),
+        crate::net::clock::now(),
         max_age,
         location,
         key,
@@ -187,7 +187,7 @@ impl Connector for Cache {
         let key = pool_key(self.tls.as_ref(), self.bind);
         self.ups
             .pool()
-            .take(addr, self.location, key, Instant::now())
+            .take(addr, self.location, key, crate::net::clock::now())
     }
 
     fn open(
@@ -324,7 +324,7 @@ pub(crate) async fn run(
             Err(status) => return Reply::Status(status),
         };
         c.conn.track(&ups.reg, &snap, c.id);
-        let connect_time = c.began.elapsed();
+        let connect_time = crate::net::clock::since(c.began);
         r.upstream
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -361,7 +361,7 @@ pub(crate) async fn run(
                     Attempt {
                         addr: c.name.clone(),
                         connect: Some(connect_time),
-                        response: Some(c.began.elapsed()),
+                        response: Some(crate::net::clock::since(c.began)),
                         sent,
                         received,
                         ..Attempt::default()
@@ -399,7 +399,7 @@ pub(crate) async fn run(
                         addr: c.name.clone(),
                         status: Some(f.status()),
                         connect: Some(connect_time),
-                        response: Some(c.began.elapsed()),
+                        response: Some(crate::net::clock::since(c.began)),
                         sent,
                         received,
                         ..Attempt::default()
@@ -425,7 +425,7 @@ pub(crate) async fn run(
             addr: c.name.clone(),
             status: Some(status),
             connect: Some(connect_time),
-            header: Some(c.began.elapsed()),
+            header: Some(crate::net::clock::since(c.began)),
             sent: c.conn.h1.wire().0,
             received: c.conn.h1.wire().1,
             ..Attempt::default()

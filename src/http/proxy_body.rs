@@ -96,7 +96,7 @@ impl ProxyBody {
         if let Some(learn) = self.learn.take().filter(|_| complete) {
             learn();
         }
-        let now = Instant::now();
+        let now = crate::net::clock::now();
         let wire = self.conn.as_ref().map(|c| c.h1.wire().1);
         if let Some(a) = self
             .log
@@ -105,7 +105,7 @@ impl ProxyBody {
             .attempts
             .last_mut()
         {
-            a.response = Some(self.attempt_start.elapsed());
+            a.response = Some(crate::net::clock::since(self.attempt_start));
             a.length = Some(self.received);
             // The head and the body as they came on the wire.
             a.received = wire.unwrap_or(a.received + self.received);
@@ -208,7 +208,7 @@ impl ProxyBody {
                 poll_fn(|cx| b.poll_room(cx)).await;
             }
             let timeout = self.read_timeout;
-            let next = tokio::time::timeout(timeout, poll_fn(|cx| self.poll_next(cx))).await;
+            let next = crate::net::clock::timeout(timeout, poll_fn(|cx| self.poll_next(cx))).await;
             match next {
                 Err(_) => {
                     self.finish(false);
@@ -263,7 +263,7 @@ impl HttpBody for ProxyBody {
                 let timeout = this.read_timeout;
                 let timer = this
                     .timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                    .get_or_insert_with(|| Box::pin(crate::net::clock::sleep(timeout)));
                 if timer.as_mut().poll(cx).is_ready() {
                     this.finish(false);
                     return Poll::Ready(Some(Err(Box::new(this.timed_out()))));

@@ -324,7 +324,7 @@ async fn attempts(
             Ok(c) => c,
             Err(status) => return Reply::Status(status),
         };
-        let connect_time = c.began.elapsed();
+        let connect_time = crate::net::clock::since(c.began);
         let ex = exchange(&c.conn, r, &head, source.take()).await;
         let (resp, state) = match ex {
             Ok(x) => x,
@@ -393,7 +393,7 @@ async fn attempts(
             addr: c.name.clone(),
             status: Some(status),
             connect: Some(connect_time),
-            header: Some(c.began.elapsed()),
+            header: Some(crate::net::clock::since(c.began)),
             sent: super::h2_wire::request(&head, whole.as_ref().map(Payload::len)),
             received: head_wire,
             ..Attempt::default()
@@ -608,7 +608,8 @@ async fn exchange(
     *req.uri_mut() = head.uri().clone();
     *req.version_mut() = http::Version::HTTP_2;
     *req.headers_mut() = head.headers().clone();
-    let ready = match tokio::time::timeout(conf.proxy_send_timeout, slot.send.clone().ready()).await
+    let ready = match crate::net::clock::timeout(conf.proxy_send_timeout, slot.send.clone().ready())
+        .await
     {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err((unprocessed(closed(&e), None, Some(&e)), source)),
@@ -667,7 +668,8 @@ async fn exchange(
     let mut sender = sender;
     let mut body_done = sender.is_none();
     let mut kept: Option<Bytes> = None;
-    let mut deadline = tokio::time::Instant::now() + conf.proxy_read_timeout;
+    let mut deadline =
+        tokio::time::Instant::from_std(crate::net::clock::now()) + conf.proxy_read_timeout;
     loop {
         let waiting_body = !body_done;
         tokio::select! {
@@ -691,7 +693,7 @@ async fn exchange(
                 match done {
                     Ok(Ok(s)) => {
                         kept = s.kept;
-                        deadline = tokio::time::Instant::now() + conf.proxy_read_timeout;
+                        deadline = tokio::time::Instant::from_std(crate::net::clock::now()) + conf.proxy_read_timeout;
                     }
                     Ok(Err(BodyBroken::Client(status))) => {
                         return Err((Failed::Client(status), None));
@@ -740,7 +742,7 @@ async fn send_data(
     }
     while !data.is_empty() {
         tx.reserve_capacity(data.len());
-        let room = tokio::time::timeout(timeout, poll_fn(|cx| tx.poll_capacity(cx))).await;
+        let room = crate::net::clock::timeout(timeout, poll_fn(|cx| tx.poll_capacity(cx))).await;
         let n = match room {
             Err(_) => {
                 return Err(Failure::upstream(
@@ -811,7 +813,7 @@ async fn send_client(
     let mut total: u64 = 0;
     let mut kept: Option<Vec<Bytes>> = Some(Vec::new());
     loop {
-        let next = tokio::time::timeout(l.body_timeout, body.frame()).await;
+        let next = crate::net::clock::timeout(l.body_timeout, body.frame()).await;
         let frame = match next {
             Err(_) => return Err(BodyBroken::Client(body_timed_out_at(l.number, &l.ctx))),
             Ok(None) => {
@@ -904,7 +906,7 @@ impl H2Body {
             .attempts
             .last_mut()
         {
-            a.response = Some(self.attempt_start.elapsed());
+            a.response = Some(crate::net::clock::since(self.attempt_start));
             a.length = Some(self.received);
             a.received = self.wire;
         }
@@ -936,7 +938,7 @@ impl H2Body {
         let timeout = self.read_timeout;
         let timer = self
             .timer
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+            .get_or_insert_with(|| Box::pin(crate::net::clock::sleep(timeout)));
         if timer.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Some(Err(self.failed(Kind::Timeout))));
         }

@@ -185,7 +185,8 @@ pub(super) async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16>
     let mut spool: Option<Spool> = if in_file { Some(spool_file(r)?) } else { None };
     let mut total: u64 = 0;
     loop {
-        let frame = match tokio::time::timeout(r.conf.client_body_timeout, body.frame()).await {
+        let frame = match crate::net::clock::timeout(r.conf.client_body_timeout, body.frame()).await
+        {
             Err(_) => return Err(body_timed_out(r)),
             Ok(None) => break,
             Ok(Some(Err(e))) => return Err(body_failed(r, &e)),

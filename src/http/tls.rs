@@ -6,7 +6,7 @@
 //! Called from `conn.rs`'s accept loop for listeners where TLS is possible.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustls::ServerConfig;
 use tokio::sync::watch;
@@ -141,7 +141,7 @@ pub(super) async fn serve_conn_tls(
         Some(Ok(r.map(|t| (t, auth))))
     };
     let outcome = tokio::select! {
-        r = tokio::time::timeout(limit, handshake) => r,
+        r = crate::net::clock::timeout(limit, handshake) => r,
         // The worker stops: a handshake is not worth waiting for.
         () = crate::net::accept::running(&mut phase_hs) => return,
     };
@@ -206,5 +206,5 @@ async fn start(
     phase: watch::Receiver<Phase>,
 ) {
     let (ctx, inb) = open_conn(io, info, listen, shared, open);
-    serve_conn(ctx, inb, phase, 0, Instant::now()).await;
+    serve_conn(ctx, inb, phase, 0, crate::net::clock::now()).await;
 }

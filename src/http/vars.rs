@@ -496,7 +496,7 @@ impl Req {
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .unwrap_or_default(),
             Var::RequestBodyFile => self.request_body_file.clone().unwrap_or_default(),
-            Var::RequestTime => secs(Some(self.start.elapsed())),
+            Var::RequestTime => secs(Some(crate::net::clock::since(self.start))),
             Var::ProxyHost => self.proxy_host.to_string(),
             Var::ProxyPort => self.proxy_port.to_string(),
             Var::ProxyAddXForwardedFor => {
@@ -680,7 +680,7 @@ pub(crate) mod tests {
         };
         Req {
             conn,
-            start: Instant::now(),
+            start: crate::net::clock::now(),
             method: Method::GET,
             version: Version::HTTP_11,
             request_uri: "/p?x=1&y=2".into(),

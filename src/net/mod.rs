@@ -6,6 +6,7 @@
 
 pub mod accept;
 pub mod boxed;
+pub mod clock;
 pub mod copy;
 pub mod idle;
 pub mod limit;

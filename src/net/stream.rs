@@ -237,7 +237,7 @@ impl Stream {
         let mut at = 0;
         while at < data.len() {
             let step = std::future::poll_fn(|cx| self.poll_write_ref(cx, &data[at..]));
-            match tokio::time::timeout(timeout, step).await {
+            match crate::net::clock::timeout(timeout, step).await {
                 Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
                 Ok(Err(e)) => return Err(e),
                 Ok(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
@@ -354,13 +354,13 @@ pub async fn connect_from(
     timeout: Duration,
 ) -> Result<Stream, ConnectError> {
     let attempt = match (addr, from) {
-        (PeerAddr::Inet(a), Some(ip)) => tokio::time::timeout(timeout, tcp_from(ip, *a))
+        (PeerAddr::Inet(a), Some(ip)) => crate::net::clock::timeout(timeout, tcp_from(ip, *a))
             .await
             .map(|r| r.map(Stream::Tcp)),
-        (PeerAddr::Inet(a), None) => tokio::time::timeout(timeout, TcpStream::connect(a))
+        (PeerAddr::Inet(a), None) => crate::net::clock::timeout(timeout, TcpStream::connect(a))
             .await
             .map(|r| r.map(Stream::Tcp)),
-        (PeerAddr::Unix(p), _) => tokio::time::timeout(timeout, UnixStream::connect(p))
+        (PeerAddr::Unix(p), _) => crate::net::clock::timeout(timeout, UnixStream::connect(p))
             .await
             .map(|r| r.map(Stream::Unix)),
     };

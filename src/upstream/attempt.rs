@@ -406,7 +406,7 @@ impl Attempts {
     /// answer) and its balancer key. With `queue` the first pick is made
     /// here: a request that finds no peer waits in the queue for one.
     pub async fn new(ups: &Arc<UpstreamRt>, policy: Policy, who: &impl Requester) -> Attempts {
-        let waiting = Instant::now();
+        let waiting = crate::net::clock::now();
         // The queue waits for a first answer too.
         let snap = match ups.cfg.queue {
             Some(_) => ups.peers(),
@@ -441,7 +441,7 @@ impl Attempts {
             snap,
             tries_left,
             pick: PickState::new(seed),
-            started: Instant::now(),
+            started: crate::net::clock::now(),
             policy,
             hash_text,
             addr_key,
@@ -459,9 +459,9 @@ impl Attempts {
                 },
             }
             // proxy_next_upstream_timeout counts from the first attempt.
-            a.started = Instant::now();
+            a.started = crate::net::clock::now();
         }
-        a.queued = waiting.elapsed();
+        a.queued = crate::net::clock::since(waiting);
         a
     }
 
@@ -475,20 +475,20 @@ impl Attempts {
         let Some(place) = QueuePlace::enter(&self.ups, q.max) else {
             return Err("upstream queue is full");
         };
-        let deadline = Instant::now() + q.timeout;
+        let deadline = crate::net::clock::now() + q.timeout;
         let wake = place.1.clone();
         // One registration kept across the ticks, so that a release wakes
         // the longest-waiting request (a new registration goes to the back).
         let mut woken = std::pin::pin!(wake.notify.notified());
         woken.as_mut().enable();
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.saturating_duration_since(crate::net::clock::now());
             tokio::select! {
                 _ = woken.as_mut() => {
                     woken.set(wake.notify.notified());
                     woken.as_mut().enable();
                 }
-                _ = tokio::time::sleep(QUEUE_TICK.min(left)) => {}
+                _ = crate::net::clock::sleep(QUEUE_TICK.min(left)) => {}
             }
             let latest = self.ups.peers();
             if latest.config != self.snap.config || self.snap.count() == 0 {
@@ -501,7 +501,7 @@ impl Attempts {
             if let Some(id) = self.take() {
                 return Ok(id);
             }
-            if Instant::now() >= deadline {
+            if crate::net::clock::now() >= deadline {
                 return Err("upstream queue timed out");
             }
         }
@@ -516,7 +516,7 @@ impl Attempts {
             condition,
             self.tries_left,
             request_sent,
-            self.started.elapsed(),
+            crate::net::clock::since(self.started),
         )
     }
 
@@ -525,7 +525,7 @@ impl Attempts {
     fn may_race(&self) -> bool {
         let mask = self.policy.mask;
         self.tries_left > 0
-            && in_time(self.started.elapsed(), self.policy.timeout)
+            && in_time(crate::net::clock::since(self.started), self.policy.timeout)
             && (mask.has(NextUpstream::ERROR) || mask.has(NextUpstream::TIMEOUT))
             && self.ups.peers().config == self.snap.config
     }
@@ -594,7 +594,7 @@ impl Attempts {
                 who.record_failed(&name, &Failure::upstream(Kind::Error, why), Duration::ZERO);
                 return Err(502);
             };
-            let now = Instant::now();
+            let now = crate::net::clock::now();
             let addr = self.snap.get(id).addr.clone();
             if let Some(conn) = k.cached(&addr) {
                 return Ok(self.connected(conn, id, now, true));
@@ -621,7 +621,7 @@ impl Attempts {
                         let Some(next) = self.take() else {
                             return false;
                         };
-                        let t = Instant::now();
+                        let t = crate::net::clock::now();
                         let addr = self.snap.get(next).addr.clone();
                         let cached = k.cached(&addr);
                         racers.push((next, t, cached.is_some()));
@@ -702,7 +702,7 @@ impl Attempts {
     /// A connect that failed: logged, recorded, the peer released as failed.
     fn connect_failed(&self, id: PeerId, began: Instant, f: &Failure, who: &mut impl Requester) {
         let name = self.snap.get(id).name.clone();
-        who.record_failed(&name, f, began.elapsed());
+        who.record_failed(&name, f, crate::net::clock::since(began));
         let pick_first = self.ups.cfg.balancer.is_pick_first();
         failed(
             self.number,

@@ -336,7 +336,7 @@ fn armed(
     timeout: Duration,
 ) -> Pin<&mut tokio::time::Sleep> {
     if slot.is_none() {
-        slot.set(Some(tokio::time::sleep(timeout)));
+        slot.set(Some(crate::net::clock::sleep(timeout)));
     }
     match slot.as_pin_mut() {
         Some(t) => t,

@@ -1,0 +1,143 @@
+//! A connection task's clock, read once each time the task is polled, as
+//! nginx reads its clock once per turn of its event loop (`ngx_time_update`)
+//! and every timer and timing of that turn uses the one reading.
+//!
+//! A proxied request used to read the clock about twenty times: its start,
+//! each upstream attempt's timings, the keep-alive cache's ages, and every
+//! timer (`tokio::time::sleep` and `timeout` read it to make a deadline).
+//! In a task polled through [`clocked`], [`now`] returns the reading taken
+//! when the poll began, and [`sleep`] and [`timeout`] make their deadlines
+//! from it; outside one, [`now`] reads the clock. A deadline from a reading
+//! taken earlier in the same poll is at most that poll's own run time early,
+//! as nginx's are.
+
+use std::cell::Cell;
+use std::future::{Future, IntoFuture};
+use std::time::{Duration, Instant};
+
+thread_local! {
+    static NOW: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The time: the reading taken when the current task's poll began, if it
+/// runs through [`clocked`], or the clock's own.
+pub fn now() -> Instant {
+    NOW.with(Cell::get).unwrap_or_else(Instant::now)
+}
+
+/// The time since `t`, by [`now`] (zero if `t` is later).
+pub fn since(t: Instant) -> Duration {
+    now().saturating_duration_since(t)
+}
+
+/// Polls `fut` with one clock reading per poll for [`now`].
+pub async fn clocked<F: Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        let _reading = Reading::take();
+        fut.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// Spawns `fut` as a task whose polls each read the clock once.
+pub fn spawn<F>(fut: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(clocked(fut))
+}
+
+/// `tokio::time::sleep(d)` with its deadline from [`now`].
+pub fn sleep(d: Duration) -> tokio::time::Sleep {
+    tokio::time::sleep_until(deadline(d))
+}
+
+/// `tokio::time::timeout(d, fut)` with its deadline from [`now`].
+pub fn timeout<F: IntoFuture>(d: Duration, fut: F) -> tokio::time::Timeout<F::IntoFuture> {
+    tokio::time::timeout_at(deadline(d), fut)
+}
+
+/// [`now`] plus `d`; a `d` too large for the clock is about 30 years, as
+/// tokio's own `sleep` makes it.
+pub fn deadline(d: Duration) -> tokio::time::Instant {
+    let now = now();
+    let at = now
+        .checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(86_400 * 365 * 30)))
+        .unwrap_or(now);
+    tokio::time::Instant::from_std(at)
+}
+
+/// The reading of one poll; the one before it (a task polled inside
+/// another's poll, as `block_on` does) comes back when it ends.
+struct Reading(Option<Instant>);
+
+impl Reading {
+    fn take() -> Reading {
+        Reading(NOW.with(|c| c.replace(Some(Instant::now()))))
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        NOW.with(|c| c.set(self.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_a_clocked_task_now_reads_the_clock() {
+        let a = now();
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(now() >= a + Duration::from_millis(2));
+    }
+
+    #[test]
+    fn one_reading_per_poll_and_a_new_one_for_the_next() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let (first, same, next) = rt.block_on(clocked(async {
+            let first = now();
+            std::thread::sleep(Duration::from_millis(2));
+            let same = now();
+            // A real wait: the task is polled again, with a new reading.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            (first, same, now())
+        }));
+        assert_eq!(first, same);
+        assert!(next >= first + Duration::from_millis(4));
+        // The reading ended with the task's poll.
+        let after = now();
+        assert!(after >= next);
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(now() > after);
+    }
+
+    #[test]
+    fn timers_count_from_the_reading() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        rt.block_on(clocked(async {
+            let start = now();
+            let at = deadline(Duration::from_millis(50));
+            assert_eq!(at.into_std(), start + Duration::from_millis(50));
+            sleep(Duration::from_millis(5)).await;
+            assert!(Instant::now() >= start + Duration::from_millis(5));
+            let slow = timeout(Duration::from_millis(5), std::future::pending::<()>()).await;
+            assert!(slow.is_err());
+            let quick = timeout(Duration::from_secs(5), async { 7 }).await;
+            assert_eq!(quick.ok(), Some(7));
+            // Too far for the clock: about 30 years, no panic.
+            assert!(deadline(Duration::MAX).into_std() > start);
+        }));
+    }
+}
