@@ -33,19 +33,20 @@ use crate::upstream::tls::Tls;
 use crate::upstream::{Outcome, Pooled, UpstreamRt};
 
 /// Response headers nginx does not pass from the upstream unless
-/// `proxy_pass_header` names them (names are lowercase in a `HeaderMap`).
+/// `proxy_pass_header` names them (lowercase, as in a `HeaderMap`).
+const HIDDEN_BY_DEFAULT: [&str; 8] = [
+    "date",
+    "server",
+    "x-pad",
+    "x-accel-expires",
+    "x-accel-redirect",
+    "x-accel-limit-rate",
+    "x-accel-buffering",
+    "x-accel-charset",
+];
+
 fn hidden_by_default(name: &str) -> bool {
-    matches!(
-        name,
-        "date"
-            | "server"
-            | "x-pad"
-            | "x-accel-expires"
-            | "x-accel-redirect"
-            | "x-accel-limit-rate"
-            | "x-accel-buffering"
-            | "x-accel-charset"
-    )
+    HIDDEN_BY_DEFAULT.contains(&name)
 }
 
 /// Adds one attempt to the request's `$upstream_*` record.
@@ -496,8 +497,7 @@ async fn exchange(
     }
     let limit = usize::try_from(conf.proxy_buffer_size).unwrap_or(usize::MAX);
     // The headers the client never gets are not put in the map at all.
-    let passes =
-        |n: &HeaderName| passes_on(n.as_str(), &conf.proxy_hide_header, &conf.proxy_pass_header);
+    let passes = |n: &[u8]| passes_on_raw(n, &conf.proxy_hide_header, &conf.proxy_pass_header);
     let head = match conn
         .h1
         .read_head(conf.proxy_read_timeout, limit, &passes)
@@ -1008,22 +1008,32 @@ fn completed(r: &Req, name: &HeaderName, url: String) -> String {
 }
 
 /// Response headers not passed to the client whatever the configuration.
+const HOP_BY_HOP_RESPONSE: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
 fn hop_by_hop_response(name: &str) -> bool {
-    matches!(
-        name,
-        "connection"
-            | "keep-alive"
-            | "proxy-connection"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-    )
+    HOP_BY_HOP_RESPONSE.contains(&name)
 }
 
 /// Whether an upstream's response header (its lowercase name) goes on to
 /// the client: not hop-by-hop, not hidden by default unless
 /// `proxy_pass_header` names it, not named by `proxy_hide_header`.
+/// [`passes_on`] for a name as the upstream spelled it (any case), read
+/// before the name is made a `HeaderName`.
+fn passes_on_raw(n: &[u8], hide: &[String], pass: &[String]) -> bool {
+    let is = |x: &str| x.as_bytes().eq_ignore_ascii_case(n);
+    let hop_by_hop = HOP_BY_HOP_RESPONSE.iter().any(|x| is(x));
+    let hidden = HIDDEN_BY_DEFAULT.iter().any(|x| is(x)) && !pass.iter().any(|p| is(p));
+    !(hop_by_hop || hidden || hide.iter().any(|x| is(x)))
+}
+
 pub(super) fn passes_on(n: &str, hide: &[String], pass: &[String]) -> bool {
     !(hop_by_hop_response(n)
         || (hidden_by_default(n) && !pass.iter().any(|p| p == n))
@@ -1069,6 +1079,43 @@ pub(super) fn filter_response_headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The name as the upstream spelled it is judged as its lowercase form
+    /// is: every listed name in three spellings, and others beside them.
+    #[test]
+    fn raw_names_pass_as_lowercase_ones() {
+        let hide = vec!["x-secret".to_string()];
+        let pass = vec!["date".to_string()];
+        let names = HOP_BY_HOP_RESPONSE
+            .iter()
+            .chain(HIDDEN_BY_DEFAULT.iter())
+            .copied()
+            .chain(["x-secret", "content-type", "x-dat", "dates", "t", "tee"]);
+        for n in names {
+            for (h, p) in [(&hide, &pass), (&vec![], &vec![])] {
+                let want = passes_on(n, h, p);
+                let upper = n.to_ascii_uppercase();
+                let mixed: String = n
+                    .chars()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        if i % 2 == 0 {
+                            c.to_ascii_uppercase()
+                        } else {
+                            c
+                        }
+                    })
+                    .collect();
+                for spelled in [n, upper.as_str(), mixed.as_str()] {
+                    assert_eq!(passes_on_raw(spelled.as_bytes(), h, p), want, "{spelled}");
+                }
+            }
+        }
+        assert!(!passes_on_raw(b"Date", &[], &[]));
+        assert!(passes_on_raw(b"Date", &[], &pass));
+        assert!(!passes_on_raw(b"X-Secret", &hide, &[]));
+        assert!(passes_on_raw(b"X-Other", &hide, &pass));
+    }
 
     /// Every hop-by-hop and hidden header goes, however many there are
     /// (more than the eight gathered at a time), repeated ones too; the

@@ -200,7 +200,7 @@ impl H1 {
         &mut self,
         timeout: Duration,
         limit: usize,
-        passes: &(dyn Fn(&http::HeaderName) -> bool + Sync),
+        passes: &(dyn Fn(&[u8]) -> bool + Sync),
     ) -> Result<ResponseHead, Error> {
         let mut buf = self.buf.take().unwrap_or_else(crate::h1::pool::take);
         let got = loop {
