@@ -172,6 +172,21 @@ pub async fn serve(
         let shared = shared.clone();
         async move { shared.idle.run().await }
     });
+    // A change of phase wakes the connections waiting between requests
+    // (they do not each watch the phase: see `net::idle`).
+    let phase_relay = tokio::spawn({
+        let shared = shared.clone();
+        let mut phase = phase.clone();
+        async move {
+            loop {
+                let ended = phase.changed().await.is_err();
+                shared.idle.wake_all(ended);
+                if ended {
+                    return;
+                }
+            }
+        }
+    });
     // Zone upstreams: keep snapshots current and tell each zone which
     // publications this worker still holds peers of.
     if !shm.zones.is_empty() {
@@ -235,6 +250,7 @@ pub async fn serve(
     )
     .await;
     idle_clock.abort();
+    phase_relay.abort();
 }
 
 async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Phase>) {
@@ -1138,6 +1154,11 @@ pub(super) async fn wait_for_bytes(
     // this wait's own (see `net::idle`).
     let waiting = shared.idle.wait();
     loop {
+        // Made first: a phase change after the check below still wakes it.
+        let tick = waiting.tick();
+        if shared.idle.ended() {
+            return Waited::Close;
+        }
         let now = crate::net::clock::now();
         let mut wait = deadline.saturating_duration_since(now);
         let mut park = park_at;
@@ -1165,12 +1186,8 @@ pub(super) async fn wait_for_bytes(
             r = std::future::poll_fn(|cx| inb.poll_arrive(cx)) => {
                 return if matches!(r, Ok(n) if n > 0) { Waited::Bytes } else { Waited::Close };
             }
-            ch = phase.changed() => {
-                if ch.is_err() {
-                    return Waited::Close;
-                }
-            }
-            () = waiting.tick() => {}
+            // A tick, or the phase changed (`phase_relay`).
+            () = tick => {}
         }
     }
 }

@@ -5,6 +5,10 @@
 //! keep-alive wait did, about every other request. A waiting connection
 //! instead watches this clock's tick and checks its own deadlines at each:
 //! they are `TICK`-coarse, which idle timeouts of seconds do not notice.
+//! A change of the worker's phase (a stop) wakes every wait too
+//! ([`IdleClock::wake_all`], from one task for the worker), so a wait does
+//! not also register with the phase's channel: one registration per wait,
+//! not two.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -24,6 +28,8 @@ pub struct IdleClock {
     start: Notify,
     /// Ticks so far.
     ticks: std::sync::atomic::AtomicU64,
+    /// The phase can no longer change (its sender is gone).
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl IdleClock {
@@ -44,6 +50,20 @@ impl IdleClock {
         }
     }
 
+    /// Wakes every wait now, as a tick does (the worker's phase changed;
+    /// `ended`: it can change no more).
+    pub fn wake_all(&self, ended: bool) {
+        if ended {
+            self.ended.store(true, Ordering::Release);
+        }
+        self.tick.notify_waiters();
+    }
+
+    /// Whether the phase's sender is gone (see `wake_all`).
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
     /// A wait on the clock: it ticks while this is held.
     pub fn wait(&self) -> Waiting<'_> {
         if self.waiting.fetch_add(1, Ordering::AcqRel) == 0 {
@@ -58,9 +78,10 @@ pub struct Waiting<'a> {
 }
 
 impl Waiting<'_> {
-    /// The next tick.
-    pub async fn tick(&self) {
-        self.clock.tick.notified().await;
+    /// The next tick or `wake_all`: made before the caller checks what a
+    /// wake-up would change, it misses none that comes after.
+    pub fn tick(&self) -> tokio::sync::futures::Notified<'_> {
+        self.clock.tick.notified()
     }
 }
 
@@ -101,5 +122,37 @@ mod tests {
             .await
             .expect("the clock ticks again");
         run.abort();
+    }
+
+    /// `wake_all` wakes a wait at once, long before the next tick, even one
+    /// whose tick was made before `wake_all` and polled only after; and
+    /// says when the phase can change no more.
+    #[tokio::test(start_paused = true)]
+    async fn wake_all_wakes_waits_without_a_tick() {
+        let clock = Arc::new(IdleClock::new());
+        let w = clock.wait();
+        let early = w.tick();
+        assert!(!clock.ended());
+        let waiter = tokio::spawn({
+            let c = clock.clone();
+            async move {
+                let w = c.wait();
+                w.tick().await;
+            }
+        });
+        tokio::task::yield_now().await;
+        let start = tokio::time::Instant::now();
+        clock.wake_all(false);
+        tokio::time::timeout(TICK / 2, waiter)
+            .await
+            .expect("woken before a tick")
+            .expect("the waiter ran");
+        tokio::time::timeout(TICK / 2, early)
+            .await
+            .expect("a tick made before wake_all is woken by it");
+        assert!(start.elapsed() < TICK);
+        assert!(!clock.ended());
+        clock.wake_all(true);
+        assert!(clock.ended());
     }
 }
