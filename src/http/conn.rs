@@ -787,7 +787,7 @@ async fn read_head(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, HeadFail
 }
 
 async fn read_head_inner(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, HeadFail> {
-    let deadline = tokio::time::Instant::from_std(crate::net::clock::now()) + ctx.head_limit;
+    let deadline = crate::net::clock::deadline(ctx.head_limit);
     let number = ctx.info.number;
     loop {
         let parsed = inb.with_buf(|buf| {

@@ -239,10 +239,9 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
             None if idle => keepalive.saturating_sub(conn.since_last()),
             _ => keepalive.max(Duration::from_secs(1)),
         };
-        timer.as_mut().reset(
-            tokio::time::Instant::from_std(crate::net::clock::now())
-                + wait.max(Duration::from_millis(10)),
-        );
+        timer.as_mut().reset(crate::net::clock::deadline(
+            wait.max(Duration::from_millis(10)),
+        ));
         tokio::select! {
             r = h2c.accept() => match r {
                 Some(Ok((req, respond))) => {

@@ -668,8 +668,7 @@ async fn exchange(
     let mut sender = sender;
     let mut body_done = sender.is_none();
     let mut kept: Option<Bytes> = None;
-    let mut deadline =
-        tokio::time::Instant::from_std(crate::net::clock::now()) + conf.proxy_read_timeout;
+    let mut deadline = crate::net::clock::deadline(conf.proxy_read_timeout);
     loop {
         let waiting_body = !body_done;
         tokio::select! {
@@ -693,7 +692,7 @@ async fn exchange(
                 match done {
                     Ok(Ok(s)) => {
                         kept = s.kept;
-                        deadline = tokio::time::Instant::from_std(crate::net::clock::now()) + conf.proxy_read_timeout;
+                        deadline = crate::net::clock::deadline(conf.proxy_read_timeout);
                     }
                     Ok(Err(BodyBroken::Client(status))) => {
                         return Err((Failed::Client(status), None));
