@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_LENGTH, DATE, HeaderValue, TRANSFER_ENCODING, UPGRADE};
+use http::header::{CONTENT_LENGTH, DATE, HeaderValue, TE};
 use http::{Method, Response, Version};
 use http_body::{Body as _, Frame, SizeHint};
 use tokio::sync::watch;
@@ -253,7 +253,11 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
                         continue;
                     }
                     let active = Active::new(&conn);
-                    crate::net::clock::spawn(serve_stream(conn.clone(), active, req, respond, accepted));
+                    // Made in its box: tokio moves a spawned future whole
+                    // (several times), and a stream's is kilobytes.
+                    crate::net::clock::spawn(crate::net::boxed::boxed(|| {
+                        serve_stream(conn.clone(), active, req, respond, accepted)
+                    }));
                     // Rapid reset: far more streams reset by the client
                     // than answered.
                     let resets = conn.resets.load(Ordering::Relaxed);
@@ -383,17 +387,21 @@ async fn serve_stream(
 ) {
     let number = conn.info.number;
     let id = respond.stream_id().as_u32();
-    let (parts, recv) = req.into_parts();
+    let (mut parts, recv) = req.into_parts();
     let is_head = parts.method == Method::HEAD;
     let headers = request_headers(&parts, number, conn.names);
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| crate::h1::body::content_length(v.as_bytes()));
-    let uri = parts
-        .uri
-        .path_and_query()
-        .and_then(|p| http::Uri::try_from(p.as_str()).ok())
-        .unwrap_or_else(|| http::Uri::from_static("/"));
+    // The path as h2 parsed it, shared, not parsed and copied again.
+    let uri = match std::mem::take(&mut parts.uri).into_parts().path_and_query {
+        Some(p) => {
+            let mut path = http::uri::Parts::default();
+            path.path_and_query = Some(p);
+            http::Uri::from_parts(path).unwrap_or_else(|_| http::Uri::from_static("/"))
+        }
+        None => http::Uri::from_static("/"),
+    };
     let req = super::pipeline::Incoming {
         method: parts.method,
         uri,
@@ -461,6 +469,12 @@ const CONNECTION_SPECIFIC: [&str; 5] = [
     "upgrade",
 ];
 
+/// A response header HTTP/2 does not carry: a connection-specific one, or
+/// `TE` saying more than "trailers".
+fn connection_specific(name: &http::HeaderName, value: &HeaderValue) -> bool {
+    CONNECTION_SPECIFIC.contains(&name.as_str()) || (name == TE && value != "trailers")
+}
+
 /// Sends a response on a stream: HEADERS (with END_STREAM when there is
 /// no body: HEAD, 204, 304, or a body that is already empty, such as a
 /// gRPC Trailers-Only answer), then DATA frames of `http2_chunk_size` as
@@ -477,15 +491,15 @@ async fn send_response(
     let code = parts.status.as_u16();
     let bodiless = is_head || code < 200 || code == 204 || code == 304;
     let h = &mut parts.headers;
-    for name in [CONNECTION, TRANSFER_ENCODING, UPGRADE] {
-        h.remove(name);
-    }
-    for name in CONNECTION_SPECIFIC {
-        h.remove(name);
-    }
-    // `TE` may only say "trailers".
-    if h.get(http::header::TE).is_some_and(|v| v != "trailers") {
-        h.remove(http::header::TE);
+    // One look at the names first: there mostly are none to remove, and a
+    // removal by name hashes it.
+    if h.iter().any(|(n, v)| connection_specific(n, v)) {
+        for name in CONNECTION_SPECIFIC {
+            h.remove(name);
+        }
+        if h.get(TE).is_some_and(|v| v != "trailers") {
+            h.remove(TE);
+        }
     }
     if !h.contains_key(DATE) {
         let mut d = Vec::with_capacity(32);
@@ -758,6 +772,23 @@ mod tests {
         let h = request_headers(&req(&[("x_a", "1"), ("x-b", "2")]), 1, Default::default());
         assert!(h.get("x_a").is_none());
         assert!(h.get("x-b").is_some());
+    }
+
+    #[test]
+    fn connection_specific_response_headers() {
+        let is = |n: &str, v: &str| {
+            connection_specific(
+                &http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                &HeaderValue::from_str(v).unwrap(),
+            )
+        };
+        for n in CONNECTION_SPECIFIC {
+            assert!(is(n, "x"), "{n}");
+        }
+        assert!(is("te", "gzip"));
+        assert!(!is("te", "trailers"));
+        assert!(!is("content-type", "text/plain"));
+        assert!(!is("x-connection", "close"));
     }
 
     #[test]

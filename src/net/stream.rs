@@ -141,6 +141,12 @@ impl Stream {
     /// of a read that would only say EAGAIN.
     pub fn try_read_buf(&self, buf: &mut bytes::BytesMut) -> std::io::Result<usize> {
         let room = buf.capacity() - buf.len();
+        self.try_read_room(buf, room)
+    }
+
+    /// `try_read_buf` into any buffer with `room` bytes of spare capacity:
+    /// the bytes land in it as they come, with no zeroing of the room first.
+    fn try_read_room<B: bytes::BufMut>(&self, buf: &mut B, room: usize) -> std::io::Result<usize> {
         let mut got = None;
         // The read runs inside `try_io`, so that readiness is cleared as of
         // before it: bytes that arrive after it are not missed.
@@ -159,7 +165,7 @@ impl Stream {
         let r = match self {
             Stream::Tcp(s) => read!(s),
             Stream::Unix(s) => read!(s),
-            Stream::Tls(t) => return t.try_read_buf(buf),
+            Stream::Tls(t) => return t.try_read_buf(buf, room),
         };
         match (r, got) {
             (Err(e), Some(n)) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(n),
@@ -188,23 +194,20 @@ impl Stream {
         cx: &mut Context<'_>,
         out: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        let n = {
-            let room = out.initialize_unfilled();
-            let r: Poll<std::io::Result<usize>> = if let Stream::Tls(t) = self {
-                (|| loop {
-                    std::task::ready!(t.poll_read_ready(cx))?;
-                    match t.try_read(room) {
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                        r => return Poll::Ready(r),
-                    }
-                })()
-            } else {
-                (|| by_ref!(self, cx, poll_read_ready, try_read(room)))()
-            };
-            std::task::ready!(r)?
-        };
-        out.advance(n);
-        Poll::Ready(Ok(()))
+        // The room is read into as it is (tokio's `ReadBuf` takes bytes
+        // through `BufMut`): a fresh `ReadBuf` over a buffer's spare
+        // capacity, as codecs make one for every read, is not zeroed first.
+        let room = out.remaining();
+        if room == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            std::task::ready!(self.poll_read_ready(cx))?;
+            match self.try_read_room(out, room) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r.map(drop)),
+            }
+        }
     }
 
     /// Writes what the socket takes of `data`.

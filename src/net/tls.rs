@@ -683,15 +683,10 @@ impl TlsStream {
         self.tcp.poll_read_ready(cx)
     }
 
-    /// Plaintext into `out` without waiting: WouldBlock when none is there
-    /// and the socket has no whole record; 0 when the peer closed.
-    pub fn try_read(&self, out: &mut [u8]) -> io::Result<usize> {
-        self.try_take(out.len(), |r| r.read(out))
-    }
-
     /// Hands the plaintext rustls has to `take` (up to `room` bytes),
     /// reading and decrypting records from the socket first when it has
-    /// none (see `try_read`).
+    /// none: WouldBlock when none is there and the socket has no whole
+    /// record; 0 when the peer closed.
     fn try_take(
         &self,
         room: usize,
@@ -730,14 +725,14 @@ impl TlsStream {
         }
     }
 
-    /// Reads into the spare room of `buf` (see `try_read`), copying only
-    /// the plaintext there is (no room is zeroed first).
-    pub fn try_read_buf(&self, buf: &mut bytes::BytesMut) -> io::Result<usize> {
-        let room = (buf.capacity() - buf.len()).min(RECORD);
+    /// Plaintext into `buf` (at most `room` bytes) without waiting (see
+    /// `try_take`), copying only what there is: no room is zeroed first.
+    pub fn try_read_buf<B: bytes::BufMut>(&self, buf: &mut B, room: usize) -> io::Result<usize> {
+        let room = room.min(RECORD);
         self.try_take(room, |r| {
             let chunk = std::io::BufRead::fill_buf(r)?;
             let n = chunk.len().min(room);
-            buf.extend_from_slice(&chunk[..n]);
+            buf.put_slice(&chunk[..n]);
             std::io::BufRead::consume(r, n);
             Ok(n)
         })
