@@ -138,8 +138,20 @@ impl Headers {
     /// The same from bytes (an HTTP/2 request's fields, whose values may
     /// hold obs-text).
     pub fn from_byte_pairs<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Headers {
-        let mut text = Vec::new();
-        let mut spans = Vec::new();
+        Headers::from_byte_pairs_in(pairs, 0, 0)
+    }
+
+    /// The same, with room made first for `count` headers whose names and
+    /// values take `bytes` together: a head whose size is known (from a
+    /// map) grows no buffer, and when the room is just right its text
+    /// becomes the `Bytes` without another allocation.
+    pub fn from_byte_pairs_in<'a>(
+        pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        count: usize,
+        bytes: usize,
+    ) -> Headers {
+        let mut text = Vec::with_capacity(bytes);
+        let mut spans = Vec::with_capacity(count);
         for (n, v) in pairs {
             if n.is_empty() || !n.iter().copied().all(is_token) || !valid_value(v) {
                 continue;
@@ -161,9 +173,12 @@ impl Headers {
     /// The same from a map (a FastCGI or HTTP/2 response's headers), in the
     /// map's order.
     pub fn from_map(map: &HeaderMap) -> Headers {
-        Headers::from_byte_pairs(
+        let bytes = map.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
+        Headers::from_byte_pairs_in(
             map.iter()
                 .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+            map.len(),
+            bytes,
         )
     }
 
@@ -698,6 +713,24 @@ mod tests {
 
     fn resp(s: &[u8]) -> Result<Option<ResponseHead>, String> {
         parse_response(&mut BytesMut::from(s), &|_| true)
+    }
+
+    #[test]
+    fn sized_pairs_are_the_same_headers_whatever_the_room() {
+        let pairs: [(&[u8], &[u8]); 4] = [
+            (b"Host", b"x"),
+            (b"bad name", b"dropped"),
+            (b"X-A", b"1\x802"),
+            (b"x-a", b""),
+        ];
+        let plain = Headers::from_byte_pairs(pairs);
+        let exact = 4 + 1 + 3 + 3 + 3;
+        for (count, bytes) in [(0, 0), (3, exact), (1, 2), (10, 1000)] {
+            let h = Headers::from_byte_pairs_in(pairs, count, bytes);
+            assert!(h.iter().eq(plain.iter()), "{count} {bytes}");
+            assert_eq!(h.wire_len(), exact);
+            assert_eq!(h.get_all("x-a").count(), 2);
+        }
     }
 
     #[test]

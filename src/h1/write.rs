@@ -127,17 +127,26 @@ pub fn request_line(method: &Method, target: &[u8], version: Version, out: &mut 
 /// clock is read only when the second it was formatted for has passed by
 /// the task's clock (`net::clock`), not once per response.
 pub fn date(out: &mut Vec<u8>) {
+    today(|t| out.extend_from_slice(t.as_bytes()));
+}
+
+/// The same as a header value (an HTTP/2 response's): shared, not copied.
+pub fn date_value() -> HeaderValue {
+    today(HeaderValue::clone)
+}
+
+fn today<R>(f: impl FnOnce(&HeaderValue) -> R) -> R {
     use std::cell::RefCell;
     use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
     struct Cached {
         /// Until when (by the monotonic clock) `text` is today's second.
         until: Option<Instant>,
         secs: u64,
-        text: String,
+        text: HeaderValue,
     }
     thread_local! {
         static CACHE: RefCell<Cached> = const {
-            RefCell::new(Cached { until: None, secs: u64::MAX, text: String::new() })
+            RefCell::new(Cached { until: None, secs: u64::MAX, text: HeaderValue::from_static("") })
         };
     }
     let mono = crate::net::clock::now();
@@ -148,14 +157,17 @@ pub fn date(out: &mut Vec<u8>) {
             let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
             if c.secs != since.as_secs() {
                 let t: chrono::DateTime<chrono::Utc> = now.into();
-                c.text = t.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
-                c.secs = since.as_secs();
+                let text = t.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+                if let Ok(v) = HeaderValue::from_str(&text) {
+                    c.text = v;
+                    c.secs = since.as_secs();
+                }
             }
             let left = Duration::from_nanos(1_000_000_000 - u64::from(since.subsec_nanos()));
             c.until = mono.checked_add(left);
         }
-        out.extend_from_slice(c.text.as_bytes());
-    });
+        f(&c.text)
+    })
 }
 
 #[cfg(test)]
@@ -163,6 +175,21 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use http::header::HeaderValue;
+
+    #[test]
+    fn date_as_text_and_as_value() {
+        let mut d = Vec::new();
+        date(&mut d);
+        let v = date_value();
+        // Both from the same second, unless one just passed.
+        if v.as_bytes() != &d[..] {
+            d.clear();
+            date(&mut d);
+        }
+        assert_eq!(v.as_bytes(), &d[..]);
+        assert_eq!(d.len(), "Wed, 02 Dec 2026 05:41:52 GMT".len());
+        assert!(d.ends_with(b" GMT"));
+    }
 
     #[test]
     fn names_keep_their_case() {

@@ -239,9 +239,13 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, mut phase: watch::Receiver
             None if idle => keepalive.saturating_sub(conn.since_last()),
             _ => keepalive.max(Duration::from_secs(1)),
         };
-        timer.as_mut().reset(crate::net::clock::deadline(
-            wait.max(Duration::from_millis(10)),
-        ));
+        // The timer is moved only to an earlier time, or once it fired: a
+        // later one is seen to when it fires (its arm checks again), so a
+        // busy connection does not move it on for every stream.
+        let at = crate::net::clock::deadline(wait.max(Duration::from_millis(10)));
+        if at < timer.deadline() || timer.is_elapsed() {
+            timer.as_mut().reset(at);
+        }
         tokio::select! {
             r = h2c.accept() => match r {
                 Some(Ok((req, respond))) => {
@@ -374,7 +378,24 @@ fn request_headers(
         }
         Some((n.as_str().as_bytes(), v.as_bytes()))
     });
-    crate::h1::head::Headers::from_byte_pairs(host.into_iter().chain(fields))
+    // The head's size, for its buffers: every field but the cookies, the
+    // joined cookie, the host from `:authority`.
+    let (mut count, mut bytes) = (0, 0);
+    for (n, v) in h {
+        if n != http::header::COOKIE {
+            count += 1;
+            bytes += n.as_str().len() + v.len();
+        }
+    }
+    if !cookies.is_empty() {
+        count += 1;
+        bytes += "cookie".len() + cookie.len();
+    }
+    if let Some((n, v)) = host {
+        count += 1;
+        bytes += n.len() + v.len();
+    }
+    crate::h1::head::Headers::from_byte_pairs_in(host.into_iter().chain(fields), count, bytes)
 }
 
 /// One stream: its request through the pipeline, its response sent.
@@ -502,11 +523,7 @@ async fn send_response(
         }
     }
     if !h.contains_key(DATE) {
-        let mut d = Vec::with_capacity(32);
-        crate::h1::write::date(&mut d);
-        if let Ok(v) = HeaderValue::from_bytes(&d) {
-            h.insert(DATE, v);
-        }
+        h.insert(DATE, crate::h1::write::date_value());
     }
     if !bodiless && !h.contains_key(CONTENT_LENGTH) {
         if let Some(n) = body.size_hint().exact() {

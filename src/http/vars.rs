@@ -153,6 +153,15 @@ impl UpstreamLog {
     }
 }
 
+/// `$proxy_host` before a `proxy_pass` set it: one empty string per thread,
+/// shared, so that a request does not allocate one.
+pub fn no_proxy_host() -> std::sync::Arc<str> {
+    thread_local! {
+        static EMPTY: std::sync::Arc<str> = std::sync::Arc::from("");
+    }
+    EMPTY.with(std::sync::Arc::clone)
+}
+
 /// One request, owned: it outlives the handler to write the access log.
 pub struct Req {
     pub conn: Arc<ConnInfo>,
