@@ -582,6 +582,32 @@ mod tests {
         PeerAddr::Inet(addr)
     }
 
+    /// An HTTP/2 server on 127.0.0.1 that never answers, and shuts a
+    /// connection down gracefully when a request for `/bye` comes on it:
+    /// GOAWAY with last stream id 2^31-1 and a PING, then, once the PING
+    /// is answered, GOAWAY with the real last stream id (as grpc-core and
+    /// `h2` do).
+    async fn draining_server() -> PeerAddr {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut conn = h2::server::handshake(s).await.unwrap();
+                    let mut held = Vec::new();
+                    while let Some(Ok((req, respond))) = conn.accept().await {
+                        if req.uri().path() == "/bye" {
+                            conn.graceful_shutdown();
+                        }
+                        held.push((req, respond));
+                    }
+                });
+            }
+        });
+        PeerAddr::Inet(addr)
+    }
+
     fn opener(time: Duration) -> Opener {
         let mut k = crate::upstream::pool::tests_keepalive();
         k.time = time;
@@ -704,6 +730,76 @@ mod tests {
             let s = sets.take(&key).expect("room");
             assert!(Arc::ptr_eq(&s.state, &states[want]), "want {want}");
         }
+    }
+
+    /// A connection that a peer shuts down gracefully (two GOAWAYs, see
+    /// `a_graceful_shutdown_is_two_goaways`) takes no new stream: the
+    /// next go to the other connection, and the set lacks one. The
+    /// stream it took before is not refused; a later id would be.
+    #[tokio::test]
+    async fn a_draining_connection_takes_no_new_stream() {
+        let addr = draining_server().await;
+        let sets = H2Sets::default();
+        let u = crate::upstream::peers::test_upstream(
+            &[(&addr.to_string(), 1, false)],
+            crate::conf::model::Balancer::RoundRobin,
+        );
+        let peers = Arc::new(Peers::from_config(&u));
+        let reg = Arc::new(Registry::default());
+        let o = opener(Duration::from_secs(3600));
+        let key = o.key(&addr);
+        for _ in 0..2 {
+            let c = open(addr.clone(), o.clone()).await.unwrap();
+            sets.insert(&key, c, &reg, &peers);
+        }
+        let bye = sets.take(&key).expect("room");
+        let draining = bye.state.clone();
+        let (_resp, _tx) = bye
+            .send
+            .clone()
+            .ready()
+            .await
+            .unwrap()
+            .send_request(http::Request::get("http://x/bye").body(()).unwrap(), true)
+            .unwrap();
+        let seen = tokio::time::timeout(Duration::from_secs(5), async {
+            while !draining.going_away() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        assert!(seen.await.is_ok(), "the GOAWAY was seen");
+        for _ in 0..4 {
+            let s = sets.take(&key).expect("the other connection has room");
+            assert!(!Arc::ptr_eq(&s.state, &draining));
+        }
+        assert_eq!(sets.count(&key), (1, 0), "one connection is missing");
+        // The final GOAWAY names stream 1, the last the peer took.
+        let last = tokio::time::timeout(Duration::from_secs(5), async {
+            while !draining.refused(3) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        assert!(last.await.is_ok(), "the last GOAWAY was seen");
+        assert!(!draining.refused(1));
+        drop(bye);
+    }
+
+    /// The first GOAWAY of a graceful shutdown (last stream id 2^31-1,
+    /// then a PING) stops new streams at once, though nothing sent counts
+    /// as refused: the peer may still process what is on its way. The
+    /// second one, with the real last stream id, refuses the ids above it.
+    #[test]
+    fn a_graceful_shutdown_is_two_goaways() {
+        let (mut s, state) = sniff();
+        s.watch(&[
+            0, 0, 8, 7, 0, 0, 0, 0, 0, 0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0,
+        ]);
+        s.watch(&[0, 0, 8, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(state.going_away());
+        assert!(!state.refused(1) && !state.refused(0x7fff_ffff));
+        s.watch(&[0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0]);
+        assert!(state.going_away());
+        assert!(!state.refused(9) && state.refused(11));
     }
 
     /// A GOAWAY is seen in any split of the bytes, after other frames, and

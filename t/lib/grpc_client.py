@@ -14,7 +14,8 @@
 #   sequence COUNT OUT [PACE]
 #       COUNT unary calls one after the other (at most PACE a second, if
 #       given), each a line in OUT as it ends, flushed:
-#       "SECS_SINCE_START ok BACKEND" or "SECS_SINCE_START fail CODE_NAME";
+#       "SECS_SINCE_START ok BACKEND" or
+#       "SECS_SINCE_START fail CODE_NAME DETAILS"; first "start EPOCH_SECS",
 #       "done" at the end. A file STOP beside OUT ends the run early.
 
 import os
@@ -92,6 +93,7 @@ def sequence():
     stop = os.path.join(os.path.dirname(out) or '.', 'STOP')
     start = time.time()
     with open(out, 'w') as f:
+        f.write('start %.3f\n' % start)
         for i in range(count):
             if os.path.exists(stop):
                 break
@@ -101,7 +103,8 @@ def sequence():
                 a = unary(b'n%d' % i, timeout=deadline)
                 line = 'ok ' + a.split(b':', 1)[0].decode()
             except grpc.RpcError as e:
-                line = 'fail ' + e.code().name
+                details = (e.details() or '').replace('\n', ' ')
+                line = 'fail %s %s' % (e.code().name, details)
             f.write('%.3f %s\n' % (time.time() - start, line))
             f.flush()
         f.write('done\n')
