@@ -586,11 +586,13 @@ impl Keepalive {
     }
 
     /// The age limit of one connection: `time`, less a share of it drawn
-    /// from `seed` within `jitter` percent.
-    pub fn age_limit(&self, seed: u64) -> Duration {
+    /// from `seed()` within `jitter` percent (drawn only with a jitter: a
+    /// worker's random numbers cost a `getpid`).
+    pub fn age_limit(&self, seed: impl FnOnce() -> u64) -> Duration {
         if self.jitter == 0 {
             return self.time;
         }
+        let seed = seed();
         // splitmix64: any seed spreads over the range.
         let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -682,12 +684,15 @@ mod tests {
             timeout: Duration::ZERO,
             jitter: 20,
         };
-        let ages: Vec<Duration> = (0..1000).map(|i| k.age_limit(i)).collect();
+        let ages: Vec<Duration> = (0..1000).map(|i| k.age_limit(|| i)).collect();
         let (min, max) = (ages.iter().min().copied(), ages.iter().max().copied());
         assert!(min.is_some_and(|m| m >= Duration::from_secs(80) && m < Duration::from_secs(82)));
         assert!(max.is_some_and(|m| m <= Duration::from_secs(100) && m > Duration::from_secs(98)));
         let none = Keepalive { jitter: 0, ..k };
-        assert_eq!(none.age_limit(7), Duration::from_secs(100));
+        assert_eq!(
+            none.age_limit(|| unreachable!("no jitter, no draw")),
+            Duration::from_secs(100)
+        );
         let (c, _) = super::super::testutil::try_build(
             "events {} http { upstream u { server 127.0.0.1:1; keepalive_time 10s jitter=25%; } }",
         )

@@ -141,7 +141,7 @@ where
                     let have = u.reg.count(addr) + *busy;
                     for _ in have..n {
                         *busy += 1;
-                        let max_age = u.cfg.keepalive.age_limit(crate::upstream::random::next_u64());
+                        let max_age = u.cfg.keepalive.age_limit(crate::upstream::random::next_u64);
                         let task = opening.spawn(opener(addr.clone(), max_age));
                         opened_for.insert(task.id(), addr.clone());
                     }

@@ -195,7 +195,7 @@ impl Connector for Cache {
             .ups
             .cfg
             .keepalive
-            .age_limit(crate::upstream::random::next_u64());
+            .age_limit(crate::upstream::random::next_u64);
         open(
             addr,
             self.timeout,

@@ -408,7 +408,7 @@ pub async fn open(addr: PeerAddr, o: Opener) -> Result<Opened, Failure> {
         run.closed.store(true, Release);
         drop(run.track().take());
     });
-    let max_age = o.keepalive_time.age_limit(super::random::next_u64());
+    let max_age = o.keepalive_time.age_limit(super::random::next_u64);
     Ok(Opened {
         send,
         created: Instant::now(),
