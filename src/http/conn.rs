@@ -870,6 +870,19 @@ async fn refuse(ctx: &ConnCtx, inb: &Inbound, e: &HeadError) {
     linger(inb).await;
 }
 
+/// The end of a connection whose response went whole: as nginx's default
+/// `lingering_close on`, it lingers only while the client may still be
+/// sending (a request body not read to its end, more bytes already read or
+/// waiting on the socket). Else it closes at once, over TLS after its
+/// close_notify: no shutdown, no wait for the client's end.
+async fn close(inb: &Inbound) {
+    if !inb.body_done() || inb.has_unread() || !inb.io.quiet() {
+        linger(inb).await;
+    } else if let crate::net::stream::Stream::Tls(t) = &inb.io {
+        t.close_notify();
+    }
+}
+
 /// Before closing on a client that may still be sending: stop writing, and
 /// read what comes for a moment, so that the response is not lost to a
 /// reset (nginx's lingering close).
@@ -1102,7 +1115,7 @@ async fn send_response(
         if !ended {
             return Sent::Closed;
         }
-        linger(inb).await;
+        close(inb).await;
         return Sent::Closed;
     }
     Sent::Kept
