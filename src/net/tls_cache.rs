@@ -513,8 +513,11 @@ mod tests {
                 std::thread::spawn(move || {
                     for i in 0..300u32 {
                         let k = [t, (i >> 8) as u8, i as u8];
-                        assert!(z.put(&k, &k.repeat(30), later()));
-                        assert_eq!(z.get(&k), Some(k.repeat(30)));
+                        // A put or get gives up after LOCK_WAIT without the
+                        // lock: on a loaded machine a holder can be off the
+                        // CPU that long. Tried again, each gets through.
+                        assert!((0..200).any(|_| z.put(&k, &k.repeat(30), later())));
+                        assert_eq!((0..200).find_map(|_| z.get(&k)), Some(k.repeat(30)));
                     }
                 })
             })
