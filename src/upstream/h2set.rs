@@ -608,6 +608,24 @@ mod tests {
         PeerAddr::Inet(addr)
     }
 
+    /// Sets for one peer at `addr`: its peers and registry, an opener
+    /// whose connections do not age, and the peer's key.
+    fn one_peer(addr: &PeerAddr) -> (H2Sets, Arc<Peers>, Arc<Registry>, Opener, Key) {
+        let u = crate::upstream::peers::test_upstream(
+            &[(&addr.to_string(), 1, false)],
+            crate::conf::model::Balancer::RoundRobin,
+        );
+        let o = opener(Duration::from_secs(3600));
+        let key = o.key(addr);
+        (
+            H2Sets::default(),
+            Arc::new(Peers::from_config(&u)),
+            Arc::new(Registry::default()),
+            o,
+            key,
+        )
+    }
+
     fn opener(time: Duration) -> Opener {
         let mut k = crate::upstream::pool::tests_keepalive();
         k.time = time;
@@ -629,15 +647,7 @@ mod tests {
     #[tokio::test]
     async fn fewest_active_then_least_recently_given() {
         let addr = server(2).await;
-        let sets = H2Sets::default();
-        let u = crate::upstream::peers::test_upstream(
-            &[(&addr.to_string(), 1, false)],
-            crate::conf::model::Balancer::RoundRobin,
-        );
-        let peers = Arc::new(Peers::from_config(&u));
-        let reg = Arc::new(Registry::default());
-        let o = opener(Duration::from_secs(3600));
-        let key = o.key(&addr);
+        let (sets, peers, reg, o, key) = one_peer(&addr);
         let first = open(addr.clone(), o.clone()).await.unwrap();
         let first_state = first.state.clone();
         sets.insert(&key, first, &reg, &peers);
@@ -703,15 +713,7 @@ mod tests {
     #[tokio::test]
     async fn a_new_connection_waits_its_turn() {
         let addr = server(2).await;
-        let sets = H2Sets::default();
-        let u = crate::upstream::peers::test_upstream(
-            &[(&addr.to_string(), 1, false)],
-            crate::conf::model::Balancer::RoundRobin,
-        );
-        let peers = Arc::new(Peers::from_config(&u));
-        let reg = Arc::new(Registry::default());
-        let o = opener(Duration::from_secs(3600));
-        let key = o.key(&addr);
+        let (sets, peers, reg, o, key) = one_peer(&addr);
         let mut states = Vec::new();
         for _ in 0..2 {
             let c = open(addr.clone(), o.clone()).await.unwrap();
@@ -739,15 +741,7 @@ mod tests {
     #[tokio::test]
     async fn a_draining_connection_takes_no_new_stream() {
         let addr = draining_server().await;
-        let sets = H2Sets::default();
-        let u = crate::upstream::peers::test_upstream(
-            &[(&addr.to_string(), 1, false)],
-            crate::conf::model::Balancer::RoundRobin,
-        );
-        let peers = Arc::new(Peers::from_config(&u));
-        let reg = Arc::new(Registry::default());
-        let o = opener(Duration::from_secs(3600));
-        let key = o.key(&addr);
+        let (sets, peers, reg, o, key) = one_peer(&addr);
         for _ in 0..2 {
             let c = open(addr.clone(), o.clone()).await.unwrap();
             sets.insert(&key, c, &reg, &peers);
