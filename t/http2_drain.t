@@ -18,11 +18,11 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::H2 qw/h2_connect h2_request h2_rst h2_frames/;
+use Test::Sluice::H2 qw/h2_connect h2_request h2_rst h2_frames h2_data_of/;
 
 plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /HTTP2/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(14);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(16);
 my $d = $t->testdir();
 
 my $conf = <<'EOF';
@@ -75,6 +75,27 @@ close $slow;
 like($got, qr/^\d+ \/slow\/2\/x 200 2$/, 'the in-flight stream completed on the old generation');
 ok($t->waitforexit(\@old, 10), 'then the old worker exited');
 
+# Two streams in flight on one connection across a reload: the second
+# joined the first (it runs in the connection's own task, the first in a
+# task of its own); both finish on the old generation, then GOAWAY, then
+# the connection closes and the old worker exits.
+{
+	my $s = h2_connect($p);
+	syswrite($s, h2_request(undef, 1, '/slow/2/a') . h2_request(undef, 3, '/slow/2/b'));
+	sleep 0.5;
+	my @gen2 = $t->worker_pids();
+	(my $third = $conf) =~ s/GEN/third/;
+	$t->write_file_expand('sluice.conf', $third);
+	ok($t->reload(), 'reloaded with two streams of one connection in flight');
+	my ($f, $closed) = h2_frames($s, undef, 10);
+	my ($a, $b) = (h2_data_of($f, 1), h2_data_of($f, 3));
+	ok($a =~ m{^\d+ /slow/2/a$} && $b =~ m{^\d+ /slow/2/b$}
+		&& (grep { $_->{type} eq 'GOAWAY' } @$f) && $closed
+		&& $t->waitforexit(\@gen2, 10),
+		'both answered, GOAWAY, closed, then the old worker exited')
+		or diag("a: $a, b: $b, closed: " . ($closed // 0) . ", frames: " . join(" ", map { "$_->{type}/$_->{sid}" } @$f));
+}
+
 # keepalive_timeout closes an idle HTTP/2 connection with GOAWAY.
 {
 	my $s = h2_connect(port(8081));
@@ -101,7 +122,7 @@ ok($t->waitforexit(\@old, 10), 'then the old worker exited');
 	my $code = $ga ? unpack('N', substr($ga->{payload}, 4, 4)) : -1;
 	is($code, 11, 'with ENHANCE_YOUR_CALM');
 	ok($closed, 'and the connection closed');
-	is(`curl -s --http2-prior-knowledge http://127.0.0.1:$p/`, 'second', 'the worker still serves');
+	is(`curl -s --http2-prior-knowledge http://127.0.0.1:$p/`, 'third', 'the worker still serves');
 }
 
 # The directives' errors name file and line.
