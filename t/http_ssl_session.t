@@ -76,23 +76,27 @@ sub s_client {
 	return ($pid // 0, $reused // 'none');
 }
 
-# Saves a session, then offers it $n times: (how many resumed, pids seen).
+# Saves a session, then offers it $n times, and more (up to 6 x $n) until
+# both workers answered: which worker accepts is the kernel's choice, and
+# under load one may win many in a row. Returns (how many offers were not
+# resumed, pids seen).
 sub resume_many {
 	my ($port, $v, $n) = @_;
 	s_client($port, $v, 'sess_out', "s$port$v.pem");
-	my ($ok, %pids) = (0);
-	for (1 .. $n) {
+	my ($missed, %pids) = (0);
+	for my $i (1 .. 6 * $n) {
+		last if $i > $n && keys %pids >= 2;
 		my ($pid, $r) = s_client($port, $v, 'sess_in', "s$port$v.pem");
-		$ok++ if $r eq 'r';
+		$missed++ if $r ne 'r';
 		$pids{$pid}++;
 	}
-	return ($ok, scalar keys %pids);
+	return ($missed, scalar keys %pids);
 }
 
 # The shared cache: TLS 1.2 session ids, offered again and again.
 
-my ($ok, $pids) = resume_many(8443, '-tls1_2', 12);
-is($ok, 12, 'shared cache, TLSv1.2: every offer resumed');
+my ($missed, $pids) = resume_many(8443, '-tls1_2', 12);
+is($missed, 0, 'shared cache, TLSv1.2: every offer resumed');
 ok($pids >= 2, 'shared cache, TLSv1.2: on both workers');
 
 # TLS 1.3 stateful tickets are used once: a new session each time, and
@@ -111,8 +115,8 @@ ok($cross >= 1, 'shared cache, TLSv1.3: resumed on the other worker');
 # Tickets sealed with the master's keys.
 
 for my $v (qw/-tls1_2 -tls1_3/) {
-	($ok, $pids) = resume_many(8444, $v, 10);
-	is($ok, 10, "tickets $v: every offer resumed");
+	($missed, $pids) = resume_many(8444, $v, 10);
+	is($missed, 0, "tickets $v: every offer resumed");
 	ok($pids >= 2, "tickets $v: on both workers");
 }
 
