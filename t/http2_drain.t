@@ -88,12 +88,12 @@ ok($t->waitforexit(\@old, 10), 'then the old worker exited');
 	$t->write_file_expand('sluice.conf', $third);
 	ok($t->reload(), 'reloaded with two streams of one connection in flight');
 	my ($f, $closed) = h2_frames($s, undef, 10);
-	my ($a, $b) = (h2_data_of($f, 1), h2_data_of($f, 3));
-	ok($a =~ m{^\d+ /slow/2/a$} && $b =~ m{^\d+ /slow/2/b$}
+	my ($one, $two) = (h2_data_of($f, 1), h2_data_of($f, 3));
+	ok($one =~ m{^\d+ /slow/2/a$} && $two =~ m{^\d+ /slow/2/b$}
 		&& (grep { $_->{type} eq 'GOAWAY' } @$f) && $closed
 		&& $t->waitforexit(\@gen2, 10),
 		'both answered, GOAWAY, closed, then the old worker exited')
-		or diag("a: $a, b: $b, closed: " . ($closed // 0) . ", frames: " . join(" ", map { "$_->{type}/$_->{sid}" } @$f));
+		or diag("1: $one, 3: $two, closed: " . ($closed // 0) . ", frames: " . join(" ", map { "$_->{type}/$_->{sid}" } @$f));
 }
 
 # keepalive_timeout closes an idle HTTP/2 connection with GOAWAY.

@@ -88,7 +88,7 @@ sub resume_many {
 		last if $i > $n && keys %pids >= 2;
 		my ($pid, $r) = s_client($port, $v, 'sess_in', "s$port$v.pem");
 		$missed++ if $r ne 'r';
-		$pids{$pid}++;
+		$pids{$pid}++ if $pid;
 	}
 	return ($missed, scalar keys %pids);
 }
