@@ -906,8 +906,8 @@ async fn refuse(ctx: &ConnCtx, inb: &Inbound, e: &HeadError) {
 async fn close(inb: &Inbound) {
     if !inb.body_done() || inb.has_unread() || !inb.io.quiet() {
         linger(inb).await;
-    } else if let crate::net::stream::Stream::Tls(t) = &inb.io {
-        t.close_notify();
+    } else {
+        inb.io.close_notify();
     }
 }
 

@@ -250,16 +250,22 @@ impl Stream {
         Ok(())
     }
 
+    /// TLS: says close_notify (sent if the socket takes it now), as nginx's
+    /// SSL_shutdown() at close. Nothing to say in clear.
+    pub fn close_notify(&self) {
+        if let Stream::Tls(t) = self {
+            t.close_notify();
+        }
+    }
+
     /// Ends the write side (FIN; close_notify first over TLS), leaving
     /// reads open.
     pub fn shutdown_write(&self) {
+        self.close_notify();
         let fd = match self {
             Stream::Tcp(s) => std::os::fd::AsFd::as_fd(s),
             Stream::Unix(s) => std::os::fd::AsFd::as_fd(s),
-            Stream::Tls(t) => {
-                t.close_notify();
-                std::os::fd::AsFd::as_fd(t.tcp())
-            }
+            Stream::Tls(t) => std::os::fd::AsFd::as_fd(t.tcp()),
         };
         let _ = nix::sys::socket::shutdown(
             std::os::fd::AsRawFd::as_raw_fd(&fd),

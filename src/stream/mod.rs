@@ -737,11 +737,8 @@ async fn proxy(
                 .await;
             // TLS ends with close_notify (if the socket takes it now), as
             // nginx's SSL_shutdown() at close.
-            for side in [&client, &c.conn] {
-                if let Stream::Tls(t) = side {
-                    t.close_notify();
-                }
-            }
+            client.close_notify();
+            c.conn.close_notify();
             c.held.account(s.copied.ab, s.copied.ba);
             c.held.finish(Outcome::Ok);
         }
