@@ -83,6 +83,110 @@ pub struct Headers {
     lengths: u64,
 }
 
+/// Whether two header names are the same in any ASCII case, as
+/// `eq_ignore_ascii_case` says, eight bytes at a time: every lookup of a
+/// head's header compares names, and byte by byte that was most of a
+/// lookup's cost.
+#[inline]
+pub fn same_name(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && same_length_name(a, b)
+}
+
+/// `same_name` for two names of one length.
+fn same_length_name(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    let words = |x: u64, y: u64| same_word(x, y).unwrap_or_else(|| a.eq_ignore_ascii_case(b));
+    if n < 8 {
+        return words(short(a), short(b));
+    }
+    // Eight bytes at a time; the last word ends at the end, overlapping
+    // the one before it when the length is not a multiple of eight.
+    let mut at = 0;
+    loop {
+        let end = (at + 8).min(n);
+        let (Some(x), Some(y)) = (a.get(end - 8..end), b.get(end - 8..end)) else {
+            return false;
+        };
+        if !words(eight(x), eight(y)) {
+            return false;
+        }
+        if end == n {
+            return true;
+        }
+        at = end;
+    }
+}
+
+/// The names most responses bring, known without `HeaderName::from_bytes`
+/// (which lowercases the name into a buffer and then looks it up among all
+/// the standard ones): by length, then compared in any case.
+fn common_name(raw: &[u8]) -> Option<HeaderName> {
+    use http::header::*;
+    let candidates: &[HeaderName] = match raw.len() {
+        4 => &[DATE, ETAG, VARY],
+        6 => &[SERVER],
+        7 => &[EXPIRES],
+        8 => &[LOCATION],
+        10 => &[CONNECTION, SET_COOKIE],
+        12 => &[CONTENT_TYPE],
+        13 => &[LAST_MODIFIED, CACHE_CONTROL, ACCEPT_RANGES],
+        14 => &[CONTENT_LENGTH],
+        16 => &[CONTENT_ENCODING],
+        17 => &[TRANSFER_ENCODING],
+        _ => return None,
+    };
+    candidates
+        .iter()
+        .find(|n| same_name(n.as_str().as_bytes(), raw))
+        .cloned()
+}
+
+/// Eight bytes as a word.
+fn eight(bytes: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[..8]);
+    u64::from_le_bytes(w)
+}
+
+/// Fewer than eight bytes as a word, without a copy loop: two overlapping
+/// four-byte halves, or the first, middle and last of three or fewer (the
+/// same bytes of two names of one length land in the same places).
+fn short(b: &[u8]) -> u64 {
+    let n = b.len();
+    if n >= 4 {
+        let lo = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let hi = u32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]);
+        u64::from(lo) | u64::from(hi) << 32
+    } else if n > 0 {
+        u64::from(b[0]) | u64::from(b[n / 2]) << 8 | u64::from(b[n - 1]) << 16
+    } else {
+        0
+    }
+}
+
+/// Whether two words of ASCII bytes differ only in the case of letters;
+/// None for a byte past ASCII (left to the byte-by-byte comparison).
+fn same_word(x: u64, y: u64) -> Option<bool> {
+    const EACH: u64 = 0x0101_0101_0101_0101;
+    let d = x ^ y;
+    if d == 0 {
+        return Some(true);
+    }
+    if (x | y) & (0x80 * EACH) != 0 {
+        return None;
+    }
+    if d & !(0x20 * EACH) != 0 {
+        return Some(false);
+    }
+    // The bytes of x that are letters: lowercased, from 'a' to 'z'. Each
+    // byte is below 0x80, so the additions carry into no other byte.
+    let l = x | (0x20 * EACH);
+    let from_a = l.wrapping_add((0x80 - b'a' as u64) * EACH);
+    let past_z = l.wrapping_add((0x80 - b'z' as u64 - 1) * EACH);
+    let letters = from_a & !past_z & (0x80 * EACH);
+    Some(d & !(letters >> 2) == 0)
+}
+
 /// A name's bit in `Headers::lengths`.
 fn length_bit(name: &[u8]) -> u64 {
     1 << name.len().min(63)
@@ -227,21 +331,24 @@ impl Headers {
 
     /// Whether the name at `n` is `want` (any case): lengths first.
     fn named(&self, n: &std::ops::Range<usize>, want: &[u8]) -> bool {
-        n.len() == want.len()
-            && self
-                .head
-                .get(n.clone())
-                .is_some_and(|h| h.eq_ignore_ascii_case(want))
+        n.len() == want.len() && self.head.get(n.clone()).is_some_and(|h| same_name(h, want))
     }
 
     /// Whether a comma-separated list header (`Connection`) holds `token`,
     /// any case, spaces around it ignored: bytes, not text.
     pub fn has_token(&self, name: impl AsRef<[u8]>, token: &[u8]) -> bool {
-        self.get_all(name).any(|v| {
-            v.as_bytes()
-                .split(|&b| b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
-        })
+        let want = name.as_ref();
+        if self.surely_absent(want) {
+            return false;
+        }
+        self.spans
+            .iter()
+            .filter(|(n, _)| self.named(n, want))
+            .any(|(_, v)| {
+                self.head[v.clone()]
+                    .split(|&b| b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+            })
     }
 
     /// No header has a name of this length.
@@ -481,7 +588,10 @@ fn collect(
         if !passes(raw) {
             continue;
         }
-        let name = HeaderName::from_bytes(raw).map_err(|_| bad())?;
+        let name = match common_name(raw) {
+            Some(name) => name,
+            None => HeaderName::from_bytes(raw).map_err(|_| bad())?,
+        };
         let value = HeaderValue::from_maybe_shared(head.slice(v.clone())).map_err(|_| bad())?;
         // Only the names written otherwise than sluice would write them.
         if !super::write::spelled_as_usual(&name, raw) {
@@ -713,6 +823,81 @@ mod tests {
 
     fn resp(s: &[u8]) -> Result<Option<ResponseHead>, String> {
         parse_response(&mut BytesMut::from(s), &|_| true)
+    }
+
+    #[test]
+    fn common_names_are_from_bytes_names() {
+        for n in [
+            "date",
+            "ETag",
+            "VARY",
+            "Server",
+            "expires",
+            "Location",
+            "connection",
+            "Set-Cookie",
+            "Content-Type",
+            "last-modified",
+            "Cache-Control",
+            "Accept-Ranges",
+            "CONTENT-LENGTH",
+            "content-encoding",
+            "Transfer-Encoding",
+            "keep-alive",
+            "x-date",
+            "dat",
+            "Vary2",
+        ] {
+            let known = common_name(n.as_bytes());
+            let parsed = HeaderName::from_bytes(n.as_bytes()).ok();
+            assert!(known.is_none() || known == parsed, "{n}");
+        }
+        assert_eq!(
+            common_name(b"Content-Type"),
+            Some(http::header::CONTENT_TYPE)
+        );
+        assert_eq!(common_name(b"Content-Typf"), None);
+        assert_eq!(common_name(b"x-custom-thing"), None);
+    }
+
+    #[test]
+    fn same_name_is_eq_ignore_ascii_case() {
+        let bytes: Vec<u8> = (0u8..=255).collect();
+        let names: [&[u8]; 12] = [
+            b"connection",
+            b"CONNECTION",
+            b"Connection",
+            b"content-length",
+            b"Content-Length",
+            b"x^y",
+            b"x~y",
+            b"a@b[c`d{e",
+            b"A`B{C@D[E",
+            b"host",
+            b"date",
+            b"",
+        ];
+        for a in names {
+            for b in names {
+                assert_eq!(same_name(a, b), a.eq_ignore_ascii_case(b), "{a:?} {b:?}");
+            }
+        }
+        // Every pair of bytes, in names of each kind of length (short,
+        // words, a word and a tail), first, in the middle and last.
+        for len in [1usize, 2, 3, 5, 8, 13, 16] {
+            for at in [0, len / 2, len - 1] {
+                for &x in &bytes {
+                    for &y in &bytes {
+                        let mut a = vec![b'k'; len];
+                        let mut b = a.clone();
+                        a[at] = x;
+                        b[at] = y;
+                        let want = a.eq_ignore_ascii_case(&b);
+                        assert_eq!(same_name(&a, &b), want, "{len} {at} {x} {y}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -1033,13 +1033,17 @@ async fn send_response(
     let switched = code == 101;
     let bodiless = is_head || code < 200 || code == 204 || code == 304;
     let h = &mut parts.headers;
+    let closes = |v: &HeaderValue| v.as_bytes().eq_ignore_ascii_case(b"close");
+    // A 101 keeps its `Connection`; any other response gets sluice's own,
+    // set below (what the handler put there is taken out as it is read).
     let mut keep = keep
-        && !h
-            .get(CONNECTION)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+        && !if switched {
+            h.get(CONNECTION).is_some_and(closes)
+        } else {
+            h.remove(CONNECTION).as_ref().is_some_and(closes)
+        };
     let mut chunked = false;
     if !switched {
-        h.remove(CONNECTION);
         h.remove(TRANSFER_ENCODING);
         if !h.contains_key(CONTENT_LENGTH) && code != 204 && code != 304 && code >= 200 {
             match body.size_hint().exact() {

@@ -57,7 +57,7 @@ fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
     } else {
         raw.split(':').next().unwrap_or("")
     };
-    if host.contains('/') || host.contains("..") || host.starts_with('.') || host.contains('\\') {
+    if host.starts_with('.') || refused_in_host(host.as_bytes()) {
         return Err(());
     }
     let host = host.strip_suffix('.').unwrap_or(host);
@@ -66,6 +66,20 @@ fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
         return Err(());
     }
     Ok(Some(host.to_ascii_lowercase()))
+}
+
+/// A slash, a backslash or two dots in a row: what nginx refuses in a
+/// host. One pass over the bytes (`contains("..")` set up a substring
+/// search for every request).
+fn refused_in_host(host: &[u8]) -> bool {
+    let mut dot = false;
+    for &b in host {
+        if b == b'/' || b == b'\\' || (dot && b == b'.') {
+            return true;
+        }
+        dot = b == b'.';
+    }
+    false
 }
 
 /// `ssl_verify_client` of the request's server: 495 for a certificate that
@@ -1011,5 +1025,19 @@ pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection>
             tokens,
         ))),
         (code, None) => Ok(Reply::Status(code)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        // The one-pass test says what the three `contains` said.
+        #[test]
+        fn refused_in_host_is_three_contains(h in "[a/.\\\\]{0,12}") {
+            let want = h.contains('/') || h.contains("..") || h.contains('\\');
+            prop_assert_eq!(super::refused_in_host(h.as_bytes()), want);
+        }
     }
 }

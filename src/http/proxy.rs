@@ -1020,7 +1020,7 @@ const HOP_BY_HOP_RESPONSE: [&str; 7] = [
 /// spelled it (read before it is made a `HeaderName`) or a map's lowercase
 /// one; the lists are lowercase.
 fn passes_on(n: &[u8], hide: &[String], pass: &[String]) -> bool {
-    let is = |x: &str| x.as_bytes().eq_ignore_ascii_case(n);
+    let is = |x: &str| crate::h1::head::same_name(x.as_bytes(), n);
     let hop_by_hop = HOP_BY_HOP_RESPONSE.iter().any(|x| is(x));
     let hidden = HIDDEN_BY_DEFAULT.iter().any(|x| is(x)) && !pass.iter().any(|p| is(p));
     !(hop_by_hop || hidden || hide.iter().any(|x| is(x)))

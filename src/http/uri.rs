@@ -3,6 +3,19 @@
 //! that climbs above the root, or one that does not start with `/`, is a bad
 //! request. Pure.
 
+/// No escape, no `//` and no `/.` in the path: nothing to do. One pass
+/// over the bytes.
+fn plain(path: &[u8]) -> bool {
+    let mut slash = false;
+    for &b in path {
+        if b == b'%' || (slash && (b == b'/' || b == b'.')) {
+            return false;
+        }
+        slash = b == b'/';
+    }
+    true
+}
+
 /// The normalized path, or None for a request nginx answers with 400.
 /// `merge`: `merge_slashes`; without it an empty segment stays one, and a
 /// `..` after it takes it away, as nginx's parser does.
@@ -11,7 +24,7 @@ pub fn normalize(path: &str, merge: bool) -> Option<String> {
         return None;
     }
     // Most paths need nothing done: no escapes, no empty or dot segments.
-    if !path.contains('%') && !path.contains("//") && !path.contains("/.") {
+    if plain(path.as_bytes()) {
         return Some(path.to_string());
     }
     let bytes = path.as_bytes();
@@ -93,6 +106,13 @@ mod tests {
     proptest! {
         // Hostile paths: never a panic; a result always starts with "/",
         // never holds a "." or ".." segment, and merged has no "//".
+        // The one-pass test says what the three `contains` said.
+        #[test]
+        fn plain_is_three_contains(p in "[a/.%]{0,12}") {
+            let want = !p.contains('%') && !p.contains("//") && !p.contains("/.");
+            prop_assert_eq!(super::plain(p.as_bytes()), want);
+        }
+
         #[test]
         fn any_path(p in "/[a-z/.%0-9A-F]{0,40}") {
             for merge in [true, false] {
