@@ -53,8 +53,39 @@ pub fn name(n: &HeaderName, names: Option<&Names>, out: &mut Vec<u8>) {
     // Copied whole, then capitalised in place: no capacity check per byte.
     let start = out.len();
     out.extend_from_slice(s.as_bytes());
-    let mut up = true;
-    for b in &mut out[start..] {
+    if let Some(written) = out.get_mut(start..) {
+        title_case(written);
+    }
+}
+
+/// Upper case at the start and after each dash, eight bytes at a time (a
+/// byte at a time, this loop was a tenth of the cost of writing a head).
+/// The name is a `HeaderName`'s: lowercase ASCII.
+fn title_case(name: &mut [u8]) {
+    const EACH: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x80 * EACH;
+    // The high bit of each byte that follows a dash (or starts the name).
+    let mut carry: u64 = 0x80;
+    let mut chunks = name.chunks_exact_mut(8);
+    for chunk in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(w);
+        // Dashes, exactly: a byte is zero after the xor only where it was one.
+        let t = x ^ (u64::from(b'-') * EACH);
+        let dashes = !(((t & !HIGH) + !HIGH) | t) & HIGH;
+        let after = (dashes << 8) | carry;
+        carry = dashes >> 56;
+        // Lowercase letters, from 'a' to 'z' (every byte is ASCII here, so
+        // the additions carry into no other byte).
+        let from_a = x.wrapping_add((0x80 - u64::from(b'a')) * EACH);
+        let past_z = x.wrapping_add((0x80 - u64::from(b'z') - 1) * EACH);
+        let letters = from_a & !past_z & !x & HIGH;
+        let x = x - ((after & letters) >> 2);
+        chunk.copy_from_slice(&x.to_le_bytes());
+    }
+    let mut up = carry != 0;
+    for b in chunks.into_remainder() {
         let c = *b;
         if up {
             *b = c.to_ascii_uppercase();
@@ -66,22 +97,30 @@ pub fn name(n: &HeaderName, names: Option<&Names>, out: &mut Vec<u8>) {
 /// Whether `raw` is how `name` writes `n` by itself (so that a head need
 /// not carry it in its `Names`).
 pub fn spelled_as_usual(n: &HeaderName, raw: &[u8]) -> bool {
-    let s = n.as_str().as_bytes();
+    let s = n.as_str();
     if raw.len() != s.len() {
         return false;
     }
-    // Title case: upper case at the start and after each dash, the rest as
-    // the lowercase name has it.
-    let mut up = true;
-    for (&b, &r) in s.iter().zip(raw) {
-        let want = if up { b.to_ascii_uppercase() } else { b };
-        if want != r {
-            // Not title case: still usual if it is a special spelling.
-            return special(n.as_str()).is_some_and(|sp| sp.as_bytes() == raw);
-        }
-        up = b == b'-';
+    if let Some(spelled) = special(s) {
+        return spelled.as_bytes() == raw;
     }
-    special(n.as_str()).is_none()
+    // Title case, made on the stack and compared whole.
+    let mut room = [0u8; 32];
+    match room.get_mut(..s.len()) {
+        Some(usual) => {
+            usual.copy_from_slice(s.as_bytes());
+            title_case(usual);
+            usual == raw
+        }
+        None => {
+            let mut up = true;
+            s.bytes().zip(raw).all(|(b, &r)| {
+                let want = if up { b.to_ascii_uppercase() } else { b };
+                up = b == b'-';
+                want == r
+            })
+        }
+    }
 }
 
 /// Writes one header line, `Name: value\r\n`.
@@ -175,6 +214,37 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use http::header::HeaderValue;
+
+    /// The word-at-a-time title case is the byte loop's, for names of every
+    /// length up to 24 made of letters, dashes and other token bytes.
+    #[test]
+    fn title_case_is_the_byte_loop() {
+        let slow = |n: &[u8]| {
+            let mut up = true;
+            n.iter()
+                .map(|&c| {
+                    let b = if up { c.to_ascii_uppercase() } else { c };
+                    up = c == b'-';
+                    b
+                })
+                .collect::<Vec<u8>>()
+        };
+        let alphabet = b"a-z0_.m-`{";
+        let mut seed = 7u32;
+        for len in 0..=24 {
+            for _ in 0..200 {
+                let name: Vec<u8> = (0..len)
+                    .map(|_| {
+                        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                        alphabet[(seed >> 16) as usize % alphabet.len()]
+                    })
+                    .collect();
+                let mut fast = name.clone();
+                title_case(&mut fast);
+                assert_eq!(fast, slow(&name), "{:?}", String::from_utf8_lossy(&name));
+            }
+        }
+    }
 
     #[test]
     fn date_as_text_and_as_value() {
