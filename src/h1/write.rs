@@ -58,9 +58,9 @@ pub fn name(n: &HeaderName, names: Option<&Names>, out: &mut Vec<u8>) {
     }
 }
 
-/// Upper case at the start and after each dash, eight bytes at a time (a
-/// byte at a time, this loop was a tenth of the cost of writing a head).
-/// The name is a `HeaderName`'s: lowercase ASCII.
+/// Upper case at the start and after each dash, eight bytes at a time,
+/// then byte by byte for the last few. The name is a `HeaderName`'s:
+/// lowercase ASCII (a byte past ASCII would carry into its neighbour).
 fn title_case(name: &mut [u8]) {
     const EACH: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x80 * EACH;
