@@ -15,7 +15,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy/)->plan(17);
+my $t = Test::Sluice->new()->has(qw/http proxy/)->plan(20);
 my $d = $t->testdir();
 
 # Runs -t with $loc in a location (line 4) and $ups in an upstream
@@ -72,6 +72,15 @@ emerg('proxy_http_version 3;', '',
 	'invalid value "3" in "proxy_http_version" directive, it must be "1.0", "1.1" or "2"', 'proxy_http_version 3');
 emerg('grpc_pass grpcs://u; grpc_ssl_verify on;', '', 'no grpc_ssl_trusted_certificate for grpc_ssl_verify',
 	'grpcs: grpc_ssl_verify without certificates');
+emerg('grpc_pass grpcs://u; grpc_ssl_password_file /p;', '',
+	'"grpc_ssl_password_file" is not supported: encrypted keys are not supported: .*',
+	'grpc_ssl_password_file: refused with the reason');
+emerg('grpc_pass grpcs://u; grpc_ssl_conf_command Options x;', '',
+	'"grpc_ssl_conf_command" is not supported: OpenSSL configuration commands .*',
+	'grpc_ssl_conf_command: refused with the reason');
+emerg("grpc_pass grpcs://u; grpc_ssl_crl $d/none.pem;", '',
+	'X509_LOOKUP_load_file\\("' . quotemeta("$d/none.pem") . '"\\) failed \\(.*\\)',
+	'grpc_ssl_crl: read as proxy_ssl_crl (an unreadable file is an error naming it)');
 emerg('grpc_pass grpc://u;', 'http2_ping_interval 0;', '"http2_ping_interval" directive invalid value',
 	'http2_ping_interval 0');
 emerg('grpc_pass grpc://u;', 'http2_ping_interval 1s wait=1s;', 'invalid parameter "wait=1s"',

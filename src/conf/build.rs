@@ -235,7 +235,7 @@ pub fn missing_core() -> Vec<&'static str> {
 /// Every directive table, searched in order.
 /// nginx's grpc module directives that mean what their `proxy_*` namesakes
 /// mean, for a `grpc_pass` location.
-const GRPC_ALIASES: [&str; 22] = [
+const GRPC_ALIASES: [&str; 26] = [
     "grpc_set_header",
     "grpc_hide_header",
     "grpc_pass_header",
@@ -258,6 +258,10 @@ const GRPC_ALIASES: [&str; 22] = [
     "grpc_ssl_certificate_key",
     "grpc_ssl_protocols",
     "grpc_ssl_ciphers",
+    "grpc_ssl_crl",
+    "grpc_ssl_key_log",
+    "grpc_ssl_password_file",
+    "grpc_ssl_conf_command",
 ];
 
 /// nginx's fastcgi module directives that mean what their `proxy_*`

@@ -548,6 +548,7 @@ fn set_dhparam(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
 /// encrypted keys, of 0-RTT.
 pub(super) fn refuse(_: &mut Builder, d: &Directive, _: &mut Node<'_>) -> Result<(), ConfError> {
     let why = match d.name.as_str() {
+        // (`grpc_ssl_*` come here as their `proxy_ssl_*` namesakes.)
         "ssl_conf_command" | "proxy_ssl_conf_command" => {
             "OpenSSL configuration commands have no meaning for rustls"
         }
