@@ -319,14 +319,21 @@ impl Headers {
 
     /// The first header with this name (any case).
     pub fn get(&self, name: impl AsRef<[u8]>) -> Option<Value<'_>> {
-        let want = name.as_ref();
-        if self.surely_absent(want) {
-            return None;
-        }
-        self.spans
+        self.values_named(name.as_ref()).next().map(Value)
+    }
+
+    /// The values of the headers named `want` (any case), in order: none
+    /// at once when no name has its length.
+    fn values_named<'a>(&'a self, want: &[u8]) -> impl Iterator<Item = &'a [u8]> {
+        let spans: &[Span] = if self.surely_absent(want) {
+            &[]
+        } else {
+            &self.spans
+        };
+        spans
             .iter()
-            .find(|(n, _)| self.named(n, want))
-            .map(|(_, v)| Value(&self.head[v.clone()]))
+            .filter(move |(n, _)| self.named(n, want))
+            .map(|(_, v)| &self.head[v.clone()])
     }
 
     /// Whether the name at `n` is `want` (any case): lengths first.
@@ -337,18 +344,10 @@ impl Headers {
     /// Whether a comma-separated list header (`Connection`) holds `token`,
     /// any case, spaces around it ignored: bytes, not text.
     pub fn has_token(&self, name: impl AsRef<[u8]>, token: &[u8]) -> bool {
-        let want = name.as_ref();
-        if self.surely_absent(want) {
-            return false;
-        }
-        self.spans
-            .iter()
-            .filter(|(n, _)| self.named(n, want))
-            .any(|(_, v)| {
-                self.head[v.clone()]
-                    .split(|&b| b == b',')
-                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
-            })
+        self.values_named(name.as_ref()).any(|v| {
+            v.split(|&b| b == b',')
+                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+        })
     }
 
     /// No header has a name of this length.
