@@ -85,8 +85,8 @@ pub struct Headers {
 
 /// Whether two header names are the same in any ASCII case, as
 /// `eq_ignore_ascii_case` says, eight bytes at a time: every lookup of a
-/// head's header compares names, and byte by byte that was most of a
-/// lookup's cost.
+/// head's header compares names, and byte by byte that was about 40% of a
+/// lookup's cost (callgrind, `scripts/cost`).
 #[inline]
 pub fn same_name(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && same_length_name(a, b)
