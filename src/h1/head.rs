@@ -142,7 +142,7 @@ fn common_name(raw: &[u8]) -> Option<HeaderName> {
 }
 
 /// Eight bytes as a word.
-fn eight(bytes: &[u8]) -> u64 {
+pub(super) fn eight(bytes: &[u8]) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&bytes[..8]);
     u64::from_le_bytes(w)
@@ -178,13 +178,19 @@ fn same_word(x: u64, y: u64) -> Option<bool> {
     if d & !(0x20 * EACH) != 0 {
         return Some(false);
     }
-    // The bytes of x that are letters: lowercased, from 'a' to 'z'. Each
-    // byte is below 0x80, so the additions carry into no other byte.
-    let l = x | (0x20 * EACH);
-    let from_a = l.wrapping_add((0x80 - b'a' as u64) * EACH);
-    let past_z = l.wrapping_add((0x80 - b'z' as u64 - 1) * EACH);
-    let letters = from_a & !past_z & (0x80 * EACH);
+    // The bytes of x that are letters, of either case.
+    let letters = lowercase_letters(x | (0x20 * EACH));
     Some(d & !(letters >> 2) == 0)
+}
+
+/// The high bit of each byte of `x` that is a lowercase ASCII letter. For
+/// words of ASCII bytes: each byte is below 0x80, so the additions carry
+/// into no other byte.
+pub(super) fn lowercase_letters(x: u64) -> u64 {
+    const EACH: u64 = 0x0101_0101_0101_0101;
+    let from_a = x.wrapping_add((0x80 - u64::from(b'a')) * EACH);
+    let past_z = x.wrapping_add((0x80 - u64::from(b'z') - 1) * EACH);
+    from_a & !past_z & !x & (0x80 * EACH)
 }
 
 /// A name's bit in `Headers::lengths`.
@@ -306,15 +312,7 @@ impl Headers {
         &'a self,
         name: N,
     ) -> impl Iterator<Item = Value<'a>> + 'a {
-        let spans: &[Span] = if self.surely_absent(name.as_ref()) {
-            &[]
-        } else {
-            &self.spans
-        };
-        spans
-            .iter()
-            .filter(move |(n, _)| self.named(n, name.as_ref()))
-            .map(|(_, v)| Value(&self.head[v.clone()]))
+        self.values_named(name).map(Value)
     }
 
     /// The first header with this name (any case).
@@ -324,15 +322,15 @@ impl Headers {
 
     /// The values of the headers named `want` (any case), in order: none
     /// at once when no name has its length.
-    fn values_named<'a>(&'a self, want: &[u8]) -> impl Iterator<Item = &'a [u8]> {
-        let spans: &[Span] = if self.surely_absent(want) {
+    fn values_named<W: AsRef<[u8]>>(&self, want: W) -> impl Iterator<Item = &[u8]> {
+        let spans: &[Span] = if self.surely_absent(want.as_ref()) {
             &[]
         } else {
             &self.spans
         };
         spans
             .iter()
-            .filter(move |(n, _)| self.named(n, want))
+            .filter(move |(n, _)| self.named(n, want.as_ref()))
             .map(|(_, v)| &self.head[v.clone()])
     }
 

@@ -68,20 +68,13 @@ fn title_case(name: &mut [u8]) {
     let mut carry: u64 = 0x80;
     let mut chunks = name.chunks_exact_mut(8);
     for chunk in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(chunk);
-        let x = u64::from_le_bytes(w);
+        let x = super::head::eight(chunk);
         // Dashes, exactly: a byte is zero after the xor only where it was one.
         let t = x ^ (u64::from(b'-') * EACH);
         let dashes = !(((t & !HIGH) + !HIGH) | t) & HIGH;
         let after = (dashes << 8) | carry;
         carry = dashes >> 56;
-        // Lowercase letters, from 'a' to 'z' (every byte is ASCII here, so
-        // the additions carry into no other byte).
-        let from_a = x.wrapping_add((0x80 - u64::from(b'a')) * EACH);
-        let past_z = x.wrapping_add((0x80 - u64::from(b'z') - 1) * EACH);
-        let letters = from_a & !past_z & !x & HIGH;
-        let x = x - ((after & letters) >> 2);
+        let x = x - ((after & super::head::lowercase_letters(x)) >> 2);
         chunk.copy_from_slice(&x.to_le_bytes());
     }
     let mut up = carry != 0;
@@ -104,23 +97,20 @@ pub fn spelled_as_usual(n: &HeaderName, raw: &[u8]) -> bool {
     if let Some(spelled) = special(s) {
         return spelled.as_bytes() == raw;
     }
-    // Title case, made on the stack and compared whole.
+    // Title case, made on the stack (on the heap for a name past 32 bytes)
+    // and compared whole.
     let mut room = [0u8; 32];
-    match room.get_mut(..s.len()) {
-        Some(usual) => {
-            usual.copy_from_slice(s.as_bytes());
-            title_case(usual);
-            usual == raw
-        }
+    let mut long = Vec::new();
+    let usual: &mut [u8] = match room.get_mut(..s.len()) {
+        Some(usual) => usual,
         None => {
-            let mut up = true;
-            s.bytes().zip(raw).all(|(b, &r)| {
-                let want = if up { b.to_ascii_uppercase() } else { b };
-                up = b == b'-';
-                want == r
-            })
+            long.resize(s.len(), 0);
+            &mut long
         }
-    }
+    };
+    usual.copy_from_slice(s.as_bytes());
+    title_case(usual);
+    usual == raw
 }
 
 /// Writes one header line, `Name: value\r\n`.
@@ -313,6 +303,16 @@ mod tests {
         assert!(!spelled_as_usual(&ct, b"content-type"));
         assert!(!spelled_as_usual(&ct, b"Content-Typ"));
         assert!(!spelled_as_usual(&ct, b"Content-TypeX"));
+        // Past the 32 bytes of room on the stack.
+        let long = HeaderName::from_static("x-a-name-longer-than-thirty-two-bytes");
+        assert!(spelled_as_usual(
+            &long,
+            b"X-A-Name-Longer-Than-Thirty-Two-Bytes"
+        ));
+        assert!(!spelled_as_usual(
+            &long,
+            b"x-a-name-longer-than-thirty-two-bytes"
+        ));
     }
 
     proptest::proptest! {
