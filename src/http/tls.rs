@@ -100,7 +100,10 @@ pub(super) async fn serve_conn_tls(
         )
     };
     let mut phase_hs = phase.clone();
-    let handshake = async {
+    // Boxed: the handshake's state (rustls' connection, the peek) is most
+    // of 5 kB, and inline it would stay in the connection's task for its
+    // whole life.
+    let handshake = Box::pin(async {
         // nginx's test: a first byte that starts no TLS record is plain HTTP.
         let mut first = [0u8; 1];
         match tcp.peek(&mut first).await {
@@ -139,7 +142,7 @@ pub(super) async fn serve_conn_tls(
         })
         .await;
         Some(Ok(r.map(|t| (t, auth))))
-    };
+    });
     let outcome = tokio::select! {
         r = crate::net::clock::timeout(limit, handshake) => r,
         // The worker stops: a handshake is not worth waiting for.
