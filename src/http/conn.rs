@@ -15,9 +15,7 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use bytes::BytesMut;
-use http::header::{
-    CONNECTION, CONTENT_LENGTH, DATE, EXPECT, HeaderValue, SERVER, TRANSFER_ENCODING, UPGRADE,
-};
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, EXPECT, SERVER, TRANSFER_ENCODING, UPGRADE};
 use http::{Method, Response, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
@@ -885,12 +883,16 @@ async fn refuse(ctx: &ConnCtx, inb: &Inbound, e: &HeadError) {
                 .server(h, &ctx.listen, ctx.info.local, None)
         })
         .is_none_or(|s| s.conf.server_tokens);
-    let mut resp = response::status_page(e.code, tokens);
-    resp.headers_mut()
-        .insert(CONNECTION, HeaderValue::from_static("close"));
+    let resp = response::status_page(e.code, tokens);
     let mut out = Vec::with_capacity(512);
     let (parts, body) = resp.into_parts();
-    write_head(&parts, &mut out);
+    // The page's own length stays; the connection closes.
+    let own = Own {
+        length: None,
+        chunked: false,
+        connection: "close",
+    };
+    write_head(&parts, Some(&own), &mut out);
     if let Ok(b) = body.collect().await {
         out.extend_from_slice(&b.to_bytes());
     }
@@ -960,25 +962,47 @@ enum Sent {
 
 /// The status line and headers as written: `Server` and `Date` first, as
 /// nginx's, names in the case they arrived in.
-fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
+fn write_head(parts: &http::response::Parts, own: Option<&Own>, out: &mut Vec<u8>) {
     let reason = parts.extensions.get::<Reason>().map(|r| r.0.as_ref());
     let code = parts.status.as_u16();
     let nginx = response::reason(code).map(str::as_bytes);
     write::status_line(parts.status, reason.or(nginx), out);
     let names = parts.extensions.get::<Names>();
     let h = &parts.headers;
-    if let Some(v) = h.get(SERVER) {
+    // One pass for Server and Date, which go first, as nginx writes them:
+    // the few headers a response has cost less to walk than two lookups.
+    let mut server = None;
+    let mut date = false;
+    for (n, v) in h {
+        if *n == SERVER {
+            server = server.or(Some(v));
+        } else if *n == DATE {
+            date = true;
+        }
+    }
+    if let Some(v) = server {
         write::header(&SERVER, v, names, out);
     }
-    if !h.contains_key(DATE) {
+    if !date {
         out.extend_from_slice(b"Date: ");
         write::date(out);
         out.extend_from_slice(b"\r\n");
     }
+    // The handler's headers but Server (written) and, where sluice frames
+    // the response, the framing and keep-alive ones it writes itself.
+    let skip = |n: &http::HeaderName| {
+        *n == SERVER
+            || own.is_some_and(|o| {
+                *n == CONNECTION
+                    || *n == TRANSFER_ENCODING
+                    || (o.length.is_some() && *n == CONTENT_LENGTH)
+                    || (o.connection == "close" && n.as_str() == "keep-alive")
+            })
+    };
     match parts.extensions.get::<crate::h1::head::Order>() {
         None => {
             for (n, v) in h {
-                if n != SERVER {
+                if !skip(n) {
                     write::header(n, v, names, out);
                 }
             }
@@ -987,7 +1011,7 @@ fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
         // name still there), then what was added.
         Some(order) => {
             let mut done: Vec<(&http::HeaderName, usize)> = Vec::new();
-            for n in order.0.iter().filter(|n| **n != SERVER) {
+            for n in order.0.iter().filter(|n| !skip(n)) {
                 let k = match done.iter_mut().find(|(d, _)| *d == n) {
                     Some((_, k)) => {
                         *k += 1;
@@ -1002,7 +1026,7 @@ fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
                     write::header(n, v, names, out);
                 }
             }
-            for n in h.keys().filter(|n| **n != SERVER) {
+            for n in h.keys().filter(|n| !skip(n)) {
                 let skip = done.iter().find(|(d, _)| *d == n).map_or(0, |d| d.1);
                 for v in h.get_all(n).iter().skip(skip) {
                     write::header(n, v, names, out);
@@ -1010,7 +1034,29 @@ fn write_head(parts: &http::response::Parts, out: &mut Vec<u8>) {
             }
         }
     }
+    if let Some(o) = own {
+        if let Some(n) = o.length {
+            out.extend_from_slice(b"Content-Length: ");
+            write::decimal(n, out);
+            out.extend_from_slice(b"\r\n");
+        }
+        if o.chunked {
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+        }
+        out.extend_from_slice(b"Connection: ");
+        out.extend_from_slice(o.connection.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
     out.extend_from_slice(b"\r\n");
+}
+
+/// The framing and keep-alive headers sluice writes after the handler's
+/// (which lose theirs of these names): a length it knows when the handler
+/// gave none, chunked, and `Connection`.
+struct Own {
+    length: Option<u64>,
+    chunked: bool,
+    connection: &'static str,
 }
 
 /// Writes a response: its head with the framing headers it needs, then its
@@ -1027,49 +1073,44 @@ async fn send_response(
     keep: bool,
     number: u64,
 ) -> Sent {
-    let (mut parts, mut body) = resp.into_parts();
+    let (parts, mut body) = resp.into_parts();
     let send_timeout = body.send_timeout();
     let code = parts.status.as_u16();
     let switched = code == 101;
     let bodiless = is_head || code < 200 || code == 204 || code == 304;
-    let h = &mut parts.headers;
-    let closes = |v: &HeaderValue| v.as_bytes().eq_ignore_ascii_case(b"close");
-    // A 101 keeps its `Connection`; any other response gets sluice's own,
-    // set below (what the handler put there is taken out as it is read).
-    let mut keep = keep
-        && !if switched {
-            h.get(CONNECTION).is_some_and(closes)
-        } else {
-            h.remove(CONNECTION).as_ref().is_some_and(closes)
-        };
-    let mut chunked = false;
-    if !switched {
-        h.remove(TRANSFER_ENCODING);
-        if !h.contains_key(CONTENT_LENGTH) && code != 204 && code != 304 && code >= 200 {
-            match body.size_hint().exact() {
-                // A HEAD's body is empty whatever the GET's would be: no
-                // length is made up for it.
-                _ if is_head => {}
-                Some(n) => {
-                    h.insert(CONTENT_LENGTH, HeaderValue::from(n));
-                }
-                None if chunks && body.chunked_transfer_encoding() => {
-                    h.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
-                    chunked = true;
-                }
-                None => keep = false,
-            }
+    // One pass over the handler's headers (a response has few): a
+    // `Connection: close` it asks for, and whether it gave a length. A 101
+    // keeps its `Connection`; any other response gets sluice's own, and
+    // its framing headers (`write_head` leaves the handler's out).
+    let mut asks_close = false;
+    let mut has_length = false;
+    for (n, v) in &parts.headers {
+        if *n == CONNECTION {
+            asks_close |= v.as_bytes().eq_ignore_ascii_case(b"close");
+        } else if *n == CONTENT_LENGTH {
+            has_length = true;
         }
-        if !keep {
-            h.remove("keep-alive");
-        }
-        h.insert(
-            CONNECTION,
-            HeaderValue::from_static(if keep { "keep-alive" } else { "close" }),
-        );
     }
+    let mut keep = keep && !asks_close;
+    let mut chunked = false;
+    let mut length = None;
+    if !switched && !has_length && code != 204 && code != 304 && code >= 200 {
+        match body.size_hint().exact() {
+            // A HEAD's body is empty whatever the GET's would be: no
+            // length is made up for it.
+            _ if is_head => {}
+            Some(n) => length = Some(n),
+            None if chunks && body.chunked_transfer_encoding() => chunked = true,
+            None => keep = false,
+        }
+    }
+    let own = (!switched).then_some(Own {
+        length,
+        chunked,
+        connection: if keep { "keep-alive" } else { "close" },
+    });
     let mut out = Vec::with_capacity(1024);
-    write_head(&parts, &mut out);
+    write_head(&parts, own.as_ref(), &mut out);
     // The body's first piece goes with the head when it is there already.
     let mut ended = false;
     loop {

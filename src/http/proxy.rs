@@ -743,12 +743,18 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     }
     redirect_headers(r, pp, &mut parts.headers);
     super::proxy_cookie::rewrite(r, &mut parts.headers);
-    filter_response_headers(
-        &mut parts.headers,
-        &conf.proxy_hide_header,
-        &conf.proxy_pass_header,
-        conf.server_tokens,
-    );
+    if fcgi.is_some() {
+        filter_response_headers(
+            &mut parts.headers,
+            &conf.proxy_hide_header,
+            &conf.proxy_pass_header,
+            conf.server_tokens,
+        );
+    } else {
+        // An HTTP upstream's head was read with the same rule (`exchange`'s
+        // `passes`): nothing hidden reached the map.
+        server_unless_passed(&mut parts.headers, conf.server_tokens);
+    }
     // The body releases the peer.
     c.held.done();
     let mut body = ProxyBody {
@@ -1057,9 +1063,14 @@ pub(super) fn filter_response_headers(
             break;
         }
     }
-    if !h.contains_key(header::SERVER) {
-        h.insert(header::SERVER, response::server_header(tokens));
-    }
+    server_unless_passed(h, tokens);
+}
+
+/// sluice's `Server`, unless the upstream's was passed on
+/// (`proxy_pass_header Server`).
+fn server_unless_passed(h: &mut HeaderMap, tokens: bool) {
+    h.entry(header::SERVER)
+        .or_insert_with(|| response::server_header(tokens));
 }
 
 #[cfg(test)]
