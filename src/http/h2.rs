@@ -675,8 +675,14 @@ async fn send_response(
     let bodiless = is_head || code < 200 || code == 204 || code == 304;
     let h = &mut parts.headers;
     // One look at the names first: there mostly are none to remove, and a
-    // removal by name hashes it.
-    if h.iter().any(|(n, v)| connection_specific(n, v)) {
+    // removal or a lookup by name hashes it.
+    let (mut specific, mut date, mut length) = (false, false, false);
+    for (n, v) in h.iter() {
+        specific |= connection_specific(n, v);
+        date |= *n == DATE;
+        length |= *n == CONTENT_LENGTH;
+    }
+    if specific {
         for name in CONNECTION_SPECIFIC {
             h.remove(name);
         }
@@ -684,10 +690,10 @@ async fn send_response(
             h.remove(TE);
         }
     }
-    if !h.contains_key(DATE) {
+    if !date {
         h.insert(DATE, crate::h1::write::date_value());
     }
-    if !bodiless && !h.contains_key(CONTENT_LENGTH) {
+    if !bodiless && !length {
         if let Some(n) = body.size_hint().exact() {
             h.insert(CONTENT_LENGTH, HeaderValue::from(n));
         }
