@@ -9,7 +9,7 @@
 //! epoll set is itself registered with the runtime.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
@@ -81,11 +81,108 @@ struct Entry<T> {
     until: Instant,
 }
 
+/// The parked entries, inline in one vector, each known by its index and
+/// the generation of its slot (a key no longer valid once the slot is
+/// reused): no allocation and no hashing per park, where a map of boxed
+/// entries had both. Its memory goes back when the last entry leaves.
+struct Slab<T> {
+    slots: Vec<Slot<T>>,
+    /// The first empty slot, then each empty slot's next.
+    free: Option<u32>,
+    len: usize,
+}
+
+struct Slot<T> {
+    generation: u32,
+    /// Filled, or the next empty slot.
+    entry: Result<Entry<T>, Option<u32>>,
+}
+
+impl<T> Slab<T> {
+    fn new() -> Slab<T> {
+        Slab {
+            slots: Vec::new(),
+            free: None,
+            len: 0,
+        }
+    }
+
+    fn key(index: u32, generation: u32) -> u64 {
+        (u64::from(generation) << 32) | u64::from(index)
+    }
+
+    /// Its key, or the entry back when no index is left (2^32 parked).
+    fn insert(&mut self, entry: Entry<T>) -> Result<u64, Entry<T>> {
+        let index = match self.free {
+            Some(i) => i,
+            None => match u32::try_from(self.slots.len()) {
+                Ok(i) if i < u32::MAX => {
+                    self.slots.push(Slot {
+                        generation: 0,
+                        entry: Err(None),
+                    });
+                    i
+                }
+                _ => return Err(entry),
+            },
+        };
+        let Some(slot) = self.slots.get_mut(index as usize) else {
+            return Err(entry);
+        };
+        let was = std::mem::replace(&mut slot.entry, Ok(entry));
+        if let Err(next) = was {
+            if self.free == Some(index) {
+                self.free = next;
+            }
+        }
+        self.len += 1;
+        Ok(Self::key(index, slot.generation))
+    }
+
+    fn slot(&self, key: u64) -> Option<&Entry<T>> {
+        let slot = self.slots.get((key & 0xffff_ffff) as usize)?;
+        if u64::from(slot.generation) != key >> 32 {
+            return None;
+        }
+        slot.entry.as_ref().ok()
+    }
+
+    fn get(&self, key: u64) -> Option<&Entry<T>> {
+        self.slot(key)
+    }
+
+    fn remove(&mut self, key: u64) -> Option<Entry<T>> {
+        self.slot(key)?;
+        let index = (key & 0xffff_ffff) as u32;
+        let slot = self.slots.get_mut(index as usize)?;
+        let taken = std::mem::replace(&mut slot.entry, Err(self.free));
+        slot.generation = slot.generation.wrapping_add(1);
+        self.free = Some(index);
+        self.len -= 1;
+        taken.ok()
+    }
+
+    fn keys(&self) -> Vec<u64> {
+        (0u32..)
+            .zip(&self.slots)
+            .filter(|(_, s)| s.entry.is_ok())
+            .map(|(i, s)| Self::key(i, s.generation))
+            .collect()
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Empty: its memory goes back (all its keys are stale, and none can
+    /// name a slot again).
+    fn release(&mut self) {
+        *self = Slab::new();
+    }
+}
+
 struct State<T> {
-    next: u64,
-    /// Boxed: the table's slots stay two words each, and its growth (by
-    /// doubling) costs far less than with the entries inline.
-    parked: HashMap<u64, Box<Entry<T>>>,
+    parked: Slab<T>,
     /// Deadlines, earliest first (an entry resumed meanwhile is skipped).
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     /// All were taken (the worker stops): nothing more is parked.
@@ -121,8 +218,7 @@ impl<T> Parker<T> {
         Ok(Parker {
             epoll,
             state: Mutex::new(State {
-                next: 0,
-                parked: HashMap::new(),
+                parked: Slab::new(),
                 deadlines: BinaryHeap::new(),
                 closed: false,
             }),
@@ -150,20 +246,27 @@ impl<T> Parker<T> {
         if st.closed {
             return Err((sock, what));
         }
-        let key = st.next;
+        let key = match st.parked.insert(Entry { sock, what, until }) {
+            Ok(key) => key,
+            Err(e) => return Err((e.sock, e.what)),
+        };
         let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLONESHOT;
-        if self
-            .epoll
-            .get_ref()
-            .0
-            .add(sock.fd(), EpollEvent::new(flags, key))
-            .is_err()
-        {
-            return Err((sock, what));
+        let added = match st.parked.get(key) {
+            Some(e) => self
+                .epoll
+                .get_ref()
+                .0
+                .add(e.sock.fd(), EpollEvent::new(flags, key))
+                .is_ok(),
+            None => false,
+        };
+        if !added {
+            return match st.parked.remove(key) {
+                Some(e) => Err((e.sock, e.what)),
+                None => Ok(()),
+            };
         }
-        st.next += 1;
         let earliest = st.deadlines.peek().is_none_or(|Reverse((t, _))| until < *t);
-        st.parked.insert(key, Box::new(Entry { sock, what, until }));
         st.deadlines.push(Reverse((until, key)));
         drop(st);
         if earliest {
@@ -173,9 +276,14 @@ impl<T> Parker<T> {
     }
 
     fn take(&self, st: &mut State<T>, key: u64) -> Option<Entry<T>> {
-        let e = st.parked.remove(&key)?;
+        let e = st.parked.remove(key)?;
         let _ = self.epoll.get_ref().0.delete(e.sock.fd());
-        Some(*e)
+        if st.parked.len() == 0 {
+            // The last one left: the deadlines still queued are all stale.
+            st.parked.release();
+            st.deadlines = BinaryHeap::new();
+        }
+        Some(e)
     }
 
     /// Every parked connection, taken out, and no more parked (the worker
@@ -183,7 +291,7 @@ impl<T> Parker<T> {
     pub fn take_all(&self) -> Vec<(Parked, T)> {
         let mut st = self.lock();
         st.closed = true;
-        let keys: Vec<u64> = st.parked.keys().copied().collect();
+        let keys = st.parked.keys();
         st.deadlines.clear();
         keys.into_iter()
             .filter_map(|k| self.take(&mut st, k))
@@ -200,7 +308,7 @@ impl<T> Parker<T> {
             let Some(Reverse((t, key))) = st.deadlines.pop() else {
                 break;
             };
-            if st.parked.get(&key).is_some_and(|e| e.until == t) {
+            if st.parked.get(key).is_some_and(|e| e.until == t) {
                 if let Some(e) = self.take(&mut st, key) {
                     out.push((e.sock, e.what));
                 }
@@ -217,7 +325,7 @@ impl<T> Parker<T> {
             let wait_until = {
                 let mut st = self.lock();
                 while let Some(Reverse((t, key))) = st.deadlines.peek().copied() {
-                    if st.parked.get(&key).is_none_or(|e| e.until != t) {
+                    if st.parked.get(key).is_none_or(|e| e.until != t) {
                         st.deadlines.pop();
                         continue;
                     }
@@ -282,6 +390,54 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::time::Duration;
+
+    fn entry(n: u32) -> Entry<u32> {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        Entry {
+            sock: Parked::Unix(a),
+            what: n,
+            until: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn a_slab_key_names_its_entry_until_the_slot_is_reused() {
+        let mut slab = Slab::new();
+        let k1 = slab.insert(entry(1)).ok().unwrap();
+        let k2 = slab.insert(entry(2)).ok().unwrap();
+        assert_eq!(slab.len(), 2);
+        assert_eq!(slab.get(k1).map(|e| e.what), Some(1));
+        assert_eq!(slab.remove(k1).map(|e| e.what), Some(1));
+        // Gone, and its key stays stale once the slot holds another.
+        assert!(slab.get(k1).is_none() && slab.remove(k1).is_none());
+        let k3 = slab.insert(entry(3)).ok().unwrap();
+        assert_ne!(k3, k1);
+        assert_eq!(
+            k3 & 0xffff_ffff,
+            k1 & 0xffff_ffff,
+            "the empty slot is reused"
+        );
+        assert!(slab.get(k1).is_none());
+        assert_eq!(slab.get(k3).map(|e| e.what), Some(3));
+        let mut keys = slab.keys();
+        keys.sort_unstable();
+        let mut want = vec![k2, k3];
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        // Emptied in another order: every slot is free again, the list holds.
+        assert_eq!(slab.remove(k2).map(|e| e.what), Some(2));
+        assert_eq!(slab.remove(k3).map(|e| e.what), Some(3));
+        assert_eq!(slab.len(), 0);
+        let again: Vec<u64> = (10..13)
+            .map(|n| slab.insert(entry(n)).ok().unwrap())
+            .collect();
+        assert_eq!(slab.slots.len(), 3, "two slots reused before a new one");
+        for (k, n) in again.iter().zip(10..) {
+            assert_eq!(slab.get(*k).map(|e| e.what), Some(n));
+        }
+        slab.release();
+        assert_eq!((slab.len(), slab.slots.len()), (0, 0));
+    }
 
     #[tokio::test]
     async fn a_parked_socket_wakes_when_its_peer_sends_or_expires() {
