@@ -995,7 +995,6 @@ fn write_head(parts: &http::response::Parts, own: Option<&Own>, out: &mut Vec<u8
             || own.is_some_and(|o| {
                 *n == CONNECTION
                     || *n == TRANSFER_ENCODING
-                    || (o.length.is_some() && *n == CONTENT_LENGTH)
                     || (o.connection == "close" && n.as_str() == "keep-alive")
             })
     };

@@ -109,6 +109,17 @@ impl Drop for Reading {
 mod tests {
     use super::*;
 
+    /// The wrapper adds nothing to the future's size (an `async fn`
+    /// wrapper doubled it).
+    #[test]
+    fn clocked_is_the_size_of_its_future() {
+        let big = [7u8; 2048];
+        let fut = async move { big.iter().map(|&b| u64::from(b)).sum::<u64>() };
+        let inner = std::mem::size_of_val(&fut);
+        assert!(inner >= 2048);
+        assert_eq!(std::mem::size_of_val(&clocked(fut)), inner);
+    }
+
     #[test]
     fn outside_a_clocked_task_now_reads_the_clock() {
         let a = now();
