@@ -139,7 +139,7 @@ impl<T> Slab<T> {
         Ok(Self::key(index, slot.generation))
     }
 
-    fn slot(&self, key: u64) -> Option<&Entry<T>> {
+    fn get(&self, key: u64) -> Option<&Entry<T>> {
         let slot = self.slots.get((key & 0xffff_ffff) as usize)?;
         if u64::from(slot.generation) != key >> 32 {
             return None;
@@ -147,12 +147,8 @@ impl<T> Slab<T> {
         slot.entry.as_ref().ok()
     }
 
-    fn get(&self, key: u64) -> Option<&Entry<T>> {
-        self.slot(key)
-    }
-
     fn remove(&mut self, key: u64) -> Option<Entry<T>> {
-        self.slot(key)?;
+        self.get(key)?;
         let index = (key & 0xffff_ffff) as u32;
         let slot = self.slots.get_mut(index as usize)?;
         let taken = std::mem::replace(&mut slot.entry, Err(self.free));
