@@ -743,7 +743,9 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     }
     redirect_headers(r, pp, &mut parts.headers);
     super::proxy_cookie::rewrite(r, &mut parts.headers);
-    if fcgi.is_some() {
+    // A FastCGI head is read unfiltered; a `sticky cookie` adds its own
+    // Set-Cookie, which `proxy_hide_header` may name.
+    if fcgi.is_some() || (ups.cfg.sticky.is_some() && !conf.proxy_hide_header.is_empty()) {
         filter_response_headers(
             &mut parts.headers,
             &conf.proxy_hide_header,
@@ -751,7 +753,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
             conf.server_tokens,
         );
     } else {
-        // An HTTP upstream's head was read with the same rule (`exchange`'s
+        // Else the head was read with the same rule (`exchange`'s
         // `passes`): nothing hidden reached the map.
         server_unless_passed(&mut parts.headers, conf.server_tokens);
     }
