@@ -128,23 +128,6 @@ pub fn headers(h: &HeaderMap, names: Option<&Names>, out: &mut Vec<u8>) {
     }
 }
 
-/// `n` in decimal, as a `Content-Length` value.
-pub fn decimal(mut n: u64, out: &mut Vec<u8>) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        if let Some(d) = digits.get_mut(i) {
-            *d = b'0' + (n % 10) as u8;
-        }
-        n /= 10;
-        if n == 0 || i == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(digits.get(i..).unwrap_or_default());
-}
-
 /// `HTTP/1.1 CODE REASON\r\n` (sluice answers in HTTP/1.1 always, as nginx).
 pub fn status_line(status: StatusCode, reason: Option<&[u8]>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"HTTP/1.1 ");
@@ -221,23 +204,6 @@ mod tests {
     use super::*;
     use bytes::Bytes;
     use http::header::HeaderValue;
-
-    #[test]
-    fn decimal_is_to_string() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut cases = vec![0, 1, 9, 10, 99, 100, 1_000_000, u64::MAX - 1, u64::MAX];
-        for _ in 0..1000 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            cases.push(seed >> (seed % 64));
-        }
-        for n in cases {
-            let mut out = b"x".to_vec();
-            decimal(n, &mut out);
-            assert_eq!(out, format!("x{n}").into_bytes());
-        }
-    }
 
     /// The word-at-a-time title case is the byte loop's, for names of every
     /// length up to 24 made of letters, dashes and other token bytes.

@@ -1035,9 +1035,8 @@ fn write_head(parts: &http::response::Parts, own: Option<&Own>, out: &mut Vec<u8
     }
     if let Some(o) = own {
         if let Some(n) = o.length {
-            out.extend_from_slice(b"Content-Length: ");
-            write::decimal(n, out);
-            out.extend_from_slice(b"\r\n");
+            use std::io::Write;
+            let _ = write!(out, "Content-Length: {n}\r\n");
         }
         if o.chunked {
             out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
