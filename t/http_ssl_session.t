@@ -7,7 +7,9 @@
 # the master's keys (TLS 1.2 and 1.3), also after a reload and after a
 # binary upgrade; ssl_session_ticket_key files (a ticket one instance made
 # resumes on another with the same file); a ticket no key opens, or
-# garbage, gets a full handshake and no crash.
+# garbage, gets a full handshake and no crash. How many tickets come, as
+# from OpenSSL: TLS 1.3, two after a full handshake, one after a
+# resumption; TLS 1.2, a ticket renewed only when an older key sealed it.
 
 use warnings;
 use strict;
@@ -22,12 +24,13 @@ use Test::Sluice qw/:all/;
 
 `openssl version 2>&1` =~ /^OpenSSL/ or plan(skip_all => 'no openssl command');
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(22);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(32);
 my $d = $t->testdir();
 
 system("cd $d && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
 	. " -keyout c.key -out c.crt -days 3 -subj /CN=c >/dev/null 2>&1") == 0 or die;
 system("head -c 80 /dev/urandom > $d/ticket.key") == 0 or die;
+system("head -c 80 /dev/urandom > $d/new.key") == 0 or die;
 
 my $conf = <<'EOF';
 
@@ -57,6 +60,13 @@ http {
 
     server {
         listen 127.0.0.1:%%PORT_8445%% ssl reuseport;
+        ssl_session_ticket_key ticket.key;
+        location / { return 200 "pid=$pid reused=$ssl_session_reused $ssl_protocol\n"; }
+    }
+
+    server {
+        listen 127.0.0.1:%%PORT_8446%% ssl reuseport;
+        ssl_session_ticket_key new.key;
         ssl_session_ticket_key ticket.key;
         location / { return 200 "pid=$pid reused=$ssl_session_reused $ssl_protocol\n"; }
     }
@@ -120,6 +130,37 @@ for my $v (qw/-tls1_2 -tls1_3/) {
 	ok($pids >= 2, "tickets $v: on both workers");
 }
 
+# How many tickets the server sends: (reused, NewSessionTicket messages)
+# of one handshake with openssl s_client -msg; $in: a session file to
+# offer, $out: where to save the session.
+sub tickets {
+	my ($port, $v, $in, $out) = @_;
+	my $p = port($port);
+	my $sess = ($in ? "-sess_in $d/$in " : '') . ($out ? "-sess_out $d/$out" : '');
+	my $r = `printf 'GET / HTTP/1.0\r\n\r\n' | timeout 10 openssl s_client -connect 127.0.0.1:$p $v $sess -msg -ign_eof 2>/dev/null`;
+	my ($reused) = $r =~ /reused=(\S)/;
+	my $n = () = $r =~ /^<<< .*NewSessionTicket/mg;
+	return ($reused // 'none') . " $n";
+}
+
+is(tickets(8444, '-tls1_3', undef, 't13.pem'), '. 2', 'TLSv1.3 full handshake: two tickets');
+is(tickets(8444, '-tls1_3', 't13.pem'), 'r 1', 'TLSv1.3 resumed: one ticket');
+is(tickets(8444, '-tls1_2', undef, 't12.pem'), '. 1', 'TLSv1.2 full handshake: a ticket');
+is(tickets(8444, '-tls1_2', 't12.pem'), 'r 0', 'TLSv1.2 resumed: the ticket is not renewed');
+is(tickets(8444, '-tls1_2', 't12.pem'), 'r 0', 'TLSv1.2 resumed again with the same ticket');
+
+# Server 8446 seals with new.key and opens ticket.key's tickets too: a
+# ticket 8445 made resumes there and is renewed; one it made itself is
+# not; 8445 does not know new.key.
+
+tickets(8445, '-tls1_2', undef, 'o12.pem');
+is(tickets(8446, '-tls1_2', 'o12.pem'), 'r 1', 'TLSv1.2 ticket of an older key: renewed');
+is(tickets(8446, '-tls1_2', undef, 'n12.pem'), '. 1', 'TLSv1.2 full handshake, current key');
+is(tickets(8446, '-tls1_2', 'n12.pem'), 'r 0', 'TLSv1.2 ticket of the current key: not renewed');
+is(tickets(8445, '-tls1_2', 'n12.pem'), '. 1', 'ticket of a key not known: full handshake, a ticket');
+tickets(8445, '-tls1_3', undef, 'o13.pem');
+is(tickets(8446, '-tls1_3', 'o13.pem'), 'r 1', 'TLSv1.3 ticket of an older key resumes');
+
 # Across a reload: the tickets' keys and the cache zone stay.
 
 s_client(8444, '-tls1_3', 'sess_out', 'r13.pem');
@@ -140,7 +181,7 @@ s_client(8445, '-tls1_3', 'sess_out', 'k13.pem');
 s_client(8445, '-tls1_2', 'sess_out', 'k12.pem');
 my $t2 = Test::Sluice->new()->has(qw/http/);
 my $d2 = $t2->testdir();
-system("cp $d/c.crt $d/c.key $d/ticket.key $d2/") == 0 or die;
+system("cp $d/c.crt $d/c.key $d/ticket.key $d/new.key $d2/") == 0 or die;
 (my $conf2 = $conf) =~ s/PORT_(844\d)/'PORT_' . ($1 + 10)/ge;
 $t2->write_file_expand('sluice.conf', $conf2);
 $t2->run();

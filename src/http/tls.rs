@@ -8,12 +8,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::ServerConfig;
 use tokio::sync::watch;
 
 use crate::conf::model::{Http, ListenAddr};
 use crate::log::Level;
 use crate::net::stream::Stream;
+use crate::net::tls::ServerTls;
 
 use super::conn::{Open, open_conn, serve_conn};
 use super::vars::{ConnInfo, ConnTls};
@@ -24,9 +24,9 @@ use super::{Phase, Shared};
 /// `h2` before `http/1.1` (same sessions and tickets), for addresses where
 /// HTTP/2 is on.
 type Config = (
-    Arc<ServerConfig>,
+    ServerTls,
     Option<Arc<crate::net::tls::ClientAuth>>,
-    Arc<ServerConfig>,
+    ServerTls,
 );
 
 /// Each server's rustls configuration, by its index in `http.servers`
@@ -47,9 +47,8 @@ impl Configs {
                     }
                     match crate::net::tls::server_config(&s.ssl, shared, &[b"http/1.1"]) {
                         Ok((c, auth)) => {
-                            let mut h2 = (*c).clone();
-                            h2.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-                            Some((c, auth, Arc::new(h2)))
+                            let h2 = c.with_alpn(&[b"h2", b"http/1.1"]);
+                            Some((c, auth, h2))
                         }
                         Err(e) => {
                             crate::log!(
@@ -129,10 +128,9 @@ pub(super) async fn serve_conn_tls(
                 .tls
                 .0
                 .get(i)
-                .cloned()
-                .flatten()
+                .and_then(Option::as_ref)
                 .ok_or(HandshakeError::NoCertificate)?;
-            auth = a;
+            auth = a.clone();
             // nginx's ALPN choice: h2 when the address or the server SNI
             // chose has HTTP/2 on.
             if shared.router.http2(&listen, local, http.servers.get(i)) {

@@ -79,7 +79,7 @@ pub fn parse(bytes: &[u8]) -> Parsed {
 
 /// The first handshake message, its records' payloads joined (the bytes
 /// are a ClientHello rustls has accepted).
-fn handshake_message(mut b: &[u8]) -> Option<Vec<u8>> {
+pub(super) fn handshake_message(mut b: &[u8]) -> Option<Vec<u8>> {
     let mut msg = Vec::new();
     while b.first() == Some(&0x16) {
         let len = usize::from(u16::from_be_bytes([*b.get(3)?, *b.get(4)?]));
@@ -116,17 +116,13 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// `$ssl_preread_protocol` of a ClientHello message: the highest version
-/// its supported_versions extension (43) lists, else its client_version.
-/// (nginx says TLSv1.3 whenever the extension is there: the same for
-/// clients that list TLSv1.3 there, as OpenSSL's do.)
-fn version(msg: &[u8]) -> &'static str {
+/// A ClientHello message's extensions, as (type, data) in order; they end
+/// early where the message is cut or a length runs past its end.
+fn extensions(msg: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
     let mut c = Cursor(msg.get(4..).unwrap_or_default());
-    let Some(v) = c.take(2) else {
-        return "";
-    };
     let exts = (|| {
-        c.take(32)?;
+        // client_version, random, session id, suites, compressions.
+        c.take(2 + 32)?;
         let n = c.u8()?;
         c.take(n)?;
         let n = c.u16()?;
@@ -137,10 +133,18 @@ fn version(msg: &[u8]) -> &'static str {
         c.take(n)
     })();
     let mut e = Cursor(exts.unwrap_or_default());
-    while let (Some(t), Some(n)) = (e.u16(), e.u16()) {
-        let Some(data) = e.take(n) else {
-            break;
-        };
+    std::iter::from_fn(move || {
+        let (t, n) = (e.u16()?, e.u16()?);
+        Some((t, e.take(n)?))
+    })
+}
+
+/// `$ssl_preread_protocol` of a ClientHello message: the highest version
+/// its supported_versions extension (43) lists, else its client_version.
+/// (nginx says TLSv1.3 whenever the extension is there: the same for
+/// clients that list TLSv1.3 there, as OpenSSL's do.)
+fn version(msg: &[u8]) -> &'static str {
+    for (t, data) in extensions(msg) {
         if t == 43 {
             // The highest version it lists (GREASE values name none).
             let list = data.get(1..).unwrap_or_default();
@@ -152,7 +156,39 @@ fn version(msg: &[u8]) -> &'static str {
                 .unwrap_or("");
         }
     }
-    name(v)
+    msg.get(4..6).map_or("", name)
+}
+
+/// What a ClientHello offers to resume a session with (rustls's accepted
+/// hello does not show it).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Resumption<'a> {
+    /// A TLS 1.3 pre-shared key (extension 41).
+    pub psk: bool,
+    /// A TLS 1.2 session ticket (extension 35, not empty).
+    pub ticket: Option<&'a [u8]>,
+    /// supported_versions (43) lists TLS 1.3.
+    pub tls13: bool,
+}
+
+/// What a ClientHello message offers to resume with.
+pub(super) fn resumption(msg: &[u8]) -> Resumption<'_> {
+    let mut r = Resumption::default();
+    for (t, data) in extensions(msg) {
+        match t {
+            41 => r.psk = true,
+            35 if !data.is_empty() => r.ticket = Some(data),
+            43 => {
+                r.tls13 = data
+                    .get(1..)
+                    .unwrap_or_default()
+                    .chunks_exact(2)
+                    .any(|v| v == [3, 4])
+            }
+            _ => {}
+        }
+    }
+    r
 }
 
 /// Versions from lowest to highest.
@@ -347,6 +383,63 @@ mod tests {
         );
     }
 
+    /// A ClientHello message (no record header) with these extensions.
+    fn hello_with(exts: &[(u16, &[u8])]) -> Vec<u8> {
+        let mut e = Vec::new();
+        for (t, d) in exts {
+            e.extend_from_slice(&t.to_be_bytes());
+            e.extend_from_slice(&(d.len() as u16).to_be_bytes());
+            e.extend_from_slice(d);
+        }
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[7; 32]);
+        body.extend_from_slice(&[0, 0, 2, 0x13, 0x01, 1, 0]);
+        body.extend_from_slice(&(e.len() as u16).to_be_bytes());
+        body.extend_from_slice(&e);
+        let mut msg = vec![1, 0];
+        msg.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        msg.extend_from_slice(&body);
+        msg
+    }
+
+    #[test]
+    fn what_a_hello_offers_to_resume_with() {
+        let fresh = client_hello("a.test", &[], true);
+        let msg = handshake_message(&fresh).unwrap();
+        assert_eq!(
+            resumption(&msg),
+            Resumption {
+                psk: false,
+                ticket: None,
+                tls13: true
+            }
+        );
+        let msg = hello_with(&[(35, b"T1"), (43, &[4, 3, 3, 3, 4])]);
+        assert_eq!(
+            resumption(&msg),
+            Resumption {
+                psk: false,
+                ticket: Some(b"T1"),
+                tls13: true
+            }
+        );
+        let msg = hello_with(&[(35, b""), (43, &[2, 3, 3]), (41, b"psk")]);
+        assert_eq!(
+            resumption(&msg),
+            Resumption {
+                psk: true,
+                ticket: None,
+                tls13: false
+            }
+        );
+        // An extension whose length runs past the end is not read.
+        let mut cut = hello_with(&[(35, b"T2")]);
+        let n = cut.len();
+        cut[n - 3] = 9;
+        assert_eq!(resumption(&cut), Resumption::default());
+        assert_eq!(resumption(&[]), Resumption::default());
+    }
+
     proptest::proptest! {
         #[test]
         fn any_bytes_parse_without_panic(b in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
@@ -355,6 +448,7 @@ mod tests {
             t.extend_from_slice(&b);
             let _ = parse(&t);
             let _ = version(&b);
+            let _ = resumption(&b);
             let _ = handshake_message(&t);
         }
     }

@@ -79,11 +79,14 @@ fn unstamp(mut v: Vec<u8>, lifetime: u64) -> Option<Vec<u8>> {
 struct Tickets {
     keys: Arc<TicketKeys>,
     lifetime: u32,
+    /// Off: tickets are opened, none are issued (the configuration for a
+    /// TLS 1.2 client offering a ticket the current key sealed).
+    issue: bool,
 }
 
 impl ProducesTickets for Tickets {
     fn enabled(&self) -> bool {
-        true
+        self.issue
     }
 
     fn lifetime(&self) -> u32 {
@@ -159,14 +162,72 @@ impl rustls::KeyLog for NssKeyLog {
     }
 }
 
-/// A server's rustls configuration, with its client-certificate settings
+/// A server's rustls configurations: one for a handshake that starts
+/// afresh, and the two a client resuming a session gets, so that it does
+/// as little after the handshake as OpenSSL's servers ask of it: one TLS
+/// 1.3 ticket after a resumption (two after a full handshake, as rustls
+/// and OpenSSL send), and a TLS 1.2 ticket renewed only when an older key
+/// sealed it. They share certificates, sessions and ticket keys; the
+/// ClientHello picks one (`pick`).
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    fresh: Arc<ServerConfig>,
+    /// For a hello offering a TLS 1.3 pre-shared key.
+    psk: Arc<ServerConfig>,
+    /// For a TLS 1.2 hello offering a ticket: it is opened, no new one is
+    /// issued (None: tickets are off).
+    ticket: Option<(Arc<ServerConfig>, Arc<TicketKeys>)>,
+    /// The server speaks TLS 1.3.
+    tls13: bool,
+}
+
+impl ServerTls {
+    /// The configuration for a handshake whose ClientHello message is
+    /// `hello` (None: the message could not be kept; a fresh handshake's).
+    pub(super) fn pick(&self, hello: Option<&[u8]>) -> &Arc<ServerConfig> {
+        let Some(offer) = hello.map(crate::net::preread::resumption) else {
+            return &self.fresh;
+        };
+        if offer.psk {
+            return &self.psk;
+        }
+        match (&self.ticket, offer.ticket) {
+            // Only a hello that leaves TLS 1.2 as the one version both
+            // speak: the configuration without tickets would answer a TLS
+            // 1.3 one with stateful tickets.
+            (Some((cfg, keys)), Some(t))
+                if keys.sealed_by_current(t) && !(offer.tls13 && self.tls13) =>
+            {
+                cfg
+            }
+            _ => &self.fresh,
+        }
+    }
+
+    /// The same with another ALPN list.
+    pub fn with_alpn(&self, alpn: &[&[u8]]) -> ServerTls {
+        let with = |c: &Arc<ServerConfig>| {
+            let mut c = (**c).clone();
+            c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+            Arc::new(c)
+        };
+        ServerTls {
+            fresh: with(&self.fresh),
+            psk: with(&self.psk),
+            ticket: self.ticket.as_ref().map(|(c, k)| (with(c), k.clone())),
+            tls13: self.tls13,
+        }
+    }
+}
+
+/// A server's rustls configurations, with its client-certificate settings
 /// when it asks for certificates. `alpn`: the protocols it offers (for
 /// stream servers, what `ssl_alpn` lists).
 pub fn server_config(
     s: &ServerSsl,
     shared: &TlsShared,
     alpn: &[&[u8]],
-) -> Result<(Arc<ServerConfig>, Option<Arc<ClientAuth>>), rustls::Error> {
+) -> Result<(ServerTls, Option<Arc<ClientAuth>>), rustls::Error> {
     let mut p = provider::default_provider();
     let mut suites = Vec::new();
     if s.protocols.contains(&Protocol::Tls13) {
@@ -224,6 +285,7 @@ pub fn server_config(
         None => Arc::new(NoServerSessionStorage {}),
     };
     let cached = zone.is_some() || builtin > 0;
+    let mut ticket = None;
     if s.session_tickets {
         let keys = if s.ticket_keys.is_empty() {
             match &shared.tickets {
@@ -234,15 +296,28 @@ pub fn server_config(
             TicketKeys::from_material(&s.ticket_keys).map(Arc::new)
         };
         let keys = keys.ok_or_else(|| rustls::Error::General("no session ticket keys".into()))?;
-        cfg.ticketer = Arc::new(Tickets {
-            keys,
+        let tickets = |issue| Tickets {
+            keys: keys.clone(),
             lifetime: u32::try_from(lifetime).unwrap_or(u32::MAX),
-        });
+            issue,
+        };
+        let mut open_only = cfg.clone();
+        open_only.ticketer = Arc::new(tickets(false));
+        ticket = Some((Arc::new(open_only), keys.clone()));
+        cfg.ticketer = Arc::new(tickets(true));
     } else if !cached {
         // Nothing to resume with: no TLS 1.3 tickets either.
         cfg.send_tls13_tickets = 0;
     }
-    Ok((Arc::new(cfg), auth))
+    let mut psk = cfg.clone();
+    psk.send_tls13_tickets = psk.send_tls13_tickets.min(1);
+    let tls = ServerTls {
+        fresh: Arc::new(cfg),
+        psk: Arc::new(psk),
+        ticket,
+        tls13: s.protocols.contains(&Protocol::Tls13),
+    };
+    Ok((tls, auth))
 }
 
 /// What the variables tell of a TLS connection.
@@ -418,16 +493,19 @@ pub(super) async fn recv_some(
 }
 
 /// Runs the server side of a handshake (the caller bounds it in time).
-/// `choose` gets the SNI name and gives the config of the server it picks,
-/// or why there is none (`Rejected`: the `unrecognized_name` alert goes
-/// out, as nginx's `ssl_reject_handshake`).
-pub async fn accept(
+/// `choose` gets the SNI name and gives the configurations of the server
+/// it picks, or why there is none (`Rejected`: the `unrecognized_name`
+/// alert goes out, as nginx's `ssl_reject_handshake`); the ClientHello
+/// picks one of them (`ServerTls::pick`).
+pub async fn accept<'c>(
     tcp: TcpStream,
-    choose: impl FnOnce(Option<&str>) -> Result<Arc<ServerConfig>, HandshakeError>,
+    choose: impl FnOnce(Option<&str>) -> Result<&'c ServerTls, HandshakeError>,
 ) -> Result<TlsStream, HandshakeError> {
     let mut acceptor = Acceptor::default();
+    // The hello's records as they came, for what rustls does not show.
+    let mut hello = Vec::new();
     let accepted = loop {
-        if !recv_some(&tcp, |r| acceptor.read_tls(r))
+        if !recv_some(&tcp, |r| acceptor.read_tls(&mut Tee(r, &mut hello)))
             .await
             .map_err(HandshakeError::Io)?
         {
@@ -442,7 +520,7 @@ pub async fn accept(
             }
         }
     };
-    let config = match choose(accepted.client_hello().server_name()) {
+    let tls = match choose(accepted.client_hello().server_name()) {
         Ok(c) => c,
         Err(HandshakeError::Rejected) => {
             // Seven bytes on a socket that has sent nothing yet.
@@ -451,6 +529,9 @@ pub async fn accept(
         }
         Err(e) => return Err(e),
     };
+    let message = crate::net::preread::handshake_message(&hello);
+    let config = tls.pick(message.as_deref()).clone();
+    drop((hello, message));
     let conn = match accepted.into_connection(config) {
         Ok(c) => c,
         Err((e, mut alert)) => {
@@ -465,6 +546,24 @@ pub async fn accept(
         Stop::Tls(e) => HandshakeError::Tls(e),
     })?;
     Ok(TlsStream::new(tcp, conn))
+}
+
+/// A reader that keeps a copy of what it reads, up to `HELLO_MAX` bytes
+/// (a ClientHello longer than that is not kept whole: it is answered as
+/// one that resumes nothing).
+struct Tee<'r, 'a>(&'r mut Raw<'a>, &'r mut Vec<u8>);
+
+/// The most of a ClientHello's records kept.
+const HELLO_MAX: usize = 16 * 1024;
+
+impl Read for Tee<'_, '_> {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        let n = self.0.read(b)?;
+        if self.1.len() + n <= HELLO_MAX {
+            self.1.extend_from_slice(&b[..n]);
+        }
+        Ok(n)
+    }
 }
 
 /// A fatal `unrecognized_name` alert record, in the clear (no keys are

@@ -99,6 +99,15 @@ impl TicketKeys {
         Some(out)
     }
 
+    /// Whether `ticket` names the key that seals now (what it holds is not
+    /// checked): such a ticket needs no renewing, as OpenSSL's servers
+    /// renew only tickets an older key sealed.
+    pub fn sealed_by_current(&self, ticket: &[u8]) -> bool {
+        self.keys
+            .first()
+            .is_some_and(|k| ticket.get(..NAME) == Some(&k.name[..]))
+    }
+
     /// The state in a ticket one of the keys sealed; None for anything else.
     pub fn open(&self, ticket: &[u8]) -> Option<Vec<u8>> {
         if ticket.len() < NAME + NONCE_LEN + AES_256_GCM.tag_len() {
@@ -154,6 +163,9 @@ mod tests {
         assert_eq!(ab.open(&t).as_deref(), Some(&b"x"[..]));
         let only_a = TicketKeys::from_material(&[a]).expect("keys");
         assert_eq!(only_a.open(&t), None);
+        assert!(ba.sealed_by_current(&t), "the first key sealed it");
+        assert!(!ab.sealed_by_current(&t), "an older key sealed it");
+        assert!(!ba.sealed_by_current(&t[..15]), "too short to name a key");
         assert!(TicketKeys::from_material(&[vec![0; 47]]).is_none());
         assert!(TicketKeys::from_material(&[]).is_none());
     }

@@ -9,8 +9,6 @@
 
 use std::sync::Arc;
 
-use rustls::ServerConfig;
-
 use super::Session;
 use crate::conf::model::StreamServer;
 use crate::conf::model::{ListenAddr, Stream as StreamConf};
@@ -18,11 +16,11 @@ use crate::conf::ssl::VerifyClient;
 use crate::log::Level;
 use crate::net::preread::{Outcome, preread};
 use crate::net::stream::Stream;
-use crate::net::tls::{ClientAuth, Details, HandshakeError, TlsShared, Verify};
+use crate::net::tls::{ClientAuth, Details, HandshakeError, ServerTls, TlsShared, Verify};
 
 /// A server's rustls configuration, and its client-certificate settings
 /// when it asks for certificates.
-pub(super) type Config = (Arc<ServerConfig>, Option<Arc<ClientAuth>>);
+pub(super) type Config = (ServerTls, Option<Arc<ClientAuth>>);
 
 /// Each stream server's rustls configuration, by its index (None: it has
 /// no certificate). Made once per worker, without ALPN: a stream server
@@ -89,8 +87,8 @@ pub(super) async fn handshake(
         if conf.ssl.reject_handshake {
             return Err(HandshakeError::Rejected);
         }
-        let (c, a) = config.ok_or(HandshakeError::NoCertificate)?.clone();
-        auth = a;
+        let (c, a) = config.ok_or(HandshakeError::NoCertificate)?;
+        auth = a.clone();
         Ok(c)
     });
     let why = match tokio::time::timeout(conf.ssl.handshake_timeout, accept).await {
