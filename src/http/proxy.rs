@@ -187,6 +187,10 @@ impl Connector for Cache {
             .take(addr, self.location, key, crate::net::clock::now())
     }
 
+    fn caches(&self) -> bool {
+        self.ups.pool().caches()
+    }
+
     fn open(
         &self,
         addr: PeerAddr,

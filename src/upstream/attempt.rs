@@ -155,6 +155,12 @@ pub trait Connector {
     /// A kept-alive connection to `addr`, if there is one.
     fn cached(&self, addr: &PeerAddr) -> Option<Self::Conn>;
 
+    /// Connections in use go back to a cache `cached` takes from (the
+    /// upstream has `keepalive`).
+    fn caches(&self) -> bool {
+        false
+    }
+
     /// A new connection (runs in a task of its own when raced).
     fn open(
         &self,
@@ -340,6 +346,9 @@ pub struct Attempts {
     hash_text: String,
     addr_key: Vec<u8>,
     first: bool,
+    /// `connect` has let the other woken tasks run once before opening a
+    /// connection (it does so once per request).
+    yielded: bool,
     number: u64,
     /// How long `new` waited for a name's first answer or in the queue.
     pub queued: std::time::Duration,
@@ -446,6 +455,7 @@ impl Attempts {
             hash_text,
             addr_key,
             first: true,
+            yielded: false,
             number: who.number(),
             queued: Duration::ZERO,
             refused: None,
@@ -598,6 +608,17 @@ impl Attempts {
             let addr = self.snap.get(id).addr.clone();
             if let Some(conn) = k.cached(&addr) {
                 return Ok(self.connected(conn, id, now, true));
+            }
+            // None cached: the tasks already woken in this turn of the
+            // event loop run first (their responses read, their
+            // connections cached), then the cache is asked once more
+            // before a new connection is paid for. Under load, requests
+            // and responses come in the same turn.
+            if k.caches() && !std::mem::replace(&mut self.yielded, true) {
+                tokio::task::yield_now().await;
+                if let Some(conn) = k.cached(&addr) {
+                    return Ok(self.connected(conn, id, now, true));
+                }
             }
             // Per attempt: the peer, when it began, whether cached.
             let mut racers = vec![(id, now, false)];
@@ -904,6 +925,91 @@ mod tests {
             false,
             z
         ));
+    }
+
+    /// Connections are numbers: `cache` holds the idle ones, `opened`
+    /// counts the new ones.
+    #[derive(Default)]
+    struct Numbers {
+        cache: std::sync::Mutex<Vec<u32>>,
+        opened: std::sync::atomic::AtomicU32,
+    }
+
+    impl Connector for Numbers {
+        type Conn = u32;
+
+        fn cached(&self, _: &PeerAddr) -> Option<u32> {
+            self.cache.lock().unwrap().pop()
+        }
+
+        fn caches(&self) -> bool {
+            true
+        }
+
+        fn open(&self, _: PeerAddr) -> impl Future<Output = Result<u32, Failure>> + Send + 'static {
+            let n = self
+                .opened
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async move { Ok(100 + n) }
+        }
+    }
+
+    struct Nobody;
+
+    impl Requester for Nobody {
+        fn number(&self) -> u64 {
+            0
+        }
+        fn hash_text(&self, _: &Template) -> String {
+            String::new()
+        }
+        fn client_ip(&self) -> Option<IpAddr> {
+            None
+        }
+        fn context(&self, _: &str) -> String {
+            String::new()
+        }
+        fn record_failed(&mut self, _: &Arc<str>, _: &Failure, _: Duration) {}
+    }
+
+    #[test]
+    fn a_connection_put_back_in_the_same_turn_is_taken_not_opened() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let ups = crate::upstream::UpstreamRt::for_addresses(
+                "t:1",
+                "t",
+                1,
+                vec![IpAddr::from([127, 0, 0, 1])],
+            );
+            let policy = Policy {
+                mask: NextUpstream(NextUpstream::ERROR),
+                tries: 0,
+                timeout: Duration::ZERO,
+                race: None,
+                non_idempotent: false,
+            };
+            let k = Numbers::default();
+            // The cache is empty when the request looks; a response read
+            // in the same turn puts connection 7 back.
+            let mut a = Attempts::new(&ups, policy.clone(), &Nobody).await;
+            let put_back = async {
+                k.cache.lock().unwrap().push(7);
+            };
+            let mut who = Nobody;
+            let (got, ()) = tokio::join!(a.connect(&k, &mut who), put_back);
+            let got = got.unwrap();
+            assert_eq!((got.conn, got.cached), (7, true));
+            assert_eq!(k.opened.load(std::sync::atomic::Ordering::Relaxed), 0);
+            // Nothing comes back: one look more, then a new connection.
+            let mut b = Attempts::new(&ups, policy, &Nobody).await;
+            let got = b.connect(&k, &mut Nobody).await.unwrap();
+            assert_eq!((got.conn, got.cached), (100, false));
+            assert_eq!(k.opened.load(std::sync::atomic::Ordering::Relaxed), 1);
+        });
     }
 
     #[test]

@@ -319,6 +319,12 @@ impl Pool {
         }
     }
 
+    /// Whether connections are cached at all (`keepalive`, or the
+    /// keeper's).
+    pub fn caches(&self) -> bool {
+        self.cap > 0 || !self.targets.is_empty()
+    }
+
     /// Whether a connection that just finished a response may be cached.
     pub fn may_keep(&self, c: &Pooled, now: Instant) -> bool {
         let room = self.cfg.max > 0 || self.idle_to(&c.peer) < self.target(&c.peer);
