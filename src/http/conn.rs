@@ -340,6 +340,83 @@ pub(super) struct ConnCtx {
     _open: Open,
 }
 
+/// A parked connection's context: its `ConnInfo` moved into the parker's
+/// slab beside it, not left in a heap block of its own. A block left behind
+/// by each of thousands of connections pins the pages the requests' short
+/// allocations shared with it, and the heap cannot give them back.
+pub(super) struct ParkedCtx {
+    shared: Arc<Shared>,
+    info: Held<ConnInfo>,
+    listen: Arc<ListenAddr>,
+    head_limit: Duration,
+    limits: Limits,
+    names: HeaderNames,
+    h2c: bool,
+    _open: Open,
+}
+
+/// A value owned inline, or shared with others still holding it.
+enum Held<T> {
+    Own(T),
+    Shared(Arc<T>),
+}
+
+impl ConnCtx {
+    fn park(self) -> ParkedCtx {
+        let ConnCtx {
+            shared,
+            info,
+            listen,
+            head_limit,
+            limits,
+            names,
+            h2c,
+            _open,
+        } = self;
+        ParkedCtx {
+            info: match Arc::try_unwrap(info) {
+                Ok(i) => Held::Own(i),
+                Err(a) => Held::Shared(a),
+            },
+            shared,
+            listen,
+            head_limit,
+            limits,
+            names,
+            h2c,
+            _open,
+        }
+    }
+}
+
+impl ParkedCtx {
+    fn resume(self) -> ConnCtx {
+        let ParkedCtx {
+            shared,
+            info,
+            listen,
+            head_limit,
+            limits,
+            names,
+            h2c,
+            _open,
+        } = self;
+        ConnCtx {
+            info: match info {
+                Held::Own(i) => Arc::new(i),
+                Held::Shared(a) => a,
+            },
+            shared,
+            listen,
+            head_limit,
+            limits,
+            names,
+            h2c,
+            _open,
+        }
+    }
+}
+
 /// A new connection's settings (its default server's) and read side, made
 /// before its task starts so that the task holds only what it uses.
 pub(super) fn open_conn(
@@ -442,13 +519,16 @@ pub(super) async fn serve_conn(
             break;
         };
         let resume = Resume {
-            ctx,
+            ctx: ctx.park(),
             limit,
             served,
             idle_since,
         };
         // Not watched (the worker stops): it closes (with its context).
         let _ = parker.park(sock, resume, idle_since + limit);
+        if parker.trim_due() {
+            crate::process::trim_heap();
+        }
         return;
     }
 }
@@ -513,7 +593,7 @@ const NAME_CLASS: [u8; 256] = {
 
 /// What a parked connection needs to go on.
 pub(crate) struct Resume {
-    ctx: ConnCtx,
+    ctx: ParkedCtx,
     limit: Duration,
     served: u64,
     idle_since: std::time::Instant,
@@ -529,8 +609,16 @@ async fn run_parker(
     mut phase: watch::Receiver<Phase>,
 ) {
     use crate::net::park::Wake;
+    // The heap is trimmed once a burst of connections going idle ends.
+    let mut quiet = tokio::time::interval(crate::net::park::TRIM_QUIET);
+    quiet.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = quiet.tick() => {
+                if parker.trim_due() {
+                    crate::process::trim_heap();
+                }
+            }
             woke = parker.next() => {
                 for w in woke {
                     match w {
@@ -539,7 +627,7 @@ async fn run_parker(
                                 continue;
                             };
                             let inb = Arc::new(Inbound::new(stream, r.limit));
-                            crate::net::clock::spawn(serve_conn(r.ctx, inb, phase.clone(), r.served, r.idle_since));
+                            crate::net::clock::spawn(serve_conn(r.ctx.resume(), inb, phase.clone(), r.served, r.idle_since));
                         }
                         // Closed, and no longer counted.
                         Wake::Expired(sock, r) => drop((sock, r)),

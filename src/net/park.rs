@@ -20,6 +20,13 @@ use tokio::sync::Notify;
 
 use super::stream::Stream;
 
+/// Connections parked before the heap is trimmed again, and the least time
+/// between two trims.
+const TRIM_AFTER: usize = 512;
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// No connection parked for this long after some were: their burst ended.
+pub const TRIM_QUIET: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A socket out of the runtime.
 pub enum Parked {
     Tcp(std::net::TcpStream),
@@ -183,6 +190,11 @@ struct State<T> {
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
     /// All were taken (the worker stops): nothing more is parked.
     closed: bool,
+    /// Parked since the heap was last trimmed, when that was, and when the
+    /// last one was parked.
+    since_trim: usize,
+    trimmed: Instant,
+    last_park: Instant,
 }
 
 /// What became of a parked connection.
@@ -217,6 +229,9 @@ impl<T> Parker<T> {
                 parked: Slab::new(),
                 deadlines: BinaryHeap::new(),
                 closed: false,
+                since_trim: 0,
+                trimmed: crate::net::clock::now(),
+                last_park: crate::net::clock::now(),
             }),
             changed: Notify::new(),
         })
@@ -264,11 +279,31 @@ impl<T> Parker<T> {
         }
         let earliest = st.deadlines.peek().is_none_or(|Reverse((t, _))| until < *t);
         st.deadlines.push(Reverse((until, key)));
+        st.since_trim += 1;
+        st.last_park = crate::net::clock::now();
         drop(st);
         if earliest {
             self.changed.notify_one();
         }
         Ok(())
+    }
+
+    /// Whether the heap is due a trim: many connections went idle since
+    /// the last (`TRIM_AFTER` parked) and it was a while ago (at most one a
+    /// second), or some did and then none for `TRIM_QUIET` (a burst of
+    /// them ended). What their requests used is then free in the heap but
+    /// still counted in the worker's memory; the caller gives it back.
+    pub fn trim_due(&self) -> bool {
+        let mut st = self.lock();
+        let now = crate::net::clock::now();
+        let burst = st.since_trim >= TRIM_AFTER && now.duration_since(st.trimmed) >= TRIM_EVERY;
+        let ended = st.since_trim > 0 && now.duration_since(st.last_park) >= TRIM_QUIET;
+        if !(burst || ended) {
+            return false;
+        }
+        st.since_trim = 0;
+        st.trimmed = now;
+        true
     }
 
     fn take(&self, st: &mut State<T>, key: u64) -> Option<Entry<T>> {
@@ -433,6 +468,25 @@ mod tests {
         }
         slab.release();
         assert_eq!((slab.len(), slab.slots.len()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn the_heap_is_due_a_trim_once_parking_went_quiet() {
+        let parker = Parker::new().unwrap();
+        tokio::time::sleep(TRIM_QUIET + Duration::from_millis(50)).await;
+        assert!(!parker.trim_due(), "nothing parked: no trim");
+        let mut keep = Vec::new();
+        for n in 0..3 {
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            a.set_nonblocking(true).unwrap();
+            let until = Instant::now() + Duration::from_secs(60);
+            assert!(parker.park(Parked::Unix(a), n, until).is_ok());
+            keep.push(b);
+        }
+        assert!(!parker.trim_due(), "parking goes on: not yet");
+        tokio::time::sleep(TRIM_QUIET + Duration::from_millis(50)).await;
+        assert!(parker.trim_due(), "quiet since the last one parked");
+        assert!(!parker.trim_due(), "once");
     }
 
     #[tokio::test]

@@ -16,6 +16,11 @@ use crate::cli::{Action, Cli, SignalName, configure_text, usage, version_line};
 use crate::conf::{self, ConfError, Config, Paths};
 use crate::log::{self, Level, LogSpec, Target};
 
+/// Gives the heap's free pages back to the system (see `sys::trim_heap`).
+pub fn trim_heap() -> bool {
+    sys::trim_heap()
+}
+
 /// The binary upgrades (`USR2`) that led to this master process.
 pub fn upgrades() -> u64 {
     upgrade::upgrades()

@@ -57,6 +57,16 @@ pub unsafe fn own_fd(fd: RawFd) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
+/// glibc's `malloc_trim(0)`: the heap's wholly free pages go back to the
+/// system, wherever they are in the heap (a `free` gives back only the
+/// heap's top). Returns whether any memory was released.
+#[allow(unsafe_code)]
+pub fn trim_heap() -> bool {
+    // SAFETY: malloc_trim takes no pointer and touches only the allocator's
+    // own state, under the allocator's locks; it is safe from any thread.
+    unsafe { nix::libc::malloc_trim(0) == 1 }
+}
+
 /// `setpriority(PRIO_PROCESS, 0, nice)`: this process's nice value.
 #[allow(unsafe_code)]
 pub fn set_priority(nice: i32) -> nix::Result<()> {
