@@ -323,9 +323,18 @@ pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 /// What a connection's requests share: its limits and who it is.
-pub(super) struct ConnCtx {
+pub(super) type ConnCtx = Ctx<Arc<ConnInfo>>;
+
+/// A parked connection's context: its `ConnInfo` moved into the parker's
+/// slab beside it, not left in a heap block of its own. A block left behind
+/// by each of thousands of connections pins the pages the requests' short
+/// allocations shared with it, and the heap cannot give them back.
+pub(super) type ParkedCtx = Ctx<Held<ConnInfo>>;
+
+/// A connection's context, its `ConnInfo` held as `I` says.
+pub(super) struct Ctx<I> {
     pub(super) shared: Arc<Shared>,
-    pub(super) info: Arc<ConnInfo>,
+    pub(super) info: I,
     pub(super) listen: Arc<ListenAddr>,
     /// `client_header_timeout` of the default server: the first request's
     /// wait, and each head's from its first byte.
@@ -340,80 +349,43 @@ pub(super) struct ConnCtx {
     _open: Open,
 }
 
-/// A parked connection's context: its `ConnInfo` moved into the parker's
-/// slab beside it, not left in a heap block of its own. A block left behind
-/// by each of thousands of connections pins the pages the requests' short
-/// allocations shared with it, and the heap cannot give them back.
-pub(super) struct ParkedCtx {
-    shared: Arc<Shared>,
-    info: Held<ConnInfo>,
-    listen: Arc<ListenAddr>,
-    head_limit: Duration,
-    limits: Limits,
-    names: HeaderNames,
-    h2c: bool,
-    _open: Open,
-}
-
 /// A value owned inline, or shared with others still holding it.
-enum Held<T> {
+pub(super) enum Held<T> {
     Own(T),
     Shared(Arc<T>),
 }
 
+impl<I> Ctx<I> {
+    /// The same context with its `ConnInfo` held another way.
+    fn hold<J>(self, f: impl FnOnce(I) -> J) -> Ctx<J> {
+        Ctx {
+            info: f(self.info),
+            shared: self.shared,
+            listen: self.listen,
+            head_limit: self.head_limit,
+            limits: self.limits,
+            names: self.names,
+            h2c: self.h2c,
+            _open: self._open,
+        }
+    }
+}
+
 impl ConnCtx {
     fn park(self) -> ParkedCtx {
-        let ConnCtx {
-            shared,
-            info,
-            listen,
-            head_limit,
-            limits,
-            names,
-            h2c,
-            _open,
-        } = self;
-        ParkedCtx {
-            info: match Arc::try_unwrap(info) {
-                Ok(i) => Held::Own(i),
-                Err(a) => Held::Shared(a),
-            },
-            shared,
-            listen,
-            head_limit,
-            limits,
-            names,
-            h2c,
-            _open,
-        }
+        self.hold(|info| match Arc::try_unwrap(info) {
+            Ok(i) => Held::Own(i),
+            Err(a) => Held::Shared(a),
+        })
     }
 }
 
 impl ParkedCtx {
     fn resume(self) -> ConnCtx {
-        let ParkedCtx {
-            shared,
-            info,
-            listen,
-            head_limit,
-            limits,
-            names,
-            h2c,
-            _open,
-        } = self;
-        ConnCtx {
-            info: match info {
-                Held::Own(i) => Arc::new(i),
-                Held::Shared(a) => a,
-            },
-            shared,
-            listen,
-            head_limit,
-            limits,
-            names,
-            h2c,
-            _open,
-        }
+        self.hold(|info| match info {
+            Held::Own(i) => Arc::new(i),
+            Held::Shared(a) => a,
+        })
     }
 }
 
