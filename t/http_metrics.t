@@ -63,7 +63,8 @@ stream {
         zone tcps 32k;
         server 127.0.0.1:%%PORT_8081%%;
     }
-    server { listen 127.0.0.1:%%PORT_8070%%; proxy_pass tcp; }
+    log_format s "$status";
+    server { listen 127.0.0.1:%%PORT_8070%%; proxy_pass tcp; access_log stream.log s; }
 }
 
 EOF
@@ -117,10 +118,13 @@ $ok++ for grep { http_get("/app/status/404") =~ /^HTTP\/1.1 404/ } 1 .. 3;
 $ok++ for grep { http_get("/odd/x$_") =~ /^HTTP\/1.1 200/ } 1 .. 2;
 is($ok, 15, 'traffic answered');
 
-# Two TCP sessions through the stream upstream.
+# Two TCP sessions through the stream upstream. A session ends once the
+# client closed too, after http_get returned: their log lines say both
+# ended (and stopped counting as open) before the scrape.
 for (1 .. 2) {
 	http_get('/tcp', PeerAddr => '127.0.0.1:' . port(8070));
 }
+$t->waitforlog(qr/\A200\n200\n/, 5, 'stream.log');
 
 my ($raw, $m) = scrape();
 like($raw, qr/^Content-Type: text\/plain; version=0\.0\.4; charset=utf-8\r$/mi,

@@ -291,13 +291,16 @@ impl<T> Parker<T> {
     /// Whether the heap is due a trim: many connections went idle since
     /// the last (`TRIM_AFTER` parked) and it was a while ago (at most one a
     /// second), or some did and then none for `TRIM_QUIET` (a burst of
-    /// them ended). What their requests used is then free in the heap but
+    /// them ended; a few, at most once a second). What their requests used is then free in the heap but
     /// still counted in the worker's memory; the caller gives it back.
     pub fn trim_due(&self) -> bool {
         let mut st = self.lock();
         let now = crate::net::clock::now();
-        let burst = st.since_trim >= TRIM_AFTER && now.duration_since(st.trimmed) >= TRIM_EVERY;
-        let ended = st.since_trim > 0 && now.duration_since(st.last_park) >= TRIM_QUIET;
+        let a_while = now.duration_since(st.trimmed) >= TRIM_EVERY;
+        let burst = st.since_trim >= TRIM_AFTER && a_while;
+        // A few parked now and then are trimmed for at most once a second.
+        let ended = now.duration_since(st.last_park) >= TRIM_QUIET
+            && (st.since_trim >= TRIM_AFTER / 8 || (st.since_trim > 0 && a_while));
         if !(burst || ended) {
             return false;
         }
@@ -473,20 +476,31 @@ mod tests {
     #[tokio::test]
     async fn the_heap_is_due_a_trim_once_parking_went_quiet() {
         let parker = Parker::new().unwrap();
-        tokio::time::sleep(TRIM_QUIET + Duration::from_millis(50)).await;
-        assert!(!parker.trim_due(), "nothing parked: no trim");
         let mut keep = Vec::new();
-        for n in 0..3 {
-            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-            a.set_nonblocking(true).unwrap();
-            let until = Instant::now() + Duration::from_secs(60);
-            assert!(parker.park(Parked::Unix(a), n, until).is_ok());
-            keep.push(b);
-        }
+        let mut park = |n: u32| {
+            for i in 0..n {
+                let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+                a.set_nonblocking(true).unwrap();
+                let until = Instant::now() + Duration::from_secs(60);
+                assert!(parker.park(Parked::Unix(a), i, until).is_ok());
+                keep.push(b);
+            }
+        };
+        let quiet = TRIM_QUIET + Duration::from_millis(50);
+        tokio::time::sleep(TRIM_EVERY).await;
+        assert!(!parker.trim_due(), "nothing parked: no trim");
+        park(3);
         assert!(!parker.trim_due(), "parking goes on: not yet");
-        tokio::time::sleep(TRIM_QUIET + Duration::from_millis(50)).await;
+        tokio::time::sleep(quiet).await;
         assert!(parker.trim_due(), "quiet since the last one parked");
         assert!(!parker.trim_due(), "once");
+        // A few more, soon after a trim: not yet; a burst's worth: yes.
+        park(3);
+        tokio::time::sleep(quiet).await;
+        assert!(!parker.trim_due(), "a few, within the second");
+        park(TRIM_AFTER as u32 / 8);
+        tokio::time::sleep(quiet).await;
+        assert!(parker.trim_due(), "a burst ended");
     }
 
     #[tokio::test]

@@ -503,7 +503,7 @@ pub async fn accept<'c>(
 ) -> Result<TlsStream, HandshakeError> {
     let mut acceptor = Acceptor::default();
     // The hello's records as they came, for what rustls does not show.
-    let mut hello = Vec::new();
+    let mut hello = Some(Vec::new());
     let accepted = loop {
         if !recv_some(&tcp, |r| acceptor.read_tls(&mut Tee(r, &mut hello)))
             .await
@@ -529,7 +529,9 @@ pub async fn accept<'c>(
         }
         Err(e) => return Err(e),
     };
-    let message = crate::net::preread::handshake_message(&hello);
+    let message = hello
+        .as_deref()
+        .and_then(crate::net::preread::handshake_message);
     let config = tls.pick(message.as_deref()).clone();
     drop((hello, message));
     let conn = match accepted.into_connection(config) {
@@ -549,9 +551,9 @@ pub async fn accept<'c>(
 }
 
 /// A reader that keeps a copy of what it reads, up to `HELLO_MAX` bytes
-/// (a ClientHello longer than that is not kept whole: it is answered as
-/// one that resumes nothing).
-struct Tee<'r, 'a>(&'r mut Raw<'a>, &'r mut Vec<u8>);
+/// (past that, none: a ClientHello that long is answered as one that
+/// resumes nothing).
+struct Tee<'r, 'a>(&'r mut Raw<'a>, &'r mut Option<Vec<u8>>);
 
 /// The most of a ClientHello's records kept.
 const HELLO_MAX: usize = 16 * 1024;
@@ -559,8 +561,12 @@ const HELLO_MAX: usize = 16 * 1024;
 impl Read for Tee<'_, '_> {
     fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
         let n = self.0.read(b)?;
-        if self.1.len() + n <= HELLO_MAX {
-            self.1.extend_from_slice(&b[..n]);
+        if let Some(copy) = self.1 {
+            if copy.len() + n <= HELLO_MAX {
+                copy.extend_from_slice(&b[..n]);
+            } else {
+                *self.1 = None;
+            }
         }
         Ok(n)
     }
