@@ -1,6 +1,7 @@
 //! Process control: the actions behind the command line (`-v`, `-t`, `-s`, run),
 //! the master loop, worker start-up and shutdown, daemonizing and the pid file.
-//! Only `main.rs` calls into here; everything else is wired from here.
+//! Only `main.rs` calls into here (and the HTTP parker, for `trim_heap`);
+//! everything else is wired from here.
 
 mod daemon;
 mod master;
