@@ -498,9 +498,6 @@ pub(super) async fn serve_conn(
         };
         // Not watched (the worker stops): it closes (with its context).
         let _ = parker.park(sock, resume, idle_since + limit);
-        if parker.trim_due() {
-            crate::process::trim_heap();
-        }
         return;
     }
 }
@@ -581,7 +578,8 @@ async fn run_parker(
     mut phase: watch::Receiver<Phase>,
 ) {
     use crate::net::park::Wake;
-    // The heap is trimmed once a burst of connections going idle ends.
+    // The heap is trimmed when `trim_due` says, asked here every
+    // `TRIM_QUIET`, not on each park.
     let mut quiet = tokio::time::interval(crate::net::park::TRIM_QUIET);
     quiet.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

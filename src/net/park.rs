@@ -291,8 +291,9 @@ impl<T> Parker<T> {
     /// Whether the heap is due a trim: many connections went idle since
     /// the last (`TRIM_AFTER` parked) and it was a while ago (at most one a
     /// second), or some did and then none for `TRIM_QUIET` (a burst of
-    /// them ended; a few, at most once a second). What their requests used is then free in the heap but
-    /// still counted in the worker's memory; the caller gives it back.
+    /// them ended; a few, at most once a second). What their requests used
+    /// is then free in the heap but still counted in the worker's memory;
+    /// the caller gives it back.
     pub fn trim_due(&self) -> bool {
         let mut st = self.lock();
         let now = crate::net::clock::now();
