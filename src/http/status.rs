@@ -53,18 +53,6 @@ impl Stats {
     }
 }
 
-/// The generation's client connections and stream sessions, for spreading
-/// new ones over its workers (`net::slots`).
-impl crate::net::slots::Total for Stats {
-    fn total(&self) -> u64 {
-        self.counters().map_or(0, |c| {
-            c.active
-                .load(Relaxed)
-                .saturating_add(c.stream_active.load(Relaxed))
-        })
-    }
-}
-
 /// This worker's counters, for the `$connections_*` variables.
 static CURRENT: std::sync::OnceLock<Arc<Stats>> = std::sync::OnceLock::new();
 

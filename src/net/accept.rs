@@ -90,44 +90,32 @@ pub type Accepted = (
     Option<std::net::SocketAddr>,
 );
 
-/// A listening socket in the worker's runtime, and whether the
-/// generation's other workers accept on it too (not a `reuseport` one).
-pub struct Sock {
-    kind: Kind,
-    shared: bool,
-}
-
-/// A TCP listener bound to a specific address has it: its connections'
-/// local address, known without asking the system (nginx does the same).
-enum Kind {
+/// A listening socket in the worker's runtime. A TCP one bound to a
+/// specific address has it: its connections' local address, known without
+/// asking the system (nginx does the same).
+pub enum Sock {
     Tcp(tokio::net::TcpListener, Option<std::net::SocketAddr>),
     Unix(tokio::net::UnixListener),
 }
 
-/// How long a worker holding more than its share of the connections
-/// (`Slots::ahead`) leaves a new one to the others: they are woken by the
-/// same arrival, and one that is idle takes it well within this.
-const SPREAD_WAIT: Duration = Duration::from_millis(1);
-
 impl Sock {
     /// The runtime's socket for an inherited listener (`[alert]` if unusable).
     pub fn adopt(l: Listener) -> Option<Sock> {
-        let shared = !socket2::SockRef::from(&l.fd).reuse_port().unwrap_or(false);
-        let kind = match &l.addr {
+        let sock = match &l.addr {
             ListenAddr::Inet(a) => {
                 let local = (!a.ip().is_unspecified() && a.port() != 0).then_some(*a);
                 tokio::net::TcpListener::from_std(std::net::TcpListener::from(l.fd))
-                    .map(|t| Kind::Tcp(t, local))
+                    .map(|t| Sock::Tcp(t, local))
             }
             ListenAddr::Unix(_) => {
                 tokio::net::UnixListener::from_std(std::os::unix::net::UnixListener::from(l.fd))
-                    .map(Kind::Unix)
+                    .map(Sock::Unix)
             }
             // Datagram sockets are `stream::udp`'s, never accepted on.
             ListenAddr::Udp(_) => Err(std::io::Error::from(std::io::ErrorKind::Unsupported)),
         };
-        match kind {
-            Ok(kind) => Some(Sock { kind, shared }),
+        match sock {
+            Ok(s) => Some(s),
             Err(e) => {
                 crate::log!(
                     Level::Alert,
@@ -145,19 +133,7 @@ impl Sock {
     /// failed accept (EMFILE and friends: the host is short of something)
     /// is logged and tried again after a back-off. None once no slot will
     /// be given.
-    ///
-    /// On a socket the generation's workers share, a worker that holds
-    /// more than its share (`Slots::ahead`) first waits `SPREAD_WAIT`, so
-    /// that another worker takes what arrives meanwhile. nginx spreads
-    /// connections by waking one worker waiting in `epoll_wait` for each
-    /// (`EPOLLEXCLUSIVE`), which a busy worker is not; the runtime here
-    /// wakes every worker, and the one already running took all of a
-    /// burst (8 connections opened at once: 8 to one worker and none to
-    /// the other, where nginx split them 5 and 3).
     pub async fn accept(&self, slots: &Slots) -> Option<(Accepted, OwnedSemaphorePermit)> {
-        if self.shared && slots.ahead() {
-            super::clock::sleep(SPREAD_WAIT).await;
-        }
         loop {
             match self.accept_once().await {
                 Ok(a) => return slots.acquire().await.map(|permit| (a, permit)),
@@ -174,13 +150,13 @@ impl Sock {
     }
 
     async fn accept_once(&self) -> std::io::Result<Accepted> {
-        match &self.kind {
-            Kind::Tcp(t, bound) => t.accept().await.map(|(s, peer)| {
+        match self {
+            Sock::Tcp(t, bound) => t.accept().await.map(|(s, peer)| {
                 let local = bound.or_else(|| s.local_addr().ok());
                 let _ = s.set_nodelay(true);
                 (Stream::Tcp(s), Some(peer), local)
             }),
-            Kind::Unix(u) => u.accept().await.map(|(s, _)| (Stream::Unix(s), None, None)),
+            Sock::Unix(u) => u.accept().await.map(|(s, _)| (Stream::Unix(s), None, None)),
         }
     }
 }

@@ -193,13 +193,6 @@ async fn serve(
     let next_conn = Arc::new(std::sync::atomic::AtomicU64::new(1));
     // worker_connections counts HTTP connections and stream sessions alike.
     let slots = crate::net::slots::Slots::new(cfg.events.worker_connections);
-    // New connections spread over the generation's workers by what each
-    // holds (counted in the stub_status counters, there with http).
-    if channel.is_some()
-        && let Some(stats) = shm.stats.as_ref()
-    {
-        slots.spread_over(cfg.main.worker_processes, stats.clone());
-    }
     let stream = tokio::spawn(crate::stream::serve(
         cfg.clone(),
         stream_listeners,
