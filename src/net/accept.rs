@@ -3,7 +3,7 @@
 //! gracefully, stopping now), accepting with a back-off when the host is
 //! short of descriptors, and the graceful drain. No protocol.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, watch};
@@ -115,7 +115,22 @@ impl Sock {
             ListenAddr::Udp(_) => Err(std::io::Error::from(std::io::ErrorKind::Unsupported)),
         };
         match sock {
-            Ok(s) => Some(s),
+            Ok(s) => {
+                // One worker woken per new connection, as nginx's listeners.
+                let fd = match &s {
+                    Sock::Tcp(t, _) => t.as_fd(),
+                    Sock::Unix(u) => u.as_fd(),
+                };
+                if let Err(e) = super::exclusive::make_exclusive(fd) {
+                    // Lost: the registration was deleted and not put back.
+                    let level = match e {
+                        super::exclusive::Unchanged::Lost(_) => Level::Alert,
+                        _ => Level::Debug,
+                    };
+                    crate::log!(level, "listening socket {}: {}", l.addr, e);
+                }
+                Some(s)
+            }
             Err(e) => {
                 crate::log!(
                     Level::Alert,

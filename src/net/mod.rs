@@ -8,6 +8,7 @@ pub mod accept;
 pub mod boxed;
 pub mod clock;
 pub mod copy;
+pub mod exclusive;
 pub mod idle;
 pub mod limit;
 pub mod park;
