@@ -6,6 +6,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
+use tokio::io::unix::AsyncFd;
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
 use super::slots::Slots;
@@ -90,52 +91,77 @@ pub type Accepted = (
     Option<std::net::SocketAddr>,
 );
 
-/// A listening socket in the worker's runtime. A TCP one bound to a
-/// specific address has it: its connections' local address, known without
-/// asking the system (nginx does the same).
-pub enum Sock {
-    Tcp(tokio::net::TcpListener, Option<std::net::SocketAddr>),
-    Unix(tokio::net::UnixListener),
+/// A listening socket in the worker's runtime, accepting as nginx's: it is
+/// registered exclusive and level-triggered (`exclusive`), so a new
+/// connection wakes one waiting worker, and a worker takes one connection
+/// each time its event loop reports the socket (nginx's `multi_accept
+/// off`), not all that are queued: while it serves the one it took, the
+/// next arrivals wake another worker. Under light load connections gather
+/// on one worker; under a burst they spread, as nginx's do.
+///
+/// A level-triggered socket with connections queued would wake the worker
+/// on every turn while it does not accept (waiting for a
+/// `worker_connections` slot, or backing off after a failed accept), so it
+/// leaves the runtime for that time; the other workers take the arrivals.
+pub struct Sock {
+    reg: Reg,
+    /// Registered level-triggered: one accept per report. If the exclusive
+    /// registration could not be made the runtime's own (edge-triggered)
+    /// stays, and the queue is taken until it is empty, or connections
+    /// would wait for the next arrival's edge.
+    level: bool,
+    kind: Kind,
+    addr: ListenAddr,
+}
+
+enum Reg {
+    In(AsyncFd<socket2::Socket>),
+    Out(socket2::Socket),
+    /// Its registration failed and could not be made again.
+    Gone,
+}
+
+/// A TCP listener bound to a specific address has it: its connections'
+/// local address, known without asking the system (nginx does the same).
+#[derive(Clone, Copy)]
+enum Kind {
+    Tcp(Option<std::net::SocketAddr>),
+    Unix,
 }
 
 impl Sock {
     /// The runtime's socket for an inherited listener (`[alert]` if unusable).
     pub fn adopt(l: Listener) -> Option<Sock> {
-        let sock = match &l.addr {
+        let kind = match &l.addr {
             ListenAddr::Inet(a) => {
-                let local = (!a.ip().is_unspecified() && a.port() != 0).then_some(*a);
-                tokio::net::TcpListener::from_std(std::net::TcpListener::from(l.fd))
-                    .map(|t| Sock::Tcp(t, local))
+                Kind::Tcp((!a.ip().is_unspecified() && a.port() != 0).then_some(*a))
             }
-            ListenAddr::Unix(_) => {
-                tokio::net::UnixListener::from_std(std::os::unix::net::UnixListener::from(l.fd))
-                    .map(Sock::Unix)
-            }
+            ListenAddr::Unix(_) => Kind::Unix,
             // Datagram sockets are `stream::udp`'s, never accepted on.
-            ListenAddr::Udp(_) => Err(std::io::Error::from(std::io::ErrorKind::Unsupported)),
-        };
-        match sock {
-            Ok(s) => {
-                // One worker woken per new connection, as nginx's listeners.
-                let fd = match &s {
-                    Sock::Tcp(t, _) => t.as_fd(),
-                    Sock::Unix(u) => u.as_fd(),
-                };
-                if let Err(e) = super::exclusive::make_exclusive(fd) {
-                    // Lost: the registration was deleted and not put back.
-                    let level = match e {
-                        super::exclusive::Unchanged::Lost(_) => Level::Alert,
-                        _ => Level::Debug,
-                    };
-                    crate::log!(level, "listening socket {}: {}", l.addr, e);
-                }
-                Some(s)
-            }
-            Err(e) => {
+            ListenAddr::Udp(_) => {
                 crate::log!(
                     Level::Alert,
                     "cannot use listening socket {}: {}",
                     l.addr,
+                    std::io::Error::from(std::io::ErrorKind::Unsupported)
+                );
+                return None;
+            }
+        };
+        let sock = socket2::Socket::from(l.fd);
+        let mut s = Sock {
+            reg: Reg::Gone,
+            level: false,
+            kind,
+            addr: l.addr,
+        };
+        match sock.set_nonblocking(true).and_then(|()| s.register(sock)) {
+            Ok(()) => Some(s),
+            Err(e) => {
+                crate::log!(
+                    Level::Alert,
+                    "cannot use listening socket {}: {}",
+                    s.addr,
                     e
                 );
                 None
@@ -143,35 +169,113 @@ impl Sock {
         }
     }
 
+    /// Into the runtime, exclusive and level-triggered if it can be.
+    #[allow(unsafe_code)]
+    fn register(&mut self, sock: socket2::Socket) -> std::io::Result<()> {
+        // SAFETY: the `AsyncFd` owns the socket (a `socket2::Socket` owns
+        // its descriptor), so the descriptor stays open and the same while
+        // it is registered, and `as_raw_fd` always returns it.
+        let afd = unsafe { AsyncFd::register_with_interest(sock, tokio::io::Interest::READABLE) }?;
+        self.level = match super::exclusive::make_exclusive(afd.as_fd(), true) {
+            Ok(()) => true,
+            Err(e) => {
+                // Lost: the registration was deleted and not put back.
+                let level = match e {
+                    super::exclusive::Unchanged::Lost(_) => Level::Alert,
+                    _ => Level::Debug,
+                };
+                crate::log!(level, "listening socket {}: {}", self.addr, e);
+                false
+            }
+        };
+        self.reg = Reg::In(afd);
+        Ok(())
+    }
+
+    /// Out of the runtime while this worker does not accept.
+    fn pause(&mut self) {
+        if let Reg::In(afd) = std::mem::replace(&mut self.reg, Reg::Gone) {
+            self.reg = Reg::Out(afd.into_inner());
+        }
+    }
+
     /// The next connection and its `worker_connections` slot, taken once it
     /// is accepted (a listener waiting for connections holds none). A
     /// failed accept (EMFILE and friends: the host is short of something)
     /// is logged and tried again after a back-off. None once no slot will
-    /// be given.
-    pub async fn accept(&self, slots: &Slots) -> Option<(Accepted, OwnedSemaphorePermit)> {
+    /// be given, or once the socket cannot be registered again.
+    pub async fn accept(&mut self, slots: &Slots) -> Option<(Accepted, OwnedSemaphorePermit)> {
         loop {
             match self.accept_once().await {
-                Ok(a) => return slots.acquire().await.map(|permit| (a, permit)),
+                Ok(a) => {
+                    if let Some(permit) = slots.try_acquire() {
+                        return Some((a, permit));
+                    }
+                    self.pause();
+                    return slots.acquire().await.map(|permit| (a, permit));
+                }
                 Err(e) => {
+                    if matches!(self.reg, Reg::Gone) {
+                        crate::log!(
+                            Level::Alert,
+                            "cannot use listening socket {}: {}",
+                            self.addr,
+                            e
+                        );
+                        return None;
+                    }
                     crate::log!(
                         Level::Crit,
                         "accept() failed ({})",
                         crate::log::errno_text(&e)
                     );
+                    self.pause();
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
         }
     }
 
-    async fn accept_once(&self) -> std::io::Result<Accepted> {
-        match self {
-            Sock::Tcp(t, bound) => t.accept().await.map(|(s, peer)| {
+    async fn accept_once(&mut self) -> std::io::Result<Accepted> {
+        if let Reg::Out(_) = self.reg {
+            if let Reg::Out(sock) = std::mem::replace(&mut self.reg, Reg::Gone) {
+                self.register(sock)?;
+            }
+        }
+        let Reg::In(afd) = &self.reg else {
+            return Err(std::io::Error::from(std::io::ErrorKind::NotConnected));
+        };
+        let flags = nix::libc::SOCK_NONBLOCK | nix::libc::SOCK_CLOEXEC;
+        let (sock, peer) = loop {
+            let mut ready = afd.readable().await?;
+            match ready.get_inner().accept4(flags) {
+                Ok(got) => {
+                    if self.level {
+                        // One per report: the next waits for the event loop.
+                        ready.clear_ready();
+                    }
+                    break got;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ready.clear_ready(),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        match self.kind {
+            Kind::Tcp(bound) => {
+                let s = tokio::net::TcpStream::from_std(std::net::TcpStream::from(sock))?;
                 let local = bound.or_else(|| s.local_addr().ok());
                 let _ = s.set_nodelay(true);
-                (Stream::Tcp(s), Some(peer), local)
-            }),
-            Sock::Unix(u) => u.accept().await.map(|(s, _)| (Stream::Unix(s), None, None)),
+                Ok((Stream::Tcp(s), peer.as_socket(), local))
+            }
+            Kind::Unix => {
+                let s = std::os::unix::net::UnixStream::from(sock);
+                Ok((
+                    Stream::Unix(tokio::net::UnixStream::from_std(s)?),
+                    None,
+                    None,
+                ))
+            }
         }
     }
 }

@@ -14,7 +14,9 @@
 //! token it gave the listener are read from `/proc/self/fdinfo` (the kernel
 //! lists each epoll set's descriptors with their events and data there), and
 //! the listener is deleted from that set and added back with the same token,
-//! read interest, edge-triggered (as the runtime's) and exclusive. The
+//! read interest and exclusive, level-triggered as nginx's (the caller then
+//! accepts one connection per report, `accept::Sock`) or edge-triggered as
+//! the runtime's. The
 //! runtime never modifies a listener's registration afterwards; it deletes
 //! it when the listener closes, which works whatever the flags. A connection
 //! that arrives between the delete and the add is not lost: adding a ready
@@ -101,10 +103,10 @@ impl std::fmt::Display for Unchanged {
     }
 }
 
-/// Makes `listener`'s registration in this process's epoll sets exclusive
-/// (see the module). Call it once the runtime has registered the listener,
-/// from the runtime's thread.
-pub fn make_exclusive(listener: BorrowedFd<'_>) -> Result<(), Unchanged> {
+/// Makes `listener`'s registration in this process's epoll sets exclusive,
+/// level-triggered if `level` (see the module). Call it once the runtime
+/// has registered the listener, from the runtime's thread.
+pub fn make_exclusive(listener: BorrowedFd<'_>, level: bool) -> Result<(), Unchanged> {
     let fd = listener.as_raw_fd();
     let ino = nix::sys::stat::fstat(listener)
         .map_err(|_| Unchanged::NotFound)?
@@ -137,7 +139,7 @@ pub fn make_exclusive(listener: BorrowedFd<'_>) -> Result<(), Unchanged> {
             continue;
         }
         let set = Epoll(dup_epoll(epfd).map_err(|_| Unchanged::NotFound)?);
-        reregister(&set, listener, e)?;
+        reregister(&set, listener, e, level)?;
         done = true;
     }
     if done {
@@ -161,9 +163,17 @@ fn dup_epoll(epfd: RawFd) -> nix::Result<OwnedFd> {
 
 /// Deletes `listener` from `set` and adds it back exclusive with the same
 /// token; on a refusal, adds it back as it was.
-fn reregister(set: &Epoll, listener: BorrowedFd<'_>, was: Entry) -> Result<(), Unchanged> {
+fn reregister(
+    set: &Epoll,
+    listener: BorrowedFd<'_>,
+    was: Entry,
+    level: bool,
+) -> Result<(), Unchanged> {
     set.delete(listener.as_fd()).map_err(Unchanged::Lost)?;
-    let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLET | EpollFlags::EPOLLEXCLUSIVE;
+    let mut flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE;
+    if !level {
+        flags |= EpollFlags::EPOLLET;
+    }
     match set.add(listener.as_fd(), EpollEvent::new(flags, was.data)) {
         Ok(()) => Ok(()),
         Err(e) => {
@@ -228,14 +238,15 @@ tfd:       12 events: 90000019 data:                7  pos:0 ino:6000 sdev:8\n";
         let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
         set.add(l.as_fd(), EpollEvent::new(flags, 4242))
             .expect("add");
-        make_exclusive(l.as_fd()).expect("made exclusive");
+        make_exclusive(l.as_fd(), true).expect("made exclusive");
         let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", set.0.as_raw_fd()))
             .expect("fdinfo");
         let e = entry_of(&info, l.as_raw_fd()).expect("still registered");
         assert_eq!(e.data, 4242);
         assert_ne!(e.events & EXCLUSIVE_BIT, 0);
+        assert_eq!(e.events & (1 << 31), 0, "level-triggered: no EPOLLET");
         // Done already: a second call finds it so and changes nothing.
-        make_exclusive(l.as_fd()).expect("again");
+        make_exclusive(l.as_fd(), true).expect("again");
         let _c = std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
         let mut ev = [EpollEvent::empty(); 2];
         let n = set
@@ -249,7 +260,7 @@ tfd:       12 events: 90000019 data:                7  pos:0 ino:6000 sdev:8\n";
     fn an_unregistered_listener_is_not_found() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         assert!(matches!(
-            make_exclusive(l.as_fd()),
+            make_exclusive(l.as_fd(), false),
             Err(Unchanged::NotFound)
         ));
     }
