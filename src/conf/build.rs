@@ -421,7 +421,7 @@ const TABLE: &[Spec] = &[
         ctx: EVENTS,
         args: Args::Exactly(1),
         block: false,
-        set: set_ignored_event,
+        set: set_multi_accept,
     },
     Spec {
         name: "accept_mutex",
@@ -850,6 +850,7 @@ fn set_events(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     }
     let mut ev = Events {
         worker_connections: 512,
+        multi_accept: None,
     };
     let mut wc_set = false;
     b.walk(
@@ -892,6 +893,17 @@ fn set_worker_connections(
 
 /// Event-loop tuning that has no meaning under tokio: checked as nginx checks it,
 /// then ignored with a warning.
+fn set_multi_accept(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let Node::Events(ev, _) = n else {
+        return Err(not_here(d));
+    };
+    if ev.multi_accept.is_some() {
+        return Err(duplicate(d));
+    }
+    ev.multi_accept = Some(flag(d)?);
+    Ok(())
+}
+
 fn set_ignored_event(b: &mut Builder, d: &Directive, _: &mut Node<'_>) -> Result<(), ConfError> {
     let a = &d.args[0];
     let ok = match d.name.as_str() {
@@ -901,7 +913,7 @@ fn set_ignored_event(b: &mut Builder, d: &Directive, _: &mut Node<'_>) -> Result
             }
             true
         }
-        "multi_accept" | "accept_mutex" => {
+        "accept_mutex" => {
             flag(d)?;
             true
         }
@@ -1050,9 +1062,26 @@ mod tests {
 
     #[test]
     fn ignored_events_warn() {
-        let (_, w) = try_build("events { use epoll; multi_accept on; }").unwrap();
+        let (_, w) = try_build("events { use epoll; accept_mutex on; }").unwrap();
         assert_eq!(w.len(), 2);
         assert!(w[0].to_string().contains("\"use\" directive is ignored"));
+    }
+
+    #[test]
+    fn multi_accept_is_a_flag_set_once() {
+        let (c, w) = try_build("events { multi_accept on; }").unwrap();
+        assert!(w.is_empty());
+        assert_eq!(c.events.multi_accept, Some(true));
+        let (c, _) = try_build("events { }").unwrap();
+        assert_eq!(c.events.multi_accept, None);
+        assert_eq!(
+            err("events {\nmulti_accept yes;\n}"),
+            "invalid value \"yes\" in \"multi_accept\" directive, it must be \"on\" or \"off\" in /t.conf:2"
+        );
+        assert_eq!(
+            err("events { multi_accept off;\nmulti_accept on; }"),
+            "\"multi_accept\" directive is duplicate in /t.conf:2"
+        );
     }
 }
 

@@ -218,6 +218,8 @@ pub struct User {
 pub struct Events {
     /// `worker_connections N`, default 512.
     pub worker_connections: usize,
+    /// `multi_accept on|off`, default off (None: not set).
+    pub multi_accept: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -95,8 +95,9 @@ pub type Accepted = (
 /// registered exclusive and level-triggered (`exclusive`), so a new
 /// connection wakes one waiting worker, and a worker takes one connection
 /// each time its event loop reports the socket (nginx's `multi_accept
-/// off`), not all that are queued: while it serves the one it took, the
-/// next arrivals wake another worker. Under light load connections gather
+/// off`, the default), not all that are queued: while it serves the one it
+/// took, the next arrivals wake another worker. With `multi_accept on` it
+/// takes every queued one first. Under light load connections gather
 /// on one worker; under a burst they spread, as nginx's do.
 ///
 /// A level-triggered socket with connections queued would wake the worker
@@ -110,6 +111,9 @@ pub struct Sock {
     /// stays, and the queue is taken until it is empty, or connections
     /// would wait for the next arrival's edge.
     level: bool,
+    /// `multi_accept on`: every queued connection before waiting for the
+    /// next report.
+    multi: bool,
     kind: Kind,
     addr: ListenAddr,
 }
@@ -130,8 +134,9 @@ enum Kind {
 }
 
 impl Sock {
-    /// The runtime's socket for an inherited listener (`[alert]` if unusable).
-    pub fn adopt(l: Listener) -> Option<Sock> {
+    /// The runtime's socket for an inherited listener (`[alert]` if
+    /// unusable); `multi_accept` as the events block sets it.
+    pub fn adopt(l: Listener, multi_accept: bool) -> Option<Sock> {
         let kind = match &l.addr {
             ListenAddr::Inet(a) => {
                 Kind::Tcp((!a.ip().is_unspecified() && a.port() != 0).then_some(*a))
@@ -152,6 +157,7 @@ impl Sock {
         let mut s = Sock {
             reg: Reg::Gone,
             level: false,
+            multi: multi_accept,
             kind,
             addr: l.addr,
         };
@@ -250,7 +256,7 @@ impl Sock {
             let mut ready = afd.readable().await?;
             match ready.get_inner().accept4(flags) {
                 Ok(got) => {
-                    if self.level {
+                    if self.level && !self.multi {
                         // One per report: the next waits for the event loop.
                         ready.clear_ready();
                     }
