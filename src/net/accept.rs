@@ -103,26 +103,25 @@ pub type Accepted = (
 /// A level-triggered socket with connections queued would wake the worker
 /// on every turn while it does not accept (waiting for a
 /// `worker_connections` slot, or backing off after a failed accept), so it
-/// leaves the runtime for that time; the other workers take the arrivals.
+/// leaves the epoll set for that time (two `epoll_ctl` calls, `exclusive`);
+/// the other workers take the arrivals.
 pub struct Sock {
-    reg: Reg,
-    /// Registered level-triggered: one accept per report. If the exclusive
-    /// registration could not be made the runtime's own (edge-triggered)
+    io: AsyncFd<socket2::Socket>,
+    /// The exclusive, level-triggered registration: one accept per report.
+    /// None if it could not be made: the runtime's own (edge-triggered)
     /// stays, and the queue is taken until it is empty, or connections
     /// would wait for the next arrival's edge.
-    level: bool,
+    excl: Option<super::exclusive::Exclusive>,
+    /// Out of the epoll set (`excl` only).
+    paused: bool,
+    /// It could not be put back in the runtime: this worker stops
+    /// accepting on it.
+    dead: bool,
     /// `multi_accept on`: every queued connection before waiting for the
     /// next report.
     multi: bool,
     kind: Kind,
     addr: ListenAddr,
-}
-
-enum Reg {
-    In(AsyncFd<socket2::Socket>),
-    Out(socket2::Socket),
-    /// Its registration failed and could not be made again.
-    Gone,
 }
 
 /// A TCP listener bound to a specific address has it: its connections'
@@ -154,20 +153,24 @@ impl Sock {
             }
         };
         let sock = socket2::Socket::from(l.fd);
-        let mut s = Sock {
-            reg: Reg::Gone,
-            level: false,
-            multi: multi_accept,
-            kind,
-            addr: l.addr,
-        };
-        match sock.set_nonblocking(true).and_then(|()| s.register(sock)) {
-            Ok(()) => Some(s),
+        match sock.set_nonblocking(true).and_then(|()| register(sock)) {
+            Ok(io) => {
+                let excl = exclusive(&io, &l.addr);
+                Some(Sock {
+                    io,
+                    excl,
+                    paused: false,
+                    dead: false,
+                    multi: multi_accept,
+                    kind,
+                    addr: l.addr,
+                })
+            }
             Err(e) => {
                 crate::log!(
                     Level::Alert,
                     "cannot use listening socket {}: {}",
-                    s.addr,
+                    l.addr,
                     e
                 );
                 None
@@ -175,34 +178,54 @@ impl Sock {
         }
     }
 
-    /// Into the runtime, exclusive and level-triggered if it can be.
-    #[allow(unsafe_code)]
-    fn register(&mut self, sock: socket2::Socket) -> std::io::Result<()> {
-        // SAFETY: the `AsyncFd` owns the socket (a `socket2::Socket` owns
-        // its descriptor), so the descriptor stays open and the same while
-        // it is registered, and `as_raw_fd` always returns it.
-        let afd = unsafe { AsyncFd::register_with_interest(sock, tokio::io::Interest::READABLE) }?;
-        self.level = match super::exclusive::make_exclusive(afd.as_fd(), true) {
-            Ok(()) => true,
-            Err(e) => {
-                // Lost: the registration was deleted and not put back.
-                let level = match e {
-                    super::exclusive::Unchanged::Lost(_) => Level::Alert,
-                    _ => Level::Debug,
-                };
-                crate::log!(level, "listening socket {}: {}", self.addr, e);
-                false
-            }
+    /// Out of the epoll set while this worker does not accept. Nothing to
+    /// do for an edge-triggered registration: it reports no more edges
+    /// than arrivals.
+    fn pause(&mut self) {
+        let Some(x) = &self.excl else {
+            return;
         };
-        self.reg = Reg::In(afd);
-        Ok(())
+        if self.paused {
+            return;
+        }
+        match x.pause(self.io.as_fd()) {
+            Ok(()) => self.paused = true,
+            Err(e) => crate::log!(
+                Level::Alert,
+                "epoll_ctl(EPOLL_CTL_DEL) on listening socket {} failed ({})",
+                self.addr,
+                e
+            ),
+        }
     }
 
-    /// Out of the runtime while this worker does not accept.
-    fn pause(&mut self) {
-        if let Reg::In(afd) = std::mem::replace(&mut self.reg, Reg::Gone) {
-            self.reg = Reg::Out(afd.into_inner());
+    /// Back in the epoll set. If it cannot be put back as it was, the
+    /// runtime registers it afresh (edge-triggered, every worker woken).
+    fn resume(&mut self) -> std::io::Result<()> {
+        if !self.paused {
+            return Ok(());
         }
+        let Some(x) = &self.excl else {
+            return Ok(());
+        };
+        self.paused = false;
+        if let Err(e) = x.resume(self.io.as_fd()) {
+            crate::log!(
+                Level::Alert,
+                "epoll_ctl(EPOLL_CTL_ADD) on listening socket {} failed ({}), registered again",
+                self.addr,
+                e
+            );
+            self.excl = None;
+            match self.io.get_ref().try_clone().and_then(register) {
+                Ok(io) => self.io = io,
+                Err(e) => {
+                    self.dead = true;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The next connection and its `worker_connections` slot, taken once it
@@ -220,16 +243,16 @@ impl Sock {
                     self.pause();
                     return slots.acquire().await.map(|permit| (a, permit));
                 }
+                Err(e) if self.dead => {
+                    crate::log!(
+                        Level::Alert,
+                        "cannot use listening socket {}: {}",
+                        self.addr,
+                        e
+                    );
+                    return None;
+                }
                 Err(e) => {
-                    if matches!(self.reg, Reg::Gone) {
-                        crate::log!(
-                            Level::Alert,
-                            "cannot use listening socket {}: {}",
-                            self.addr,
-                            e
-                        );
-                        return None;
-                    }
                     crate::log!(
                         Level::Crit,
                         "accept() failed ({})",
@@ -243,21 +266,15 @@ impl Sock {
     }
 
     async fn accept_once(&mut self) -> std::io::Result<Accepted> {
-        if let Reg::Out(_) = self.reg {
-            if let Reg::Out(sock) = std::mem::replace(&mut self.reg, Reg::Gone) {
-                self.register(sock)?;
-            }
-        }
-        let Reg::In(afd) = &self.reg else {
-            return Err(std::io::Error::from(std::io::ErrorKind::NotConnected));
-        };
+        self.resume()?;
         let flags = nix::libc::SOCK_NONBLOCK | nix::libc::SOCK_CLOEXEC;
+        let one_per_report = self.excl.is_some() && !self.multi;
         let (sock, peer) = loop {
-            let mut ready = afd.readable().await?;
+            let mut ready = self.io.readable().await?;
             match ready.get_inner().accept4(flags) {
                 Ok(got) => {
-                    if self.level && !self.multi {
-                        // One per report: the next waits for the event loop.
+                    if one_per_report {
+                        // The next waits for the event loop's next report.
                         ready.clear_ready();
                     }
                     break got;
@@ -282,6 +299,36 @@ impl Sock {
                     None,
                 ))
             }
+        }
+    }
+}
+
+/// The listener in the runtime (read interest; the runtime registers it
+/// edge-triggered).
+#[allow(unsafe_code)]
+fn register(sock: socket2::Socket) -> std::io::Result<AsyncFd<socket2::Socket>> {
+    // SAFETY: the `AsyncFd` owns the socket (a `socket2::Socket` owns its
+    // descriptor), so the descriptor stays open and the same while it is
+    // registered, and `as_raw_fd` always returns it.
+    unsafe { AsyncFd::register_with_interest(sock, tokio::io::Interest::READABLE) }
+        .map_err(Into::into)
+}
+
+/// Its registration made exclusive and level-triggered, if it can be.
+fn exclusive(
+    io: &AsyncFd<socket2::Socket>,
+    addr: &ListenAddr,
+) -> Option<super::exclusive::Exclusive> {
+    match super::exclusive::Exclusive::make(io.as_fd(), true) {
+        Ok(x) => Some(x),
+        Err(e) => {
+            // Lost: the registration was deleted and not put back.
+            let level = match e {
+                super::exclusive::Unchanged::Lost(_) => Level::Alert,
+                _ => Level::Debug,
+            };
+            crate::log!(level, "listening socket {}: {}", addr, e);
+            None
         }
     }
 }

@@ -26,12 +26,11 @@
 //! leaves the runtime's registration as it was: the listener works, as
 //! without this.
 
+use std::cell::RefCell;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::Arc;
 
 use nix::sys::epoll::{Epoll, EpollEvent, EpollFlags};
-
-/// `EPOLLEXCLUSIVE`, as the kernel prints it in `fdinfo`.
-const EXCLUSIVE_BIT: u32 = 1 << 28;
 
 /// One descriptor's registration in an epoll set, from its `fdinfo` line.
 #[derive(Debug, PartialEq, Eq)]
@@ -103,16 +102,76 @@ impl std::fmt::Display for Unchanged {
     }
 }
 
-/// Makes `listener`'s registration in this process's epoll sets exclusive,
-/// level-triggered if `level` (see the module). Call it once the runtime
-/// has registered the listener, from the runtime's thread.
-pub fn make_exclusive(listener: BorrowedFd<'_>, level: bool) -> Result<(), Unchanged> {
-    let fd = listener.as_raw_fd();
-    let ino = nix::sys::stat::fstat(listener)
-        .map_err(|_| Unchanged::NotFound)?
-        .st_ino;
-    let dir = std::fs::read_dir("/proc/self/fd").map_err(|_| Unchanged::NotFound)?;
-    let mut done = false;
+/// A listener's exclusive registration in the runtime's epoll set: it can
+/// leave the set and come back (`pause`, `resume`) with two `epoll_ctl`
+/// calls, the runtime none the wiser (it sees no events meanwhile).
+pub struct Exclusive {
+    set: Arc<Epoll>,
+    data: u64,
+    flags: EpollFlags,
+}
+
+thread_local! {
+    /// The runtime's epoll set, once found (a descriptor of its own): the
+    /// next listener is looked up in its `fdinfo` alone.
+    static RUNTIME_SET: RefCell<Option<Arc<Epoll>>> = const { RefCell::new(None) };
+}
+
+impl Exclusive {
+    /// Makes `listener`'s registration in the runtime's epoll set
+    /// exclusive, level-triggered if `level` (see the module). Call it once
+    /// the runtime has registered the listener, from the runtime's thread.
+    pub fn make(listener: BorrowedFd<'_>, level: bool) -> Result<Exclusive, Unchanged> {
+        let fd = listener.as_raw_fd();
+        let ino = nix::sys::stat::fstat(listener)
+            .map_err(|_| Unchanged::NotFound)?
+            .st_ino;
+        let cached = RUNTIME_SET.with(|c| c.borrow().clone());
+        let found = cached
+            .and_then(|set| {
+                let info = read_fdinfo(set.0.as_raw_fd())?;
+                entry_of(&info, fd)
+                    .filter(|e| e.ino == ino)
+                    .map(|e| (set, e))
+            })
+            .or_else(|| find(fd, ino));
+        let Some((set, e)) = found else {
+            return Err(Unchanged::NotFound);
+        };
+        let mut flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE;
+        if !level {
+            flags |= EpollFlags::EPOLLET;
+        }
+        reregister(&set, listener, &e, flags)?;
+        RUNTIME_SET.with(|c| *c.borrow_mut() = Some(set.clone()));
+        Ok(Exclusive {
+            set,
+            data: e.data,
+            flags,
+        })
+    }
+
+    /// Out of the set: no event for it until `resume`.
+    pub fn pause(&self, listener: BorrowedFd<'_>) -> nix::Result<()> {
+        self.set.delete(listener)
+    }
+
+    /// Back in the set, as `make` registered it.
+    pub fn resume(&self, listener: BorrowedFd<'_>) -> nix::Result<()> {
+        self.set
+            .add(listener, EpollEvent::new(self.flags, self.data))
+    }
+}
+
+fn read_fdinfo(fd: RawFd) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()
+}
+
+/// The epoll set of this process that holds `fd` (the file `ino`), with a
+/// descriptor of its own, and the registration. The first found: the
+/// runtime keeps two descriptors for its one set.
+fn find(fd: RawFd, ino: u64) -> Option<(Arc<Epoll>, Entry)> {
+    let dir = std::fs::read_dir("/proc/self/fd").ok()?;
     for ent in dir.flatten() {
         let Some(epfd) = ent
             .file_name()
@@ -126,27 +185,16 @@ pub fn make_exclusive(listener: BorrowedFd<'_>, level: bool) -> Result<(), Uncha
         if !is_epoll {
             continue;
         }
-        let Ok(info) = std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}")) else {
+        let Some(e) = read_fdinfo(epfd).and_then(|info| entry_of(&info, fd)) else {
             continue;
         };
-        let Some(e) = entry_of(&info, fd) else {
-            continue;
-        };
-        // The runtime keeps two descriptors for its one set: the second
-        // shows the registration already made exclusive.
-        if e.ino != ino || e.events & EXCLUSIVE_BIT != 0 {
-            done |= e.ino == ino;
+        if e.ino != ino {
             continue;
         }
-        let set = Epoll(dup_epoll(epfd).map_err(|_| Unchanged::NotFound)?);
-        reregister(&set, listener, e, level)?;
-        done = true;
+        let set = Arc::new(Epoll(dup_epoll(epfd).ok()?));
+        return Some((set, e));
     }
-    if done {
-        Ok(())
-    } else {
-        Err(Unchanged::NotFound)
-    }
+    None
 }
 
 /// A descriptor of its own for the epoll set `epfd` (so that nix's `Epoll`
@@ -161,19 +209,15 @@ fn dup_epoll(epfd: RawFd) -> nix::Result<OwnedFd> {
     nix::unistd::dup(borrowed)
 }
 
-/// Deletes `listener` from `set` and adds it back exclusive with the same
+/// Deletes `listener` from `set` and adds it back with `flags` and the same
 /// token; on a refusal, adds it back as it was.
 fn reregister(
     set: &Epoll,
     listener: BorrowedFd<'_>,
-    was: Entry,
-    level: bool,
+    was: &Entry,
+    flags: EpollFlags,
 ) -> Result<(), Unchanged> {
     set.delete(listener.as_fd()).map_err(Unchanged::Lost)?;
-    let mut flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE;
-    if !level {
-        flags |= EpollFlags::EPOLLET;
-    }
     match set.add(listener.as_fd(), EpollEvent::new(flags, was.data)) {
         Ok(()) => Ok(()),
         Err(e) => {
@@ -188,6 +232,9 @@ fn reregister(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `EPOLLEXCLUSIVE`, as the kernel prints it in `fdinfo`.
+    const EXCLUSIVE_BIT: u32 = 1 << 28;
 
     const INFO: &str = "pos:\t0\nflags:\t02000002\nmnt_id:\t16\nino:\t1057\n\
 tfd:        9 events:       19 data:     55d0c0a1b2c0  pos:0 ino:5e1f sdev:8\n\
@@ -227,8 +274,9 @@ tfd:       12 events: 90000019 data:                7  pos:0 ino:6000 sdev:8\n";
         }
     }
 
-    /// A listener registered by a runtime in this test's own epoll set
-    /// becomes exclusive with its token kept, and still wakes the set.
+    /// A listener registered (as a runtime would) in this test's own epoll
+    /// set becomes exclusive and level-triggered with its token kept, wakes
+    /// the set, and leaves and rejoins it with pause and resume.
     #[test]
     fn a_registration_is_made_exclusive_with_its_token() {
         use nix::sys::epoll::{EpollCreateFlags, EpollTimeout};
@@ -238,29 +286,49 @@ tfd:       12 events: 90000019 data:                7  pos:0 ino:6000 sdev:8\n";
         let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
         set.add(l.as_fd(), EpollEvent::new(flags, 4242))
             .expect("add");
-        make_exclusive(l.as_fd(), true).expect("made exclusive");
-        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", set.0.as_raw_fd()))
-            .expect("fdinfo");
-        let e = entry_of(&info, l.as_raw_fd()).expect("still registered");
+        let x = Exclusive::make(l.as_fd(), true).expect("made exclusive");
+        let entry = || {
+            let info = read_fdinfo(set.0.as_raw_fd()).expect("fdinfo");
+            entry_of(&info, l.as_raw_fd())
+        };
+        let e = entry().expect("still registered");
         assert_eq!(e.data, 4242);
         assert_ne!(e.events & EXCLUSIVE_BIT, 0);
         assert_eq!(e.events & (1 << 31), 0, "level-triggered: no EPOLLET");
-        // Done already: a second call finds it so and changes nothing.
-        make_exclusive(l.as_fd(), true).expect("again");
         let _c = std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
         let mut ev = [EpollEvent::empty(); 2];
-        let n = set
-            .wait(&mut ev, EpollTimeout::from(2000u16))
-            .expect("wait");
-        assert_eq!(n, 1);
+        let wait =
+            |ev: &mut [EpollEvent], ms: u16| set.wait(ev, EpollTimeout::from(ms)).expect("wait");
+        assert_eq!(wait(&mut ev, 2000), 1);
         assert_eq!(ev[0].data(), 4242);
+        // Level-triggered: reported again while the connection waits.
+        assert_eq!(wait(&mut ev, 0), 1);
+        x.pause(l.as_fd()).expect("pause");
+        assert_eq!(entry(), None, "out of the set");
+        assert_eq!(wait(&mut ev, 0), 0, "no event while paused");
+        x.resume(l.as_fd()).expect("resume");
+        assert_eq!(entry().map(|e| e.data), Some(4242));
+        assert_eq!(
+            wait(&mut ev, 0),
+            1,
+            "the waiting connection is reported again"
+        );
+        // A second listener is found through the set found for the first.
+        let l2 = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        set.add(l2.as_fd(), EpollEvent::new(flags, 7)).expect("add");
+        let x2 = Exclusive::make(l2.as_fd(), false).expect("second");
+        assert_eq!(x2.data, 7);
+        let info = read_fdinfo(set.0.as_raw_fd()).expect("fdinfo");
+        let e2 = entry_of(&info, l2.as_raw_fd()).expect("registered");
+        assert_ne!(e2.events & EXCLUSIVE_BIT, 0);
+        assert_ne!(e2.events & (1 << 31), 0, "edge-triggered when asked");
     }
 
     #[test]
     fn an_unregistered_listener_is_not_found() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         assert!(matches!(
-            make_exclusive(l.as_fd(), false),
+            Exclusive::make(l.as_fd(), false),
             Err(Unchanged::NotFound)
         ));
     }
