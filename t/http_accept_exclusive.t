@@ -58,14 +58,14 @@ select(undef, undef, undef, 0.5);
 
 # $n connections opened one after another, each kept open after its
 # answer (so the worker that answered goes back to waiting and nothing
-# else wakes it); the pids that answered.
-sub pids_http {
-	my ($port, $n) = @_;
+# else wakes it); the pids that answered. $ask reads the answer.
+sub pids {
+	my ($port, $n, $ask) = @_;
 	my (%pids, @open);
 	for (1 .. $n) {
 		my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Proto => 'tcp', Timeout => 5)
 			or next;
-		my $r = keepalive_get($s, '/') // '';
+		my $r = $ask->($s) // '';
 		$pids{$r =~ /pid (\d+)/ ? $1 : 'none'}++;
 		push @open, $s;
 		select(undef, undef, undef, 0.02);
@@ -74,24 +74,19 @@ sub pids_http {
 	return %pids;
 }
 
+sub pids_http { pids(@_, sub { keepalive_get($_[0], '/') }) }
+
+# A stream session's one line.
 sub pids_stream {
-	my ($port, $n) = @_;
-	my (%pids, @open);
-	for (1 .. $n) {
-		my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Proto => 'tcp', Timeout => 5)
-			or next;
-		my $line = '';
-		my $sel = IO::Select->new($s);
+	pids(@_, sub {
+		my ($s) = @_;
+		my ($line, $sel) = ('', IO::Select->new($s));
 		while ($line !~ /\n/ && $sel->can_read(3)) {
 			last unless $s->sysread(my $buf, 64);
 			$line .= $buf;
 		}
-		$pids{$line =~ /pid (\d+)/ ? $1 : 'none'}++;
-		push @open, $s;
-		select(undef, undef, undef, 0.02);
-	}
-	close $_ for @open;
-	return %pids;
+		return $line;
+	});
 }
 
 # The most connections one worker took. A worker that is not waiting when
