@@ -153,19 +153,20 @@ impl Sock {
             }
         };
         let sock = socket2::Socket::from(l.fd);
-        match sock.set_nonblocking(true).and_then(|()| register(sock)) {
-            Ok(io) => {
-                let excl = exclusive(&io, &l.addr);
-                Some(Sock {
-                    io,
-                    excl,
-                    paused: false,
-                    dead: false,
-                    multi: multi_accept,
-                    kind,
-                    addr: l.addr,
-                })
-            }
+        let registered = sock
+            .set_nonblocking(true)
+            .and_then(|()| register(sock))
+            .and_then(|io| exclusive(io, &l.addr));
+        match registered {
+            Ok((io, excl)) => Some(Sock {
+                io,
+                excl,
+                paused: false,
+                dead: false,
+                multi: multi_accept,
+                kind,
+                addr: l.addr,
+            }),
             Err(e) => {
                 crate::log!(
                     Level::Alert,
@@ -314,21 +315,31 @@ fn register(sock: socket2::Socket) -> std::io::Result<AsyncFd<socket2::Socket>> 
         .map_err(Into::into)
 }
 
-/// Its registration made exclusive and level-triggered, if it can be.
+/// Its registration made exclusive and level-triggered, if it can be. If
+/// the registration was deleted and could not be put back, the runtime
+/// registers the socket afresh.
 fn exclusive(
-    io: &AsyncFd<socket2::Socket>,
+    io: AsyncFd<socket2::Socket>,
     addr: &ListenAddr,
-) -> Option<super::exclusive::Exclusive> {
-    match super::exclusive::Exclusive::make(io.as_fd(), true) {
-        Ok(x) => Some(x),
+) -> std::io::Result<(
+    AsyncFd<socket2::Socket>,
+    Option<super::exclusive::Exclusive>,
+)> {
+    use super::exclusive::{Exclusive, Unchanged};
+    match Exclusive::make(io.as_fd(), true) {
+        Ok(x) => Ok((io, Some(x))),
+        Err(e @ Unchanged::Lost(_)) => {
+            crate::log!(
+                Level::Alert,
+                "listening socket {}: {}, registered again",
+                addr,
+                e
+            );
+            Ok((register(io.into_inner())?, None))
+        }
         Err(e) => {
-            // Lost: the registration was deleted and not put back.
-            let level = match e {
-                super::exclusive::Unchanged::Lost(_) => Level::Alert,
-                _ => Level::Debug,
-            };
-            crate::log!(level, "listening socket {}: {}", addr, e);
-            None
+            crate::log!(Level::Debug, "listening socket {}: {}", addr, e);
+            Ok((io, None))
         }
     }
 }
