@@ -194,15 +194,15 @@ fn find(fd: RawFd, ino: u64) -> Option<(Arc<Epoll>, Entry)> {
 }
 
 /// A descriptor of its own for the epoll set `epfd` (so that nix's `Epoll`
-/// can own one).
+/// can own one), close-on-exec.
 #[allow(unsafe_code)]
-fn dup_epoll(epfd: RawFd) -> nix::Result<OwnedFd> {
+fn dup_epoll(epfd: RawFd) -> std::io::Result<OwnedFd> {
     // SAFETY: `epfd` was just listed in /proc/self/fd as an epoll set, and
     // it is the runtime's, which this thread runs: nothing closes it during
     // this call (the worker's runtime is single-threaded and lives as long
-    // as the worker). The borrow ends with the `dup`.
+    // as the worker). The borrow ends with the copy.
     let borrowed = unsafe { BorrowedFd::borrow_raw(epfd) };
-    nix::unistd::dup(borrowed)
+    borrowed.try_clone_to_owned()
 }
 
 /// Deletes `listener` from `set` and adds it back with `flags` and the same
@@ -283,6 +283,12 @@ tfd:       12 events: 90000019 data:                7  pos:0 ino:6000 sdev:8\n";
         set.add(l.as_fd(), EpollEvent::new(flags, 4242))
             .expect("add");
         let x = Exclusive::make(l.as_fd(), true).expect("made exclusive");
+        let fd_flags = nix::fcntl::fcntl(&x.set.0, nix::fcntl::FcntlArg::F_GETFD).expect("flags");
+        assert_ne!(
+            fd_flags & nix::libc::FD_CLOEXEC,
+            0,
+            "its set's copy is close-on-exec"
+        );
         let entry = || {
             let info = read_fdinfo(set.0.as_raw_fd()).expect("fdinfo");
             entry_of(&info, l.as_raw_fd())
