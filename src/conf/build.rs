@@ -891,8 +891,7 @@ fn set_worker_connections(
     Ok(())
 }
 
-/// Event-loop tuning that has no meaning under tokio: checked as nginx checks it,
-/// then ignored with a warning.
+/// `multi_accept on|off` (`net::accept::Sock`).
 fn set_multi_accept(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let Node::Events(ev, _) = n else {
         return Err(not_here(d));
@@ -904,6 +903,8 @@ fn set_multi_accept(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<
     Ok(())
 }
 
+/// Event-loop tuning that has no meaning under tokio: checked as nginx checks it,
+/// then ignored with a warning.
 fn set_ignored_event(b: &mut Builder, d: &Directive, _: &mut Node<'_>) -> Result<(), ConfError> {
     let a = &d.args[0];
     let ok = match d.name.as_str() {

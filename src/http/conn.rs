@@ -312,9 +312,10 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             0,
             crate::net::clock::now(),
         ));
-        // One connection per turn, as nginx's `multi_accept off`: the new
-        // connection's request runs before the next accept, so a burst of
-        // connections does not hold a burst of buffers at once.
+        // The new connection's request runs before the next accept (with
+        // `multi_accept off` that waits for the event loop's next turn
+        // anyway, `Sock`), so a burst of connections does not hold a burst
+        // of buffers at once.
         tokio::task::yield_now().await;
     }
 }

@@ -197,10 +197,11 @@ fn find(fd: RawFd, ino: u64) -> Option<(Arc<Epoll>, Entry)> {
 /// can own one), close-on-exec.
 #[allow(unsafe_code)]
 fn dup_epoll(epfd: RawFd) -> std::io::Result<OwnedFd> {
-    // SAFETY: `epfd` was just listed in /proc/self/fd as an epoll set, and
-    // it is the runtime's, which this thread runs: nothing closes it during
-    // this call (the worker's runtime is single-threaded and lives as long
-    // as the worker). The borrow ends with the copy.
+    // SAFETY: `epfd` was just listed in /proc/self/fd as an epoll set whose
+    // fdinfo holds the listener's registration: it is the set that
+    // registered the listener, the runtime's, which this thread drives and
+    // which stays open as long as the runtime (the worker's life); no other
+    // thread closes it. The borrow ends with the copy.
     let borrowed = unsafe { BorrowedFd::borrow_raw(epfd) };
     borrowed.try_clone_to_owned()
 }
