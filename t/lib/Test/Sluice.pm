@@ -571,6 +571,18 @@ sub worker_pids {
 	return sort { $a <=> $b } @pids;
 }
 
+# CPU time of process $pid, user and system, in clock ticks (0 once it is
+# gone).
+sub cpu_ticks {
+	my ($self, $pid) = @_;
+	open my $fh, '<', "/proc/$pid/stat" or return 0;
+	my $stat = <$fh> // '';
+	close $fh;
+	# After "pid (comm) ": state is field 3, utime 14 and stime 15.
+	my @f = split ' ', ($stat =~ /\)\s+(.*)/ ? $1 : '');
+	return ($f[11] // 0) + ($f[12] // 0);
+}
+
 # The workers once at least $n (default 1) have started: the pid file is
 # written before the master forks them, so worker_pids() right after run()
 # may see none yet. Waits up to 5 s.
