@@ -257,7 +257,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
     let listen_text: Arc<str> = addr.to_string().into();
     let tls_port = shared.router.ssl_on(&addr);
     let pp_port = shared.router.proxy_protocol_on(&addr);
-    let Some(mut sock) = Sock::adopt(l, shared.cfg.events.multi_accept.unwrap_or(false)) else {
+    let Some(mut sock) = Sock::adopt(l, &shared.cfg.events) else {
         return;
     };
     loop {

@@ -134,49 +134,31 @@ enum Kind {
 
 impl Sock {
     /// The runtime's socket for an inherited listener (`[alert]` if
-    /// unusable); `multi_accept` as the events block sets it.
-    pub fn adopt(l: Listener, multi_accept: bool) -> Option<Sock> {
+    /// unusable), accepting as the events block says (`multi_accept`).
+    pub fn adopt(l: Listener, events: &crate::conf::model::Events) -> Option<Sock> {
         let kind = match &l.addr {
-            ListenAddr::Inet(a) => {
-                Kind::Tcp((!a.ip().is_unspecified() && a.port() != 0).then_some(*a))
-            }
-            ListenAddr::Unix(_) => Kind::Unix,
+            ListenAddr::Inet(a) => Ok(Kind::Tcp(
+                (!a.ip().is_unspecified() && a.port() != 0).then_some(*a),
+            )),
+            ListenAddr::Unix(_) => Ok(Kind::Unix),
             // Datagram sockets are `stream::udp`'s, never accepted on.
-            ListenAddr::Udp(_) => {
-                crate::log!(
-                    Level::Alert,
-                    "cannot use listening socket {}: {}",
-                    l.addr,
-                    std::io::Error::from(std::io::ErrorKind::Unsupported)
-                );
-                return None;
-            }
+            ListenAddr::Udp(_) => Err(std::io::Error::from(std::io::ErrorKind::Unsupported)),
         };
         let sock = socket2::Socket::from(l.fd);
-        let registered = sock
-            .set_nonblocking(true)
-            .and_then(|()| register(sock))
-            .and_then(|io| exclusive(io, &l.addr));
-        match registered {
-            Ok((io, excl)) => Some(Sock {
+        let registered = kind.and_then(|kind| {
+            sock.set_nonblocking(true)?;
+            let (io, excl) = exclusive(register(sock)?, &l.addr)?;
+            Ok(Sock {
                 io,
                 excl,
                 paused: false,
                 dead: false,
-                multi: multi_accept,
+                multi: events.multi_accept.unwrap_or(false),
                 kind,
-                addr: l.addr,
-            }),
-            Err(e) => {
-                crate::log!(
-                    Level::Alert,
-                    "cannot use listening socket {}: {}",
-                    l.addr,
-                    e
-                );
-                None
-            }
-        }
+                addr: l.addr.clone(),
+            })
+        });
+        registered.map_err(|e| unusable(&l.addr, &e)).ok()
     }
 
     /// Out of the epoll set while this worker does not accept. Nothing to
@@ -245,12 +227,7 @@ impl Sock {
                     return slots.acquire().await.map(|permit| (a, permit));
                 }
                 Err(e) if self.dead => {
-                    crate::log!(
-                        Level::Alert,
-                        "cannot use listening socket {}: {}",
-                        self.addr,
-                        e
-                    );
+                    unusable(&self.addr, &e);
                     return None;
                 }
                 Err(e) => {
@@ -304,6 +281,11 @@ impl Sock {
     }
 }
 
+/// The `[alert]` for a listening socket this worker cannot accept on.
+fn unusable(addr: &ListenAddr, e: &std::io::Error) {
+    crate::log!(Level::Alert, "cannot use listening socket {}: {}", addr, e);
+}
+
 /// The listener in the runtime (read interest; the runtime registers it
 /// edge-triggered).
 #[allow(unsafe_code)]
@@ -326,7 +308,7 @@ fn exclusive(
     Option<super::exclusive::Exclusive>,
 )> {
     use super::exclusive::{Exclusive, Unchanged};
-    match Exclusive::make(io.as_fd(), true) {
+    match Exclusive::make(io.as_fd()) {
         Ok(x) => Ok((io, Some(x))),
         Err(e @ Unchanged::Lost(_)) => {
             crate::log!(

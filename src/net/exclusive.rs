@@ -13,8 +13,7 @@
 //! lists each epoll set's descriptors with their events and data there), and
 //! the listener is deleted from that set and added back with the same token,
 //! read interest and exclusive, level-triggered as nginx's (the caller then
-//! accepts one connection per report, `accept::Sock`) or edge-triggered as
-//! the runtime's. With the set's descriptor and the token kept, the
+//! accepts one connection per report, `accept::Sock`). With the set's descriptor and the token kept, the
 //! listener can leave the set and come back (`pause`, `resume`), the
 //! runtime none the wiser. The runtime never modifies a listener's
 //! registration; it deletes it when the listener closes (and ignores the
@@ -104,8 +103,10 @@ impl std::fmt::Display for Unchanged {
 pub struct Exclusive {
     set: Arc<Epoll>,
     data: u64,
-    flags: EpollFlags,
 }
+
+/// The registration made: read interest, exclusive, level-triggered.
+const FLAGS: EpollFlags = EpollFlags::EPOLLIN.union(EpollFlags::EPOLLEXCLUSIVE);
 
 thread_local! {
     /// The runtime's epoll set, once found (a descriptor of its own): the
@@ -115,9 +116,9 @@ thread_local! {
 
 impl Exclusive {
     /// Makes `listener`'s registration in the runtime's epoll set
-    /// exclusive, level-triggered if `level` (see the module). Call it once
-    /// the runtime has registered the listener, from the runtime's thread.
-    pub fn make(listener: BorrowedFd<'_>, level: bool) -> Result<Exclusive, Unchanged> {
+    /// exclusive and level-triggered (see the module). Call it once the
+    /// runtime has registered the listener, from the runtime's thread.
+    pub fn make(listener: BorrowedFd<'_>) -> Result<Exclusive, Unchanged> {
         let fd = listener.as_raw_fd();
         let ino = nix::sys::stat::fstat(listener)
             .map_err(|_| Unchanged::NotFound)?
@@ -134,17 +135,9 @@ impl Exclusive {
         let Some((set, e)) = found else {
             return Err(Unchanged::NotFound);
         };
-        let mut flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLEXCLUSIVE;
-        if !level {
-            flags |= EpollFlags::EPOLLET;
-        }
-        reregister(&set, listener, &e, flags)?;
+        reregister(&set, listener, &e)?;
         RUNTIME_SET.with(|c| *c.borrow_mut() = Some(set.clone()));
-        Ok(Exclusive {
-            set,
-            data: e.data,
-            flags,
-        })
+        Ok(Exclusive { set, data: e.data })
     }
 
     /// Out of the set: no event for it until `resume`.
@@ -154,8 +147,7 @@ impl Exclusive {
 
     /// Back in the set, as `make` registered it.
     pub fn resume(&self, listener: BorrowedFd<'_>) -> nix::Result<()> {
-        self.set
-            .add(listener, EpollEvent::new(self.flags, self.data))
+        self.set.add(listener, EpollEvent::new(FLAGS, self.data))
     }
 }
 
@@ -206,16 +198,11 @@ fn dup_epoll(epfd: RawFd) -> std::io::Result<OwnedFd> {
     borrowed.try_clone_to_owned()
 }
 
-/// Deletes `listener` from `set` and adds it back with `flags` and the same
+/// Deletes `listener` from `set` and adds it back with `FLAGS` and the same
 /// token; on a refusal, adds it back as it was.
-fn reregister(
-    set: &Epoll,
-    listener: BorrowedFd<'_>,
-    was: &Entry,
-    flags: EpollFlags,
-) -> Result<(), Unchanged> {
+fn reregister(set: &Epoll, listener: BorrowedFd<'_>, was: &Entry) -> Result<(), Unchanged> {
     set.delete(listener.as_fd()).map_err(Unchanged::Lost)?;
-    match set.add(listener.as_fd(), EpollEvent::new(flags, was.data)) {
+    match set.add(listener.as_fd(), EpollEvent::new(FLAGS, was.data)) {
         Ok(()) => Ok(()),
         Err(e) => {
             let old = EpollFlags::from_bits_truncate(was.events as i32);
@@ -283,7 +270,7 @@ tfd:       12 events: 90000019 data:                7  pos:0 ino:6000 sdev:8\n";
         let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
         set.add(l.as_fd(), EpollEvent::new(flags, 4242))
             .expect("add");
-        let x = Exclusive::make(l.as_fd(), true).expect("made exclusive");
+        let x = Exclusive::make(l.as_fd()).expect("made exclusive");
         let fd_flags = nix::fcntl::fcntl(&x.set.0, nix::fcntl::FcntlArg::F_GETFD).expect("flags");
         assert_ne!(
             fd_flags & nix::libc::FD_CLOEXEC,
@@ -319,19 +306,19 @@ tfd:       12 events: 90000019 data:                7  pos:0 ino:6000 sdev:8\n";
         // A second listener is found through the set found for the first.
         let l2 = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         set.add(l2.as_fd(), EpollEvent::new(flags, 7)).expect("add");
-        let x2 = Exclusive::make(l2.as_fd(), false).expect("second");
+        let x2 = Exclusive::make(l2.as_fd()).expect("second");
         assert_eq!(x2.data, 7);
         let info = read_fdinfo(set.0.as_raw_fd()).expect("fdinfo");
         let e2 = entry_of(&info, l2.as_raw_fd()).expect("registered");
         assert_ne!(e2.events & EXCLUSIVE_BIT, 0);
-        assert_ne!(e2.events & (1 << 31), 0, "edge-triggered when asked");
+        assert_eq!(e2.events & (1 << 31), 0, "level-triggered too");
     }
 
     #[test]
     fn an_unregistered_listener_is_not_found() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         assert!(matches!(
-            Exclusive::make(l.as_fd(), false),
+            Exclusive::make(l.as_fd()),
             Err(Unchanged::NotFound)
         ));
     }

@@ -176,7 +176,7 @@ struct Flags {
 
 async fn accept_loop(l: Listener, server: usize, flags: Flags, shared: Arc<Shared>) {
     let listen = l.addr.to_string();
-    let Some(mut sock) = Sock::adopt(l, shared.cfg.events.multi_accept.unwrap_or(false)) else {
+    let Some(mut sock) = Sock::adopt(l, &shared.cfg.events) else {
         return;
     };
     loop {
