@@ -1,9 +1,11 @@
 //! Request and response heads, parsed with `httparse` in place: names and
 //! values are slices of the connection's buffer (no copy per header). A
 //! request's headers stay a list in the order and case they came in
-//! (`Headers`); a response's go into a map, their names' case kept beside
-//! it (`Names`) for forwarding. The framing rules (one reading of a body's length) are the
-//! callers': `http::framing` for requests, for responses `body_of`.
+//! (`Headers`); so do a response's, which go on to the client as received
+//! (`AsReceived`) unless the caller puts them in a map
+//! (`ResponseHead::map`, their names' case kept beside it in `Names`). The
+//! framing rules (one reading of a body's length) are the callers':
+//! `http::framing` for requests, for responses `body_of`.
 
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -392,15 +394,114 @@ pub struct ResponseHead {
     pub status: StatusCode,
     pub reason: Bytes,
     pub version: Version,
-    /// The headers that go on to the client (what `parse_response`'s
-    /// `passes` let through).
+    /// The headers that go on to the client, once `map` has put them in a
+    /// map (empty until then: a response whose headers go on as received
+    /// never has one).
     pub headers: HeaderMap,
+    /// Whether `map` was called.
+    pub mapped: bool,
     /// Every header as received: the framing, keep-alive and `X-Accel-*`
     /// ones the client never sees are read here, and `$upstream_http_*`.
     pub raw: Headers,
     pub names: Names,
     pub order: Option<Order>,
     pub len: usize,
+}
+
+impl ResponseHead {
+    /// Puts the headers `passes` lets on (all of them for a 101, whose
+    /// `Upgrade` and `Connection` go on) in the head's map, with the case
+    /// of their names (`names`) and, where the map would regroup them,
+    /// their order (`order`). The error is nginx's "upstream sent ..." text.
+    pub fn map(&mut self, passes: &(dyn Fn(&[u8]) -> bool + Sync)) -> Result<(), String> {
+        let all = |_: &[u8]| true;
+        let passes = if self.status == StatusCode::SWITCHING_PROTOCOLS {
+            &all
+        } else {
+            passes
+        };
+        let (headers, names, order) = collect(&self.raw.head, &self.raw.spans, passes)
+            .map_err(|_| "upstream sent invalid header".to_string())?;
+        self.headers = headers;
+        self.names = names;
+        self.order = order;
+        self.mapped = true;
+        Ok(())
+    }
+}
+
+/// A response's headers that go on to the client as the upstream sent
+/// them, lines in its order and case: what `proxy_hide_header` and the
+/// hop-by-hop rules let through, for a location whose configuration
+/// changes none of them. The response's own map then holds only what
+/// sluice adds (`Server`, `Connection`, `add_header`), written after these.
+#[derive(Debug, Clone)]
+pub struct AsReceived {
+    lines: Headers,
+    /// Whether a `Server`, a `Date` or a `Content-Length` line is among
+    /// them, found while they were picked.
+    pub server: bool,
+    pub date: bool,
+    pub length: bool,
+    /// sluice's own `Server`, written first when the upstream's is not
+    /// passed on: kept here, not in the response's map, which would then
+    /// be allocated for it alone.
+    pub own_server: Option<HeaderValue>,
+}
+
+impl AsReceived {
+    /// The lines of `raw` that `passes` lets on.
+    pub fn pick(mut raw: Headers, passes: impl Fn(&[u8]) -> bool) -> AsReceived {
+        let (mut server, mut date, mut length) = (false, false, false);
+        raw.retain(|n| {
+            let keep = passes(n);
+            if keep {
+                match n.len() {
+                    4 => date |= same_name(n, b"date"),
+                    6 => server |= same_name(n, b"server"),
+                    14 => length |= same_name(n, b"content-length"),
+                    _ => {}
+                }
+            }
+            keep
+        });
+        AsReceived {
+            lines: raw,
+            server,
+            date,
+            length,
+            own_server: None,
+        }
+    }
+
+    /// Each line: its name as received and its value, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Value<'_>)> {
+        self.lines.iter()
+    }
+
+    /// Adds its lines to a map (for HTTP/2, which writes maps): a line the
+    /// map cannot hold, which `httparse` would not have let through, is
+    /// left out.
+    pub fn append_to(&self, map: &mut HeaderMap) {
+        for (n, v) in self.lines.iter() {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(n),
+                HeaderValue::from_bytes(v.as_bytes()),
+            ) {
+                map.append(n, v);
+            }
+        }
+    }
+
+    /// The bytes its lines take on the wire (`name: value\r\n` each).
+    pub fn wire_len(&self) -> usize {
+        let own = self.own_server.as_ref().map_or(0, |v| 6 + v.len() + 4);
+        own + self
+            .lines
+            .iter()
+            .map(|(n, v)| n.len() + v.as_bytes().len() + 4)
+            .sum::<usize>()
+    }
 }
 
 /// Limits a request head must keep, as nginx's buffers set them:
@@ -746,12 +847,9 @@ fn in_headers(buf: &[u8]) -> bool {
 
 /// Parses a response head at the start of `buf` and takes it from there;
 /// Ok(None): incomplete. The error is nginx's "upstream sent ..." text.
-/// Only the headers `passes` lets on go into the head's map (all of them
-/// for a 101, whose `Upgrade` and `Connection` go on); `raw` has them all.
-pub fn parse_response(
-    buf: &mut BytesMut,
-    passes: &(dyn Fn(&[u8]) -> bool + Sync),
-) -> Result<Option<ResponseHead>, String> {
+/// The headers are in `raw`; `ResponseHead::map` puts those that go on in
+/// a map when the caller needs one.
+pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String> {
     let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
     let mut heap;
     let mut slots: &mut [httparse::Header<'_>] = &mut stack;
@@ -770,27 +868,20 @@ pub fn parse_response(
                 };
                 let spans = spans(buf, resp.headers);
                 let head = buf.split_to(len).freeze();
-                let all = |_: &[u8]| true;
-                let passes = if status == StatusCode::SWITCHING_PROTOCOLS {
-                    &all
-                } else {
-                    passes
-                };
-                let (headers, names, order) = collect(&head, &spans, passes)
-                    .map_err(|_| "upstream sent invalid header".to_string())?;
                 let lengths = lengths(&spans);
                 return Ok(Some(ResponseHead {
                     status,
                     reason: head.slice(reason),
                     version,
-                    headers,
+                    headers: HeaderMap::new(),
+                    mapped: false,
                     raw: Headers {
                         head,
                         spans,
                         lengths,
                     },
-                    names,
-                    order,
+                    names: Names::default(),
+                    order: None,
                     len,
                 }));
             }
@@ -819,7 +910,11 @@ mod tests {
     }
 
     fn resp(s: &[u8]) -> Result<Option<ResponseHead>, String> {
-        parse_response(&mut BytesMut::from(s), &|_| true)
+        let mut h = parse_response(&mut BytesMut::from(s))?;
+        if let Some(h) = h.as_mut() {
+            h.map(&|_| true)?;
+        }
+        Ok(h)
     }
 
     #[test]
@@ -1021,7 +1116,7 @@ mod tests {
     fn responses() {
         let b = b"HTTP/1.1 404 Gone Away\r\nContent-Length: 3\r\n\r\nabc";
         let mut buf = BytesMut::from(&b[..]);
-        let h = parse_response(&mut buf, &|_| true).unwrap().unwrap();
+        let h = parse_response(&mut buf).unwrap().unwrap();
         assert_eq!(&buf[..], b"abc");
         assert_eq!(h.status, 404);
         assert_eq!(&h.reason[..], b"Gone Away");
@@ -1054,7 +1149,13 @@ mod tests {
     fn response_headers_left_out_stay_raw() {
         let passes =
             |n: &[u8]| !n.eq_ignore_ascii_case(b"connection") && !n.eq_ignore_ascii_case(b"date");
-        let parse = |b: &[u8]| parse_response(&mut BytesMut::from(b), &passes);
+        let parse = |b: &[u8]| {
+            let mut h = parse_response(&mut BytesMut::from(b))?;
+            if let Some(h) = h.as_mut() {
+                h.map(&passes)?;
+            }
+            Ok::<_, String>(h)
+        };
         let h = parse(b"HTTP/1.1 200 OK\r\nDate: d\r\nX-A: 1\r\nConnection: close\r\n\r\n")
             .unwrap()
             .unwrap();
@@ -1213,6 +1314,65 @@ mod tests {
                 let part = outcome(&wire[..cut]);
                 prop_assert!(part.is_none() || part == whole, "cut {cut}: {part:?} vs {whole:?}");
             }
+        }
+
+        /// Whatever response head `httparse` accepts, hostile bytes in its
+        /// names and values included, also goes into a map: the lines
+        /// written on as received (`AsReceived`) are never ones a map would
+        /// have refused. The lines picked are the map's lines, in order,
+        /// with their flags.
+        #[test]
+        fn accepted_response_lines_map(
+            lines in proptest::collection::vec(
+                (
+                    prop_oneof![
+                        4 => "[!#$%&'*+.^_`|~0-9A-Za-z-]{1,8}".prop_map(String::into_bytes),
+                        1 => proptest::collection::vec(any::<u8>(), 1..8),
+                    ],
+                    proptest::collection::vec(
+                        prop_oneof![9 => 0x20u8..0x7f, 2 => 0x80u8..=0xff, 1 => Just(b'\t'), 1 => any::<u8>()],
+                        0..12,
+                    ),
+                ),
+                1..6,
+            ),
+            hidden in any::<u8>(),
+        ) {
+            let mut wire = b"HTTP/1.1 200 OK\r\n".to_vec();
+            for (n, v) in &lines {
+                wire.extend_from_slice(n);
+                wire.extend_from_slice(b": ");
+                wire.extend_from_slice(v);
+                wire.extend_from_slice(b"\r\n");
+            }
+            wire.extend_from_slice(b"Server: s\r\ncontent-length: 0\r\n\r\n");
+            let Ok(Some(mut h)) = parse_response(&mut BytesMut::from(&wire[..])) else {
+                return Ok(());
+            };
+            // Every name whose first byte is `hidden`'s is left out.
+            let passes = |n: &[u8]| n.first() != Some(&hidden);
+            let picked = AsReceived::pick(h.raw.clone(), passes);
+            prop_assert!(h.map(&passes).is_ok(), "{}", wire.escape_ascii());
+            let as_map: Vec<(String, Vec<u8>)> = h
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
+                .collect();
+            let mut as_lines: Vec<(String, Vec<u8>)> = picked
+                .iter()
+                .map(|(n, v)| (String::from_utf8_lossy(n).to_ascii_lowercase(), v.as_bytes().to_vec()))
+                .collect();
+            // The map groups a name's values; compare as sets of lines.
+            let mut as_map = as_map;
+            as_map.sort();
+            as_lines.sort();
+            prop_assert_eq!(as_map, as_lines);
+            prop_assert_eq!(picked.server, h.headers.contains_key("server"));
+            prop_assert_eq!(picked.length, h.headers.contains_key("content-length"));
+            prop_assert_eq!(picked.date, h.headers.contains_key("date"));
+            let mut map = HeaderMap::new();
+            picked.append_to(&mut map);
+            prop_assert_eq!(map.len(), h.headers.len());
         }
 
         #[test]

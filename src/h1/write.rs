@@ -121,6 +121,14 @@ pub fn header(n: &HeaderName, v: &HeaderValue, names: Option<&Names>, out: &mut 
     out.extend_from_slice(b"\r\n");
 }
 
+/// Writes one header line as received: name and value as they are.
+pub fn raw_header(n: &[u8], v: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(n);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(v);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Writes the headers, a line each.
 pub fn headers(h: &HeaderMap, names: Option<&Names>, out: &mut Vec<u8>) {
     for (n, v) in h {

@@ -54,6 +54,17 @@ impl LoggedBody {
         }
     }
 
+    /// The response's header lines as the upstream sent them, if it
+    /// carries them so (`Req::as_received`).
+    pub(crate) fn as_received(&self) -> Option<&crate::h1::head::AsReceived> {
+        self.req.as_ref()?.as_received.as_ref()
+    }
+
+    /// The same, taken (for a writer that puts them in its map).
+    pub(crate) fn take_as_received(&mut self) -> Option<crate::h1::head::AsReceived> {
+        self.req.as_mut()?.as_received.take()
+    }
+
     /// The request's `send_timeout`.
     pub(crate) fn send_timeout(&self) -> std::time::Duration {
         self.req

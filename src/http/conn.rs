@@ -23,7 +23,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 use crate::h1::body::{self, Framing};
-use crate::h1::head::{HeadError, Limits, Names, Reason, RequestHead, parse_request};
+use crate::h1::head::{
+    AsReceived, HeadError, Limits, Names, Reason, RequestHead, parse_request, same_name,
+};
 use crate::h1::write;
 
 use crate::conf::Config;
@@ -951,7 +953,7 @@ async fn refuse(ctx: &ConnCtx, inb: &Inbound, e: &HeadError) {
         chunked: false,
         connection: "close",
     };
-    write_head(&parts, Some(&own), &mut out);
+    write_head(&parts, None, Some(&own), &mut out);
     if let Ok(b) = body.collect().await {
         out.extend_from_slice(&b.to_bytes());
     }
@@ -1020,8 +1022,15 @@ enum Sent {
 }
 
 /// The status line and headers as written: `Server` and `Date` first, as
-/// nginx's, names in the case they arrived in.
-fn write_head(parts: &http::response::Parts, own: Option<&Own>, out: &mut Vec<u8>) {
+/// nginx's, names in the case they arrived in. The upstream's lines of a
+/// response that carries them as received (`AsReceived`) come before the
+/// map's.
+fn write_head(
+    parts: &http::response::Parts,
+    lines: Option<&AsReceived>,
+    own: Option<&Own>,
+    out: &mut Vec<u8>,
+) {
     let reason = parts.extensions.get::<Reason>().map(|r| r.0.as_ref());
     let code = parts.status.as_u16();
     let nginx = response::reason(code).map(str::as_bytes);
@@ -1039,8 +1048,23 @@ fn write_head(parts: &http::response::Parts, own: Option<&Own>, out: &mut Vec<u8
             date = true;
         }
     }
-    if let Some(v) = server {
-        write::header(&SERVER, v, names, out);
+    // Lines as received carry the Server that goes first: sluice's, or the
+    // upstream's (`proxy_pass_header`); one in the map (`add_header`)
+    // comes after it, as in nginx, and is not written.
+    match lines {
+        Some(l) => {
+            date |= l.date;
+            if let Some(v) = &l.own_server {
+                write::header(&SERVER, v, names, out);
+            } else if let Some((n, v)) = l.iter().find(|(n, _)| same_name(n, b"server")) {
+                write::raw_header(n, v.as_bytes(), out);
+            }
+        }
+        None => {
+            if let Some(v) = server {
+                write::header(&SERVER, v, names, out);
+            }
+        }
     }
     if !date {
         out.extend_from_slice(b"Date: ");
@@ -1057,6 +1081,13 @@ fn write_head(parts: &http::response::Parts, own: Option<&Own>, out: &mut Vec<u8
                     || (o.connection == "close" && n.as_str() == "keep-alive")
             })
     };
+    // The upstream's lines (the hop-by-hop ones never among them): all
+    // but `Server`, written first.
+    for (n, v) in lines.iter().flat_map(|l| l.iter()) {
+        if !same_name(n, b"server") {
+            write::raw_header(n, v.as_bytes(), out);
+        }
+    }
     match parts.extensions.get::<crate::h1::head::Order>() {
         None => {
             for (n, v) in h {
@@ -1140,7 +1171,8 @@ async fn send_response(
     // keeps its `Connection`; any other response gets sluice's own, and
     // its framing headers (`write_head` leaves the handler's out).
     let mut asks_close = false;
-    let mut has_length = false;
+    let lines = body.as_received();
+    let mut has_length = lines.is_some_and(|a| a.length);
     for (n, v) in &parts.headers {
         if *n == CONNECTION {
             asks_close |= v.as_bytes().eq_ignore_ascii_case(b"close");
@@ -1167,7 +1199,7 @@ async fn send_response(
         connection: if keep { "keep-alive" } else { "close" },
     });
     let mut out = Vec::with_capacity(1024);
-    write_head(&parts, own.as_ref(), &mut out);
+    write_head(&parts, lines, own.as_ref(), &mut out);
     // The body's first piece goes with the head when it is there already.
     let mut ended = false;
     loop {

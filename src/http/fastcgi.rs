@@ -318,6 +318,7 @@ pub(super) async fn exchange(
         reason,
         version: Version::HTTP_11,
         headers,
+        mapped: true,
         raw,
         names: Names(Vec::new()),
         order: None,

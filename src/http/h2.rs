@@ -673,6 +673,11 @@ async fn send_response(
     let chunk = body.http2_chunk_size();
     let code = parts.status.as_u16();
     let bodiless = is_head || code < 200 || code == 204 || code == 304;
+    // Lines kept as an upstream sent them (`proxy::headers_as_received`
+    // keeps HTTP/2 clients' responses in maps; this is for any other).
+    if let Some(lines) = body.take_as_received() {
+        lines.append_to(&mut parts.headers);
+    }
     let h = &mut parts.headers;
     // One look at the names first: there mostly are none to remove, and a
     // removal or a lookup by name hashes it.

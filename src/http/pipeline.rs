@@ -243,6 +243,7 @@ pub(super) async fn handle(
         www_authenticate: None,
         subrequest: false,
         accel_limit_rate: None,
+        as_received: None,
     }));
     let Some(r) = unfinished.0.as_mut() else {
         return Err(CloseConnection);
@@ -334,7 +335,7 @@ pub(super) async fn handle(
     r.status = resp.status().as_u16();
     // Only an access log reads $bytes_sent and $sent_http_NAME.
     if !r.conf.access_log.is_empty() {
-        r.bytes_sent = header_bytes(&resp);
+        r.bytes_sent = header_bytes(resp.headers(), r);
         if r.conf.access_log.iter().any(|a| {
             a.format.template.segments.iter().any(|s| {
                 matches!(
@@ -350,7 +351,7 @@ pub(super) async fn handle(
     if let Some(mut b) = super::rate::client_bucket(r) {
         // nginx limits what the connection sent (c->sent), the head
         // included: the head's bytes use the bucket before the body's.
-        b.used(header_bytes_of(&parts));
+        b.used(header_bytes(&parts.headers, r));
         body = http_body_util::BodyExt::boxed(super::rate::Limited::new(body, b));
     }
     let Some(r) = unfinished.0.take() else {
@@ -377,24 +378,12 @@ impl Drop for Unfinished {
     }
 }
 
-/// About what the status line and headers take on the wire, for `$bytes_sent`.
-fn header_bytes(resp: &Response<Body>) -> u64 {
-    let headers: usize = resp
-        .headers()
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len() + 4)
-        .sum();
-    (17 + headers + 2) as u64
-}
-
-/// The same count from the response's parts.
-fn header_bytes_of(parts: &http::response::Parts) -> u64 {
-    let headers: usize = parts
-        .headers
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len() + 4)
-        .sum();
-    (17 + headers + 2) as u64
+/// About what the status line and headers take on the wire, for
+/// `$bytes_sent`: the map's lines and the upstream's as received.
+fn header_bytes(h: &http::HeaderMap, r: &Req) -> u64 {
+    let map: usize = h.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
+    let lines = r.as_received.as_ref().map_or(0, |a| a.wire_len());
+    (17 + map + lines + 2) as u64
 }
 
 /// nginx's 301 to the URI with its "/" added (`router::auto_redirect`),
@@ -672,6 +661,7 @@ pub(super) fn subrequest(r: &Req, method: http::Method) -> Req {
         www_authenticate: None,
         subrequest: true,
         accel_limit_rate: None,
+        as_received: None,
     }
 }
 
@@ -753,6 +743,8 @@ pub(super) async fn finish(
         match reply {
             Reply::Full(resp) => break resp,
             Reply::Status(code) => {
+                // Lines as received belong to a proxied response only.
+                r.as_received = None;
                 let page = r
                     .conf
                     .error_page

@@ -25,7 +25,7 @@ use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
 use crate::conf::proxy_more::ignore;
 use crate::conf::vars::Template;
 use crate::h1::body::{Decoder, Framing};
-use crate::h1::head::{Headers, Names, Reason, ResponseHead};
+use crate::h1::head::{AsReceived, Headers, Names, Reason, ResponseHead};
 use crate::log::Level;
 use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Policy, Requester};
 use crate::upstream::h1conn::{self, H1};
@@ -309,6 +309,7 @@ pub(crate) async fn run(
         log.upstream(&ups);
     }
     let snap = attempts.snap.clone();
+    let as_received = !conf.fastcgi && headers_as_received(r, &conf, &ups);
     loop {
         let connected = attempts
             .connect(
@@ -342,7 +343,7 @@ pub(crate) async fn run(
                 .await
                 .map(|(head, out, rest)| (head, Some((out, rest))))
         } else {
-            exchange(&mut c.conn, r, &mut plan, &conf)
+            exchange(&mut c.conn, r, &mut plan, &conf, as_received)
                 .await
                 .map(|head| (head, None))
         };
@@ -470,16 +471,63 @@ pub(crate) async fn run(
     }
 }
 
+/// Whether the responses to `r` may go on with the upstream's headers as
+/// received (`AsReceived`) rather than in a map: the request is an HTTP/1
+/// client's own (not a subrequest, whose response other code reads), and
+/// its location has nothing that reads or changes a response's headers
+/// after the proxy: no `sticky`, `expires`, `gzip`, `charset` or
+/// `sub_filter`, no `add_header` of `Last-Modified` or `ETag` (which
+/// replace the upstream's; other names are added after its lines), no
+/// access log that reads `$sent_http_*`, no challenge kept from an
+/// intercepted 401. `proxy_redirect` and `proxy_cookie_*` depend on the
+/// head (`rewrites`).
+fn headers_as_received(r: &Req, conf: &crate::conf::loc::LocConf, ups: &UpstreamRt) -> bool {
+    use crate::conf::expires::{Expires, ExpiresConf};
+    use crate::conf::vars::{Segment, Var};
+    let replaces =
+        |n: &str| n.eq_ignore_ascii_case("last-modified") || n.eq_ignore_ascii_case("etag");
+    let reads_sent = conf.access_log.iter().any(|l| {
+        l.format
+            .template
+            .segments
+            .iter()
+            .any(|s| matches!(s, Segment::Var(Var::SentHttp(_))))
+    });
+    r.version != http::Version::HTTP_2
+        && !r.subrequest
+        && r.www_authenticate.is_none()
+        && ups.cfg.sticky.is_none()
+        && matches!(conf.expires, ExpiresConf::Fixed(Expires::Off))
+        && !conf.gzip
+        && conf.charset.is_none()
+        && conf.sub_filter.is_empty()
+        && !conf.add_header.iter().any(|h| replaces(&h.name))
+        && !reads_sent
+}
+
+/// Whether `proxy_redirect` or `proxy_cookie_*` would rewrite a header
+/// this head has: such a response's headers go in a map.
+fn rewrites(conf: &crate::conf::loc::LocConf, raw: &Headers) -> bool {
+    let redirect = conf.proxy_redirect.is_some()
+        && (raw.contains_key(header::LOCATION) || raw.contains_key(header::REFRESH));
+    let cookie = !(conf.proxy_cookie_domain.is_empty() && conf.proxy_cookie_path.is_empty())
+        && raw.contains_key(header::SET_COOKIE);
+    redirect || cookie
+}
+
 /// Sends the request (`proxy_send_timeout` between writes) and reads the
 /// response head (`proxy_read_timeout` between reads). A head whose framing
 /// could be read two ways, or a switch the client did not ask for, is an
 /// invalid header, as nginx has it: passing it on would desync the client
-/// connection.
+/// connection. The headers that go on are put in the head's map unless
+/// `as_received` (`headers_as_received`) and nothing in this head needs
+/// one.
 async fn exchange(
     conn: &mut Pooled,
     r: &Req,
     plan: &mut Plan,
     conf: &crate::conf::loc::LocConf,
+    as_received: bool,
 ) -> Result<ResponseHead, Failed> {
     use h1conn::Error;
     conn.requests += 1;
@@ -496,13 +544,7 @@ async fn exchange(
         }
     }
     let limit = usize::try_from(conf.proxy_buffer_size).unwrap_or(usize::MAX);
-    // The headers the client never gets are not put in the map at all.
-    let passes = |n: &[u8]| passes_on(n, &conf.proxy_hide_header, &conf.proxy_pass_header);
-    let head = match conn
-        .h1
-        .read_head(conf.proxy_read_timeout, limit, &passes)
-        .await
-    {
+    let mut head = match conn.h1.read_head(conf.proxy_read_timeout, limit).await {
         Ok(h) => h,
         Err(Error::ReadTimeout) => return Err(unanswered(Kind::Timeout, timed_out(), READING)),
         Err(Error::Invalid(text)) => return Err(unanswered(Kind::InvalidHeader, text, READING)),
@@ -536,6 +578,12 @@ async fn exchange(
             "upstream sent invalid header".into(),
             READING,
         ));
+    }
+    if !as_received || head.status == 101 || rewrites(conf, &head.raw) {
+        // The headers the client never gets are not put in the map at all.
+        let passes = |n: &[u8]| passes_on(n, &conf.proxy_hide_header, &conf.proxy_pass_header);
+        head.map(&passes)
+            .map_err(|m| unanswered(Kind::InvalidHeader, m, READING))?;
     }
     Ok(head)
 }
@@ -656,6 +704,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         status: code,
         reason,
         headers,
+        mapped,
         raw,
         names,
         order,
@@ -723,43 +772,63 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
             r.accel_limit_rate = Some(n);
         }
     }
+    // Kept only for a log format that reads $upstream_http_* or
+    // $upstream_cookie_*.
+    let logs_raw = r.subrequest
+        || conf.access_log.iter().any(|l| {
+            l.format.template.segments.iter().any(|s| {
+                matches!(
+                    s,
+                    crate::conf::vars::Segment::Var(
+                        crate::conf::vars::Var::UpstreamHttp(_)
+                            | crate::conf::vars::Var::UpstreamCookie(_)
+                    )
+                )
+            })
+        });
+    // The head's own lines go on when no map was made (`exchange`).
+    let (logged, as_received) = match (mapped, logs_raw) {
+        (true, logs) => (logs.then_some(raw), None),
+        (false, true) => (Some(raw.clone()), Some(raw)),
+        (false, false) => (None, Some(raw)),
+    };
     {
         let mut log = r.upstream.lock().unwrap_or_else(|e| e.into_inner());
-        // Kept only for a log format that reads $upstream_http_* or
-        // $upstream_cookie_*.
-        if r.subrequest
-            || conf.access_log.iter().any(|l| {
-                l.format.template.segments.iter().any(|s| {
-                    matches!(
-                        s,
-                        crate::conf::vars::Segment::Var(
-                            crate::conf::vars::Var::UpstreamHttp(_)
-                                | crate::conf::vars::Var::UpstreamCookie(_)
-                        )
-                    )
-                })
-            })
-        {
-            log.headers = Some(raw);
+        if logged.is_some() {
+            log.headers = logged;
         }
         log.in_flight = None;
         log.attempts.push(answered);
     }
-    redirect_headers(r, pp, &mut parts.headers);
-    super::proxy_cookie::rewrite(r, &mut parts.headers);
-    // A FastCGI head is read unfiltered; a `sticky cookie` adds its own
-    // Set-Cookie, which `proxy_hide_header` may name.
-    if fcgi.is_some() || (ups.cfg.sticky.is_some() && !conf.proxy_hide_header.is_empty()) {
-        filter_response_headers(
-            &mut parts.headers,
-            &conf.proxy_hide_header,
-            &conf.proxy_pass_header,
-            conf.server_tokens,
-        );
-    } else {
-        // Else the head was read with the same rule (`exchange`'s
-        // `passes`): nothing hidden reached the map.
-        server_unless_passed(&mut parts.headers, conf.server_tokens);
+    // The lines that go on, with sluice's Server unless the upstream's
+    // is one of them. They go with the response (`full`), not before: an
+    // error reading the body ahead answers with a page of sluice's own.
+    let as_received = as_received.map(|raw| {
+        let mut lines = AsReceived::pick(raw, |n| {
+            passes_on(n, &conf.proxy_hide_header, &conf.proxy_pass_header)
+        });
+        if !lines.server {
+            lines.own_server = Some(response::server_header(conf.server_tokens));
+        }
+        lines
+    });
+    if as_received.is_none() {
+        redirect_headers(r, pp, &mut parts.headers);
+        super::proxy_cookie::rewrite(r, &mut parts.headers);
+        // A FastCGI head is read unfiltered; a `sticky cookie` adds its own
+        // Set-Cookie, which `proxy_hide_header` may name.
+        if fcgi.is_some() || (ups.cfg.sticky.is_some() && !conf.proxy_hide_header.is_empty()) {
+            filter_response_headers(
+                &mut parts.headers,
+                &conf.proxy_hide_header,
+                &conf.proxy_pass_header,
+                conf.server_tokens,
+            );
+        } else {
+            // Else the head was read with the same rule (`exchange`'s
+            // `passes`): nothing hidden reached the map.
+            server_unless_passed(&mut parts.headers, conf.server_tokens);
+        }
     }
     // The body releases the peer.
     c.held.done();
@@ -805,6 +874,10 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         body.fcgi = Some(out);
     }
     keep_spelling(&mut parts, reason, names, order);
+    let full = |r: &mut Req, resp: Response<response::Body>| {
+        r.as_received = as_received;
+        Reply::Full(resp)
+    };
     if conf.proxy_buffering {
         let (count, size) = conf.proxy_buffers;
         let room = conf
@@ -831,7 +904,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
                     Bytes::from(parts.concat())
                 }
             };
-            return Reply::Full(Response::from_parts(parts, response::full(whole)));
+            return full(r, Response::from_parts(parts, response::full(whole)));
         }
         if conf.proxy_max_temp_file_size > 0 {
             // The rest is read on at the upstream's pace, past the buffers
@@ -845,10 +918,10 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
                 ctx: r.log_context(Some(&url)),
             };
             let relay = super::proxy_temp::relay(body, temp);
-            return Reply::Full(Response::from_parts(parts, relay.boxed()));
+            return full(r, Response::from_parts(parts, relay.boxed()));
         }
     }
-    Reply::Full(Response::from_parts(parts, body.boxed()))
+    full(r, Response::from_parts(parts, body.boxed()))
 }
 
 /// `sticky` on a response from the peer `sid`: `cookie` adds its

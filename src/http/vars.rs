@@ -226,6 +226,10 @@ pub struct Req {
     /// The upstream's `X-Accel-Limit-Rate` (bytes per second), unless
     /// ignored: it overrides `limit_rate`.
     pub accel_limit_rate: Option<u64>,
+    /// The proxied response's headers that go on as the upstream sent
+    /// them (`proxy::headers_as_received`), set with the response it
+    /// belongs to and written before the response's map.
+    pub as_received: Option<crate::h1::head::AsReceived>,
 }
 
 impl Evaluator for Req {
@@ -722,6 +726,7 @@ pub(crate) mod tests {
             www_authenticate: None,
             subrequest: false,
             accel_limit_rate: None,
+            as_received: None,
         }
     }
 

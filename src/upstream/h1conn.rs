@@ -193,19 +193,17 @@ impl H1 {
 
     /// Reads the response head, skipping interim responses other than 101
     /// (nginx ignores a 100 or 103 from the upstream). `limit`:
-    /// `proxy_buffer_size`.
-    /// `passes`: which headers go into the head's map (see
-    /// `parse_response`).
+    /// `proxy_buffer_size`. The head's headers are not yet in its map
+    /// (`ResponseHead::map`).
     pub async fn read_head(
         &mut self,
         timeout: Duration,
         limit: usize,
-        passes: &(dyn Fn(&[u8]) -> bool + Sync),
     ) -> Result<ResponseHead, Error> {
         let mut buf = self.buf.take().unwrap_or_else(crate::h1::pool::take);
         let got = loop {
             if !buf.is_empty() {
-                match parse_response(&mut buf, passes) {
+                match parse_response(&mut buf) {
                     Ok(Some(h)) if h.status.is_informational() && h.status != 101 => continue,
                     Ok(Some(h)) => break Ok(h),
                     Ok(None) if buf.len() >= limit => break Err(Error::TooBig),
@@ -417,10 +415,11 @@ mod tests {
     /// Reads a response: its head, its body, and whether the connection
     /// may then serve again.
     async fn read(h: &mut H1, method: &Method) -> Result<(ResponseHead, Vec<u8>, bool), String> {
-        let head = h
-            .read_head(T, 64 * 1024, &|_| true)
+        let mut head = h
+            .read_head(T, 64 * 1024)
             .await
             .map_err(|e| format!("{e:?}"))?;
+        head.map(&|_| true)?;
         let mut d = Decoder::new(framing(method, &head));
         let mut body = Vec::new();
         loop {
@@ -532,31 +531,25 @@ mod tests {
         // Closed before any head.
         let (mut h, peer) = pair();
         drop(peer);
-        assert!(matches!(
-            h.read_head(T, 4096, &|_| true).await,
-            Err(Error::Closed)
-        ));
+        assert!(matches!(h.read_head(T, 4096).await, Err(Error::Closed)));
         // A head past the limit.
         let (mut h, mut peer) = pair();
         peer.write_all(&[b'x'; 5000]).await.unwrap();
         assert!(matches!(
-            h.read_head(T, 4096, &|_| true).await,
+            h.read_head(T, 4096).await,
             Err(Error::Invalid(_) | Error::TooBig)
         ));
         let (mut h, mut peer) = pair();
         peer.write_all(b"HTTP/1.1 200 OK\r\nX: ").await.unwrap();
         peer.write_all(&[b'x'; 5000]).await.unwrap();
-        assert!(matches!(
-            h.read_head(T, 4096, &|_| true).await,
-            Err(Error::TooBig)
-        ));
+        assert!(matches!(h.read_head(T, 4096).await, Err(Error::TooBig)));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_upstream_times_out() {
         let (mut h, _peer) = pair();
         assert!(matches!(
-            h.read_head(Duration::from_secs(60), 4096, &|_| true).await,
+            h.read_head(Duration::from_secs(60), 4096).await,
             Err(Error::ReadTimeout)
         ));
     }
