@@ -1106,10 +1106,30 @@ const HOP_BY_HOP_RESPONSE: [&str; 7] = [
 /// one; the lists are lowercase.
 fn passes_on(n: &[u8], hide: &[String], pass: &[String]) -> bool {
     let is = |x: &str| crate::h1::head::same_name(x.as_bytes(), n);
-    let hop_by_hop = HOP_BY_HOP_RESPONSE.iter().any(|x| is(x));
-    let hidden = HIDDEN_BY_DEFAULT.iter().any(|x| is(x)) && !pass.iter().any(|p| is(p));
+    // Most names (Content-Type, Content-Length, ETag's length aside) have
+    // a length none of the two lists has: no scan of them.
+    let listed = n.len() < 64 && LISTED_LENGTHS & (1 << n.len()) != 0;
+    let hop_by_hop = listed && HOP_BY_HOP_RESPONSE.iter().any(|x| is(x));
+    let hidden = listed && HIDDEN_BY_DEFAULT.iter().any(|x| is(x)) && !pass.iter().any(|p| is(p));
     !(hop_by_hop || hidden || hide.iter().any(|x| is(x)))
 }
+
+/// A bit for the length of each name of `HOP_BY_HOP_RESPONSE` and
+/// `HIDDEN_BY_DEFAULT` (all shorter than 64).
+const LISTED_LENGTHS: u64 = {
+    let mut bits = 0u64;
+    let mut i = 0;
+    while i < HOP_BY_HOP_RESPONSE.len() {
+        bits |= 1 << HOP_BY_HOP_RESPONSE[i].len();
+        i += 1;
+    }
+    let mut i = 0;
+    while i < HIDDEN_BY_DEFAULT.len() {
+        bits |= 1 << HIDDEN_BY_DEFAULT[i].len();
+        i += 1;
+    }
+    bits
+};
 
 pub(super) fn filter_response_headers(
     h: &mut HeaderMap,
