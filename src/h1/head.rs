@@ -263,7 +263,7 @@ impl Headers {
         bytes: usize,
     ) -> Headers {
         let mut text = Vec::with_capacity(bytes);
-        let mut spans = Vec::with_capacity(count);
+        let mut spans = take_spans(count);
         for (n, v) in pairs {
             if n.is_empty() || !n.iter().copied().all(is_token) || !valid_value(v) {
                 continue;
@@ -634,10 +634,50 @@ fn span_of(base: &[u8], part: &[u8]) -> std::ops::Range<usize> {
 }
 
 fn spans(base: &[u8], parsed: &[httparse::Header<'_>]) -> Vec<Span> {
-    parsed
-        .iter()
-        .map(|h| (span_of(base, h.name.as_bytes()), span_of(base, h.value)))
-        .collect()
+    let mut spans = take_spans(parsed.len());
+    spans.extend(
+        parsed
+            .iter()
+            .map(|h| (span_of(base, h.name.as_bytes()), span_of(base, h.value))),
+    );
+    spans
+}
+
+thread_local! {
+    /// Span lists given back by dropped heads, for the next heads: a head
+    /// read costs no allocation for its list. Per thread, as `h1::pool`.
+    static FREE_SPANS: std::cell::RefCell<Vec<Vec<Span>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Span lists kept for reuse, and the most headers a kept one has room
+/// for (a list grown for a huge head goes back to the allocator).
+const KEEP_SPANS: usize = 64;
+const MOST_SPANS: usize = 128;
+
+/// An empty span list with room for `n`.
+fn take_spans(n: usize) -> Vec<Span> {
+    let mut v = FREE_SPANS
+        .with(|f| f.borrow_mut().pop())
+        .unwrap_or_default();
+    v.reserve(n);
+    v
+}
+
+impl Drop for Headers {
+    fn drop(&mut self) {
+        let mut v = std::mem::take(&mut self.spans);
+        if v.capacity() == 0 || v.capacity() > MOST_SPANS {
+            return;
+        }
+        v.clear();
+        FREE_SPANS.with(|f| {
+            let mut f = f.borrow_mut();
+            if f.len() < KEEP_SPANS {
+                f.push(v);
+            }
+        });
+    }
 }
 
 /// The request's headers over its head's bytes, each value checked.
@@ -1124,6 +1164,34 @@ mod tests {
         assert!(resp(b"HTTP/1.1 200 OK\r\n").unwrap().is_none());
         assert!(resp(b"SSH-2.0\r\n\r\n").is_err());
         assert!(resp(b"HTTP/1.1 200 OK\r\nA : b\r\n\r\n").is_err());
+    }
+
+    /// A dropped head's span list serves the next head read on the
+    /// thread; one grown for a huge head is not kept.
+    #[test]
+    fn span_lists_are_reused() {
+        let kept = || FREE_SPANS.with(|f| f.borrow().len());
+        let a = req("GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        let ptr = a.headers.spans.as_ptr();
+        drop(a);
+        let before = kept();
+        let b = req("GET / HTTP/1.1\r\nHost: b\r\n\r\n").unwrap().unwrap();
+        assert_eq!(b.headers.spans.as_ptr(), ptr);
+        assert_eq!(kept(), before - 1);
+        assert_eq!(b.headers.get("host").map(|v| v.as_bytes()), Some(&b"b"[..]));
+        drop(b);
+        let many: String = (0..MOST_SPANS + 1)
+            .map(|i| format!("X-{i}: v\r\n"))
+            .collect();
+        let big = req(&format!("GET / HTTP/1.1\r\n{many}\r\n"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(big.headers.len(), MOST_SPANS + 1);
+        let before = kept();
+        drop(big);
+        assert_eq!(kept(), before, "a list grown past MOST_SPANS");
     }
 
     /// List tokens are found whole, in any case and any of the lines.

@@ -18,33 +18,6 @@ thread_local! {
     static FREE_OUT: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A response's head and first body bytes are written into one of these
-/// before they go out: its room when taken.
-pub const OUT: usize = 1024;
-
-/// An empty write buffer with room for at least `OUT` bytes, one given
-/// back before if there is one (a response's head costs no allocation).
-pub fn take_out() -> Vec<u8> {
-    let mut b = FREE_OUT.with(|f| f.borrow_mut().pop()).unwrap_or_default();
-    b.reserve(OUT);
-    b
-}
-
-/// Gives a write buffer back, emptied; one grown past a few pages goes
-/// back to the allocator.
-pub fn give_out(mut b: Vec<u8>) {
-    if b.capacity() > 4 * SIZE {
-        return;
-    }
-    b.clear();
-    FREE_OUT.with(|f| {
-        let mut f = f.borrow_mut();
-        if f.len() < KEEP {
-            f.push(b);
-        }
-    });
-}
-
 /// An empty buffer with room for at least `SIZE` bytes.
 pub fn take() -> BytesMut {
     let mut b = FREE.with(|f| f.borrow_mut().pop()).unwrap_or_default();
@@ -70,6 +43,69 @@ pub fn give(mut b: BytesMut) {
     });
 }
 
+/// A write buffer's room when taken: a response's head and first body
+/// bytes, or an upstream request's head, fit.
+pub const OUT: usize = 1024;
+
+/// A write buffer from the worker's pool, given back (emptied) when
+/// dropped: a response's or an upstream request's head costs no
+/// allocation. One grown past a few pages goes back to the allocator.
+#[derive(Debug)]
+pub struct Out(Vec<u8>);
+
+impl Out {
+    /// An empty buffer with room for at least `OUT` bytes.
+    pub fn take() -> Out {
+        let mut b = FREE_OUT.with(|f| f.borrow_mut().pop()).unwrap_or_default();
+        b.reserve(OUT);
+        Out(b)
+    }
+}
+
+/// A buffer made elsewhere, given to the pool when dropped.
+impl From<Vec<u8>> for Out {
+    fn from(b: Vec<u8>) -> Out {
+        Out(b)
+    }
+}
+
+impl Clone for Out {
+    fn clone(&self) -> Out {
+        let mut c = Out::take();
+        c.extend_from_slice(&self.0);
+        c
+    }
+}
+
+impl std::ops::Deref for Out {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Out {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.0
+    }
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        let mut b = std::mem::take(&mut self.0);
+        if b.capacity() > 4 * SIZE || b.capacity() == 0 {
+            return;
+        }
+        b.clear();
+        FREE_OUT.with(|f| {
+            let mut f = f.borrow_mut();
+            if f.len() < KEEP {
+                f.push(b);
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,21 +127,24 @@ mod tests {
 
     #[test]
     fn write_buffers_are_reused_emptied_and_bounded() {
-        let mut a = take_out();
+        let mut a = Out::take();
         assert!(a.capacity() >= OUT);
         a.extend_from_slice(b"written");
         let ptr = a.as_ptr();
-        give_out(a);
-        let b = take_out();
+        drop(a);
+        let b = Out::take();
         assert!(b.is_empty(), "given back emptied");
         assert_eq!(b.as_ptr(), ptr, "taken again");
         let kept = || FREE_OUT.with(|f| f.borrow().len());
         let before = kept();
         let mut big = b;
         big.reserve(8 * SIZE);
-        give_out(big);
+        drop(big);
         assert_eq!(kept(), before, "a grown one is not kept");
-        give_out(Vec::with_capacity(OUT));
+        drop(Out::take());
         assert_eq!(kept(), before + 1, "one of the usual size is");
+        let mut c = Out::take();
+        c.extend_from_slice(b"abc");
+        assert_eq!(&c.clone()[..], b"abc");
     }
 }

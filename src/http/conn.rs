@@ -1198,7 +1198,7 @@ async fn send_response(
         chunked,
         connection: if keep { "keep-alive" } else { "close" },
     });
-    let mut out = crate::h1::pool::take_out();
+    let mut out = crate::h1::pool::Out::take();
     write_head(&parts, lines, own.as_ref(), &mut out);
     // The body's first piece goes with the head when it is there already.
     let mut ended = false;
@@ -1270,7 +1270,6 @@ async fn send_response(
             return send_failed(&e, number);
         }
     }
-    crate::h1::pool::give_out(out);
     if switched {
         return Sent::Switched;
     }

@@ -292,7 +292,7 @@ pub(crate) async fn run(
     let scheme = if conf.fastcgi {
         // nginx names a FastCGI upstream `fastcgi://ADDRESS`, no URI.
         plan.uri = Default::default();
-        plan.head = super::fastcgi::request_head(r, &plan.body);
+        plan.head = super::fastcgi::request_head(r, &plan.body).into();
         "fastcgi"
     } else if pp.ssl {
         "https"

@@ -402,7 +402,7 @@ impl std::fmt::Display for UpUri {
 pub(super) struct Plan {
     pub(super) uri: UpUri,
     /// The request line and headers as every attempt writes them.
-    pub(super) head: Vec<u8>,
+    pub(super) head: crate::h1::pool::Out,
     /// The head asks the upstream to close the connection.
     pub(super) asks_close: bool,
     /// The body, read whole before connecting (empty when it streams).
@@ -484,7 +484,7 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
             // connecting; a chunked body is stopped when it grows past it.
             declared_length(r)?;
             incoming.limit(r.conf.client_max_body_size);
-            let mut head = Vec::with_capacity(512);
+            let mut head = crate::h1::pool::Out::take();
             let asks_close = upstream_head(r, &uri, version, framing, &mut head);
             return Ok(Plan {
                 uri,
@@ -512,7 +512,7 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
     if let Some(t) = &r.conf.proxy_set_body {
         payload = Payload::Mem(Bytes::from(r.eval(t)));
     }
-    let mut head = Vec::with_capacity(512);
+    let mut head = crate::h1::pool::Out::take();
     let framing = Framing::Length(payload.len());
     let asks_close = upstream_head(r, &uri, version, framing, &mut head);
     Ok(Plan {
