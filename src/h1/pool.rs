@@ -1,8 +1,9 @@
 //! The read buffers of a worker's connections. A connection takes one when
 //! bytes arrive and gives it back when it goes idle with nothing unread, so
 //! an idle keep-alive connection holds no buffer (as nginx frees an idle
-//! connection's). The write buffers responses are put together in come
-//! from here too. Per thread: a worker's runtime is one thread.
+//! connection's). So do the write buffers (`Out`) that response heads and
+//! upstream request heads are put together in. Per thread: a worker's
+//! runtime is one thread.
 
 use std::cell::RefCell;
 

@@ -1049,8 +1049,8 @@ fn write_head(
         }
     }
     // Lines as received carry the Server that goes first: sluice's, or the
-    // upstream's (`proxy_pass_header`); one in the map (`add_header`)
-    // comes after it, as in nginx, and is not written.
+    // upstream's (`proxy_pass_header`). One in the map (`add_header
+    // Server`) is not written, as it is not beside a map's own.
     match lines {
         Some(l) => {
             date |= l.date;

@@ -1106,8 +1106,8 @@ const HOP_BY_HOP_RESPONSE: [&str; 7] = [
 /// one; the lists are lowercase.
 fn passes_on(n: &[u8], hide: &[String], pass: &[String]) -> bool {
     let is = |x: &str| crate::h1::head::same_name(x.as_bytes(), n);
-    // Most names (Content-Type, Content-Length, ETag's length aside) have
-    // a length none of the two lists has: no scan of them.
+    // Most names (Content-Type, Content-Length) have a length no name of
+    // the two lists has: no scan of them.
     let listed = n.len() < 64 && LISTED_LENGTHS & (1 << n.len()) != 0;
     let hop_by_hop = listed && HOP_BY_HOP_RESPONSE.iter().any(|x| is(x));
     let hidden = listed && HIDDEN_BY_DEFAULT.iter().any(|x| is(x)) && !pass.iter().any(|p| is(p));
