@@ -650,33 +650,18 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Span lists kept for reuse, and the most headers a kept one has room
-/// for (a list grown for a huge head goes back to the allocator).
-const KEEP_SPANS: usize = 64;
+/// The most headers a span list kept for reuse has room for (a list
+/// grown for a huge head goes back to the allocator).
 const MOST_SPANS: usize = 128;
 
 /// An empty span list with room for `n`.
 fn take_spans(n: usize) -> Vec<Span> {
-    let mut v = FREE_SPANS
-        .with(|f| f.borrow_mut().pop())
-        .unwrap_or_default();
-    v.reserve(n);
-    v
+    super::pool::reuse(&FREE_SPANS, n)
 }
 
 impl Drop for Headers {
     fn drop(&mut self) {
-        let mut v = std::mem::take(&mut self.spans);
-        if v.capacity() == 0 || v.capacity() > MOST_SPANS {
-            return;
-        }
-        v.clear();
-        FREE_SPANS.with(|f| {
-            let mut f = f.borrow_mut();
-            if f.len() < KEEP_SPANS {
-                f.push(v);
-            }
-        });
+        super::pool::keep(&FREE_SPANS, std::mem::take(&mut self.spans), MOST_SPANS);
     }
 }
 

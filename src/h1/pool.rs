@@ -57,10 +57,33 @@ pub struct Out(Vec<u8>);
 impl Out {
     /// An empty buffer with room for at least `OUT` bytes.
     pub fn take() -> Out {
-        let mut b = FREE_OUT.with(|f| f.borrow_mut().pop()).unwrap_or_default();
-        b.reserve(OUT);
-        Out(b)
+        Out(reuse(&FREE_OUT, OUT))
     }
+}
+
+/// A list of `T`s kept per thread for reuse (`reuse`, `keep`).
+pub type Free<T> = std::thread::LocalKey<RefCell<Vec<Vec<T>>>>;
+
+/// An empty vector from `free` (else a new one), with room for `n`.
+pub fn reuse<T>(free: &'static Free<T>, n: usize) -> Vec<T> {
+    let mut v = free.with(|f| f.borrow_mut().pop()).unwrap_or_default();
+    v.reserve(n);
+    v
+}
+
+/// Gives `v` back to `free`, emptied, unless it never allocated, grew past
+/// `most` items (back to the allocator) or `free` holds `KEEP` already.
+pub fn keep<T>(free: &'static Free<T>, mut v: Vec<T>, most: usize) {
+    if v.capacity() == 0 || v.capacity() > most {
+        return;
+    }
+    v.clear();
+    free.with(|f| {
+        let mut f = f.borrow_mut();
+        if f.len() < KEEP {
+            f.push(v);
+        }
+    });
 }
 
 /// A buffer made elsewhere, given to the pool when dropped.
@@ -93,17 +116,7 @@ impl std::ops::DerefMut for Out {
 
 impl Drop for Out {
     fn drop(&mut self) {
-        let mut b = std::mem::take(&mut self.0);
-        if b.capacity() > 4 * SIZE || b.capacity() == 0 {
-            return;
-        }
-        b.clear();
-        FREE_OUT.with(|f| {
-            let mut f = f.borrow_mut();
-            if f.len() < KEEP {
-                f.push(b);
-            }
-        });
+        keep(&FREE_OUT, std::mem::take(&mut self.0), 4 * SIZE);
     }
 }
 
