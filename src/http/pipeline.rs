@@ -210,7 +210,8 @@ pub(super) async fn handle(
         version,
         request_uri: req_uri
             .path_and_query()
-            .map_or_else(|| "/".into(), |p| p.as_str().into()),
+            .cloned()
+            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
         uri: normalized.unwrap_or_else(|| req_uri.path().to_string()),
         args: req_uri.query().map(str::to_string),
         headers,

@@ -372,7 +372,7 @@ pub(super) fn upstream_method(r: &Req) -> http::Method {
 /// the request, or one made for this upstream.
 #[derive(Debug, Clone)]
 pub(crate) enum UpUri {
-    Same(std::sync::Arc<str>),
+    Same(http::uri::PathAndQuery),
     Made(String),
 }
 
@@ -386,7 +386,7 @@ impl std::ops::Deref for UpUri {
     type Target = str;
     fn deref(&self) -> &str {
         match self {
-            UpUri::Same(s) => s,
+            UpUri::Same(s) => s.as_str(),
             UpUri::Made(s) => s,
         }
     }
@@ -655,7 +655,7 @@ mod tests {
             proxy_port: 80,
             location_prefix: prefix.into(),
         };
-        r.request_uri = "/app/a%20b?x=1".into();
+        r.request_uri = http::uri::PathAndQuery::from_static("/app/a%20b?x=1");
         r.uri = "/app/a b".into();
         r.args = Some("x=1".into());
         assert_eq!(&*upstream_uri(&r, &pp(None, "/app/")), "/app/a%20b?x=1");

@@ -168,8 +168,9 @@ pub struct Req {
     pub start: Instant,
     pub method: Method,
     pub version: Version,
-    /// The path and query as received (`$request_uri`).
-    pub request_uri: std::sync::Arc<str>,
+    /// The path and query as received (`$request_uri`): a slice of the
+    /// request's own bytes, not a copy.
+    pub request_uri: http::uri::PathAndQuery,
     /// The normalized path (`$uri`).
     pub uri: String,
     pub args: Option<String>,
@@ -696,7 +697,7 @@ pub(crate) mod tests {
             start: crate::net::clock::now(),
             method: Method::GET,
             version: Version::HTTP_11,
-            request_uri: "/p?x=1&y=2".into(),
+            request_uri: http::uri::PathAndQuery::from_static("/p?x=1&y=2"),
             uri: "/p".into(),
             args: Some("x=1&y=2".into()),
             headers,
