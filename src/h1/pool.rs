@@ -61,12 +61,18 @@ impl Out {
     }
 }
 
-/// A list of `T`s kept per thread for reuse (`reuse`, `keep`).
+/// A list of `T`s kept per thread for reuse (`reuse`, `keep`), reached
+/// with `try_with`: a vector given back while the thread's locals are torn
+/// down is dropped, not kept, and one asked for then is new.
 pub type Free<T> = std::thread::LocalKey<RefCell<Vec<Vec<T>>>>;
 
 /// An empty vector from `free` (else a new one), with room for `n`.
 pub fn reuse<T>(free: &'static Free<T>, n: usize) -> Vec<T> {
-    let mut v = free.with(|f| f.borrow_mut().pop()).unwrap_or_default();
+    let mut v = free
+        .try_with(|f| f.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
     v.reserve(n);
     v
 }
@@ -78,7 +84,7 @@ pub fn keep<T>(free: &'static Free<T>, mut v: Vec<T>, most: usize) {
         return;
     }
     v.clear();
-    free.with(|f| {
+    let _ = free.try_with(|f| {
         let mut f = f.borrow_mut();
         if f.len() < KEEP {
             f.push(v);
