@@ -14,6 +14,21 @@ use crate::conf::loc::Escape;
 use crate::log::escape::{escape_default, escape_json};
 
 /// Writes the request's line to each of its access logs.
+/// Whether one of `logs`' formats reads a variable `want` picks
+/// (`$sent_http_*`, `$upstream_http_*`): what the request keeps for its log
+/// line depends on it.
+pub(crate) fn reads(
+    logs: &[crate::conf::loc::AccessLog],
+    want: impl Fn(&crate::conf::vars::Var) -> bool,
+) -> bool {
+    logs.iter().any(|l| {
+        l.format.template.segments.iter().any(|s| match s {
+            crate::conf::vars::Segment::Var(v) => want(v),
+            _ => false,
+        })
+    })
+}
+
 pub fn write(req: &Req) {
     for log in &req.conf.access_log {
         if let Some(c) = &log.cond {

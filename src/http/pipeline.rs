@@ -337,13 +337,8 @@ pub(super) async fn handle(
     // Only an access log reads $bytes_sent and $sent_http_NAME.
     if !r.conf.access_log.is_empty() {
         r.bytes_sent = header_bytes(resp.headers(), r);
-        if r.conf.access_log.iter().any(|a| {
-            a.format.template.segments.iter().any(|s| {
-                matches!(
-                    s,
-                    crate::conf::vars::Segment::Var(crate::conf::vars::Var::SentHttp(_))
-                )
-            })
+        if access::reads(&r.conf.access_log, |v| {
+            matches!(v, crate::conf::vars::Var::SentHttp(_))
         }) {
             r.sent_headers = Some(resp.headers().clone());
         }

@@ -483,16 +483,10 @@ pub(crate) async fn run(
 /// head (`rewrites`).
 fn headers_as_received(r: &Req, conf: &crate::conf::loc::LocConf, ups: &UpstreamRt) -> bool {
     use crate::conf::expires::{Expires, ExpiresConf};
-    use crate::conf::vars::{Segment, Var};
+    use crate::conf::vars::Var;
     let replaces =
         |n: &str| n.eq_ignore_ascii_case("last-modified") || n.eq_ignore_ascii_case("etag");
-    let reads_sent = conf.access_log.iter().any(|l| {
-        l.format
-            .template
-            .segments
-            .iter()
-            .any(|s| matches!(s, Segment::Var(Var::SentHttp(_))))
-    });
+    let reads_sent = super::access::reads(&conf.access_log, |v| matches!(v, Var::SentHttp(_)));
     r.version != http::Version::HTTP_2
         && !r.subrequest
         && r.www_authenticate.is_none()
@@ -775,16 +769,11 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     // Kept only for a log format that reads $upstream_http_* or
     // $upstream_cookie_*.
     let logs_raw = r.subrequest
-        || conf.access_log.iter().any(|l| {
-            l.format.template.segments.iter().any(|s| {
-                matches!(
-                    s,
-                    crate::conf::vars::Segment::Var(
-                        crate::conf::vars::Var::UpstreamHttp(_)
-                            | crate::conf::vars::Var::UpstreamCookie(_)
-                    )
-                )
-            })
+        || super::access::reads(&conf.access_log, |v| {
+            matches!(
+                v,
+                crate::conf::vars::Var::UpstreamHttp(_) | crate::conf::vars::Var::UpstreamCookie(_)
+            )
         });
     // The head's own lines go on when no map was made (`exchange`).
     let (logged, as_received) = match (mapped, logs_raw) {
