@@ -27,7 +27,9 @@ error_log %%TESTDIR%%/error.log debug;
 daemon off;
 worker_processes 2;
 
-events { worker_connections 128; }
+# Without accept_balance (t/http_accept_balance.t), which would share
+# connections out once one worker holds more than 4 over its share.
+events { worker_connections 128; accept_balance off; }
 
 http {
     access_log off;
@@ -56,29 +58,14 @@ is(scalar @w, 2, 'two workers');
 http_get('/');
 select(undef, undef, undef, 0.5);
 
-# $n connections opened one after another, each kept open after its
-# answer (so the worker that answered goes back to waiting and nothing
-# else wakes it); the pids that answered. $ask reads the answer.
-sub pids {
-	my ($port, $n, $ask) = @_;
-	my (%pids, @open);
-	for (1 .. $n) {
-		my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Proto => 'tcp', Timeout => 5)
-			or next;
-		my $r = $ask->($s) // '';
-		$pids{$r =~ /pid (\d+)/ ? $1 : 'none'}++;
-		push @open, $s;
-		select(undef, undef, undef, 0.02);
-	}
-	close $_ for @open;
-	return %pids;
-}
-
-sub pids_http { pids(@_, sub { keepalive_get($_[0], '/') }) }
+# Connections opened one after another, each kept open after its answer
+# (so the worker that answered goes back to waiting and nothing else wakes
+# it): the pids that answered.
+sub pids_http { pids_answering(@_, sub { keepalive_get($_[0], '/') }) }
 
 # A stream session's one line.
 sub pids_stream {
-	pids(@_, sub {
+	pids_answering(@_, sub {
 		my ($s) = @_;
 		my ($line, $sel) = ('', IO::Select->new($s));
 		while ($line !~ /\n/ && $sel->can_read(3)) {

@@ -421,7 +421,14 @@ const TABLE: &[Spec] = &[
         ctx: EVENTS,
         args: Args::Exactly(1),
         block: false,
-        set: set_multi_accept,
+        set: set_events_flag,
+    },
+    Spec {
+        name: "accept_balance",
+        ctx: EVENTS,
+        args: Args::Exactly(1),
+        block: false,
+        set: set_events_flag,
     },
     Spec {
         name: "accept_mutex",
@@ -851,6 +858,7 @@ fn set_events(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     let mut ev = Events {
         worker_connections: 512,
         multi_accept: None,
+        accept_balance: None,
     };
     let mut wc_set = false;
     b.walk(
@@ -891,15 +899,20 @@ fn set_worker_connections(
     Ok(())
 }
 
-/// `multi_accept on|off` (`net::accept::Sock`).
-fn set_multi_accept(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+/// `multi_accept on|off` (`net::accept::Sock`), `accept_balance on|off`
+/// (`net::balance`).
+fn set_events_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let Node::Events(ev, _) = n else {
         return Err(not_here(d));
     };
-    if ev.multi_accept.is_some() {
+    let field = match d.name.as_str() {
+        "accept_balance" => &mut ev.accept_balance,
+        _ => &mut ev.multi_accept,
+    };
+    if field.is_some() {
         return Err(duplicate(d));
     }
-    ev.multi_accept = Some(flag(d)?);
+    *field = Some(flag(d)?);
     Ok(())
 }
 
@@ -1069,19 +1082,31 @@ mod tests {
     }
 
     #[test]
-    fn multi_accept_is_a_flag_set_once() {
-        let (c, w) = try_build("events { multi_accept on; }").unwrap();
+    fn events_flags_are_set_once() {
+        let (c, w) = try_build("events { multi_accept on; accept_balance off; }").unwrap();
         assert!(w.is_empty());
         assert_eq!(c.events.multi_accept, Some(true));
+        assert_eq!(c.events.accept_balance, Some(false));
         let (c, _) = try_build("events { }").unwrap();
         assert_eq!(c.events.multi_accept, None);
+        assert_eq!(c.events.accept_balance, None);
+        for name in ["multi_accept", "accept_balance"] {
+            assert_eq!(
+                err(&format!("events {{\n{name} yes;\n}}")),
+                format!(
+                    "invalid value \"yes\" in \"{name}\" directive, it must be \"on\" or \"off\" in /t.conf:2"
+                )
+            );
+            assert_eq!(
+                err(&format!("events {{ {name} off;\n{name} on; }}")),
+                format!("\"{name}\" directive is duplicate in /t.conf:2")
+            );
+        }
+        // Each its own: one set does not make the other a duplicate.
+        let (c, _) = try_build("events { accept_balance on; multi_accept off; }").unwrap();
         assert_eq!(
-            err("events {\nmulti_accept yes;\n}"),
-            "invalid value \"yes\" in \"multi_accept\" directive, it must be \"on\" or \"off\" in /t.conf:2"
-        );
-        assert_eq!(
-            err("events { multi_accept off;\nmulti_accept on; }"),
-            "\"multi_accept\" directive is duplicate in /t.conf:2"
+            (c.events.accept_balance, c.events.multi_accept),
+            (Some(true), Some(false))
         );
     }
 }

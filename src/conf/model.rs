@@ -220,6 +220,8 @@ pub struct Events {
     pub worker_connections: usize,
     /// `multi_accept on|off`, default off (None: not set).
     pub multi_accept: Option<bool>,
+    /// `accept_balance on|off`, default on (None: not set).
+    pub accept_balance: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default)]

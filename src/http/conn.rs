@@ -47,7 +47,7 @@ use super::{Listener, Phase, Shared, case, keeper, response, router, status};
 pub(crate) struct Tracked {
     _guard: crate::net::track::Guard,
     /// Held for as long as the tunnel lives.
-    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    _slot: Option<crate::net::slots::Slot>,
 }
 
 impl Tracked {

@@ -34,6 +34,9 @@ pub struct Shm {
     pub limits: Arc<crate::net::limit::LimitZones>,
     /// `sticky learn` zones.
     pub sticky: Arc<crate::upstream::sticky::LearnZones>,
+    /// The workers' connection counts for `accept_balance` (more than one
+    /// worker, and not `accept_balance off`).
+    pub balance: Option<Arc<crate::net::balance::Balance>>,
 }
 
 /// `stub_status` counters shared by the workers of a generation.

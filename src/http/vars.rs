@@ -23,7 +23,7 @@ pub struct ConnInfo {
     pub listen_text: Arc<str>,
     /// Its `worker_connections` slot, given back when the connection (or a
     /// tunnel it became) ends.
-    pub slot: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+    pub slot: std::sync::Mutex<Option<crate::net::slots::Slot>>,
     /// Whether it speaks TLS.
     pub tls: ConnTls,
     /// What its PROXY protocol header said (`listen ... proxy_protocol`).

@@ -7,9 +7,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::watch;
 
-use super::slots::Slots;
+use super::slots::{Slot, Slots};
 use super::stream::Stream;
 use super::track::Tracker;
 use crate::conf::model::ListenAddr;
@@ -19,6 +19,9 @@ use crate::log::Level;
 pub struct Listener {
     pub addr: ListenAddr,
     pub fd: OwnedFd,
+    /// Every worker accepts on this socket (not a `reuseport` one of its
+    /// own): `accept_balance` may take this worker out of it.
+    pub shared: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +107,9 @@ pub type Accepted = (
 /// on every turn while it does not accept (waiting for a
 /// `worker_connections` slot, or backing off after a failed accept), so it
 /// leaves the epoll set for that time (two `epoll_ctl` calls, `exclusive`);
-/// the other workers take the arrivals.
+/// the other workers take the arrivals. A worker over its share of the
+/// connections leaves a shared listener's set the same way
+/// (`accept_balance`, `keep_share`).
 pub struct Sock {
     io: AsyncFd<socket2::Socket>,
     /// The exclusive, level-triggered registration: one accept per report.
@@ -120,6 +125,8 @@ pub struct Sock {
     /// `multi_accept on`: every queued connection before waiting for the
     /// next report.
     multi: bool,
+    /// Every worker's socket (not `reuseport`): `accept_balance` applies.
+    shared: bool,
     kind: Kind,
     addr: ListenAddr,
 }
@@ -154,6 +161,7 @@ impl Sock {
                 paused: false,
                 dead: false,
                 multi: events.multi_accept.unwrap_or(false),
+                shared: l.shared,
                 kind,
                 addr: l.addr.clone(),
             })
@@ -216,8 +224,11 @@ impl Sock {
     /// failed accept (EMFILE and friends: the host is short of something)
     /// is logged and tried again after a back-off. None once no slot will
     /// be given, or once the socket cannot be registered again.
-    pub async fn accept(&mut self, slots: &Slots) -> Option<(Accepted, OwnedSemaphorePermit)> {
+    pub async fn accept(&mut self, slots: &Slots) -> Option<(Accepted, Slot)> {
         loop {
+            if let Some(b) = slots.balance() {
+                self.keep_share(b).await;
+            }
             match self.accept_once().await {
                 Ok(a) => {
                     if let Some(permit) = slots.try_acquire() {
@@ -241,6 +252,61 @@ impl Sock {
                 }
             }
         }
+    }
+
+    /// `accept_balance`: while this worker holds more than its share of
+    /// the workers' connections, out of a shared listener's epoll set (the
+    /// next arrivals wake the others), looking again when another worker
+    /// calls it back and every tick, until it is within half the margin, or
+    /// until a connection has waited at two ticks in a row (`balance`). The
+    /// caller's `accept_once` puts it back.
+    async fn keep_share(&mut self, b: &super::balance::Worker) {
+        use super::balance::{Stand, TICK};
+        if !self.shared || self.excl.is_none() || b.stand() != Stand::Over || !b.go_out() {
+            return;
+        }
+        /// Back in the count of this worker's listeners that are in, however
+        /// the wait ends (the worker stopping drops it).
+        struct Out<'a>(&'a super::balance::Worker);
+        impl Drop for Out<'_> {
+            fn drop(&mut self) {
+                self.0.come_back();
+            }
+        }
+        let _out = Out(b);
+        self.pause();
+        if !self.paused {
+            // Still in the set (logged): waiting would only delay.
+            return;
+        }
+        let mut waiting = false;
+        let tick = tokio::time::sleep(TICK);
+        tokio::pin!(tick);
+        loop {
+            let ticked = tokio::select! {
+                _ = &mut tick => true,
+                _ = b.called_back() => false,
+            };
+            if b.stand() == Stand::Within {
+                return;
+            }
+            if ticked {
+                let now = self.pending();
+                if now && waiting {
+                    return;
+                }
+                waiting = now;
+                tick.as_mut().reset(tokio::time::Instant::now() + TICK);
+            }
+        }
+    }
+
+    /// Whether a connection waits on the socket now (a `poll` that does not
+    /// block).
+    fn pending(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut fds = [PollFd::new(self.io.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
     }
 
     async fn accept_once(&mut self) -> std::io::Result<Accepted> {

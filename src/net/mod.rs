@@ -5,6 +5,7 @@
 //! the connection's local address, as nginx does.
 
 pub mod accept;
+pub mod balance;
 pub mod boxed;
 pub mod clock;
 pub mod copy;

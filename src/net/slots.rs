@@ -10,10 +10,34 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::balance::Worker;
 use crate::log::Level;
+
+/// A connection's `worker_connections` slot, given back when dropped (and
+/// counted in the worker's `accept_balance` share while held).
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    balance: Option<Arc<Worker>>,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Slot")
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(b) = &self.balance {
+            b.leave();
+        }
+    }
+}
 
 pub struct Slots {
     sem: Arc<Semaphore>,
+    /// This worker's count in the `accept_balance` region, if any.
+    balance: Option<Arc<Worker>>,
     limit: usize,
     warned: AtomicBool,
     reusing_warned: AtomicBool,
@@ -32,8 +56,15 @@ const REUSE: usize = 32;
 
 impl Slots {
     pub fn new(limit: usize) -> Arc<Slots> {
+        Slots::counted(limit, None)
+    }
+
+    /// The same, counting the slots taken in this worker's `accept_balance`
+    /// share.
+    pub fn counted(limit: usize, balance: Option<Arc<Worker>>) -> Arc<Slots> {
         Arc::new(Slots {
             sem: Arc::new(Semaphore::new(limit)),
+            balance,
             limit,
             warned: AtomicBool::new(false),
             reusing_warned: AtomicBool::new(false),
@@ -65,16 +96,32 @@ impl Slots {
         closed
     }
 
+    /// This worker's side of `accept_balance`, if it takes part.
+    pub fn balance(&self) -> Option<&Worker> {
+        self.balance.as_deref()
+    }
+
+    fn slot(&self, permit: OwnedSemaphorePermit) -> Slot {
+        if let Some(b) = &self.balance {
+            b.enter();
+        }
+        Slot {
+            _permit: permit,
+            balance: self.balance.clone(),
+        }
+    }
+
     /// A slot if one is free now (a UDP datagram cannot wait for one).
-    pub fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
-        self.sem.clone().try_acquire_owned().ok()
+    pub fn try_acquire(&self) -> Option<Slot> {
+        let p = self.sem.clone().try_acquire_owned().ok()?;
+        Some(self.slot(p))
     }
 
     /// A slot for the next connection, waiting for one when all are taken.
     /// None once the worker stops handing them out.
-    pub async fn acquire(&self) -> Option<OwnedSemaphorePermit> {
-        if let Ok(p) = self.sem.clone().try_acquire_owned() {
-            return Some(p);
+    pub async fn acquire(&self) -> Option<Slot> {
+        if let Some(s) = self.try_acquire() {
+            return Some(s);
         }
         if self.reuse() > 0 {
             if !self.reusing_warned.swap(true, Ordering::Relaxed) {
@@ -84,8 +131,8 @@ impl Slots {
                     self.limit
                 );
             }
-            if let Ok(p) = self.sem.clone().try_acquire_owned() {
-                return Some(p);
+            if let Some(s) = self.try_acquire() {
+                return Some(s);
             }
         }
         if !self.warned.swap(true, Ordering::Relaxed) {
@@ -95,7 +142,8 @@ impl Slots {
                 self.limit
             );
         }
-        self.sem.clone().acquire_owned().await.ok()
+        let p = self.sem.clone().acquire_owned().await.ok()?;
+        Some(self.slot(p))
     }
 }
 
@@ -118,8 +166,26 @@ mod tests {
         assert!(waiting.await.unwrap());
     }
 
+    #[tokio::test]
+    async fn slots_held_are_counted_in_the_balance_until_dropped() {
+        let b = Arc::new(crate::net::balance::Balance::heap(2).unwrap());
+        let s = Slots::counted(2, b.worker(1));
+        let w = s.balance().unwrap();
+        let first = s.try_acquire();
+        let second = s.acquire().await;
+        assert!(first.is_some() && second.is_some());
+        assert_eq!(w.held(), 2);
+        assert!(s.try_acquire().is_none());
+        assert_eq!(w.held(), 2, "a slot not given is not counted");
+        drop(first);
+        assert_eq!(w.held(), 1);
+        drop(second);
+        assert_eq!(w.held(), 0);
+        assert!(Slots::new(1).balance().is_none());
+    }
+
     /// Holds one slot as an idle connection would, until reclaimed.
-    struct Holder(Mutex<Option<OwnedSemaphorePermit>>);
+    struct Holder(Mutex<Option<Slot>>);
 
     impl Reclaim for Holder {
         fn reclaim(&self, _n: usize) -> usize {

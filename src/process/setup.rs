@@ -224,6 +224,14 @@ pub(super) fn make_shm(
     } else {
         None
     };
+    let balance = if workers > 1 && cfg.events.accept_balance != Some(false) {
+        let b = crate::net::balance::Balance::create(workers).map_err(|e| {
+            crate::log!(Level::Emerg, "accept_balance: {}", e);
+        })?;
+        Some(Arc::new(b))
+    } else {
+        None
+    };
     let caches = ssl_caches(cfg, prev).map_err(|e| {
         crate::log!(Level::Emerg, "{}", e);
     })?;
@@ -241,6 +249,7 @@ pub(super) fn make_shm(
         tls: TlsShared { caches, tickets },
         limits: Arc::new(limits),
         sticky: Arc::new(sticky),
+        balance,
     })
 }
 
@@ -330,6 +339,7 @@ pub(super) fn listeners_for(bound: &[Bound], slot: usize) -> Vec<Listener> {
             Some(Listener {
                 addr: b.addr.clone(),
                 fd: net::into_owned(s),
+                shared: !b.reuseport,
             })
         })
         .collect()

@@ -192,7 +192,8 @@ async fn serve(
     // One numbering for HTTP and stream connections, from 1.
     let next_conn = Arc::new(std::sync::atomic::AtomicU64::new(1));
     // worker_connections counts HTTP connections and stream sessions alike.
-    let slots = crate::net::slots::Slots::new(cfg.events.worker_connections);
+    let balance = shm.balance.as_ref().and_then(|b| b.worker(slot));
+    let slots = crate::net::slots::Slots::counted(cfg.events.worker_connections, balance);
     let stream = tokio::spawn(crate::stream::serve(
         cfg.clone(),
         stream_listeners,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
-use tokio::sync::{Notify, OwnedSemaphorePermit, watch};
+use tokio::sync::{Notify, watch};
 
 use super::{Counted, Session, Shared};
 use crate::conf::model::{ListenAddr, NextUpstream, PeerAddr, StreamServer, StreamTarget};
@@ -245,7 +245,7 @@ async fn session(
     server: usize,
     shared: Arc<Shared>,
     phase: watch::Receiver<Phase>,
-    _permit: OwnedSemaphorePermit,
+    _permit: crate::net::slots::Slot,
 ) {
     let _guard = (shared.conns.enter(), Counted::new(&shared.stats));
     let Some(conf) = shared

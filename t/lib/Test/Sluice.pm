@@ -27,7 +27,7 @@ use Socket qw/SOCK_STREAM SOCK_DGRAM/;
 
 use Exporter qw/import/;
 our @EXPORT_OK = qw/http http_get http_start http_end port closed_within
-	backend_addr poll_until keepalive_get/;
+	backend_addr poll_until keepalive_get pids_answering/;
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 my $ROOT = abs_path(dirname(__FILE__) . '/../../..');
@@ -715,6 +715,24 @@ sub keepalive_get {
 			&& length($buf) >= index($buf, "\r\n\r\n") + 4 + $1;
 	}
 	return $buf;
+}
+
+# Opens $n connections to 127.0.0.1:$port one after another, 20 ms apart,
+# each kept open after $ask->($socket) read its answer; then closes them all.
+# How many answers named each pid ("pid N"; 'none' for an answer without).
+sub pids_answering {
+	my ($port, $n, $ask) = @_;
+	my (%pids, @open);
+	for (1 .. $n) {
+		my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Proto => 'tcp', Timeout => 5)
+			or next;
+		my $r = $ask->($s) // '';
+		$pids{$r =~ /pid (\d+)/ ? $1 : 'none'}++;
+		push @open, $s;
+		sleep(0.02);
+	}
+	close $_ for @open;
+	return %pids;
 }
 
 # True when the peer closes $s within $secs seconds (EOF, no data).
