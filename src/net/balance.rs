@@ -16,11 +16,12 @@
 //! more) leaves its shared listeners' epoll sets, so the next arrivals wake
 //! the others, and comes back once it is within half the margin. A worker
 //! that takes a connection while another is out wakes it (a datagram
-//! socket pair each, made before the fork) if that one is now within; and a worker out looks
+//! socket pair each, made before the fork) if that one is now within, as
+//! does a worker's own connection that closes; and a worker out looks
 //! again every `TICK` (its own connections close too), coming back also if
 //! a connection has been waiting at two looks in a row (the others are not
-//! taking them). At most all workers but one are out at a time, so someone
-//! always accepts.
+//! taking them). A worker stays in while all the others are out and over
+//! their shares, so someone always accepts.
 //! `reuseport` listeners are the kernel's to spread and never left.
 
 use std::os::unix::net::UnixDatagram;
@@ -128,6 +129,7 @@ impl Balance {
             bit: bit.filter(|_| wake.is_some()),
             out: AtomicU32::new(0),
             wake,
+            back: tokio::sync::Notify::new(),
         }))
     }
 
@@ -135,6 +137,29 @@ impl Balance {
         self.counts()
             .get(slot)
             .map_or(0, |c| u64::from(c.load(Ordering::Relaxed)))
+    }
+
+    /// Whether, with the workers of `mask` out, some worker other than
+    /// `me` takes new connections: one is in (the workers past the mask
+    /// always are), or one that is out is within its share (called back,
+    /// on its way in).
+    fn someone_takes(&self, mask: u64, me: u64) -> bool {
+        if self.workers > MASK_BITS {
+            return true;
+        }
+        let all = u64::MAX >> (MASK_BITS - self.workers.max(1));
+        if all & !mask != 0 {
+            return true;
+        }
+        let mut out = mask & all & !me;
+        while out != 0 {
+            let slot = out.trailing_zeros() as usize;
+            out &= out - 1;
+            if self.stand_of(slot) == Stand::Within {
+                return true;
+            }
+        }
+        false
     }
 
     /// Where worker `slot` stands now.
@@ -160,6 +185,8 @@ pub struct Worker {
     out: AtomicU32,
     /// The end of its socket pair the others' datagrams arrive at.
     wake: Option<tokio::net::UnixDatagram>,
+    /// Its own closes call it back (`leave`).
+    back: tokio::sync::Notify,
 }
 
 /// Where a worker stands against its share.
@@ -216,18 +243,29 @@ impl Worker {
             return std::future::pending().await;
         };
         let mut buf = [0u8; 8];
-        if w.recv(&mut buf).await.is_err() {
-            return std::future::pending().await;
+        tokio::select! {
+            r = w.recv(&mut buf) => {
+                if r.is_err() {
+                    // Its socket failed: its own closes and the ticks are
+                    // left.
+                    return self.back.notified().await;
+                }
+                // The calls that came meanwhile are answered by this one.
+                while w.try_recv(&mut buf).is_ok() {}
+            }
+            () = self.back.notified() => {}
         }
-        // The calls that came meanwhile are answered by this one.
-        while w.try_recv(&mut buf).is_ok() {}
     }
 
-    /// A connection counted out (its slot given back).
+    /// A connection counted out (its slot given back). If that brings this
+    /// worker, out, within its share, it is called back at once.
     pub fn leave(&self) {
         if let Some(c) = self.balance.counts().get(self.slot) {
             // Never below zero, whatever a dead worker left.
             let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+        if self.out.load(Ordering::Relaxed) > 0 && self.stand() == Stand::Within {
+            self.back.notify_one();
         }
     }
 
@@ -241,19 +279,20 @@ impl Worker {
         self.balance.stand_of(self.slot)
     }
 
-    /// Marks one listener of this worker out, unless every other worker is
-    /// out already (someone must accept): whether it may leave.
+    /// Marks one listener of this worker out, unless no other worker would
+    /// take connections (someone must accept): whether it may leave. A
+    /// worker takes them if it is in, or if it is out but now within its
+    /// share: that one has been called back (`enter`) and is on its way in.
     pub fn go_out(&self) -> bool {
         let Some(bit) = self.bit else {
             return false;
         };
         if self.out.load(Ordering::Relaxed) == 0 {
-            let workers = self.balance.workers.min(MASK_BITS) as u32;
-            let set = self
-                .balance
+            let b = &self.balance;
+            let set = b
                 .mask()
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| {
-                    ((m | bit).count_ones() < workers).then_some(m | bit)
+                    b.someone_takes(m | bit, bit).then_some(m | bit)
                 });
             if set.is_err() {
                 return false;
@@ -326,21 +365,44 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn one_worker_always_stays_in() {
+    async fn someone_always_takes_connections() {
         let b = Arc::new(Balance::heap(3).expect("region"));
         let w: Vec<_> = (0..3).map(|i| b.worker(i).expect("worker")).collect();
+        for _ in 0..20 {
+            w[0].enter();
+            w[1].enter();
+        }
+        assert_eq!((w[0].stand(), w[1].stand()), (Stand::Over, Stand::Over));
         assert!(w[0].go_out());
         assert!(w[0].go_out(), "a second listener of the same worker");
         assert!(w[1].go_out());
-        assert!(!w[2].go_out(), "the last one in stays");
+        assert!(
+            !w[2].go_out(),
+            "the last one in stays while the others are over their shares"
+        );
         w[0].come_back();
         assert!(!w[2].go_out(), "worker 0 is still out on one listener");
+        for _ in 0..10 {
+            w[0].leave();
+        }
+        assert_eq!(w[0].stand(), Stand::Within);
+        assert!(
+            w[2].go_out(),
+            "worker 0, still out but within its share, is on its way in"
+        );
+        w[2].come_back();
+        for _ in 0..10 {
+            w[0].enter();
+        }
+        assert!(!w[2].go_out(), "worker 0 is over again");
         w[0].come_back();
-        assert!(w[2].go_out(), "worker 0 is back");
-        assert!(!w[0].go_out());
-        // A worker that died out is in again when its slot starts again.
+        assert!(w[2].go_out(), "worker 0 is in");
+        w[2].come_back();
+        // A worker that died out is in again when its slot starts again
+        // (with none counted).
         let again = b.worker(1).expect("1");
-        assert!(again.go_out());
+        assert_eq!(again.stand(), Stand::Within);
+        assert!(w[0].go_out() && again.go_out(), "worker 2 is in");
     }
 
     /// A worker out is called back by one that takes a connection once it
@@ -377,6 +439,33 @@ mod tests {
         w1.enter();
         let again = tokio::time::timeout(Duration::from_millis(50), w0.called_back()).await;
         assert!(again.is_err());
+    }
+
+    /// A worker out whose own connections close until it is within its
+    /// share is called back by the last of them.
+    #[tokio::test]
+    async fn its_own_closes_call_a_worker_back() {
+        let b = Arc::new(Balance::heap(2).expect("region"));
+        let (w0, w1) = (b.worker(0).expect("0"), b.worker(1).expect("1"));
+        for _ in 0..12 {
+            w0.enter();
+        }
+        w1.enter();
+        assert!(w0.go_out());
+        let soon = Duration::from_millis(50);
+        w0.leave();
+        assert_eq!(w0.stand(), Stand::Over, "11 of 12");
+        assert!(tokio::time::timeout(soon, w0.called_back()).await.is_err());
+        // 5 of 6: within 2 of a share of 3 (a margin of 4).
+        for _ in 0..6 {
+            w0.leave();
+        }
+        assert_eq!(w0.stand(), Stand::Within);
+        assert!(tokio::time::timeout(soon, w0.called_back()).await.is_ok());
+        w0.come_back();
+        // In: its closes call nothing.
+        w0.leave();
+        assert!(tokio::time::timeout(soon, w0.called_back()).await.is_err());
     }
 
     #[tokio::test]
