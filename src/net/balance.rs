@@ -15,13 +15,13 @@
 //! workers) by more than a margin (4, or an eighth of the share if that is
 //! more) leaves its shared listeners' epoll sets, so the next arrivals wake
 //! the others, and comes back once it is within half the margin. A worker
-//! that takes a connection while another is out wakes it (a datagram
-//! socket pair each, made before the fork) if that one is now within, as
-//! does a worker's own connection that closes; and a worker out looks
-//! again every `TICK` (its own connections close too), coming back also if
-//! a connection has been waiting at two looks in a row (the others are not
-//! taking them). A worker stays in while all the others are out and over
-//! their shares, so someone always accepts.
+//! that takes a connection while another is out calls that one back (a
+//! datagram; a socket pair each, made before the fork) if it is now
+//! within, and so does a close of one of its own connections. A worker out
+//! also looks again every `TICK`, and comes back if a connection has been
+//! waiting at two looks in a row (the others are not taking them). A
+//! worker stays in while all the others are out and over their shares, so
+//! someone always accepts.
 //! `reuseport` listeners are the kernel's to spread and never left.
 
 use std::os::unix::net::UnixDatagram;
@@ -236,8 +236,9 @@ impl Worker {
         }
     }
 
-    /// Until another worker calls this one back in (`enter`), or forever
-    /// without a wake-up.
+    /// Until another worker calls this one back in (`enter`) or a close of
+    /// one of its own connections does (`leave`); forever without a
+    /// wake-up (such a worker never goes out).
     pub async fn called_back(&self) {
         let Some(w) = &self.wake else {
             return std::future::pending().await;
