@@ -17,7 +17,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http stream/)->plan(7);
+my $t = Test::Sluice->new()->has(qw/http stream/)->plan(8);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -106,3 +106,6 @@ ok(@bn == 2 && $bn[0] + $bn[1] == 40 && $bn[0] <= 30, 'a burst of 40 is shared t
 	or diag(explain(\%b));
 
 unlike($t->read_file('error.log'), qr/wakes every worker|registered again/, 'every listener registered exclusive');
+like($t->read_file('error.log'),
+	qr/\[debug\] .*accept_balance: out of listening socket 127\.0\.0\.1:\d+ holding \d+ connections.*\n(?s:.*)accept_balance: back in listening socket 127\.0\.0\.1:\d+ holding \d+ connections \((within its share|connections waiting)\)/,
+	'a worker going out and back is logged at debug');

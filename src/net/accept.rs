@@ -279,26 +279,39 @@ impl Sock {
             // Still in the set (logged): waiting would only delay.
             return;
         }
+        crate::log!(
+            Level::Debug,
+            "accept_balance: out of listening socket {} holding {} connections",
+            self.addr,
+            b.held()
+        );
         let mut waiting = false;
         let tick = tokio::time::sleep(TICK);
         tokio::pin!(tick);
-        loop {
+        let why = loop {
             let ticked = tokio::select! {
                 _ = &mut tick => true,
                 _ = b.called_back() => false,
             };
             if b.stand() == Stand::Within {
-                return;
+                break "within its share";
             }
             if ticked {
                 let now = self.pending();
                 if now && waiting {
-                    return;
+                    break "connections waiting";
                 }
                 waiting = now;
                 tick.as_mut().reset(tokio::time::Instant::now() + TICK);
             }
-        }
+        };
+        crate::log!(
+            Level::Debug,
+            "accept_balance: back in listening socket {} holding {} connections ({})",
+            self.addr,
+            b.held(),
+            why
+        );
     }
 
     /// Whether a connection waits on the socket now (a `poll` that does not
