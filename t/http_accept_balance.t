@@ -54,7 +54,6 @@ is(scalar @w, 2, 'two workers');
 http_get('/');
 select(undef, undef, undef, 0.5);
 
-
 # The first worker takes 9 (9 of 9 is more than 4 over a share of 4.5),
 # then the other until the first is within 2 of its share, and so on: of
 # 24, no more than 16 end up on one. Without the balance, 20 or more land
