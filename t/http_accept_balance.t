@@ -5,7 +5,8 @@
 # first worker to wait (t/http_accept_exclusive.t, with it off), are shared:
 # a worker more than 4 connections over its share stops accepting until the
 # other has caught up. HTTP and stream listeners alike; every connection is
-# served.
+# served; a worker out comes back by itself when a connection waits that
+# the other does not take.
 
 use warnings;
 use strict;
@@ -17,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http stream/)->plan(8);
+my $t = Test::Sluice->new()->has(qw/http stream/)->plan(11);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -103,6 +104,39 @@ close $_ for grep { $_ } @burst;
 my @bn = sort { $b <=> $a } map { $b{$_} } grep { $_ ne 'none' } keys %b;
 ok(@bn == 2 && $bn[0] + $bn[1] == 40 && $bn[0] <= 30, 'a burst of 40 is shared too')
 	or diag(explain(\%b));
+
+# A worker out comes back on its own when a connection waits and the other
+# worker does not take it: here the other is stopped (SIGSTOP, by the pid
+# the master gave it). Connections one after another: the first worker
+# takes 9 and goes out, the other takes the 10th.
+select(undef, undef, undef, 0.3);
+my (%n, @held);
+for (1 .. 20) {
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080), Proto => 'tcp', Timeout => 5)
+		or next;
+	my $r = keepalive_get($s, '/') // '';
+	$n{$r =~ /pid (\d+)/ ? $1 : 'none'}++;
+	push @held, $s;
+	last if keys %n == 2;
+	select(undef, undef, undef, 0.02);
+}
+my ($first) = sort { $n{$b} <=> $n{$a} } keys %n;
+my ($other) = grep { $_ ne $first } keys %n;
+ok(defined $other && $n{$first} == 9 && $n{$other} == 1
+	&& (grep { $_ eq $first } @w) && (grep { $_ eq $other } @w),
+	'nine connections on one worker, then the other takes the tenth') or diag(explain(\%n));
+my $waiting = '';
+if (defined $other && $other =~ /^\d+$/) {
+	kill('STOP', $other);
+	my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8080), Proto => 'tcp', Timeout => 5);
+	$waiting = $s ? keepalive_get($s, '/') // '' : '';
+	kill('CONT', $other);
+	close $s if $s;
+}
+like($waiting, qr/pid \Q$first\E\b/, 'the other stopped: the worker out comes back for the waiting connection');
+ok($t->waitforlog(qr/accept_balance: back in listening socket \S+ holding \d+ connections \(connections waiting\)/),
+	'and says why at debug');
+close $_ for @held;
 
 unlike($t->read_file('error.log'), qr/wakes every worker|registered again/, 'every listener registered exclusive');
 like($t->read_file('error.log'),
