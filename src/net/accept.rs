@@ -256,17 +256,18 @@ impl Sock {
 
     /// `accept_balance`: while this worker holds more than its share of
     /// the workers' connections, out of a shared listener's epoll set (the
-    /// next arrivals wake the others), looking again when another worker
-    /// calls it back and every tick, until it is within half the margin, or
-    /// until a connection has waited at two ticks in a row (`balance`). The
-    /// caller's `accept_once` puts it back.
+    /// next arrivals wake the others), looking again when it is called back
+    /// (another worker's accept, a close of its own) and every tick, until
+    /// it is within half the margin, or until a connection has waited at
+    /// two ticks in a row (`balance`). The caller's `accept_once` puts it
+    /// back.
     async fn keep_share(&mut self, b: &super::balance::Worker) {
         use super::balance::{Stand, TICK};
         if !self.shared || self.excl.is_none() || b.stand() != Stand::Over || !b.go_out() {
             return;
         }
-        /// Back in the count of this worker's listeners that are in, however
-        /// the wait ends (the worker stopping drops it).
+        /// Counts the listener back in (`come_back`) however the wait ends
+        /// (the worker stopping drops it).
         struct Out<'a>(&'a super::balance::Worker);
         impl Drop for Out<'_> {
             fn drop(&mut self) {
