@@ -13,7 +13,6 @@ use super::vars::Req;
 use crate::conf::loc::Escape;
 use crate::log::escape::{escape_default, escape_json};
 
-/// Writes the request's line to each of its access logs.
 /// Whether one of `logs`' formats reads a variable `want` picks
 /// (`$sent_http_*`, `$upstream_http_*`): what the request keeps for its log
 /// line depends on it.
@@ -29,6 +28,7 @@ pub(crate) fn reads(
     })
 }
 
+/// Writes the request's line to each of its access logs.
 pub fn write(req: &Req) {
     for log in &req.conf.access_log {
         if let Some(c) = &log.cond {
