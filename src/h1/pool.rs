@@ -21,27 +21,15 @@ thread_local! {
 
 /// An empty buffer with room for at least `SIZE` bytes.
 pub fn take() -> BytesMut {
-    let mut b = FREE.with(|f| f.borrow_mut().pop()).unwrap_or_default();
-    b.reserve(SIZE);
-    b
+    reuse(&FREE, SIZE)
 }
 
-/// Gives a buffer back. One that holds bytes is the caller's to keep.
-pub fn give(mut b: BytesMut) {
-    if !b.is_empty() {
-        return;
+/// Gives a buffer back. One that holds bytes is the caller's to keep; one
+/// grown for a big head goes back to the allocator.
+pub fn give(b: BytesMut) {
+    if b.is_empty() {
+        keep(&FREE, b, 4 * SIZE);
     }
-    b.clear();
-    // A buffer grown for a big head goes back to the allocator.
-    if b.capacity() > 4 * SIZE {
-        return;
-    }
-    FREE.with(|f| {
-        let mut f = f.borrow_mut();
-        if f.len() < KEEP {
-            f.push(b);
-        }
-    });
 }
 
 /// A write buffer's room when taken: a response's head and first body
@@ -61,13 +49,47 @@ impl Out {
     }
 }
 
-/// A list of `T`s kept per thread for reuse (`reuse`, `keep`), reached
-/// with `try_with`: a vector given back while the thread's locals are torn
-/// down is dropped, not kept, and one asked for then is new.
-pub type Free<T> = std::thread::LocalKey<RefCell<Vec<Vec<T>>>>;
+/// What a per-thread pool keeps: a buffer or list that can be emptied and
+/// made room in (`reuse`, `keep`).
+pub trait Reusable: Default {
+    /// Room for `n` more items.
+    fn reserve(&mut self, n: usize);
+    /// The items it has room for.
+    fn capacity(&self) -> usize;
+    fn clear(&mut self);
+}
 
-/// An empty vector from `free` (else a new one), with room for `n`.
-pub fn reuse<T>(free: &'static Free<T>, n: usize) -> Vec<T> {
+impl<T> Reusable for Vec<T> {
+    fn reserve(&mut self, n: usize) {
+        Vec::reserve(self, n);
+    }
+    fn capacity(&self) -> usize {
+        Vec::capacity(self)
+    }
+    fn clear(&mut self) {
+        Vec::clear(self);
+    }
+}
+
+impl Reusable for BytesMut {
+    fn reserve(&mut self, n: usize) {
+        BytesMut::reserve(self, n);
+    }
+    fn capacity(&self) -> usize {
+        BytesMut::capacity(self)
+    }
+    fn clear(&mut self) {
+        BytesMut::clear(self);
+    }
+}
+
+/// `B`s kept per thread for reuse (`reuse`, `keep`), reached with
+/// `try_with`: one given back while the thread's locals are torn down is
+/// dropped, not kept, and one asked for then is new.
+pub type Free<B> = std::thread::LocalKey<RefCell<Vec<B>>>;
+
+/// An empty one from `free` (else a new one), with room for `n`.
+pub fn reuse<B: Reusable>(free: &'static Free<B>, n: usize) -> B {
     let mut v = free
         .try_with(|f| f.borrow_mut().pop())
         .ok()
@@ -79,7 +101,7 @@ pub fn reuse<T>(free: &'static Free<T>, n: usize) -> Vec<T> {
 
 /// Gives `v` back to `free`, emptied, unless it never allocated, grew past
 /// `most` items (back to the allocator) or `free` holds `KEEP` already.
-pub fn keep<T>(free: &'static Free<T>, mut v: Vec<T>, most: usize) {
+pub fn keep<B: Reusable>(free: &'static Free<B>, mut v: B, most: usize) {
     if v.capacity() == 0 || v.capacity() > most {
         return;
     }
