@@ -112,13 +112,13 @@ pub(super) struct LocationB {
 /// nginx's predefined `combined` format.
 pub fn combined() -> Arc<LogFormat> {
     let text = "$remote_addr - $remote_user [$time_local] \"$request\" $status $body_bytes_sent \"$http_referer\" \"$http_user_agent\"";
-    Arc::new(LogFormat {
-        name: "combined".into(),
-        escape: Escape::Default,
-        template: vars::compile(text).unwrap_or(vars::Template {
+    Arc::new(LogFormat::new(
+        "combined".into(),
+        Escape::Default,
+        vars::compile(text).unwrap_or(vars::Template {
             segments: Vec::new(),
         }),
-    })
+    ))
 }
 
 fn set_http(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {

@@ -527,6 +527,35 @@ pub struct LogFormat {
     pub name: String,
     pub escape: Escape,
     pub template: Template,
+    /// It reads `$sent_http_*`: a request keeps its response's headers
+    /// for the line.
+    pub sent_http: bool,
+    /// It reads `$upstream_http_*` or `$upstream_cookie_*`: a request
+    /// keeps the upstream's headers for the line.
+    pub upstream_http: bool,
+}
+
+impl LogFormat {
+    /// The format, with what its variables make a request keep worked out
+    /// once, not on each request.
+    pub fn new(name: String, escape: Escape, template: Template) -> LogFormat {
+        use super::vars::{Segment, Var};
+        let reads = |want: fn(&Var) -> bool| {
+            template.segments.iter().any(|s| match s {
+                Segment::Var(v) => want(v),
+                Segment::Lit(_) => false,
+            })
+        };
+        let sent_http = reads(|v| matches!(v, Var::SentHttp(_)));
+        let upstream_http = reads(|v| matches!(v, Var::UpstreamHttp(_) | Var::UpstreamCookie(_)));
+        LogFormat {
+            name,
+            escape,
+            template,
+            sent_http,
+            upstream_http,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -651,14 +680,32 @@ pub fn check_proxy_buffers(c: &LocConf) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// What a format's variables make a request keep is read once.
+    #[test]
+    fn log_formats_say_what_they_read() {
+        let f = |t: &str| {
+            let f = LogFormat::new(
+                "f".into(),
+                Escape::Default,
+                super::super::vars::compile(t).unwrap(),
+            );
+            (f.sent_http, f.upstream_http)
+        };
+        assert_eq!(f("$status $body_bytes_sent"), (false, false));
+        assert_eq!(f("[$sent_http_content_type]"), (true, false));
+        assert_eq!(f("$upstream_http_x_id"), (false, true));
+        assert_eq!(f("$upstream_cookie_s $sent_http_etag"), (true, true));
+        assert_eq!(f("sent_http_x upstream_http_y"), (false, false));
+    }
+
     fn defaults() -> Defaults {
         Defaults {
             prefix: PathBuf::from("/p"),
-            combined: Arc::new(LogFormat {
-                name: "combined".into(),
-                escape: Escape::Default,
-                template: super::super::vars::compile("x").unwrap(),
-            }),
+            combined: Arc::new(LogFormat::new(
+                "combined".into(),
+                Escape::Default,
+                super::super::vars::compile("x").unwrap(),
+            )),
         }
     }
 

@@ -76,11 +76,7 @@ fn set_log_format(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     } else {
         &mut b.log_formats
     };
-    list.push(Arc::new(LogFormat {
-        name,
-        escape,
-        template,
-    }));
+    list.push(Arc::new(LogFormat::new(name, escape, template)));
     Ok(())
 }
 

@@ -13,19 +13,13 @@ use super::vars::Req;
 use crate::conf::loc::Escape;
 use crate::log::escape::{escape_default, escape_json};
 
-/// Whether one of `logs`' formats reads a variable `want` picks
-/// (`$sent_http_*`, `$upstream_http_*`): what the request keeps for its log
-/// line depends on it.
+/// Whether one of `logs`' formats says so (`want`: `LogFormat::sent_http`,
+/// `upstream_http`): what the request keeps for its log line depends on it.
 pub(crate) fn reads(
     logs: &[crate::conf::loc::AccessLog],
-    want: impl Fn(&crate::conf::vars::Var) -> bool,
+    want: impl Fn(&crate::conf::loc::LogFormat) -> bool,
 ) -> bool {
-    logs.iter().any(|l| {
-        l.format.template.segments.iter().any(|s| match s {
-            crate::conf::vars::Segment::Var(v) => want(v),
-            _ => false,
-        })
-    })
+    logs.iter().any(|l| want(&l.format))
 }
 
 /// Writes the request's line to each of its access logs.

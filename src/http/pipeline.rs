@@ -337,9 +337,7 @@ pub(super) async fn handle(
     // Only an access log reads $bytes_sent and $sent_http_NAME.
     if !r.conf.access_log.is_empty() {
         r.bytes_sent = header_bytes(resp.headers(), r);
-        if access::reads(&r.conf.access_log, |v| {
-            matches!(v, crate::conf::vars::Var::SentHttp(_))
-        }) {
+        if access::reads(&r.conf.access_log, |f| f.sent_http) {
             r.sent_headers = Some(resp.headers().clone());
         }
     }

@@ -483,10 +483,9 @@ pub(crate) async fn run(
 /// head (`rewrites`).
 fn headers_as_received(r: &Req, conf: &crate::conf::loc::LocConf, ups: &UpstreamRt) -> bool {
     use crate::conf::expires::{Expires, ExpiresConf};
-    use crate::conf::vars::Var;
     let replaces =
         |n: &str| n.eq_ignore_ascii_case("last-modified") || n.eq_ignore_ascii_case("etag");
-    let reads_sent = super::access::reads(&conf.access_log, |v| matches!(v, Var::SentHttp(_)));
+    let reads_sent = super::access::reads(&conf.access_log, |f| f.sent_http);
     r.version != http::Version::HTTP_2
         && !r.subrequest
         && r.www_authenticate.is_none()
@@ -768,13 +767,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     }
     // Kept only for a log format that reads $upstream_http_* or
     // $upstream_cookie_*.
-    let logs_raw = r.subrequest
-        || super::access::reads(&conf.access_log, |v| {
-            matches!(
-                v,
-                crate::conf::vars::Var::UpstreamHttp(_) | crate::conf::vars::Var::UpstreamCookie(_)
-            )
-        });
+    let logs_raw = r.subrequest || super::access::reads(&conf.access_log, |f| f.upstream_http);
     // The head's own lines go on when no map was made (`exchange`).
     let (logged, as_received) = match (mapped, logs_raw) {
         (true, logs) => (logs.then_some(raw), None),
