@@ -22,7 +22,15 @@ thread_local! {
 /// The time: the reading taken when the current task's poll began, if it
 /// runs through [`clocked`], or the clock's own.
 pub fn now() -> Instant {
-    NOW.with(Cell::get).unwrap_or_else(Instant::now)
+    NOW.with(Cell::get).unwrap_or_else(read)
+}
+
+/// The clock's own reading: std's, through tokio's `Instant::now`, which is
+/// exactly that in a build (tokio's `test-util` is a dev-dependency's
+/// feature) and in tests follows a paused runtime's clock, as the runtime's
+/// timers do.
+fn read() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// The time since `t`, by [`now`] (zero if `t` is later).
@@ -95,7 +103,7 @@ struct Reading(Option<Instant>);
 
 impl Reading {
     fn take() -> Reading {
-        Reading(NOW.with(|c| c.replace(Some(Instant::now()))))
+        Reading(NOW.with(|c| c.replace(Some(read()))))
     }
 }
 

@@ -108,7 +108,7 @@ impl Half {
         match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(n)) if n > 0 => {
-                self.first.get_or_insert_with(std::time::Instant::now);
+                self.first.get_or_insert_with(super::clock::now);
                 Poll::Ready(true)
             }
             Poll::Ready(_) => {
@@ -197,7 +197,7 @@ impl Relay {
             ba: Half::new(size.max(1)),
             idle: Duration::ZERO,
             half_close: false,
-            last: Instant::now(),
+            last: Instant::from_std(super::clock::now()),
         }
     }
 
@@ -236,7 +236,8 @@ impl Relay {
         A: AsyncRead + AsyncWrite + Unpin,
         B: AsyncRead + AsyncWrite + Unpin,
     {
-        (self.idle, self.half_close, self.last) = (idle, half_close, Instant::now());
+        (self.idle, self.half_close, self.last) =
+            (idle, half_close, Instant::from_std(super::clock::now()));
         let timer = tokio::time::sleep_until(after(self.last, idle));
         tokio::pin!(timer);
         std::future::poll_fn(|cx| self.poll_run(cx, &mut a, &mut b, timer.as_mut())).await;
@@ -274,7 +275,7 @@ impl Relay {
             return Poll::Ready(());
         }
         if moved {
-            self.last = Instant::now();
+            self.last = Instant::from_std(super::clock::now());
         }
         // The timer is moved on only when it fires: to `idle` after the
         // last time something moved, if that is later.
@@ -332,7 +333,7 @@ mod tests {
         let big = vec![7u8; 3 * BUFFER + 5];
         client.write_all(&big).await.unwrap();
         assert_eq!(read_n(&mut upstream, big.len()).await, big);
-        let before = std::time::Instant::now();
+        let before = crate::net::clock::now();
         for _ in 0..3 {
             upstream.write_all(b"pong").await.unwrap();
             assert_eq!(read_n(&mut client, 4).await, b"pong");
