@@ -277,36 +277,21 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             ignore_abort: Default::default(),
         };
         let open = Open::new(&shared);
-        if pp_port {
+        if pp_port || tls_port {
             // The PROXY protocol header first (then TLS, if the address
-            // speaks it), in the connection's own task.
-            crate::net::clock::spawn(crate::net::boxed::boxed(|| {
-                super::proxy_protocol::serve(
-                    io,
-                    info,
-                    addr.clone(),
-                    shared.clone(),
-                    open,
-                    phase.clone(),
-                    tls_port,
-                )
-            }));
-            tokio::task::yield_now().await;
-            continue;
-        }
-        if tls_port {
-            // The handshake (or a plain request's 497) first, in the
-            // connection's own task.
-            crate::net::clock::spawn(crate::net::boxed::boxed(|| {
-                super::tls::serve_conn_tls(
-                    io,
-                    info,
-                    addr.clone(),
-                    shared.clone(),
-                    open,
-                    phase.clone(),
-                )
-            }));
+            // speaks it), or the handshake (or a plain request's 497), in
+            // the connection's own task (its future in its box: see
+            // `spawn_conn`).
+            let (listen, shared, phase) = (addr.clone(), shared.clone(), phase.clone());
+            if pp_port {
+                crate::net::clock::spawn(crate::net::boxed::boxed(|| {
+                    super::proxy_protocol::serve(io, info, listen, shared, open, phase, tls_port)
+                }));
+            } else {
+                crate::net::clock::spawn(crate::net::boxed::boxed(|| {
+                    super::tls::serve_conn_tls(io, info, listen, shared, open, phase)
+                }));
+            }
             tokio::task::yield_now().await;
             continue;
         }
