@@ -191,8 +191,8 @@ async fn accept_loop(l: Listener, server: usize, flags: Flags, shared: Arc<Share
         // included, at each step of its end (done, then output taken), and
         // an `async` block awaiting `run` moved `run`'s future into itself
         // at its first poll. Those copies, 30 kB a session, were a fifth of
-        // a session's instructions in the worker (callgrind, one session
-        // at a time: 26,800 a session, 22,000 now; nginx 10,000).
+        // a session's instructions in the worker (`COST_PROTO=stream
+        // scripts/cost`: 26,800 a session, 22,300 now; nginx 10,000).
         crate::net::clock::spawn(crate::net::boxed::boxed(|| {
             run(io, session, server, flags, shared, (permit, guard))
         }));
