@@ -61,13 +61,15 @@ async fn start_inner(
             };
             let shared = shared.clone();
             let uri = uri.clone();
-            tokio::spawn(async move {
+            // Made in its box: a subrequest runs the whole pipeline, and a
+            // task's future is copied whole at its spawn and its end.
+            tokio::spawn(crate::net::boxed::boxed(|| async move {
                 let Some(server) = shared.cfg.http.as_ref().and_then(|h| h.servers.get(index))
                 else {
                     return;
                 };
                 run(&shared, &mut sub, server, &uri, body).await;
-            });
+            }));
         }
     }
     Ok(rest)

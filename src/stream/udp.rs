@@ -179,9 +179,11 @@ pub(super) async fn serve(
             table: table.clone(),
         };
         let (shared2, phase2) = (shared.clone(), phase.clone());
-        tokio::spawn(async move {
-            session(start, link, server, shared2, phase2, permit).await;
-        });
+        // Made in its box, as a TCP session's (`super::accept_loop`): the
+        // task then holds a pointer, not a future tokio copies whole.
+        tokio::spawn(crate::net::boxed::boxed(|| {
+            session(start, link, server, shared2, phase2, permit)
+        }));
     }
 }
 
