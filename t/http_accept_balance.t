@@ -49,8 +49,8 @@ EOF
 $t->backend(port(8081));
 $t->run();
 
-my @w = $t->worker_pids();
-for (1 .. 50) { last if @w == 2; select(undef, undef, undef, 0.05); @w = $t->worker_pids(); }
+my @w;
+poll_until(sub { @w = $t->worker_pids(); @w == 2 }, 2.5);
 is(scalar @w, 2, 'two workers');
 http_get('/');
 select(undef, undef, undef, 0.5);

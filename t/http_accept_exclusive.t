@@ -51,8 +51,8 @@ EOF
 
 $t->run();
 
-my @w = $t->worker_pids();
-for (1 .. 50) { last if @w == 2; select(undef, undef, undef, 0.05); @w = $t->worker_pids(); }
+my @w;
+poll_until(sub { @w = $t->worker_pids(); @w == 2 }, 2.5);
 is(scalar @w, 2, 'two workers');
 # Both workers have adopted their listeners by the time one answers.
 http_get('/');

@@ -287,7 +287,7 @@ impl Sock {
             b.held()
         );
         let mut waiting = false;
-        let tick = tokio::time::sleep(TICK);
+        let tick = crate::net::clock::sleep(TICK);
         tokio::pin!(tick);
         let why = loop {
             let ticked = tokio::select! {
@@ -303,7 +303,7 @@ impl Sock {
                     break "connections waiting";
                 }
                 waiting = now;
-                tick.as_mut().reset(tokio::time::Instant::now() + TICK);
+                tick.as_mut().reset(crate::net::clock::deadline(TICK));
             }
         };
         crate::log!(

@@ -151,15 +151,19 @@ impl Balance {
         if all & !mask != 0 {
             return true;
         }
-        let mut out = mask & all & !me;
-        while out != 0 {
-            let slot = out.trailing_zeros() as usize;
-            out &= out - 1;
-            if self.stand_of(slot) == Stand::Within {
-                return true;
-            }
-        }
-        false
+        self.within(mask & all & !me).next().is_some()
+    }
+
+    /// The workers of `mask` (out of their listeners) that are within their
+    /// share: called back, or to be.
+    fn within(&self, mask: u64) -> impl Iterator<Item = usize> + '_ {
+        let mut left = mask;
+        std::iter::from_fn(move || {
+            let slot = (left != 0).then(|| left.trailing_zeros() as usize)?;
+            left &= left - 1;
+            Some(slot)
+        })
+        .filter(|&slot| self.stand_of(slot) == Stand::Within)
     }
 
     /// Where worker `slot` stands now.
@@ -223,15 +227,11 @@ impl Worker {
         if let Some(c) = b.counts().get(self.slot) {
             c.fetch_add(1, Ordering::Relaxed);
         }
-        let mut others = b.mask().load(Ordering::Acquire) & !self.bit.unwrap_or(0);
-        while others != 0 {
-            let slot = others.trailing_zeros() as usize;
-            others &= others - 1;
-            if b.stand_of(slot) == Stand::Within {
-                if let Some((tx, _)) = b.wakes.get(slot) {
-                    // Full (wake-ups unread): it has been called already.
-                    let _ = tx.send(&[1]);
-                }
+        let others = b.mask().load(Ordering::Acquire) & !self.bit.unwrap_or(0);
+        for slot in b.within(others) {
+            if let Some((tx, _)) = b.wakes.get(slot) {
+                // Full (wake-ups unread): it has been called already.
+                let _ = tx.send(&[1]);
             }
         }
     }
