@@ -218,7 +218,8 @@ pub struct User {
 pub struct Events {
     /// `worker_connections N`, default 512.
     pub worker_connections: usize,
-    /// `multi_accept on|off`, default off (None: not set).
+    /// `multi_accept on|off` (None: not set, `net::accept::BATCH` at a
+    /// time).
     pub multi_accept: Option<bool>,
     /// `accept_balance on|off`, default on (None: not set).
     pub accept_balance: Option<bool>,

@@ -297,10 +297,10 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
         }
         let (ctx, inb) = open_conn(io, info, addr.clone(), &shared, open);
         spawn_conn(ctx, inb, phase.clone(), 0, crate::net::clock::now());
-        // The new connection's request runs before the next accept (with
-        // `multi_accept off` that waits for the event loop's next turn
-        // anyway, `Sock`), so a burst of connections does not hold a burst
-        // of buffers at once.
+        // The new connection's request runs before the next accept (after
+        // `Sock`'s batch that waits for the event loop's next turn anyway),
+        // so a burst of connections does not hold a burst of buffers at
+        // once.
         tokio::task::yield_now().await;
     }
 }
