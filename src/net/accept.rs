@@ -96,7 +96,7 @@ pub type Accepted = (
 
 /// Connections taken per report of a listening socket when `multi_accept`
 /// is not set (HAProxy's `tune.maxaccept` default). A turn of the event
-/// loop for each (nginx's default) made about a sixth fewer new stream
+/// loop for each (nginx's default) made about a seventh fewer new stream
 /// sessions a second on two cores (`wrk -c32`, a connection a request).
 const BATCH: u32 = 4;
 
