@@ -186,13 +186,14 @@ async fn accept_loop(l: Listener, server: usize, flags: Flags, shared: Arc<Share
         let guard = (shared.conns.enter(), Counted::new(&shared.stats));
         let session = Session::new(&shared, remote, local, listen.clone(), false);
         let shared = shared.clone();
-        // The session's future (about 6 kB) made in its box, and the task
-        // holding only the box: tokio writes a task's whole stage, future
-        // included, at each step of its end (done, then output taken), and
-        // an `async` block awaiting `run` moved `run`'s future into itself
-        // at its first poll. Those copies, 30 kB a session, were a fifth of
-        // a session's instructions in the worker (`COST_PROTO=stream
-        // scripts/cost`: 26,800 a session, 22,300 now; nginx 10,000).
+        // The session's future (about 3 kB; 6 kB when the copies below were
+        // counted) made in its box, and the task holding only the box: tokio
+        // writes a task's whole stage, future included, at each step of its
+        // end (done, then output taken), and an `async` block awaiting `run`
+        // moved `run`'s future into itself at its first poll. Those copies,
+        // 30 kB a session, were a fifth of a session's instructions in the
+        // worker (`COST_PROTO=stream scripts/cost`: 26,800 a session, then
+        // 22,300; nginx 10,000).
         crate::net::clock::spawn(crate::net::boxed::boxed(|| {
             run(io, session, server, flags, shared, (permit, guard))
         }));
