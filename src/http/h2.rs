@@ -268,8 +268,12 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, phase: watch::Receiver<Pha
     // stream that wrote), not each time one of its streams is.
     let woken = Woken::new();
     // Waits across the loop's turns: a `changed()` made anew on each turn
-    // would join and leave the channel's list of waiters every time.
+    // would join and leave the channel's list of waiters every time. And
+    // polled only once woken: each poll of a waiting `changed()` takes the
+    // channel's lock to look at its waker (160 instructions, twice a
+    // request with one stream per connection).
     let mut phase_change = Box::pin(next_phase(phase));
+    let phase_woken = Woken::new();
     loop {
         // Idle: no stream for `keepalive_timeout` (nginx 1.19.7's
         // `http2_idle_timeout`); going away: once the last stream ended,
@@ -340,7 +344,7 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, phase: watch::Receiver<Pha
                 }
                 None => break,
             },
-            (rx, ch) = &mut phase_change => {
+            (rx, ch) = phase_woken.gate(&mut phase_change) => {
                 if ch.is_err() {
                     break;
                 }
@@ -388,7 +392,7 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, phase: watch::Receiver<Pha
 /// Whether a future polled through [`Woken::gate`] was woken since its
 /// last poll: the connection shares its task with its streams, and a
 /// stream's wake-up (its upstream answered) need not read the client's
-/// socket or walk h2's state.
+/// socket or walk h2's state, nor look at the worker's phase.
 struct Woken {
     flag: Arc<Flag>,
     waker: Waker,
