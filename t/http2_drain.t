@@ -5,8 +5,9 @@
 # close) while a new connection goes to the new one; an idle connection
 # gets GOAWAY after keepalive_timeout; a rapid-reset flood
 # (CVE-2023-44487: streams opened and reset at once) ends in GOAWAY
-# ENHANCE_YOUR_CALM and the worker goes on serving; the HTTP/2 directives'
-# errors name file and line. Needs curl with HTTP/2.
+# ENHANCE_YOUR_CALM and the worker goes on serving, as does a CONTINUATION
+# flood (a header block that never ends); the HTTP/2 directives' errors
+# name file and line. Needs curl with HTTP/2.
 
 use warnings;
 use strict;
@@ -22,7 +23,7 @@ use Test::Sluice::H2 qw/h2_connect h2_request h2_rst h2_frames h2_data_of/;
 
 plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /HTTP2/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(16);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(21);
 my $d = $t->testdir();
 
 my $conf = <<'EOF';
@@ -123,6 +124,47 @@ ok($t->waitforexit(\@old, 10), 'then the old worker exited');
 	is($code, 11, 'with ENHANCE_YOUR_CALM');
 	ok($closed, 'and the connection closed');
 	is(`curl -s --http2-prior-knowledge http://127.0.0.1:$p/`, 'third', 'the worker still serves');
+}
+
+# CONTINUATION flood (CVE-2024-27316 and kin): a HEADERS frame without
+# END_HEADERS, then CONTINUATION frames that never end the block. h2 takes
+# as many as the header limit needs (at least five), then GOAWAY
+# ENHANCE_YOUR_CALM; the block is never decoded into a request, so the
+# backend sees nothing. Beside it, a block in four frames is answered.
+{
+	my $block = sub {
+		my ($path, $n) = @_;
+		my $pad = Test::Sluice::H2::literal('x-pad', 'a' x 100);
+		my $out = Test::Sluice::H2::frame(1, 0x1, 1,
+			join('', map { Test::Sluice::H2::literal(@$_) } [':method', 'GET'],
+				[':scheme', 'http'], [':authority', 'localhost'], [':path', $path]));
+		$out .= Test::Sluice::H2::frame(9, $_ == $n ? 0x4 : 0, 1, $pad) for 1 .. $n;
+		return $out;
+	};
+	my $s = h2_connect($p);
+	syswrite($s, $block->('/slow/0/four', 3));
+	my ($f) = h2_frames($s, sub { $_[0]{type} eq 'DATA' }, 10);
+	like(h2_data_of($f, 1), qr{^\d+ /slow/0/four$}, 'a header block in four frames is answered');
+	close $s;
+
+	my $floods = $t->log_count(qr/http2 flood detected/);
+	my $conns = `curl -s http://127.0.0.1:${\ port(8082)}/conns`;
+	$s = h2_connect($p);
+	# The block never ends: no END_HEADERS on any of the 2000.
+	syswrite($s, $block->('/slow/0/flood', 2001));
+	my $closed;
+	($f, $closed) = h2_frames($s, undef, 10);
+	my ($ga) = grep { $_->{type} eq 'GOAWAY' } @$f;
+	my $code = $ga ? unpack('N', substr($ga->{payload}, 4, 4)) : -1;
+	ok($code == 11 && $closed && !grep({ $_->{type} eq 'HEADERS' } @$f),
+		'a CONTINUATION flood: GOAWAY ENHANCE_YOUR_CALM, no response, closed')
+		or diag("GOAWAY code $code, closed " . ($closed // 0) . ", frames: "
+			. join(" ", map { "$_->{type}/$_->{sid}" } @$f));
+	ok($t->waitforlog(sub { (() = $_[0] =~ /\[info\] .*http2 flood detected/g) > $floods }),
+		'logged as a flood');
+	is(`curl -s --http2-prior-knowledge http://127.0.0.1:$p/`, 'third', 'the worker still serves');
+	is(`curl -s http://127.0.0.1:${\ port(8082)}/conns`, $conns + 1,
+		'the backend got no connection but this count\'s');
 }
 
 # The directives' errors name file and line.
