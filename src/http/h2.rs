@@ -337,6 +337,10 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, phase: watch::Receiver<Pha
                 Some(Err(e)) => {
                     if e.is_go_away() && e.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM) {
                         crate::log_conn!(Level::Info, number, "http2 flood detected");
+                    } else if e.is_library() {
+                        // h2 found the client's frames at fault (and sent
+                        // it GOAWAY): not a close of the client's.
+                        crate::log_conn!(Level::Info, number, "client sent invalid HTTP/2 frames: {e}");
                     } else if !e.is_io() || !is_reset(&e) {
                         crate::log_conn!(Level::Info, number, "client closed HTTP/2 connection: {e}");
                     }

@@ -1,0 +1,221 @@
+#!/usr/bin/perl
+
+# Hostile HTTP/2 clients, the 2019 and later attack classes against a
+# server's frame layer: each leaves the worker's memory bounded (its RSS
+# grows by less than a bound), sends nothing on to the backend that a
+# well-formed request would not, and leaves the worker serving others.
+#   - HPACK bomb: one 4 kB value in the dynamic table, then a header block
+#     of 10,000 one-byte references to it (40 MB decoded): refused, never
+#     decoded whole;
+#   - zero-length header names (CVE-2019-9516): refused, and logged as the
+#     client's fault;
+#   - ping flood and settings flood (CVE-2019-9512, -9515) from a client
+#     that never reads: the connection stops being read once its answers
+#     back up, and closes when idle;
+#   - empty DATA frames (CVE-2019-9518) on an open request body: a few
+#     pass, a flood gets GOAWAY;
+#   - a client that opens 50 downloads of 5 MB and never reads nor opens
+#     its window (CVE-2019-9517): nothing is read ahead for it beyond the
+#     windows.
+# Core Perl and Test::Sluice::H2 only.
+
+use warnings;
+use strict;
+
+use Test::More;
+use Time::HiRes qw/time sleep/;
+
+BEGIN { use FindBin; chdir($FindBin::Bin); }
+
+use lib 'lib';
+use Test::Sluice qw/:all/;
+use Test::Sluice::H2 qw/h2_connect h2_request h2_frames h2_data_of/;
+
+plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /HTTP2/;
+
+my $t = Test::Sluice->new()->has(qw/http/)->plan(19);
+my $d = $t->testdir();
+
+$t->write_file('big.bin', 'x' x (5 << 20));
+
+$t->write_file_expand('sluice.conf', <<'EOF');
+
+%%TEST_GLOBALS%%
+
+events {
+}
+
+http {
+    access_log off;
+    keepalive_timeout 2s;
+
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+        http2 on;
+        root %%TESTDIR%%;
+        location / { return 200 "ok"; }
+        location = /big.bin { }
+        location /p/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
+    }
+}
+EOF
+
+$t->backend(port(8082));
+$t->run();
+my $p = port(8080);
+my $b = port(8082);
+my ($w) = $t->worker_pids();
+
+sub frame { Test::Sluice::H2::frame(@_) }
+sub literal { Test::Sluice::H2::literal(@_) }
+
+# The worker's resident memory, in kB.
+sub rss {
+	open my $fh, '<', "/proc/$w/status" or return 0;
+	my ($kb) = join('', <$fh>) =~ /^VmRSS:\s+(\d+) kB/m;
+	return $kb // 0;
+}
+
+sub serves {
+	return `curl -s --max-time 5 --http2-prior-knowledge http://127.0.0.1:$p/` eq 'ok';
+}
+
+sub conns { `curl -s http://127.0.0.1:$b/conns` }
+
+# A request head: the four pseudo-headers as literals, then $more.
+sub head {
+	my ($path, $more, %opts) = @_;
+	return join('', map { literal(@$_) } [':method', $opts{method} // 'GET'],
+		[':scheme', 'http'], [':authority', 'localhost'], [':path', $path]) . ($more // '');
+}
+
+# Writes everything, however long the peer takes to read it (up to $secs):
+# false if it stopped taking bytes.
+sub write_all {
+	my ($s, $out, $secs) = @_;
+	my $end = time() + ($secs // 10);
+	my $sel = IO::Select->new($s);
+	$s->blocking(0);
+	while (length $out && time() < $end) {
+		next unless $sel->can_write(0.2);
+		my $n = syswrite($s, $out);
+		last unless defined $n || $!{EAGAIN};
+		substr($out, 0, $n) = '' if $n;
+	}
+	$s->blocking(1);
+	return !length $out;
+}
+
+# HPACK bomb: "x-bomb" with a 4,000-byte value goes into the dynamic table
+# (literal with incremental indexing, 0x40), then 10,000 references to it
+# (0xbe: indexed, entry 62, the first dynamic one).
+{
+	my $before = rss();
+	my $c0 = conns();
+	my $s = h2_connect($p);
+	my $block = head('/p/bomb', pack('CC', 0x40, 6) . 'x-bomb' . pack('CCC', 0x7f, 0x81, 0x1e) . ('b' x 4000)
+		. ("\xbe" x 10000));
+	syswrite($s, frame(1, 0x5, 1, $block));
+	my ($f, $closed) = h2_frames($s, sub { $_[0]{type} =~ /^(?:HEADERS|GOAWAY|RST_STREAM)$/ }, 5);
+	my ($last) = grep { $_->{type} =~ /^(?:HEADERS|GOAWAY|RST_STREAM)$/ } @$f;
+	my $what = !$last ? 'nothing'
+		: $last->{type} eq 'HEADERS' ? 'HEADERS ' . unpack('H*', $last->{payload})
+		: $last->{type} . ' ' . unpack('N', substr($last->{payload}, $last->{type} eq 'GOAWAY' ? 4 : 0, 4));
+	# 431 in HPACK: 0x08 (:status, literal without indexing) "431"; or
+	# GOAWAY/RST_STREAM with ENHANCE_YOUR_CALM (11) or PROTOCOL_ERROR (1).
+	ok($what =~ /^HEADERS 0803343331/ || $what =~ /^(?:GOAWAY|RST_STREAM) (?:11|1)$/,
+		"HPACK bomb: refused ($what)");
+	close $s;
+	ok(rss() - $before < 8192, 'HPACK bomb: the worker grew by less than 8 MB ('
+		. (rss() - $before) . ' kB)');
+	is(conns(), $c0 + 1, 'HPACK bomb: nothing reached the backend');
+	ok(serves(), 'HPACK bomb: the worker still serves');
+}
+
+# Zero-length header names (a name must have a token's bytes).
+{
+	my $c0 = conns();
+	my $s = h2_connect($p);
+	syswrite($s, frame(1, 0x5, 1, head('/p/empty', pack('CCC', 0, 0, 0) x 200)));
+	my ($f) = h2_frames($s, sub { $_[0]{type} =~ /^(?:HEADERS|GOAWAY|RST_STREAM)$/ }, 5);
+	my $answered = grep { $_->{type} eq 'HEADERS' && $_->{payload} =~ /^\x88/ } @$f;
+	ok(!$answered && grep({ $_->{type} =~ /^(?:HEADERS|GOAWAY|RST_STREAM)$/ } @$f),
+		'empty header names: refused, not answered 200');
+	close $s;
+	is(conns(), $c0 + 1, 'empty header names: nothing reached the backend');
+	ok($t->waitforlog(qr/\[info\] .*client sent invalid HTTP\/2 frames: connection error detected/),
+		'empty header names: logged as the client\'s invalid frames');
+}
+
+# Ping and settings floods from clients that never read. Their answers
+# back up into the socket's buffers; the connection then stops being read
+# (a client write blocks), and the worker's memory stays put.
+for my $kind (['PING', 6, 'p' x 8], ['SETTINGS', 4, pack('nN', 3, 100)]) {
+	my ($name, $type, $payload) = @$kind;
+	my $before = rss();
+	my $s = h2_connect($p);
+	my $flood = frame($type, 0, 0, $payload) x 20000;
+	my $took = 0;
+	my $n = 0;
+	# Up to 40 rounds of 20,000 frames: the worker must stop taking them.
+	my $stalled = 0;
+	for (1 .. 40) {
+		unless (write_all($s, $flood, 2)) {
+			$stalled = 1;
+			last;
+		}
+		$n += 20000;
+	}
+	ok($stalled, "$name flood: the worker stopped reading a client that does not read ($n frames in)");
+	ok(rss() - $before < 8192, "$name flood: the worker grew by less than 8 MB ("
+		. (rss() - $before) . ' kB)');
+	ok(serves(), "$name flood: the worker still serves others");
+	close $s;
+}
+
+# Empty DATA frames without END_STREAM on an open request body (each costs
+# a frame's work and carries nothing): 50 are let through, and the request
+# goes on with its body; 50,000 on another connection get GOAWAY
+# ENHANCE_YOUR_CALM (h2 takes 100 in a connection's life).
+{
+	my $s = h2_connect($p);
+	syswrite($s, frame(1, 0x4, 1, head('/p/echo', literal('content-length', '1'), method => 'POST'))
+		. (frame(0, 0, 1, '') x 50) . frame(0, 0x1, 1, 'z'));
+	my ($f) = h2_frames($s, sub { $_[0]{type} eq 'DATA' && $_[0]{flags} & 1 }, 10);
+	like(h2_data_of($f, 1), qr/\r\n\r\nz$/, '50 empty DATA frames: the request went on with its body')
+		or diag(join(" ", map { "$_->{type}/$_->{sid}/" . length($_->{payload}) } @$f));
+	close $s;
+
+	my $floods = $t->log_count(qr/http2 flood detected/);
+	$s = h2_connect($p);
+	syswrite($s, frame(1, 0x4, 1, head('/p/echo', literal('content-length', '1'), method => 'POST')));
+	write_all($s, frame(0, 0, 1, '') x 50000, 5);
+	my $closed;
+	($f, $closed) = h2_frames($s, undef, 5);
+	my ($ga) = grep { $_->{type} eq 'GOAWAY' } @$f;
+	my $code = $ga ? unpack('N', substr($ga->{payload}, 4, 4)) : -1;
+	ok($code == 11 && $closed, "50,000 empty DATA frames: GOAWAY ENHANCE_YOUR_CALM ($code), closed");
+	ok($t->waitforlog(sub { (() = $_[0] =~ /\[info\] .*http2 flood detected/g) > $floods }),
+		'logged as a flood');
+	close $s;
+}
+
+# 50 downloads of 5 MB on one connection whose window stays shut after the
+# first 64 kB (the client never reads nor sends WINDOW_UPDATE); then a
+# second such connection. The file's bytes are read only as windows open.
+{
+	my $before = rss();
+	my @s;
+	for (1 .. 2) {
+		my $s = h2_connect($p);
+		syswrite($s, join('', map { frame(1, 0x5, 2 * $_ - 1, head('/big.bin')) } 1 .. 50));
+		push @s, $s;
+	}
+	sleep 1;
+	ok(rss() - $before < 16384, 'shut windows: 100 downloads of 5 MB held less than 16 MB ('
+		. (rss() - $before) . ' kB)');
+	ok(serves(), 'shut windows: the worker still serves');
+	close $_ for @s;
+}
+
+ok(poll_until(sub { serves() }, 5), 'at the end the worker serves');
