@@ -90,7 +90,29 @@ pub(crate) fn opener(
         keepalive: conf.proxy_socket_keepalive,
         target: ups.cfg.keepalive.min.max(1),
         keepalive_time: ups.cfg.keepalive.clone(),
+        head_max: conf.proxy_buffer_size,
     }
+}
+
+/// An h2 error of an upstream's connection or stream, in nginx's words
+/// (its grpc module's where it has them): h2 found the upstream's frames at
+/// fault, the upstream reset the stream or sent GOAWAY, or it closed.
+fn upstream_error(e: &h2::Error) -> Failure {
+    if e.is_library() {
+        return Failure::upstream(
+            Kind::InvalidHeader,
+            format!("upstream sent invalid HTTP/2 ({e})"),
+        );
+    }
+    let code = e.reason().map_or(0, u32::from);
+    let text = if e.is_remote() && e.is_reset() {
+        format!("upstream rejected request with error {code}")
+    } else if e.is_remote() && e.is_go_away() {
+        format!("upstream sent goaway with error {code}")
+    } else {
+        format!("upstream prematurely closed connection ({e})")
+    };
+    Failure::upstream(Kind::Closed, text)
 }
 
 /// A gRPC request (`content-type: application/grpc...`).
@@ -326,7 +348,7 @@ async fn attempts(
         };
         let connect_time = crate::net::clock::since(c.began);
         let ex = exchange(&c.conn, r, &head, source.take()).await;
-        let (resp, state) = match ex {
+        let (resp, state, head_wire) = match ex {
             Ok(x) => x,
             Err((Failed::Client(status), _)) => {
                 c.held.done();
@@ -386,9 +408,6 @@ async fn attempts(
         };
         let status = resp.status().as_u16();
         snap.responded(c.id, status);
-        // The response head as the upstream sent it, before any header is
-        // hidden from the client.
-        let head_wire = super::h2_wire::response_head(resp.status(), resp.headers());
         let answered = Attempt {
             addr: c.name.clone(),
             status: Some(status),
@@ -580,7 +599,7 @@ async fn exchange(
     r: &Req,
     head: &Request<()>,
     source: Option<Source>,
-) -> Result<(Response<h2::RecvStream>, BodyState), (Failed, Option<Source>)> {
+) -> Result<(Response<h2::RecvStream>, BodyState, u64), (Failed, Option<Source>)> {
     let conf = &r.conf;
     let empty = match &source {
         Some(Source::Whole(p)) => p.is_empty(),
@@ -588,7 +607,10 @@ async fn exchange(
         None => true,
     };
     let unprocessed = |f: Failure, id: Option<u32>, e: Option<&h2::Error>| {
-        let refused = e.is_some_and(|e| e.reason() == Some(h2::Reason::REFUSED_STREAM))
+        // Refused by the peer: h2 refuses nothing of its own accord that
+        // the peer did not process.
+        let refused = e
+            .is_some_and(|e| e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM))
             || id.is_some_and(|id| slot.state.refused(id))
             || id.is_none();
         Failed::Upstream {
@@ -597,12 +619,7 @@ async fn exchange(
             unprocessed: refused,
         }
     };
-    let closed = |e: &h2::Error| {
-        Failure::upstream(
-            Kind::Closed,
-            format!("upstream prematurely closed connection ({e})"),
-        )
-    };
+    let closed = upstream_error;
     let mut req = Request::new(());
     *req.method_mut() = head.method().clone();
     *req.uri_mut() = head.uri().clone();
@@ -674,10 +691,23 @@ async fn exchange(
         tokio::select! {
             got = &mut resp => {
                 return match got {
-                    Ok(resp) => Ok((resp, match sender {
-                        Some(t) => BodyState::Going(t),
-                        None => BodyState::Kept(kept.take()),
-                    })),
+                    Ok(resp) => {
+                        // The response head as the upstream sent it, before
+                        // any header is hidden from the client: within
+                        // proxy_buffer_size (grpc_buffer_size), as nginx's
+                        // grpc module has it read into that buffer.
+                        let wire = super::h2_wire::response_head(resp.status(), resp.headers());
+                        if wire > conf.proxy_buffer_size {
+                            // Dropped: its stream is reset.
+                            drop(resp);
+                            let f = Failure::upstream(Kind::InvalidHeader, "upstream sent too big header");
+                            return Err((Failed::Upstream { f, stage: READING, unprocessed: false }, back(kept.take())));
+                        }
+                        Ok((resp, match sender {
+                            Some(t) => BodyState::Going(t),
+                            None => BodyState::Kept(kept.take()),
+                        }, wire))
+                    }
                     Err(e) => {
                         let f = closed(&e);
                         let failed = unprocessed(f, Some(id), Some(&e));

@@ -166,6 +166,21 @@ pub struct Opener {
     pub target: usize,
     /// `keepalive_time` with jitter: drawn per connection.
     pub keepalive_time: crate::conf::model::Keepalive,
+    /// The largest response head its location takes (`proxy_buffer_size`,
+    /// `grpc_buffer_size`): what the connection decodes is bounded from it
+    /// (`header_list_max`).
+    pub head_max: u64,
+}
+
+/// The most of a response head's fields (h2's measure: name, value and
+/// 32 bytes each) one of a connection's streams may decode: 16 times the
+/// opening location's buffer, and at least 1 MiB, so that any location
+/// whose buffer is up to 64 kB finds every head it takes decoded whole.
+/// Past it h2 refuses the stream, and past four times it (an HPACK bomb)
+/// ends the connection, holding no more than that meanwhile.
+fn header_list_max(head_max: u64) -> u32 {
+    let max = head_max.saturating_mul(16).max(1 << 20);
+    u32::try_from(max).unwrap_or(u32::MAX)
 }
 
 impl Opener {
@@ -368,6 +383,7 @@ pub async fn open(addr: PeerAddr, o: Opener) -> Result<Opened, Failure> {
     let mut b = h2::client::Builder::new();
     b.initial_window_size(1 << 20)
         .initial_connection_window_size(4 << 20)
+        .max_header_list_size(header_list_max(o.head_max))
         .enable_push(false);
     let handshake = tokio::time::timeout(o.timeout, b.handshake::<_, Bytes>(io)).await;
     let (send, mut conn) = match handshake {
@@ -626,6 +642,14 @@ mod tests {
         )
     }
 
+    #[test]
+    fn a_connection_decodes_sixteen_buffers_and_at_least_a_mebibyte() {
+        assert_eq!(header_list_max(0), 1 << 20);
+        assert_eq!(header_list_max(4096), 1 << 20);
+        assert_eq!(header_list_max(1 << 20), 16 << 20);
+        assert_eq!(header_list_max(u64::MAX), u32::MAX);
+    }
+
     fn opener(time: Duration) -> Opener {
         let mut k = crate::upstream::pool::tests_keepalive();
         k.time = time;
@@ -636,6 +660,7 @@ mod tests {
             keepalive: false,
             target: 2,
             keepalive_time: k,
+            head_max: 0,
         }
     }
 

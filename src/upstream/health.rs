@@ -339,6 +339,8 @@ async fn h2_check(
                 keepalive: false,
                 target: 1,
                 keepalive_time: crate::conf::model::Keepalive::off(),
+                // The floor (1 MiB): a check reads the status and trailers.
+                head_max: 0,
             };
             match super::h2set::open(PeerAddr::Inet(addr), o).await {
                 Ok(opened) => {

@@ -1,0 +1,161 @@
+#!/usr/bin/perl
+
+# Hostile HTTP/2 upstreams (proxy_http_version 2 and grpc_pass): a scripted
+# backend (Test::Sluice::H2Raw) answers every request with the same raw
+# frames. Each bad answer becomes a 502 (504 for silence) with nginx's
+# error line, holds the worker's memory bounded, and leaves it serving:
+#   - a 10 kB field: past proxy_buffer_size ("upstream sent too big
+#     header"), as nginx's grpc module;
+#   - an HPACK bomb (a 4 kB field of the dynamic table named 10,000 times
+#     over: 40 MB decoded), a name in upper case, a DATA frame on stream 0:
+#     "upstream sent invalid HTTP/2";
+#   - a GOAWAY that refuses the stream, RST_STREAM REFUSED_STREAM: sent
+#     again (the peer never processed it) four times, then 502;
+#   - a Content-Length the DATA frames do not match: the client does not
+#     get a whole response.
+
+use warnings;
+use strict;
+
+use Test::More;
+use Time::HiRes qw/time sleep/;
+
+BEGIN { use FindBin; chdir($FindBin::Bin); }
+
+use lib 'lib';
+use Test::Sluice qw/:all/;
+use Test::Sluice::H2Raw qw/frame field indexed_field/;
+
+my $t = Test::Sluice->new()->has(qw/http/)->plan(21);
+my $d = $t->testdir();
+
+# The answers, by the stream they answer.
+my %answer = (
+	good => sub { frame(1, 0x4, $_[0], "\x88" . field('content-length', '2')) . frame(0, 0x1, $_[0], 'ok') },
+	bomb => sub { frame(1, 0x5, $_[0], "\x88" . indexed_field('x-bomb', 'b' x 4000) . ("\xbe" x 10000)) },
+	big => sub { frame(1, 0x5, $_[0], "\x88" . field('x-big', 'b' x 10240)) },
+	upper => sub { frame(1, 0x5, $_[0], "\x88" . field('X-Upper', 'yes')) },
+	stream0 => sub { frame(0, 0, 0, 'x') },
+	goaway => sub { frame(7, 0, 0, pack('NN', 0, 0)) },
+	refused => sub { frame(3, 0, $_[0], pack('N', 7)) },
+	short => sub { frame(1, 0x4, $_[0], "\x88" . field('content-length', '10')) . frame(0, 0x1, $_[0], 'abc') },
+	silent => sub { '' },
+);
+my @names = sort keys %answer;
+my %port;
+@port{@names} = map { port(8090 + $_) } 0 .. $#names;
+
+my $locations = join "\n", map {
+	"        location /$_ { proxy_pass http://127.0.0.1:$port{$_}; proxy_http_version 2; }"
+} @names;
+
+$t->write_file_expand('sluice.conf', <<"EOF");
+
+%%TEST_GLOBALS%%
+
+events {
+}
+
+http {
+    access_log off;
+    proxy_read_timeout 1s;
+    proxy_next_upstream off;
+
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+$locations
+        location /ok { return 200 "served"; }
+    }
+}
+EOF
+
+# The ports are held until their servers take them.
+Test::Sluice::_release_ports();
+for my $n (@names) {
+	my $ready = "$d/h2raw_$n.ready";
+	$t->run_daemon(\&Test::Sluice::H2Raw::run, $port{$n}, answer => $answer{$n},
+		log => "$d/h2raw_$n.log", ready => $ready);
+	$t->waitforfile($ready) or die "h2 raw backend $n did not start\n";
+}
+$t->run();
+my $p = port(8080);
+my ($w) = $t->worker_pids();
+
+sub rss {
+	open my $fh, '<', "/proc/$w/status" or return 0;
+	my ($kb) = join('', <$fh>) =~ /^VmRSS:\s+(\d+) kB/m;
+	return $kb // 0;
+}
+
+# status and body of a GET through sluice.
+sub get {
+	my ($path) = @_;
+	my $out = `curl -s --max-time 5 -w '\n%{http_code}' http://127.0.0.1:$p$path`;
+	my ($body, $code) = $out =~ /^(.*)\n(\d+)$/s;
+	return ($code // 0, $body // '');
+}
+
+sub served { (get('/ok'))[1] eq 'served' }
+
+my ($code, $body) = get('/good');
+is("$code $body", '200 ok', 'a good answer over HTTP/2 (the control)');
+
+{
+	my $before = rss();
+	($code) = get('/bomb');
+	is($code, 502, 'HPACK bomb: 502');
+	my $grew = rss() - $before;
+	ok($grew < 8192, "HPACK bomb: the worker grew by less than 8 MB ($grew kB)");
+	ok($t->waitforlog(qr/\[error\] .*upstream sent invalid HTTP\/2 \(connection error detected: .*\) while reading response header from upstream/),
+		'HPACK bomb: logged as the upstream\'s fault');
+	ok(served(), 'HPACK bomb: the worker still serves');
+}
+
+($code) = get('/big');
+is($code, 502, 'a 10 kB field, past proxy_buffer_size: 502');
+ok($t->waitforlog(qr/\[error\] .*upstream sent too big header while reading response header from upstream/),
+	'a 10 kB field: logged as nginx');
+
+($code) = get('/upper');
+is($code, 502, 'a name in upper case: 502');
+ok($t->waitforlog(qr/\[error\] .*upstream sent invalid HTTP\/2 .*request: "GET \/upper /),
+	'a name in upper case: logged as the upstream\'s fault');
+
+($code) = get('/stream0');
+is($code, 502, 'DATA on stream 0: 502');
+
+# Requests the backend named got, as its log counts them.
+sub asked { my $l = $t->read_file("h2raw_$_[0].log") // ''; my $n = () = $l =~ /\n/g; $n }
+
+($code) = get('/goaway');
+is($code, 502, 'GOAWAY refusing the stream: 502');
+# A stream the peer never processed goes again, on a new connection, at
+# most four times.
+is(asked('goaway'), 5, 'GOAWAY: sent again four times, no more');
+ok($t->waitforlog(qr/\[error\] .*upstream sent goaway with error 0 while reading response header from upstream/),
+	'GOAWAY: logged as nginx');
+
+($code) = get('/refused');
+is($code, 502, 'RST_STREAM REFUSED_STREAM: 502');
+is(asked('refused'), 5, 'REFUSED_STREAM: sent again four times, no more');
+ok($t->waitforlog(qr/\[error\] .*upstream rejected request with error 7 while reading response header from upstream/),
+	'REFUSED_STREAM: logged as nginx');
+
+{
+	my $out = `curl -s --max-time 5 -i http://127.0.0.1:$p/short`;
+	my $whole = $out =~ /^HTTP\/1.1 200/ && $out =~ /\r\n\r\n(.*)$/s && length($1) == 10;
+	ok(!$whole, 'Content-Length 10 over 3 bytes: no whole response')
+		or diag($out);
+}
+
+{
+	my $t0 = time();
+	($code) = get('/silent');
+	my $took = time() - $t0;
+	is($code, 504, 'silence: 504');
+	ok($took > 0.8 && $took < 4, "after proxy_read_timeout ($took s)");
+}
+
+ok(served(), 'at the end the worker serves');
+($code, $body) = get('/good');
+is("$code $body", '200 ok', 'and a good upstream still answers');
