@@ -17,6 +17,8 @@
 #   - a client that opens 50 downloads of 5 MB and never reads nor opens
 #     its window (CVE-2019-9517): nothing is read ahead for it beyond the
 #     windows.
+#   - random frames, mostly well-formed, from 300 connections (seeded;
+#     H2_FUZZ_SEED replays).
 # Core Perl and Test::Sluice::H2 only.
 
 use warnings;
@@ -33,7 +35,7 @@ use Test::Sluice::H2 qw/h2_connect h2_request h2_frames h2_data_of/;
 
 plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /HTTP2/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(19);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(22);
 my $d = $t->testdir();
 
 $t->write_file('big.bin', 'x' x (5 << 20));
@@ -216,6 +218,84 @@ for my $kind (['PING', 6, 'p' x 8], ['SETTINGS', 4, pack('nN', 3, 100)]) {
 		. (rss() - $before) . ' kB)');
 	ok(serves(), 'shut windows: the worker still serves');
 	close $_ for @s;
+}
+
+# Random frames (a fuzz from the network's side, seeded so that a failing
+# run can be replayed with H2_FUZZ_SEED): 300 connections (H2_FUZZ_CONNS
+# for a longer run) of 40 frames each. Most are well-formed frames with random contents on the streams
+# the connection opened (requests, DATA, WINDOW_UPDATE, RST_STREAM,
+# PRIORITY, SETTINGS, PING, header blocks split into CONTINUATION), so
+# that the state reached is deep; the rest are any type (and unknown
+# ones), flags, stream and bytes. The worker must neither die (a panic is
+# an [alert]) nor stop serving.
+{
+	my $seed = $ENV{H2_FUZZ_SEED} // int(rand(1 << 31));
+	srand($seed);
+	my $before = rss();
+	my $rb = sub { join '', map { chr(int(rand(256))) } 1 .. $_[0] };
+	for my $c (1 .. ($ENV{H2_FUZZ_CONNS} // 300)) {
+		my $s = h2_connect($p);
+		my ($out, $next, @open) = ('', 1);
+		my $request = sub {
+			my $body = $_[0] // rand() < 0.5;
+			$out .= frame(1, $body ? 0x4 : 0x5, $next,
+				head($body || rand() < 0.5 ? '/p/echo' : '/', undef, method => $body ? 'POST' : 'GET'));
+			push @open, $next if $body;
+			$next += 2;
+		};
+		$request->() for 0 .. int(rand(3));
+		# A stream the connection opened, or now and then any.
+		my $some = sub { rand() < 0.99 ? 2 * int(rand(($next - 1) / 2)) + 1 : int(rand(10)) };
+		for my $i (1 .. 40) {
+			my $r = rand();
+			my $sid = $some->();
+			if ($i > 38 && $r < 0.5) {
+				# Last, any frame at all: it may well end the connection.
+				$out .= frame(int(rand(12)), int(rand(256)), $sid, $rb->(int(rand(48))));
+			} elsif ($r < 0.15) {
+				$request->();
+			} elsif ($r < 0.35) {
+				# DATA on a stream whose body is open (on another, h2 ends
+				# the connection: a stream half closed takes none), now and
+				# then on any.
+				$request->(1) unless @open;
+				my $i = rand() < 0.99 ? int(rand(@open)) : undef;
+				my $end = rand() < 0.3;
+				$out .= frame(0, $end ? 1 : 0, defined $i ? $open[$i] : $sid, $rb->(int(rand(100))));
+				splice(@open, $i, 1) if defined $i && $end;
+			} elsif ($r < 0.45) {
+				$out .= frame(8, 0, rand() < 0.3 ? 0 : $sid, pack('N', 1 + int(rand(1 << 20))));
+			} elsif ($r < 0.55) {
+				$out .= frame(3, 0, $sid, pack('N', int(rand(14))));
+			} elsif ($r < 0.6) {
+				$out .= frame(2, 0, $sid, pack('NC', (2 * int(rand($next)) + 1) % (2 * $next), int(rand(256))));
+			} elsif ($r < 0.7) {
+				# Settings with values each may take.
+				my @p = ([1, int(rand(65536))], [2, 0], [3, int(rand(300))],
+					[4, int(rand(1 << 24))], [5, 16384 + int(rand(1 << 16))], [6, int(rand(1 << 16))]);
+				$out .= frame(4, 0, 0, join '', map { pack('nN', @$_) } grep { rand() < 0.4 } @p);
+			} elsif ($r < 0.75) {
+				$out .= frame(6, 0, 0, $rb->(8));
+			} elsif ($r < 0.995) {
+				my $block = head('/', literal('x-f', 'v' x int(rand(60))));
+				my $cut = int(rand(length $block));
+				$out .= frame(1, 0x1, $next, substr($block, 0, $cut))
+					. frame(9, 0x4, $next, substr($block, $cut));
+				$next += 2;
+			} else {
+				# A header block of random bytes on a new stream.
+				$out .= frame(1, 0x5, $next, $rb->(int(rand(40))));
+				$next += 2;
+			}
+		}
+		write_all($s, $out, 2);
+		h2_frames($s, undef, 0.02);
+		close $s;
+	}
+	ok(scalar(grep { $_ == $w } $t->worker_pids()), "random frames (seed $seed): the worker lived");
+	ok(serves(), "random frames (seed $seed): the worker serves");
+	ok(rss() - $before < 16384, "random frames (seed $seed): the worker grew by less than 16 MB ("
+		. (rss() - $before) . ' kB)');
 }
 
 ok(poll_until(sub { serves() }, 5), 'at the end the worker serves');
