@@ -12,7 +12,9 @@
 #   - a GOAWAY that refuses the stream, RST_STREAM REFUSED_STREAM: sent
 #     again (the peer never processed it) four times, then 502;
 #   - a Content-Length the DATA frames do not match: the client does not
-#     get a whole response.
+#     get a whole response;
+#   - random answers, mostly well-formed, to 300 requests (seeded;
+#     H2_FUZZ_SEED replays, H2_FUZZ_REQUESTS lengthens).
 
 use warnings;
 use strict;
@@ -26,7 +28,7 @@ use lib 'lib';
 use Test::Sluice qw/:all/;
 use Test::Sluice::H2Raw qw/frame field indexed_field/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(21);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(23);
 my $d = $t->testdir();
 
 # The answers, by the stream they answer.
@@ -40,13 +42,62 @@ my %answer = (
 	refused => sub { frame(3, 0, $_[0], pack('N', 7)) },
 	short => sub { frame(1, 0x4, $_[0], "\x88" . field('content-length', '10')) . frame(0, 0x1, $_[0], 'abc') },
 	silent => sub { '' },
+	fuzz => \&fuzz,
 );
+
+# Random answers (a fuzz from the upstream's side, seeded: H2_FUZZ_SEED
+# replays it): mostly well-formed answers of random shape (statuses, 1xx
+# first, Content-Length right or wrong, DATA frames, trailers), and now and
+# then a reset, a GOAWAY, frames of the connection's own (PING, SETTINGS,
+# WINDOW_UPDATE) or any frame at all.
+my $seed = $ENV{H2_FUZZ_SEED} // int(rand(1 << 31));
+srand($seed);
+sub fuzz {
+	my ($sid) = @_;
+	my $rb = sub { join '', map { chr(int(rand(256))) } 1 .. $_[0] };
+	my @status = ("\x88", "\x89", "\x8b", "\x8c", "\x8d", "\x8e", "\x08\x03503", "\x08\x03103");
+	my $out = '';
+	for (1 .. int(rand(3))) {
+		my $r = rand();
+		$out .= $r < 0.3 ? frame(6, 0, 0, $rb->(8))
+			: $r < 0.6 ? frame(8, 0, rand() < 0.5 ? 0 : $sid, pack('N', 1 + int(rand(1 << 16))))
+			: $r < 0.8 ? frame(4, 0, 0, pack('nN', 3, int(rand(200))))
+			: frame(int(rand(12)), int(rand(256)), int(rand(2)) ? $sid : int(rand(8)), $rb->(int(rand(30))));
+	}
+	my $r = rand();
+	if ($r < 0.1) {
+		return $out . frame(3, 0, $sid, pack('N', int(rand(14))));
+	} elsif ($r < 0.15) {
+		return $out . frame(7, 0, 0, pack('NN', int(rand($sid + 2)), int(rand(14))));
+	} elsif ($r < 0.2) {
+		return $out . frame(int(rand(12)), int(rand(256)), $sid, $rb->(int(rand(40))));
+	}
+	$out .= frame(1, 0x4, $sid, "\x08\x03103") if rand() < 0.1;
+	my @data = map { $rb->(int(rand(200))) } 1 .. int(rand(4));
+	my $len = 0;
+	$len += length for @data;
+	my $fields = $status[int(rand(@status))];
+	$fields .= field('content-length', rand() < 0.8 ? $len : int(rand(500))) if rand() < 0.5;
+	$fields .= field('content-type', 'application/grpc') if rand() < 0.3;
+	my $trailers = rand() < 0.3;
+	if (!@data && !$trailers) {
+		return $out . frame(1, 0x5, $sid, $fields);
+	}
+	$out .= frame(1, 0x4, $sid, $fields);
+	for my $i (0 .. $#data) {
+		my $last = $i == $#data && !$trailers;
+		$out .= frame(0, $last ? 1 : 0, $sid, $data[$i]);
+	}
+	$out .= frame(1, 0x5, $sid, field('grpc-status', int(rand(17)))) if $trailers;
+	return $out;
+}
 my @names = sort keys %answer;
 my %port;
 @port{@names} = map { port(8090 + $_) } 0 .. $#names;
 
 my $locations = join "\n", map {
-	"        location /$_ { proxy_pass http://127.0.0.1:$port{$_}; proxy_http_version 2; }"
+	"        location /$_ { proxy_pass http://127.0.0.1:$port{$_}; proxy_http_version 2;"
+		. ($_ eq 'fuzz' ? ' proxy_read_timeout 200ms;' : '') . " }"
 } @names;
 
 $t->write_file_expand('sluice.conf', <<"EOF");
@@ -154,6 +205,22 @@ ok($t->waitforlog(qr/\[error\] .*upstream rejected request with error 7 while re
 	my $took = time() - $t0;
 	is($code, 504, 'silence: 504');
 	ok($took > 0.8 && $took < 4, "after proxy_read_timeout ($took s)");
+}
+
+{
+	my $before = rss();
+	my $n = $ENV{H2_FUZZ_REQUESTS} // 300;
+	# One curl, one connection: each answer's body to /dev/null, its
+	# status to the list.
+	my $urls = join ' ', map { "-o /dev/null http://127.0.0.1:$p/fuzz/$_" } 1 .. $n;
+	my @codes = split /\n/, `curl -s --max-time 60 -w '%{http_code}\n' $urls`;
+	my %seen;
+	$seen{$_}++ for @codes;
+	ok(scalar(grep { $_ == $w } $t->worker_pids()),
+		"random answers (seed $seed): the worker lived ("
+		. join(', ', map { "$_ x$seen{$_}" } sort keys %seen) . ')');
+	ok(rss() - $before < 16384, "random answers (seed $seed): the worker grew by less than 16 MB ("
+		. (rss() - $before) . ' kB)');
 }
 
 ok(served(), 'at the end the worker serves');
