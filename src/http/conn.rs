@@ -750,12 +750,15 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
                 "client prematurely closed connection while processing request"
             );
             // With proxy_ignore_client_abort the upstream request goes on
-            // to its end (and its log line); the answer has nowhere to go.
+            // to its end (and its log line), and its answer is written, as
+            // nginx writes it: a client that shut only its side of the
+            // connection reads it. Sent or not, the connection closes.
             if !ctx.info.ignore_abort.load(Ordering::Relaxed) {
                 return false;
             }
             if let Ok(resp) = handling.await {
-                drain(resp).await;
+                let v11 = version == Version::HTTP_11;
+                send_response(inb, resp, is_head, v11, false, ctx.info.number, true).await;
             }
             return false;
         }
@@ -772,6 +775,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
         // closes: its body is not asked for.
         keep && framing.is_some() && !inb.body_broken() && !inb.body_unasked(),
         ctx.info.number,
+        false,
     )
     .await;
     match sent {
@@ -843,14 +847,19 @@ fn request_framing(head: &RequestHead) -> Option<Framing> {
 /// answer is taken whole and the access log line written
 /// (`proxy_ignore_client_abort`); each read is bounded by the proxy's own
 /// timeouts.
-async fn drain(resp: Response<LoggedBody>) {
-    use http_body_util::BodyExt;
-    let mut body = resp.into_body();
-    while let Some(f) = body.frame().await {
-        if f.is_err() {
-            break;
+/// Writing to the client failed (logged as nginx logs it). With `rest`,
+/// the body's rest is read and dropped first, so that the upstream request
+/// goes on to its end (`proxy_ignore_client_abort`).
+async fn give_up(e: &std::io::Error, number: u64, rest: Option<&mut LoggedBody>) -> Sent {
+    if let Some(body) = rest {
+        use http_body_util::BodyExt;
+        while let Some(f) = body.frame().await {
+            if f.is_err() {
+                break;
+            }
         }
     }
+    send_failed(e, number)
 }
 
 enum HeadFail {
@@ -1153,7 +1162,8 @@ struct Own {
 /// each write within `send_timeout`. `chunks`: the client reads chunks
 /// (HTTP/1.1; an HTTP/1.0 one, or any with `chunked_transfer_encoding off`,
 /// gets a body of unknown length until close).
-/// `keep`: the client would keep the connection.
+/// `keep`: the client would keep the connection. `finish_body`: should a
+/// write fail, the body is still read to its end (`give_up`).
 async fn send_response(
     inb: &Inbound,
     resp: Response<LoggedBody>,
@@ -1161,6 +1171,7 @@ async fn send_response(
     chunks: bool,
     keep: bool,
     number: u64,
+    finish_body: bool,
 ) -> Sent {
     let (parts, mut body) = resp.into_parts();
     let send_timeout = body.send_timeout();
@@ -1212,7 +1223,7 @@ async fn send_response(
             // Nothing yet: send what is ready, then wait for the source.
             None => {
                 if let Err(e) = inb.io.write_all_ref(&out, send_timeout).await {
-                    return send_failed(&e, number);
+                    return give_up(&e, number, finish_body.then_some(&mut body)).await;
                 }
                 out.clear();
                 continue;
@@ -1245,7 +1256,7 @@ async fn send_response(
                                 e => e,
                             };
                             if let Err(e) = sent {
-                                return send_failed(&e, number);
+                                return give_up(&e, number, finish_body.then_some(&mut body)).await;
                             }
                             out.clear();
                         }

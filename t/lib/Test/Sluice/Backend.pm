@@ -77,6 +77,15 @@ sub run {
 				my $body = substr($buf{$s}, $end, $len);
 				substr($buf{$s}, 0, $end + $len) = '';
 				my ($method, $uri) = $head =~ /^(\S+)\s+(\S+)/;
+				# No request line (a body it could not frame, say a chunked
+				# one): 400, and the connection closes, as a server would.
+				unless (defined $uri) {
+					syswrite($s, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+					$sel->remove($s);
+					delete $buf{$s};
+					close $s;
+					last;
+				}
 				if ($head =~ /^Upgrade:\s*(\S+)/mi) {
 					syswrite($s, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: $1\r\nConnection: Upgrade\r\n\r\n");
 					$tunnel{$s} = 1;
