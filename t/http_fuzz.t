@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 
-# A fuzz of the HTTP/1 engine from the network's side, with an oracle for
-# response framing (the desync class of bugs): 300 connections each send
+# A fuzz of the HTTP/1 engine from both sides, with an oracle for response
+# framing and for answers given to the wrong request (the desync class of
+# bugs): 300 connections each send
 # pipelined requests, mostly well-formed, with random methods, targets,
 # versions, headers, framing (Content-Length right or wrong, chunked with
 # random chunk sizes, extensions and trailers, both, neither), bodies,
@@ -10,9 +11,12 @@
 # shut. Whatever sluice answers must parse, strictly, as a sequence of
 # whole HTTP/1.1 responses, in order, each framed as RFC 9112 says for the
 # request it answers (HEAD, 1xx, 204, 304 without body; chunked, length or
-# close), with nothing after the last one. The worker must live, keep its
-# memory and serve. Seeded (HTTP_FUZZ_SEED replays; HTTP_FUZZ_CONNS
-# lengthens).
+# close), with nothing after the last one; an echo must hold its own
+# connection's token. Some requests go to a scripted upstream (kept alive)
+# that answers at random: framing right and wrong, bodies where none may
+# be, and now and then a second response after the first, which no client
+# may ever get. The worker must live, keep its memory and serve. Seeded
+# (HTTP_FUZZ_SEED replays; HTTP_FUZZ_CONNS lengthens).
 
 use warnings;
 use strict;
@@ -64,11 +68,37 @@ http {
         }
         location = /204 { return 204; }
         location = /redir { return 301 /r; }
+        location /u/ {
+            proxy_pass http://raw/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_read_timeout 300ms;
+            proxy_next_upstream off;
+        }
+    }
+
+    upstream raw {
+        server 127.0.0.1:%%PORT_8082%%;
+        keepalive 4;
     }
 }
 EOF
 
+my $seed = $ENV{HTTP_FUZZ_SEED} // int(rand(1 << 31));
+srand($seed);
+
 $t->backend(port(8081));
+# The upstream side's fuzz: a scripted backend answers each request at
+# random (its own generator, seeded from the same seed).
+{
+	require Test::Sluice::Raw;
+	Test::Sluice::_release_ports();
+	my $ready = "$d/raw.ready";
+	my $useed = int(rand(1 << 31));
+	$t->run_daemon(sub { srand($useed); Test::Sluice::Raw::run(@_) }, port(8082),
+		script => \&upstream_answer, ready => $ready);
+	$t->waitforfile($ready) or die "raw backend did not start\n";
+}
 $t->run();
 my $p = port(8080);
 my ($w) = $t->worker_pids();
@@ -78,9 +108,6 @@ sub rss {
 	my ($kb) = join('', <$fh>) =~ /^VmRSS:\s+(\d+) kB/m;
 	return $kb // 0;
 }
-
-my $seed = $ENV{HTTP_FUZZ_SEED} // int(rand(1 << 31));
-srand($seed);
 
 sub pick { $_[int(rand(@_))] }
 sub rbytes { join '', map { chr(int(rand(256))) } 1 .. $_[0] }
@@ -93,7 +120,8 @@ sub request {
 		: pick('get', 'G@T', 'PRI', 'CONNECT', 'X' x 40);
 	my $target = rand() < 0.95
 		? pick('/', '/r', '/file.txt', "/p/echo?$tok", "/p/x?$tok", "/nb/echo?$tok", '/204', '/redir',
-			'/p/status/304', '/p/status/204', '/%2e%2e/r', "/p/echo?$tok&" . ('a' x int(rand(300))), '/' . ('z' x 2000))
+			'/p/status/304', '/p/status/204', '/%2e%2e/r', "/p/echo?$tok&" . ('a' x int(rand(300))), '/' . ('z' x 2000),
+			"/u/a?$tok", "/u/b?$tok", "/u/c?$tok", "/u/d?$tok")
 		: pick('*', 'http://localhost/r', '//r', 'r', "/\x01", '/' . rbytes(5));
 	my $version = rand() < 0.95 ? pick('HTTP/1.1', 'HTTP/1.1', 'HTTP/1.0') : pick('HTTP/2.0', 'HTTP/1.2', 'HTTP/1', 'http/1.1');
 	my @h;
@@ -198,6 +226,52 @@ sub check {
 	return [$buf];
 }
 
+# A random answer from the upstream to a request: mostly well-formed (its
+# body names the request's token), with 1xx first, bodies where none may be,
+# Content-Length short or long or twice, chunked right and wrong, both,
+# close-delimited; and now and then a whole second response after it,
+# which names a token no request has (tok=FAKE): kept on a keep-alive
+# connection, it would be the next request's answer. Or no answer, or a
+# close.
+sub upstream_answer {
+	my ($method, $uri) = @_;
+	my ($tok) = ($uri // '') =~ /(tok=C\d+R\d+;)/;
+	$tok //= 'tok=none;';
+	my $r = rand();
+	return { hold => 1 } if $r < 0.03;
+	return { close => 1 } if $r < 0.06;
+	my $body = "$tok " . ('b' x int(rand(2000)));
+	my $status = pick(200, 200, 200, 201, 204, 304, 404, 500);
+	my $out = rand() < 0.05 ? pick("HTTP/1.1 100 Continue\r\n\r\n", "HTTP/1.1 103 Early Hints\r\nLink: </s>\r\n\r\n") : '';
+	$out .= "HTTP/1.1 $status X\r\nX-T: t\r\n";
+	my $f = rand();
+	my $close = 0;
+	if ($f < 0.55) {
+		$out .= 'Content-Length: ' . length($body) . "\r\n\r\n$body";
+	} elsif ($f < 0.6) {
+		# Short: the connection closes before the length is there.
+		$out .= 'Content-Length: ' . (length($body) + 10) . "\r\n\r\n$body";
+		$close = 1;
+	} elsif ($f < 0.63) {
+		$out .= 'Content-Length: ' . length($body) . "\r\nContent-Length: " . (length($body) + 1) . "\r\n\r\n$body";
+	} elsif ($f < 0.8) {
+		my ($b, $w) = ($body, '');
+		while (length $b) {
+			my $n = 1 + int(rand(length $b));
+			$w .= sprintf('%x', $n) . "\r\n" . substr($b, 0, $n, '') . "\r\n";
+		}
+		$w .= "0\r\n\r\n";
+		$w = 'zz' . $w if rand() < 0.05;
+		$out .= pick("Transfer-Encoding: chunked\r\n", "Transfer-Encoding: chunked\r\n",
+			"Transfer-Encoding: gzip\r\n", "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n") . "\r\n$w";
+	} else {
+		$out .= "\r\n$body";
+		$close = 1;
+	}
+	$out .= "HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\ntok=FAKE; xyz" if !$close && rand() < 0.1;
+	return { send => $out, close => $close };
+}
+
 my $before = rss();
 my ($bad, $answered, $conns) = (0, 0, $ENV{HTTP_FUZZ_CONNS} // 300);
 for my $c (1 .. $conns) {
@@ -205,8 +279,13 @@ for my $c (1 .. $conns) {
 	binmode $s;
 	local $SIG{PIPE} = 'IGNORE';
 	my ($out, @methods) = ('');
-	for my $r (1 .. 1 + int(rand(5))) {
-		my ($bytes, $method) = request("tok=C${c}R$r;");
+	# A third of the connections ask the random upstream only, with clean
+	# requests, so that its answers and its kept connections see use.
+	my $upstream_only = rand() < 0.33;
+	for my $r (1 .. 1 + int(rand($upstream_only ? 8 : 5))) {
+		my ($bytes, $method) = $upstream_only
+			? ("GET /u/" . pick('a', 'b', 'c') . "?tok=C${c}R$r; HTTP/1.1\r\nHost: localhost\r\n\r\n", 'GET')
+			: request("tok=C${c}R$r;");
 		$out .= $bytes;
 		push @methods, $method;
 	}
@@ -228,7 +307,8 @@ for my $c (1 .. $conns) {
 	$answered++ if length $buf;
 	# An echo carries its request's token: one of another connection's
 	# would be an answer given to the wrong client.
-	my $why = ref $got ? (map { /tok=C(\d+)R\d+;/ && $1 != $c ? "an answer holds another connection's token: $&" : () } @$got)[0]
+	my $why = ref $got ? (map { /tok=C(\d+)R\d+;/ && $1 != $c ? "an answer holds another connection's token: $&"
+			: /tok=FAKE;/ ? 'an answer is what an upstream sent after its response' : () } @$got)[0]
 		: $got;
 	if (defined $why) {
 		$bad++;

@@ -554,6 +554,31 @@ mod tests {
         ));
     }
 
+    /// An upstream that answers once more, a little after its response
+    /// (a second answer to one request): the bytes come while the
+    /// connection is idle, and it may not serve again.
+    #[tokio::test]
+    async fn an_idle_connection_the_upstream_sent_more_on_is_not_open() {
+        let (mut h, mut peer) = pair();
+        let head = b"GET /a HTTP/1.1\r\nHost: b\r\n\r\n".to_vec();
+        h.send(&head, &Payload::Mem(Bytes::new()), T).await.unwrap();
+        let mut got = vec![0u8; 200];
+        let _ = peer.read(&mut got).await.unwrap();
+        peer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        let (_, body, idle) = read(&mut h, &Method::GET).await.unwrap();
+        assert_eq!(body, b"ok");
+        assert!(idle);
+        assert!(h.is_open(), "nothing more yet");
+        peer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra")
+            .await
+            .unwrap();
+        // The bytes reach the poller.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!h.is_open(), "an unasked answer came");
+    }
+
     #[tokio::test]
     async fn an_idle_connection_the_upstream_closed_is_seen_without_a_read() {
         let (h, peer) = pair();

@@ -73,8 +73,17 @@ sub run {
 				my $head = substr($buf{$s}, 0, $end);
 				my ($len) = $head =~ /^content-length:\s*(\d+)/mi;
 				$len //= 0;
-				last if length($buf{$s}) < $end + $len;
-				my $body = substr($buf{$s}, $end, $len);
+				my $body;
+				if ($head =~ /^transfer-encoding:.*chunked/mi) {
+					# A chunked body, decoded (its trailers dropped): a
+					# server that took its chunks for requests would answer
+					# more than it was asked.
+					($body, $len) = dechunk(substr($buf{$s}, $end));
+					last unless defined $body;
+				} else {
+					last if length($buf{$s}) < $end + $len;
+					$body = substr($buf{$s}, $end, $len);
+				}
 				substr($buf{$s}, 0, $end + $len) = '';
 				my ($method, $uri) = $head =~ /^(\S+)\s+(\S+)/;
 				# No request line (a body it could not frame, say a chunked
@@ -120,6 +129,30 @@ sub run {
 		for my $d (@due) {
 			syswrite($d->[1], $d->[2]) if exists $buf{$d->[1]};
 		}
+	}
+}
+
+# A chunked body at the start of $b: its bytes and the length it takes on
+# the wire, or nothing while it is incomplete (a malformed one is taken
+# whole, as it is).
+sub dechunk {
+	my ($b) = @_;
+	my ($body, $at) = ('', 0);
+	while (1) {
+		my $eol = index($b, "\r\n", $at);
+		return if $eol < 0;
+		my ($size) = substr($b, $at, $eol - $at) =~ /^([0-9a-fA-F]+)/;
+		return (substr($b, $at), length $b) unless defined $size;
+		my $n = hex $size;
+		$at = $eol + 2;
+		if ($n == 0) {
+			my $end = index($b, "\r\n\r\n", $at - 2);
+			return if $end < 0;
+			return ($body, $end + 4);
+		}
+		return if length($b) < $at + $n + 2;
+		$body .= substr($b, $at, $n);
+		$at += $n + 2;
 	}
 }
 

@@ -5,8 +5,9 @@ package Test::Sluice::Raw;
 # well-behaved server would (conflicting framing, bad status lines, truncated
 # bodies, 1xx, 101, huge heads). One process, select()-multiplexed, keep-alive.
 #
-# The script is a hash ref: path => answer. An answer is a string (sent as it
-# is; the connection stays open) or a hash ref:
+# The script is a hash ref: path => answer, or a code ref called with the
+# request's method, target and head that returns the answer. An answer is a
+# string (sent as it is; the connection stays open) or a hash ref:
 #   send  => bytes to send
 #   close => 1        close the connection after sending
 #   hold  => 1        send, then never answer on this connection again
@@ -51,6 +52,8 @@ sub run {
 			unless ($n) {
 				$sel->remove($s);
 				delete $buf{$s};
+				# A later socket may get the same address (its key).
+				delete $held{$s};
 				close $s;
 				next;
 			}
@@ -80,7 +83,8 @@ sub run {
 					print $fh length($request) . "\n" . $request;
 					close $fh;
 				}
-				my $a = $script->{$path}
+				my $a = ref $script eq 'CODE' ? $script->($method, $uri, $head)
+					: $script->{$path}
 					// "HTTP/1.1 200 OK\r\nContent-Length: " . (3 + length $path)
 					. "\r\n\r\nok $path";
 				$a = { send => $a } unless ref $a;
@@ -88,6 +92,8 @@ sub run {
 				if ($a->{close}) {
 					$sel->remove($s);
 					delete $buf{$s};
+					# A later socket may get the same address (its key).
+					delete $held{$s};
 					close $s;
 					last;
 				}
