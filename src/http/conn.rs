@@ -843,13 +843,11 @@ fn request_framing(head: &RequestHead) -> Option<Framing> {
     }
 }
 
-/// Reads a response nobody will receive to its end, so that the upstream
-/// answer is taken whole and the access log line written
+/// Writing to the client failed (logged as nginx logs it). With `rest`,
+/// the body's rest is read and dropped first, so that the upstream answer
+/// is taken whole and the access log line written
 /// (`proxy_ignore_client_abort`); each read is bounded by the proxy's own
 /// timeouts.
-/// Writing to the client failed (logged as nginx logs it). With `rest`,
-/// the body's rest is read and dropped first, so that the upstream request
-/// goes on to its end (`proxy_ignore_client_abort`).
 async fn give_up(e: &std::io::Error, number: u64, rest: Option<&mut LoggedBody>) -> Sent {
     if let Some(body) = rest {
         use http_body_util::BodyExt;
