@@ -2,13 +2,12 @@
 
 # A fuzz of the HTTP/1 engine from both sides, with an oracle for response
 # framing and for answers given to the wrong request (the desync class of
-# bugs): 300 connections each send
-# pipelined requests, mostly well-formed, with random methods, targets,
-# versions, headers, framing (Content-Length right or wrong, chunked with
-# random chunk sizes, extensions and trailers, both, neither), bodies,
-# Expect: 100-continue, Connection: close, and now and then a malformed
-# line or bytes at random; written in random pieces, then the write side
-# shut. Whatever sluice answers must parse, strictly, as a sequence of
+# bugs): 300 connections each send pipelined requests, mostly well-formed,
+# with random methods, targets, versions, headers, framing (Content-Length
+# right or wrong, chunked with random chunk sizes, extensions and
+# trailers, both, neither), bodies, Expect: 100-continue, Connection:
+# close, and now and then a malformed line or bytes at random; written in
+# random pieces, then the write side shut. Whatever sluice answers must parse, strictly, as a sequence of
 # whole HTTP/1.1 responses, in order, each framed as RFC 9112 says for the
 # request it answers (HEAD, 1xx, 204, 304 without body; chunked, length or
 # close), with nothing after the last one; an echo must hold its own
