@@ -611,7 +611,10 @@ async fn serve_stream(
         // its box rather than moved into this one.
         r = crate::net::boxed::boxed(|| super::pipeline::handle(shared, conn.info.clone(), &conn.listen, req, nth, flight)) => r,
         reason = std::future::poll_fn(|cx| respond.poll_reset(cx)) => {
-            client_reset(&conn, id, reason.ok());
+            // An error: the connection went, not the stream alone.
+            if let Ok(reason) = reason {
+                client_reset(&conn, id, reason);
+            }
             return;
         }
     };
@@ -631,21 +634,21 @@ async fn serve_stream(
 
 /// The client reset a stream before its response was sent: counted (the
 /// rapid-reset check) and logged as nginx logs it.
-fn client_reset(conn: &Conn, id: u32, reason: Option<h2::Reason>) {
+fn client_reset(conn: &Conn, id: u32, reason: h2::Reason) {
     conn.resets.fetch_add(1, Ordering::Relaxed);
     crate::log_conn!(
         Level::Info,
         conn.info.number,
         "client terminated stream {} with status {}",
         id,
-        reason.map_or(0, u32::from)
+        u32::from(reason)
     );
 }
 
 /// Why a response stopped before its end.
 enum Stop {
-    /// The client reset the stream (with this code, when known).
-    Reset(Option<h2::Reason>),
+    /// The client reset the stream, with this code.
+    Reset(h2::Reason),
     /// The body failed, a send timed out, or the connection went.
     Failed,
 }
@@ -738,7 +741,7 @@ async fn send_response(
                 // Waits for the body, watching for the client's reset.
                 std::future::poll_fn(|cx| {
                     if let Poll::Ready(r) = stream.poll_reset(cx) {
-                        return Poll::Ready(Err(Stop::Reset(r.ok())));
+                        return Poll::Ready(Err(reset(r)));
                     }
                     Pin::new(&mut body).poll_frame(cx).map(Ok)
                 })
@@ -774,11 +777,16 @@ async fn send_response(
 }
 
 fn stopped(e: &h2::Error) -> Stop {
-    if e.is_reset() && e.is_remote() {
-        Stop::Reset(e.reason())
-    } else {
-        Stop::Failed
+    match e.reason() {
+        Some(reason) if e.is_reset() && e.is_remote() => Stop::Reset(reason),
+        _ => Stop::Failed,
     }
+}
+
+/// What `poll_reset` said: the client's reset, or (an error) the
+/// connection went.
+fn reset(r: Result<h2::Reason, h2::Error>) -> Stop {
+    r.map_or(Stop::Failed, Stop::Reset)
 }
 
 /// Sends `d` in frames of at most `chunk` bytes, each once the client's
@@ -803,7 +811,7 @@ async fn send_data(
         stream.reserve_capacity(d.len().min(chunk));
         let room = std::future::poll_fn(|cx| {
             if let Poll::Ready(r) = stream.poll_reset(cx) {
-                return Poll::Ready(Err(Stop::Reset(r.ok())));
+                return Poll::Ready(Err(reset(r)));
             }
             loop {
                 if stream.capacity() > 0 {
