@@ -17,7 +17,7 @@
 #   - a client that opens 50 downloads of 5 MB and never reads nor opens
 #     its window (CVE-2019-9517): nothing is read ahead for it beyond the
 #     windows.
-#   - random frames, mostly well-formed, from 300 connections (seeded;
+#   - random frames, mostly well-formed, from 1,000 connections (seeded;
 #     H2_FUZZ_SEED replays).
 # Core Perl and Test::Sluice::H2 only.
 
@@ -221,7 +221,7 @@ for my $kind (['PING', 6, 'p' x 8], ['SETTINGS', 4, pack('nN', 3, 100)]) {
 }
 
 # Random frames (a fuzz from the network's side, seeded so that a failing
-# run can be replayed with H2_FUZZ_SEED): 300 connections (H2_FUZZ_CONNS
+# run can be replayed with H2_FUZZ_SEED): 1,000 connections (H2_FUZZ_CONNS
 # for a longer run) of 40 frames each. Most are well-formed frames with random contents on the streams
 # the connection opened (requests, DATA, WINDOW_UPDATE, RST_STREAM,
 # PRIORITY, SETTINGS, PING, header blocks split into CONTINUATION), so
@@ -233,7 +233,7 @@ for my $kind (['PING', 6, 'p' x 8], ['SETTINGS', 4, pack('nN', 3, 100)]) {
 	srand($seed);
 	my $before = rss();
 	my $rb = sub { join '', map { chr(int(rand(256))) } 1 .. $_[0] };
-	for my $c (1 .. ($ENV{H2_FUZZ_CONNS} // 300)) {
+	for my $c (1 .. ($ENV{H2_FUZZ_CONNS} // 1000)) {
 		my $s = h2_connect($p);
 		my ($out, $next, @open) = ('', 1);
 		my $request = sub {

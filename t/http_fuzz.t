@@ -2,7 +2,7 @@
 
 # A fuzz of the HTTP/1 engine from both sides, with an oracle for response
 # framing and for answers given to the wrong request (the desync class of
-# bugs): 300 connections each send pipelined requests, mostly well-formed,
+# bugs): 1,000 connections each send pipelined requests, mostly well-formed,
 # with random methods, targets, versions, headers, framing (Content-Length
 # right or wrong, chunked with random chunk sizes, extensions and
 # trailers, both, neither), bodies, Expect: 100-continue, Connection:
@@ -272,7 +272,7 @@ sub upstream_answer {
 }
 
 my $before = rss();
-my ($bad, $answered, $conns) = (0, 0, $ENV{HTTP_FUZZ_CONNS} // 300);
+my ($bad, $answered, $conns) = (0, 0, $ENV{HTTP_FUZZ_CONNS} // 1000);
 for my $c (1 .. $conns) {
 	my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$p", Proto => 'tcp') or die "connect: $!\n";
 	binmode $s;
