@@ -817,6 +817,13 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                     // The line is not complete: a version is still arriving.
                     return Ok(None);
                 };
+                // Rewritten below only when the version is the odd part
+                // ("HTTP/1.2"): a line whose version is already 1.0 or 1.1
+                // is wrong before it ("GET /a b HTTP/1.1"), and would be
+                // parsed again as it is, for ever.
+                if !odd_version(buf) {
+                    return Err(HeadError::line(400, "client sent invalid request"));
+                }
                 let line = &buf[..line_end];
                 return match version_of(line)? {
                     // HTTP/1.N: read it as HTTP/1.1, as nginx does.
@@ -940,6 +947,34 @@ mod tests {
             h.map(&|_| true)?;
         }
         Ok(h)
+    }
+
+    /// A line wrong before a version that is already 1.0 or 1.1 (a space in
+    /// the target) is refused: it was once rewritten into itself and parsed
+    /// again without end, until the worker's stack overflowed.
+    #[test]
+    fn a_line_wrong_before_a_right_version_is_refused() {
+        for line in [
+            "GET /a b HTTP/1.1",
+            "GET /a b HTTP/1.0",
+            "GET /a b c HTTP/1.1",
+            "GET  /a  b  HTTP/1.1",
+        ] {
+            let e = req(&format!("{line}\r\nHost: x\r\n\r\n"))
+                .map(|_| ())
+                .unwrap_err();
+            assert_eq!(e.code, 400, "{line}");
+        }
+        // An odd version is still read as 1.1, once.
+        let h = req("GET /a HTTP/1.2\r\nHost: x\r\n\r\n").unwrap().unwrap();
+        assert_eq!(h.version, Version::HTTP_11);
+        assert_eq!(
+            req("GET /a b HTTP/1.2\r\nHost: x\r\n\r\n")
+                .map(|_| ())
+                .unwrap_err()
+                .code,
+            400
+        );
     }
 
     #[test]
@@ -1425,6 +1460,24 @@ mod tests {
             let mut map = HeaderMap::new();
             picked.append_to(&mut map);
             prop_assert_eq!(map.len(), h.headers.len());
+        }
+
+        /// Request lines of tokens, spaces and versions in any order end
+        /// (refused, incomplete or parsed): none is parsed again for ever.
+        #[test]
+        fn request_lines_of_any_shape_end(
+            parts in proptest::collection::vec(
+                prop_oneof![
+                    Just("GET"), Just("/a"), Just("b"), Just(" "), Just("  "),
+                    Just("HTTP/1.1"), Just("HTTP/1.0"), Just("HTTP/1.2"), Just("HTTP/1.10"),
+                    Just("HTTP/2.0"), Just("\r"), Just("\t"), Just("?"), Just("%")
+                ],
+                0..12,
+            )
+        ) {
+            let line: String = parts.concat();
+            let _ = req(&format!("{line}\r\nHost: x\r\n\r\n"));
+            let _ = req(&format!("\r\n{line}\r\n\r\n"));
         }
 
         #[test]
