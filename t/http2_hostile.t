@@ -157,11 +157,12 @@ for my $kind (['PING', 6, 'p' x 8], ['SETTINGS', 4, pack('nN', 3, 100)]) {
 	my $before = rss();
 	my $s = h2_connect($p);
 	my $flood = frame($type, 0, 0, $payload) x 20000;
-	my $took = 0;
 	my $n = 0;
-	# Up to 40 rounds of 20,000 frames: the worker must stop taking them.
+	# Up to 200 rounds of 20,000 frames (68 MB of PINGs, 60 MB of SETTINGS): the worker must
+	# stop taking them once the kernel's buffers on both sides (some
+	# megabytes on loopback) are full of its answers.
 	my $stalled = 0;
-	for (1 .. 40) {
+	for (1 .. 200) {
 		unless (write_all($s, $flood, 2)) {
 			$stalled = 1;
 			last;
