@@ -11,6 +11,8 @@
 #     "upstream sent invalid HTTP/2";
 #   - a GOAWAY that refuses the stream, RST_STREAM REFUSED_STREAM: sent
 #     again (the peer never processed it) four times, then 502;
+#   - SETTINGS_MAX_CONCURRENT_STREAMS 0 after an answer: the next request
+#     goes on a new connection (it waited for a stream for ever);
 #   - a Content-Length the DATA frames do not match: the client does not
 #     get a whole response;
 #   - random answers, mostly well-formed, to 300 requests (seeded;
@@ -27,8 +29,9 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 use Test::Sluice::H2Raw qw/frame field indexed_field/;
+use Test::Sluice::Grpc ();
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(24);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(27);
 my $d = $t->testdir();
 
 # The answers, by the stream they answer.
@@ -42,6 +45,9 @@ my %answer = (
 	refused => sub { frame(3, 0, $_[0], pack('N', 7)) },
 	short => sub { frame(1, 0x4, $_[0], "\x88" . field('content-length', '10')) . frame(0, 0x1, $_[0], 'abc') },
 	silent => sub { '' },
+	# Answered, then no stream allowed on the connection any more.
+	zero => sub { frame(1, 0x4, $_[0], "\x88" . field('content-length', '2')) . frame(0, 0x1, $_[0], 'ok')
+		. frame(4, 0, 0, pack('nN', 3, 0)) },
 	fuzz => \&fuzz,
 );
 
@@ -97,7 +103,8 @@ my %port;
 
 my $locations = join "\n", map {
 	"        location /$_ { proxy_pass http://127.0.0.1:$port{$_}; proxy_http_version 2;"
-		. ($_ eq 'fuzz' ? ' proxy_read_timeout 200ms;' : '') . " }"
+		. ($_ eq 'fuzz' ? ' proxy_read_timeout 200ms;' : '')
+		. ($_ eq 'zero' ? ' proxy_connect_timeout 3s;' : '') . " }"
 } @names;
 
 $t->write_file_expand('sluice.conf', <<"EOF");
@@ -205,6 +212,20 @@ ok($t->waitforlog(qr/\[error\] .*upstream rejected request with error 7 while re
 	my $took = time() - $t0;
 	is($code, 504, 'silence: 504');
 	ok($took > 0.8 && $took < 4, "after proxy_read_timeout ($took s)");
+}
+
+# A peer that answers and then allows no stream on the connection
+# (SETTINGS_MAX_CONCURRENT_STREAMS 0): each next request goes on a new
+# connection, at once, and the spent ones close.
+{
+	my @got = map { (get('/zero'))[0] } 1 .. 3;
+	is("@got", '200 200 200', 'no stream allowed after an answer: the next requests are answered');
+	my @conns = map { (split)[0] } grep { /\S/ } split /\n/, $t->read_file('h2raw_zero.log');
+	is("@conns", '1 2 3', 'each on a new connection');
+	# Connections to the peer's port (from sluice's side): the spent ones
+	# closed as the next came; the last waits for the next request.
+	ok(poll_until(sub { Test::Sluice::Grpc::tcp_established($port{zero}) <= 1 }, 3),
+		'the spent connections closed');
 }
 
 {

@@ -92,8 +92,15 @@ struct Conn {
 }
 
 impl Conn {
+    /// Open, not going away, and let to open streams at all: a peer that
+    /// sets SETTINGS_MAX_CONCURRENT_STREAMS to 0 (RFC 9113 would have it
+    /// do so briefly, and close a connection it will not use) does not
+    /// keep its set from opening another, nor requests waiting for room
+    /// that never comes; `retire` closes it once its streams are done.
     fn usable(&self) -> bool {
-        !self.state.is_closed() && !self.state.going_away()
+        !self.state.is_closed()
+            && !self.state.going_away()
+            && self.send.current_max_send_streams() > 0
     }
 
     fn due(&self, now: Instant) -> bool {
@@ -348,8 +355,13 @@ fn retire(set: &mut PeerSet, now: Instant) {
         if c.state.is_closed() {
             return false;
         }
+        let idle = c.state.active.load(Relaxed) == 0;
+        // Let to open no stream (see `Conn::usable`), and idle.
+        if idle && c.send.current_max_send_streams() == 0 {
+            return false;
+        }
         let old = c.due(now) || c.state.going_away();
-        if old && (younger || c.state.going_away()) && c.state.active.load(Relaxed) == 0 {
+        if old && (younger || c.state.going_away()) && idle {
             if c.due(now) {
                 if let Some(t) = c.state.track().as_ref() {
                     t.recycled();
