@@ -92,7 +92,7 @@ struct Conn {
 }
 
 impl Conn {
-    /// Open, not going away, and let to open streams at all: a peer that
+    /// Open, not going away, and allowed to open streams at all: a peer that
     /// sets SETTINGS_MAX_CONCURRENT_STREAMS to 0 (RFC 9113 would have it
     /// do so briefly, and close a connection it will not use) does not
     /// keep its set from opening another, nor requests waiting for room
@@ -356,7 +356,7 @@ fn retire(set: &mut PeerSet, now: Instant) {
             return false;
         }
         let idle = c.state.active.load(Relaxed) == 0;
-        // Let to open no stream (see `Conn::usable`), and idle.
+        // Allowed to open no stream (see `Conn::usable`), and idle.
         if idle && c.send.current_max_send_streams() == 0 {
             return false;
         }
