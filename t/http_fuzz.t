@@ -2,20 +2,22 @@
 
 # A fuzz of the HTTP/1 engine from both sides, with an oracle for response
 # framing and for answers given to the wrong request (the desync class of
-# bugs): 1,000 connections each send pipelined requests, mostly well-formed,
-# with random methods, targets, versions, headers, framing (Content-Length
-# right or wrong, chunked with random chunk sizes, extensions and
-# trailers, both, neither), bodies, Expect: 100-continue, Connection:
-# close, and now and then a malformed line or bytes at random; written in
-# random pieces, then the write side shut. Whatever sluice answers must parse, strictly, as a sequence of
-# whole HTTP/1.1 responses, in order, each framed as RFC 9112 says for the
-# request it answers (HEAD, 1xx, 204, 304 without body; chunked, length or
-# close), with nothing after the last one; an echo must hold its own
-# connection's token. Some requests go to a scripted upstream (kept alive)
-# that answers at random: framing right and wrong, bodies where none may
-# be, and now and then a second response after the first, which no client
-# may ever get. The worker must live, keep its memory and serve. Seeded
-# (HTTP_FUZZ_SEED replays; HTTP_FUZZ_CONNS lengthens).
+# bugs): 1,000 connections each send pipelined requests, mostly
+# well-formed, with random methods, targets, versions, headers, framing
+# (Content-Length right or wrong, chunked with random chunk sizes,
+# extensions and trailers, both, neither), bodies, Expect: 100-continue,
+# Connection: close, now and then a switch to a tunnel (Upgrade), a
+# malformed line or bytes at random; written in random pieces, then the
+# write side shut. Whatever sluice answers must parse, strictly, as a
+# sequence of whole HTTP/1.1 responses, in order, each framed as RFC 9112
+# says for the request it answers (HEAD, 1xx, 204, 304 without body;
+# chunked, length or close; after a 101, the tunnel's bytes), with nothing
+# after the last one; an echo must hold its own connection's token. Some
+# requests go to a scripted upstream (kept alive) that answers at random:
+# framing right and wrong, bodies where none may be, and now and then a
+# second response after the first, which no client may ever get. The
+# worker must live, keep its memory and serve. Seeded (HTTP_FUZZ_SEED
+# replays; HTTP_FUZZ_CONNS lengthens).
 
 use warnings;
 use strict;
@@ -127,6 +129,9 @@ sub request {
 	push @h, 'Host: localhost' if rand() < 0.95;
 	push @h, pick('Connection: close', 'Connection: keep-alive') if rand() < 0.1;
 	push @h, 'Expect: 100-continue' if rand() < 0.1;
+	# Now and then a switch to a tunnel (the backend's is one for any
+	# Upgrade): what follows it on the connection is the tunnel's.
+	push @h, 'Upgrade: websocket', 'Connection: Upgrade' if rand() < 0.03;
 	push @h, "X-R$_: " . ('v' x int(rand(50))) for 1 .. int(rand(4));
 	push @h, pick("Bad Name: x", "X-Fold: a\r\n b", "X-Nul: a\0b", "X-Cr: a\rb", ": empty", 'X-Lf: y')
 		if rand() < 0.05;
@@ -180,8 +185,10 @@ sub check {
 		my ($n, $v) = /^([^:]+):\s*(.*?)\s*$/;
 		push @{$h{lc $n}}, $v;
 	}
-	# 1xx: the same request's final response follows (101 is never asked
-	# for here).
+	# 101: the rest is the tunnel's (the backend sends it back in upper
+	# case), not responses.
+	return [] if $code == 101;
+	# Any other 1xx: the same request's final response follows.
 	return check($buf, $methods, $i) if $code >= 100 && $code < 200;
 	my $method = $methods->[$i] // 'GET';
 	my $n = $i + 1;
