@@ -31,7 +31,7 @@ use Test::Sluice qw/:all/;
 use Test::Sluice::H2Raw qw/frame field indexed_field/;
 use Test::Sluice::Grpc ();
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(27);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(28);
 my $d = $t->testdir();
 
 # The answers, by the stream they answer.
@@ -204,6 +204,8 @@ ok($t->waitforlog(qr/\[error\] .*upstream rejected request with error 7 while re
 	my $whole = $out =~ /^HTTP\/1.1 200/ && $out =~ /\r\n\r\n(.*)$/s && length($1) == 10;
 	ok(!$whole, 'Content-Length 10 over 3 bytes: no whole response')
 		or diag($out);
+	ok($t->waitforlog(qr/\[error\] .*upstream sent invalid HTTP\/2 \(stream error detected: .*\) while reading upstream, .*request: "GET \/short /),
+		'Content-Length 10 over 3 bytes: logged as the upstream\'s fault');
 }
 
 {

@@ -68,7 +68,8 @@ pub(crate) struct ProxyBody {
 /// the request logs it with the request's context.
 #[derive(Debug)]
 pub struct UpstreamBodyError {
-    pub message: &'static str,
+    /// nginx's words for it, "while reading upstream" included.
+    pub message: std::borrow::Cow<'static, str>,
     pub url: String,
     /// Timed out, or failed otherwise: 504 or 502 before the head went out.
     pub kind: Kind,
@@ -82,7 +83,7 @@ impl UpstreamBodyError {
 
 impl std::fmt::Display for UpstreamBodyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.message)
+        f.write_str(&self.message)
     }
 }
 
@@ -141,7 +142,8 @@ impl ProxyBody {
                 ReadError::Truncated => {
                     "upstream prematurely closed connection while reading upstream"
                 }
-            },
+            }
+            .into(),
             url: self.url(),
             kind: Kind::Closed,
         }
@@ -149,7 +151,7 @@ impl ProxyBody {
 
     fn timed_out(&self) -> UpstreamBodyError {
         UpstreamBodyError {
-            message: "upstream timed out (110: Connection timed out) while reading upstream",
+            message: "upstream timed out (110: Connection timed out) while reading upstream".into(),
             url: self.url(),
             kind: Kind::Timeout,
         }

@@ -949,17 +949,28 @@ impl H2Body {
         peers.release(id, Outcome::Ok, now_ms());
     }
 
-    fn failed(&mut self, kind: Kind) -> BoxError {
+    /// No frame within `proxy_read_timeout`.
+    fn timed_out(&mut self) -> BoxError {
         self.finish(false);
         self.ended = true;
         Box::new(UpstreamBodyError {
-            message: if kind == Kind::Timeout {
-                "upstream timed out (110: Connection timed out) while reading upstream"
-            } else {
-                "upstream prematurely closed connection while reading upstream"
-            },
+            message: "upstream timed out (110: Connection timed out) while reading upstream".into(),
             url: self.url.clone(),
-            kind,
+            kind: Kind::Timeout,
+        })
+    }
+
+    /// The stream failed with `e`: in the words `upstream_error` gives the
+    /// head's failures (h2 found the upstream at fault, the upstream reset
+    /// the stream or went away, or the connection closed).
+    fn broke(&mut self, e: &h2::Error) -> BoxError {
+        self.finish(false);
+        self.ended = true;
+        let f = upstream_error(e);
+        Box::new(UpstreamBodyError {
+            message: format!("{} while reading upstream", f.text).into(),
+            url: self.url.clone(),
+            kind: f.kind,
         })
     }
 
@@ -969,7 +980,7 @@ impl H2Body {
             .timer
             .get_or_insert_with(|| Box::pin(crate::net::clock::sleep(timeout)));
         if timer.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Some(Err(self.failed(Kind::Timeout))));
+            return Poll::Ready(Some(Err(self.timed_out())));
         }
         Poll::Pending
     }
@@ -1007,8 +1018,8 @@ impl HttpBody for H2Body {
                     this.timer = None;
                     return Poll::Ready(Some(Ok(Frame::data(d))));
                 }
-                Poll::Ready(Some(Err(_))) => {
-                    return Poll::Ready(Some(Err(this.failed(Kind::Closed))));
+                Poll::Ready(Some(Err(e))) => {
+                    return Poll::Ready(Some(Err(this.broke(&e))));
                 }
                 Poll::Ready(None) => this.data_done = true,
                 Poll::Pending => return this.wait(cx),
@@ -1023,7 +1034,7 @@ impl HttpBody for H2Body {
                 this.finish(true);
                 Poll::Ready(t.map(|t| Ok(Frame::trailers(t))))
             }
-            Poll::Ready(Err(_)) => Poll::Ready(Some(Err(this.failed(Kind::Closed)))),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(this.broke(&e)))),
             Poll::Pending => this.wait(cx),
         }
     }
