@@ -18,7 +18,8 @@
 #     nor open their windows (CVE-2019-9517): what is read ahead for them
 #     is a buffer or so a stream, not the 500 MB they asked for;
 #   - random frames, mostly well-formed, from 1,000 connections (seeded;
-#     H2_FUZZ_SEED replays).
+#     H2_FUZZ_SEED replays), some of their requests answered by an upstream
+#     at random.
 # Core Perl and Test::Sluice::H2 only.
 
 use warnings;
@@ -58,12 +59,62 @@ http {
         location / { return 200 "ok"; }
         location = /big.bin { }
         location /p/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
+        location /u/ {
+            proxy_pass http://127.0.0.1:%%PORT_8083%%/;
+            proxy_read_timeout 300ms;
+        }
     }
 }
 EOF
 
 $t->backend(port(8082));
+# For the random frames: an upstream that answers at random, so that what
+# HTTP/2 makes of odd HTTP/1 answers is fuzzed too: 1xx first, bodies
+# where none may be, lengths right, short or twice, chunked right and
+# wrong, close-delimited, nothing, a close.
+{
+	require Test::Sluice::Raw;
+	Test::Sluice::_release_ports();
+	my $ready = "$d/raw.ready";
+	my $useed = int(rand(1 << 31));
+	$t->run_daemon(sub { srand($useed); Test::Sluice::Raw::run(@_) }, port(8083),
+		script => \&upstream_answer, ready => $ready);
+	$t->waitforfile($ready) or die "raw backend did not start\n";
+}
 $t->run();
+
+sub upstream_answer {
+	my $r = rand();
+	return { hold => 1 } if $r < 0.03;
+	return { close => 1 } if $r < 0.06;
+	my $body = 'b' x int(rand(3000));
+	my $out = rand() < 0.1 ? "HTTP/1.1 103 Early Hints\r\nLink: </s>\r\n\r\n" : '';
+	$out .= 'HTTP/1.1 ' . (200, 204, 304, 404, 500)[int(rand(5))] . " X\r\n";
+	$out .= "Trailer: x-t\r\n" if rand() < 0.1;
+	my ($f, $close) = (rand(), 0);
+	if ($f < 0.5) {
+		$out .= 'Content-Length: ' . length($body) . "\r\n\r\n$body";
+	} elsif ($f < 0.55) {
+		$out .= 'Content-Length: ' . (length($body) + 7) . "\r\n\r\n$body";
+		$close = 1;
+	} elsif ($f < 0.6) {
+		$out .= "Content-Length: 1\r\nContent-Length: 2\r\n\r\nab";
+	} elsif ($f < 0.85) {
+		my $w = '';
+		my $b = $body;
+		while (length $b) {
+			my $n = 1 + int(rand(length $b));
+			$w .= sprintf('%x', $n) . "\r\n" . substr($b, 0, $n, '') . "\r\n";
+		}
+		$w .= "0\r\n" . (rand() < 0.3 ? "X-T: t\r\n" : '') . "\r\n";
+		$w = "zz\r\n" . $w if rand() < 0.05;
+		$out .= "Transfer-Encoding: chunked\r\n\r\n$w";
+	} else {
+		$out .= "\r\n$body";
+		$close = 1;
+	}
+	return { send => $out, close => $close };
+}
 my $p = port(8080);
 my $b = port(8082);
 my ($w) = $t->worker_pids();
@@ -240,8 +291,9 @@ for my $kind (['PING', 6, 'p' x 8], ['SETTINGS', 4, pack('nN', 3, 100)]) {
 		my ($out, $next, @open) = ('', 1);
 		my $request = sub {
 			my $body = $_[0] // rand() < 0.5;
+			my $path = $body || rand() < 0.5 ? '/p/echo' : rand() < 0.5 ? '/u/x' : '/';
 			$out .= frame(1, $body ? 0x4 : 0x5, $next,
-				head($body || rand() < 0.5 ? '/p/echo' : '/', undef, method => $body ? 'POST' : 'GET'));
+				head($path, undef, method => $body ? 'POST' : 'GET'));
 			push @open, $next if $body;
 			$next += 2;
 		};
