@@ -72,15 +72,7 @@ $t->backend(port(8082));
 # HTTP/2 makes of odd HTTP/1 answers is fuzzed too: 1xx first, bodies
 # where none may be, lengths right, short or twice, chunked right and
 # wrong, close-delimited, nothing, a close.
-{
-	require Test::Sluice::Raw;
-	Test::Sluice::_release_ports();
-	my $ready = "$d/raw.ready";
-	my $useed = int(rand(1 << 31));
-	$t->run_daemon(sub { srand($useed); Test::Sluice::Raw::run(@_) }, port(8083),
-		script => \&upstream_answer, ready => $ready);
-	$t->waitforfile($ready) or die "raw backend did not start\n";
-}
+$t->random_backend(port(8083), \&upstream_answer);
 $t->run();
 
 sub upstream_answer {
@@ -123,11 +115,7 @@ sub frame { Test::Sluice::H2::frame(@_) }
 sub literal { Test::Sluice::H2::literal(@_) }
 
 # The worker's resident memory, in kB.
-sub rss {
-	open my $fh, '<', "/proc/$w/status" or return 0;
-	my ($kb) = join('', <$fh>) =~ /^VmRSS:\s+(\d+) kB/m;
-	return $kb // 0;
-}
+sub rss { rss_kb($w) }
 
 sub serves {
 	return `curl -s --max-time 5 --http2-prior-knowledge http://127.0.0.1:$p/` eq 'ok';

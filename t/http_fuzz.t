@@ -91,24 +91,12 @@ srand($seed);
 $t->backend(port(8081));
 # The upstream side's fuzz: a scripted backend answers each request at
 # random (its own generator, seeded from the same seed).
-{
-	require Test::Sluice::Raw;
-	Test::Sluice::_release_ports();
-	my $ready = "$d/raw.ready";
-	my $useed = int(rand(1 << 31));
-	$t->run_daemon(sub { srand($useed); Test::Sluice::Raw::run(@_) }, port(8082),
-		script => \&upstream_answer, ready => $ready);
-	$t->waitforfile($ready) or die "raw backend did not start\n";
-}
+$t->random_backend(port(8082), \&upstream_answer);
 $t->run();
 my $p = port(8080);
 my ($w) = $t->worker_pids();
 
-sub rss {
-	open my $fh, '<', "/proc/$w/status" or return 0;
-	my ($kb) = join('', <$fh>) =~ /^VmRSS:\s+(\d+) kB/m;
-	return $kb // 0;
-}
+sub rss { rss_kb($w) }
 
 sub pick { $_[int(rand(@_))] }
 sub rbytes { join '', map { chr(int(rand(256))) } 1 .. $_[0] }

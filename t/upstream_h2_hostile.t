@@ -139,11 +139,7 @@ $t->run();
 my $p = port(8080);
 my ($w) = $t->worker_pids();
 
-sub rss {
-	open my $fh, '<', "/proc/$w/status" or return 0;
-	my ($kb) = join('', <$fh>) =~ /^VmRSS:\s+(\d+) kB/m;
-	return $kb // 0;
-}
+sub rss { rss_kb($w) }
 
 # status and body of a GET through sluice.
 sub get {

@@ -27,7 +27,7 @@ use Socket qw/SOCK_STREAM SOCK_DGRAM/;
 
 use Exporter qw/import/;
 our @EXPORT_OK = qw/http http_get http_start http_end port closed_within
-	backend_addr poll_until keepalive_get pids_answering/;
+	backend_addr poll_until keepalive_get pids_answering rss_kb/;
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 my $ROOT = abs_path(dirname(__FILE__) . '/../../..');
@@ -437,6 +437,32 @@ sub raw_backend {
 	$self->{_backends}{"127.0.0.1:$port"} = $self->{_daemons}[-1];
 	$self->waitforfile($ready) or die "raw backend $port did not start\n";
 	return $self;
+}
+
+# A raw backend (Test::Sluice::Raw) on 127.0.0.1:port whose answers $answer
+# makes (a code ref given the request's method, target and head), for
+# fuzzing: its random numbers are seeded from the test's, so that a seeded
+# test replays them. Nothing is logged (a long run would fill the disk).
+sub random_backend {
+	my ($self, $port, $answer) = @_;
+	require Test::Sluice::Raw;
+	_release_ports();
+	my $ready = "$self->{_testdir}/raw_$port.ready";
+	unlink $ready;
+	my $seed = int(rand(1 << 31));
+	$self->run_daemon(sub { srand($seed); Test::Sluice::Raw::run(@_) }, $port,
+		script => $answer, ready => $ready);
+	$self->{_backends}{"127.0.0.1:$port"} = $self->{_daemons}[-1];
+	$self->waitforfile($ready) or die "raw backend $port did not start\n";
+	return $self;
+}
+
+# The resident memory of process $pid in kB (0 once it is gone).
+sub rss_kb {
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/status" or return 0;
+	my ($kb) = join('', <$fh>) =~ /^VmRSS:\s+(\d+) kB/m;
+	return $kb // 0;
 }
 
 # The requests the raw backend on port received so far, as
