@@ -1,7 +1,7 @@
 package Test::Sluice::H2Raw;
 
 # A scripted HTTP/2 backend (cleartext, prior knowledge) for hostile-input
-# tests: it answers every request it is sent with the same raw frames, so a
+# tests: it answers every request with raw frames the test makes, so a
 # test can send what no well-behaved server would (an HPACK bomb, names in
 # upper case, frames where they may not be, a GOAWAY instead of an answer).
 # One process, select()-multiplexed, as many connections as come.
