@@ -242,7 +242,14 @@ sub run {
 		# A daemonizing start exits 0 once the file exists; anything else failed.
 		die "can't start sluice\n" unless -e $pf;
 	}
-	my $mp = $self->master_pid() or die "no pid in $pf\n";
+	# The file is made, then written (as nginx writes its own): a read in
+	# between finds it empty.
+	my $mp;
+	for (1 .. 40) {
+		last if $mp = $self->master_pid();
+		sleep 0.05;
+	}
+	die "no pid in $pf\n" unless $mp;
 	$self->{_master} = $mp;
 	$self->{_started} = 1;
 	return $self;
