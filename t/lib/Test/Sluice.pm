@@ -249,7 +249,11 @@ sub run {
 		last if $mp = $self->master_pid();
 		sleep 0.05;
 	}
-	die "no pid in $pf\n" unless $mp;
+	unless ($mp) {
+		# Stopped at the end as a started one is, not left running.
+		$self->{_master} = $pid if kill(0, $pid);
+		die "no pid in $pf\n";
+	}
 	$self->{_master} = $mp;
 	$self->{_started} = 1;
 	return $self;
