@@ -92,12 +92,7 @@ sub upstream_answer {
 	} elsif ($f < 0.6) {
 		$out .= "Content-Length: 1\r\nContent-Length: 2\r\n\r\nab";
 	} elsif ($f < 0.85) {
-		my $w = '';
-		my $b = $body;
-		while (length $b) {
-			my $n = 1 + int(rand(length $b));
-			$w .= sprintf('%x', $n) . "\r\n" . substr($b, 0, $n, '') . "\r\n";
-		}
+		my $w = random_chunks($body);
 		$w .= "0\r\n" . (rand() < 0.3 ? "X-T: t\r\n" : '') . "\r\n";
 		$w = "zz\r\n" . $w if rand() < 0.05;
 		$out .= "Transfer-Encoding: chunked\r\n\r\n$w";

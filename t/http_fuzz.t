@@ -138,11 +138,7 @@ sub request {
 		push @h, pick('Transfer-Encoding: chunked', 'Transfer-Encoding: chunked', 'transfer-encoding: CHUNKED',
 			'Transfer-Encoding: gzip, chunked', 'Transfer-Encoding: chunked, chunked');
 		push @h, 'Content-Length: ' . length($body) if rand() < 0.03;
-		my $b = $body;
-		while (length $b) {
-			my $n = 1 + int(rand(length $b));
-			$wire .= sprintf('%x', $n) . (rand() < 0.1 ? ';ext=1' : '') . "\r\n" . substr($b, 0, $n, '') . "\r\n";
-		}
+		$wire = random_chunks($body, ext => 0.1);
 		$wire .= '0' . "\r\n" . (rand() < 0.1 ? "X-Trailer: t\r\n" : '') . "\r\n";
 		$wire = pick('fffffffffffffffff1', 'zz', '-1', '') . "\r\n" . $wire if rand() < 0.03;
 	} else {
@@ -249,12 +245,7 @@ sub upstream_answer {
 	} elsif ($f < 0.63) {
 		$out .= 'Content-Length: ' . length($body) . "\r\nContent-Length: " . (length($body) + 1) . "\r\n\r\n$body";
 	} elsif ($f < 0.8) {
-		my ($b, $w) = ($body, '');
-		while (length $b) {
-			my $n = 1 + int(rand(length $b));
-			$w .= sprintf('%x', $n) . "\r\n" . substr($b, 0, $n, '') . "\r\n";
-		}
-		$w .= "0\r\n\r\n";
+		my $w = random_chunks($body) . "0\r\n\r\n";
 		$w = 'zz' . $w if rand() < 0.05;
 		$out .= pick("Transfer-Encoding: chunked\r\n", "Transfer-Encoding: chunked\r\n",
 			"Transfer-Encoding: gzip\r\n", "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n") . "\r\n$w";

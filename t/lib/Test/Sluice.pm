@@ -27,7 +27,7 @@ use Socket qw/SOCK_STREAM SOCK_DGRAM/;
 
 use Exporter qw/import/;
 our @EXPORT_OK = qw/http http_get http_start http_end port closed_within
-	backend_addr poll_until keepalive_get pids_answering rss_kb/;
+	backend_addr poll_until keepalive_get pids_answering rss_kb random_chunks/;
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 my $ROOT = abs_path(dirname(__FILE__) . '/../../..');
@@ -466,6 +466,20 @@ sub random_backend {
 	$self->{_backends}{"127.0.0.1:$port"} = $self->{_daemons}[-1];
 	$self->waitforfile($ready) or die "raw backend $port did not start\n";
 	return $self;
+}
+
+# $body cut into chunks of random sizes as chunked coding writes them, the
+# last (empty) chunk not included; with ext => P, a chunk carries an
+# extension with probability P.
+sub random_chunks {
+	my ($body, %opts) = @_;
+	my $w = '';
+	while (length $body) {
+		my $n = 1 + int(rand(length $body));
+		my $ext = $opts{ext} && rand() < $opts{ext} ? ';ext=1' : '';
+		$w .= sprintf('%x', $n) . "$ext\r\n" . substr($body, 0, $n, '') . "\r\n";
+	}
+	return $w;
 }
 
 # The resident memory of process $pid in kB (0 once it is gone).
