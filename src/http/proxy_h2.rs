@@ -606,20 +606,16 @@ async fn exchange(
         Some(Source::Client(_)) => false,
         None => true,
     };
-    let unprocessed = |f: Failure, id: Option<u32>, e: Option<&h2::Error>| {
-        // Refused by the peer: h2 refuses nothing of its own accord that
-        // the peer did not process.
-        let refused = e
-            .is_some_and(|e| e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM))
-            || id.is_some_and(|id| slot.state.refused(id))
-            || id.is_none();
-        Failed::Upstream {
-            f,
-            stage: READING,
-            unprocessed: refused,
-        }
+    // The stream (`id`, once it has one) failed with `e`. The peer never
+    // processed it when it had no stream yet, came after the peer's GOAWAY,
+    // or was refused by the peer (h2 refuses nothing of its own accord that
+    // the peer did not process).
+    let failed = |e: &h2::Error, id: Option<u32>| Failed::Upstream {
+        f: upstream_error(e),
+        stage: READING,
+        unprocessed: id.is_none_or(|id| slot.state.refused(id))
+            || (e.is_remote() && e.reason() == Some(h2::Reason::REFUSED_STREAM)),
     };
-    let closed = upstream_error;
     let mut req = Request::new(());
     *req.method_mut() = head.method().clone();
     *req.uri_mut() = head.uri().clone();
@@ -629,7 +625,7 @@ async fn exchange(
         .await
     {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err((unprocessed(closed(&e), None, Some(&e)), source)),
+        Ok(Err(e)) => return Err((failed(&e, None), source)),
         Err(_) => {
             let f = Failure::upstream(
                 Kind::Timeout,
@@ -648,7 +644,7 @@ async fn exchange(
     let mut ready = ready;
     let (resp, tx) = match ready.send_request(req, empty) {
         Ok(x) => x,
-        Err(e) => return Err((unprocessed(closed(&e), None, Some(&e)), source)),
+        Err(e) => return Err((failed(&e, None), source)),
     };
     let id = resp.stream_id().as_u32();
     // The whole body stays here for another attempt; the client's goes
@@ -708,12 +704,8 @@ async fn exchange(
                             None => BodyState::Kept(kept.take()),
                         }, wire))
                     }
-                    Err(e) => {
-                        let f = closed(&e);
-                        let failed = unprocessed(f, Some(id), Some(&e));
-                        // Nothing went for certain only when refused.
-                        Err((failed, back(kept.take())))
-                    }
+                    // Nothing went for certain only when refused.
+                    Err(e) => Err((failed(&e, Some(id)), back(kept.take()))),
                 };
             }
             done = async { sender.as_mut().expect("checked").await }, if waiting_body => {
