@@ -98,9 +98,12 @@ impl Conn {
     /// keep its set from opening another, nor requests waiting for room
     /// that never comes; `retire` closes it once its streams are done.
     fn usable(&self) -> bool {
-        !self.state.is_closed()
-            && !self.state.going_away()
-            && self.send.current_max_send_streams() > 0
+        !self.state.is_closed() && !self.state.going_away() && self.allows_streams()
+    }
+
+    /// The peer's SETTINGS_MAX_CONCURRENT_STREAMS is above 0.
+    fn allows_streams(&self) -> bool {
+        self.send.current_max_send_streams() > 0
     }
 
     fn due(&self, now: Instant) -> bool {
@@ -357,7 +360,7 @@ fn retire(set: &mut PeerSet, now: Instant) {
         }
         let idle = c.state.active.load(Relaxed) == 0;
         // Allowed to open no stream (see `Conn::usable`), and idle.
-        if idle && c.send.current_max_send_streams() == 0 {
+        if idle && !c.allows_streams() {
             return false;
         }
         let old = c.due(now) || c.state.going_away();
