@@ -61,8 +61,68 @@ pub fn stderr_to(path: &Path) {
     }
 }
 
-/// Writes `PID\n`, replacing any previous content.
+/// Writes `PID\n`, replacing any previous content. The number goes to a
+/// temporary file beside the pid file, which is then renamed over it, so a
+/// reader (`sluice -s reload`, a service manager, a test harness) never
+/// finds the file made but still empty, as it can with nginx's create then
+/// write. Where the directory takes no new file but the pid file itself is
+/// writable (a file made in advance in a directory the user cannot write),
+/// it is written in place, as nginx writes it.
 pub fn write_pid(path: &Path, pid: u32) -> std::io::Result<()> {
-    let mut f = File::create(path)?;
-    f.write_all(format!("{pid}\n").as_bytes())
+    let text = format!("{pid}\n");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{pid}.tmp"));
+    let tmp = std::path::PathBuf::from(tmp);
+    let staged = File::create(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    match staged {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            if e.kind() != std::io::ErrorKind::PermissionDenied {
+                return Err(e);
+            }
+            File::create(path)?.write_all(text.as_bytes())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("sluice-pid-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        dir
+    }
+
+    #[test]
+    fn the_pid_replaces_what_the_file_held_and_no_temporary_file_stays() {
+        let dir = scratch("replace");
+        let path = dir.join("sluice.pid");
+        std::fs::write(&path, "123456789\nleft over\n").expect("old pid file");
+        write_pid(&path, 42).expect("pid written");
+        assert_eq!(std::fs::read_to_string(&path).expect("read back"), "42\n");
+        write_pid(&path, 7).expect("pid written again");
+        assert_eq!(std::fs::read_to_string(&path).expect("read back"), "7\n");
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("sluice.pid")]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_pid_file_in_a_missing_directory_is_an_error() {
+        let dir = scratch("missing");
+        let path = dir.join("no-such-directory").join("sluice.pid");
+        let e = write_pid(&path, 42).expect_err("no directory");
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(std::fs::read_dir(&dir).expect("list").count(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
