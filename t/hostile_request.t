@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(71);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(78);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -270,6 +270,22 @@ refused('NUL in a header value',
 	is(reached('/trace'), 0, 'TRACE: nothing reached the backend');
 	ok($t->waitforlog(qr/client sent TRACE method while reading client request headers/),
 		'TRACE: logged as nginx');
+}
+
+# CONNECT gets nginx's 405 (nginx 1.21.1+): a proxy that passed it on
+# would ask its upstream for a tunnel. The authority form nginx refuses
+# earlier, as a request line it cannot read (400).
+{
+	for my $v ('1.1', '1.0') {
+		my ($r, $closed) = send_raw("CONNECT /connect HTTP/$v\r\nHost: localhost\r\n\r\n");
+		like($r, qr/^HTTP\/1.1 405 .*^Connection: close\r$/ms, "CONNECT in HTTP/$v: 405, Connection: close");
+		ok($closed, "CONNECT in HTTP/$v: the connection closes");
+	}
+	my ($r, $closed) = send_raw("CONNECT localhost:443 HTTP/1.1\r\nHost: localhost:443\r\n\r\n");
+	ok($r =~ /^HTTP\/1.1 400 / && $closed, 'CONNECT to an authority: 400, closed');
+	is(reached('/connect') + reached('localhost:443'), 0, 'CONNECT: nothing reached the backend');
+	ok($t->waitforlog(qr/client sent CONNECT method while reading client request headers/),
+		'CONNECT: logged as nginx');
 }
 
 # A bad request does not hurt the next connection.

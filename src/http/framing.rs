@@ -16,21 +16,37 @@ use crate::h1::head::{Headers, Value};
 pub(super) type Problem = crate::h1::head::HeadError;
 
 /// What nginx refuses in a parsed request head, with its status and log
-/// reason: the framing rules below, HTTP/1.1 without `Host`, TRACE. (Heads
-/// beyond the header buffers are refused while they are read: `h1::head`.)
+/// reason: the framing rules below, HTTP/1.1 or HTTP/2 without a host,
+/// CONNECT, TRACE. (Heads beyond the header buffers are refused while they
+/// are read: `h1::head`.)
 pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     let h = &r.headers;
+    let connect = r.method == http::Method::CONNECT;
+    // An HTTP/2 CONNECT carries only `:method` and `:authority` (RFC 9113
+    // 8.5); nginx refuses it for the `:scheme` it lacks, before anything
+    // else.
+    if connect && r.version == http::Version::HTTP_2 {
+        return Some(Problem::header(400, "client sent no :scheme header"));
+    }
     if let Some(bad) = framing_problem(r) {
         return Some(bad);
     }
-    if host_ok && r.version == http::Version::HTTP_11 && !h.contains_key(HOST) {
+    // nginx asks every version above 1.0 for a host (HTTP/2's `:authority`
+    // becomes one), and logs it in HTTP/1.1's words whatever the version.
+    let versioned = !matches!(r.version, http::Version::HTTP_09 | http::Version::HTTP_10);
+    if host_ok && versioned && !h.contains_key(HOST) {
         return Some(Problem::header(
             400,
             "client sent HTTP/1.1 request without \"Host\" header",
         ));
     }
-    // nginx answers TRACE itself, whatever the location does.
-    if r.method.as_str() == "TRACE" {
+    // nginx answers CONNECT (a tunnel it does not make: passed on, it would
+    // ask the upstream for one) and TRACE itself, whatever the location
+    // does.
+    if connect {
+        return Some(Problem::header(405, "client sent CONNECT method"));
+    }
+    if r.method == http::Method::TRACE {
         return Some(Problem::header(405, "client sent TRACE method"));
     }
     None

@@ -509,8 +509,12 @@ fn is_reset(e: &h2::Error) -> bool {
 
 /// The request head as the pipeline reads it: the fields as they came,
 /// cookies joined into one `Cookie` with "; " (nginx's), `:authority` as
-/// `Host` when there is none; names `underscores_in_headers` and
-/// `ignore_invalid_headers` refuse dropped and logged.
+/// `Host`; names `underscores_in_headers` and `ignore_invalid_headers`
+/// refuse dropped and logged. A `Host` field beside `:authority` must name
+/// the same host (RFC 9113 8.3.1): one that does is kept as the host, one
+/// that does not is kept after it, and the pipeline refuses the two as a
+/// duplicate host (400, as nginx; a server picked by one and a backend
+/// addressed by the other is how a request reaches what it should not).
 fn request_headers(
     parts: &http::request::Parts,
     number: u64,
@@ -524,10 +528,11 @@ fn request_headers(
         .collect();
     let cookie = cookies.join(&b"; "[..]);
     let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
-    let host = (!h.contains_key(http::header::HOST))
-        .then_some(authority)
-        .flatten()
-        .map(|a| (&b"host"[..], a));
+    let host = match (authority, h.get(http::header::HOST)) {
+        (Some(a), Some(given)) if given.as_bytes().eq_ignore_ascii_case(a) => None,
+        (a, _) => a,
+    }
+    .map(|a| (&b"host"[..], a));
     let mut cookie_done = false;
     let fields = h.iter().filter_map(|(n, v)| {
         if names.drops(n.as_str().as_bytes()) {
@@ -967,8 +972,21 @@ mod tests {
     }
 
     #[test]
-    fn a_host_field_wins_over_authority() {
+    fn a_host_field_beside_authority_is_one_host_only_when_it_names_the_same() {
+        let h = request_headers(&req(&[("host", "Example.COM:8443")]), 1, Default::default());
+        let hosts: Vec<_> = h.get_all("host").map(|v| v.as_bytes().to_vec()).collect();
+        assert_eq!(hosts, vec![b"Example.COM:8443".to_vec()]);
+        // Another host: both, the authority's first (refused as a duplicate).
         let h = request_headers(&req(&[("host", "other.example")]), 1, Default::default());
+        let hosts: Vec<_> = h.get_all("host").map(|v| v.as_bytes().to_vec()).collect();
+        assert_eq!(
+            hosts,
+            vec![b"example.com:8443".to_vec(), b"other.example".to_vec()]
+        );
+        // No authority: the field is the host.
+        let mut parts = req(&[("host", "other.example")]);
+        parts.uri = http::Uri::from_static("/p");
+        let h = request_headers(&parts, 1, Default::default());
         assert_eq!(h.get_all("host").count(), 1);
         assert_eq!(h.get("host").unwrap(), "other.example");
     }

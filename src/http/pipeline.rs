@@ -252,7 +252,13 @@ pub(super) async fn handle(
     r.request_length = r.headers.wire_len() as u64;
     flight.keepalive(r.conf.keepalive_timeout);
     let mut closing = false;
-    let bad = framing::request_problem(r, host_valid);
+    // A target the request line parser refuses is nginx's first finding
+    // (a 400 before any header is read), whatever the headers hold.
+    let bad = if bad_target {
+        None
+    } else {
+        framing::request_problem(r, host_valid)
+    };
     let reply = if let Some(framing::Problem { code, why, in_line }) = bad {
         crate::log_conn!(
             Level::Info,
