@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(78);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(93);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -102,6 +102,14 @@ refused('a Host of a port only',
 	"GET /port-host HTTP/1.1\r\nHost: :80\r\n\r\n", 400, '/port-host');
 ok($t->waitforlog(qr/client sent duplicate host header: "Host: evil.example", previous value: "Host: localhost" while reading client request headers/),
 	'two Host headers: logged as nginx');
+# Spaces and control characters in a host (refused since nginx 1.21.1), and
+# user information in an absolute target.
+refused('a space in the Host',
+	"GET /space-host HTTP/1.1\r\nHost: a b\r\n\r\n", 400, '/space-host');
+refused('a control character in the Host',
+	"GET /ctl-host HTTP/1.1\r\nHost: a\x01b\r\n\r\n", 400, '/ctl-host');
+refused('user information in an absolute target',
+	"GET http://u\@localhost/userinfo HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, '/userinfo');
 
 # A space in the target, before a version that is right: once rewritten into
 # itself and parsed again without end, a stack overflow that took the
@@ -122,6 +130,11 @@ refused('Transfer-Encoding: identity, chunked',
 	. "4\r\nbody\r\n0\r\n\r\n", 501, '/te-identity');
 ok($t->waitforlog(qr/client sent unknown "Transfer-Encoding": "identity, chunked"/),
 	'unknown coding: logged');
+
+# An unknown coding beside a length: the coding is nginx's first finding.
+refused('Transfer-Encoding: gzip beside Content-Length',
+	"POST /te-gzip-cl HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\nContent-Length: 4\r\n\r\nbody",
+	501, '/te-gzip-cl');
 
 refused('two Transfer-Encoding',
 	"POST /te-twice HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
@@ -286,6 +299,18 @@ refused('NUL in a header value',
 	is(reached('/connect') + reached('localhost:443'), 0, 'CONNECT: nothing reached the backend');
 	ok($t->waitforlog(qr/client sent CONNECT method while reading client request headers/),
 		'CONNECT: logged as nginx');
+}
+
+# Bytes nginx takes in a target that a URI holds only percent-encoded
+# (JSON in a query, angle brackets, a backquote): served, the target passed
+# on with them encoded, not refused.
+{
+	my ($r) = send_raw("GET /enc/a`b?q={\"x\":1}<y> HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+	like($r, qr/^HTTP\/1.1 200 /, 'a target with bytes a URI holds only encoded: served');
+	($r) = send_raw("GET /enc/caf\xc3\xa9<> HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+	like($r, qr/^HTTP\/1.1 200 /, 'and with UTF-8 beside them: served');
+	is(join(' ', map { $_->[2] } grep { $_->[2] =~ m{^/enc/} } $t->raw_log(port(8081))),
+		'/enc/a%60b?q=%7B%22x%22:1%7D%3Cy%3E /enc/caf%C3%A9%3C%3E', 'both passed on encoded');
 }
 
 # A bad request does not hurt the next connection.

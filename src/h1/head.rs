@@ -791,7 +791,8 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                 };
                 let spans = spans(buf, req.headers);
                 let head = buf.split_to(len).freeze();
-                let uri = Uri::from_maybe_shared(head.slice(path))
+                let uri = Uri::from_maybe_shared(head.slice(path.clone()))
+                    .or_else(|_| Uri::from_maybe_shared(escape_target(&head[path])))
                     .map_err(|_| HeadError::line(400, "client sent invalid request"))?;
                 let headers = request_headers(head, spans)?;
                 return Ok(Some(RequestHead {
@@ -858,6 +859,26 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
             Err(_) => return Err(HeadError::line(400, "client sent invalid request")),
         }
     }
+}
+
+/// A target with bytes nginx takes as they are but a URI may only hold
+/// percent-encoded (`"`, `<`, `>`, `` ` ``, `{`, `}`, `|`, `^`, `\\`, and
+/// UTF-8 above 0x7F), which the `http` crate's URI refuses in some parts:
+/// those bytes percent-encoded, the rest as sent. (Bytes that are not UTF-8
+/// httparse refuses before: 400, where nginx takes them.) Decoded, the path is the
+/// same, so locations match as nginx's do; `$request_uri` and the target
+/// passed upstream carry the encoded form (nginx's carry the raw bytes).
+fn escape_target(target: &[u8]) -> Bytes {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = Vec::with_capacity(target.len() + 16);
+    for &b in target {
+        if b >= 0x80 || b"\"<>`{}|^\\".contains(&b) {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        } else {
+            out.push(b);
+        }
+    }
+    Bytes::from(out)
 }
 
 /// The request line is complete and its version is not plainly 1.0 or 1.1
@@ -947,6 +968,38 @@ mod tests {
             h.map(&|_| true)?;
         }
         Ok(h)
+    }
+
+    /// Bytes nginx takes in a target but a URI holds only encoded are taken
+    /// percent-encoded; a target the `http` crate takes as it is stays so.
+    #[test]
+    fn a_target_with_bytes_only_an_encoded_uri_holds_is_taken_encoded() {
+        let target = |raw: &[u8]| {
+            let mut b = BytesMut::from(&b"GET "[..]);
+            b.extend_from_slice(raw);
+            b.extend_from_slice(b" HTTP/1.1\r\nHost: a\r\n\r\n");
+            let head = parse_request(&mut b)
+                .unwrap_or_else(|e| panic!("{:?}: {e:?}", String::from_utf8_lossy(raw)))
+                .expect("whole");
+            assert!(b.is_empty());
+            head.uri.to_string()
+        };
+        assert_eq!(target(b"/a?q={\"x\":1}"), "/a?q=%7B%22x%22:1%7D");
+        assert_eq!(
+            target(b"/caf\xc3\xa9?q=\"\xc3\xa9\""),
+            "/caf%C3%A9?q=%22%C3%A9%22"
+        );
+        assert_eq!(target(b"/a<b>`"), "/a%3Cb%3E%60");
+        assert_eq!(target(b"/a%3Cb?x=%zz"), "/a%3Cb?x=%zz");
+        assert_eq!(target(b"/a{b}|c"), "/a{b}|c");
+        // Not a byte a target may hold at all, or not UTF-8 (httparse
+        // reads the target as text; nginx takes it): refused.
+        for bad in [&b"/a\x7fb"[..], b"/a\x01b", b"/caf\xe9"] {
+            let mut b = BytesMut::from(&b"GET "[..]);
+            b.extend_from_slice(bad);
+            b.extend_from_slice(b" HTTP/1.1\r\nHost: a\r\n\r\n");
+            assert_eq!(parse_request(&mut b).err().map(|e| e.code), Some(400));
+        }
     }
 
     /// A line wrong before a version that is already 1.0 or 1.1 (a space in

@@ -110,12 +110,8 @@ fn framing_problem(r: &Req) -> Option<Problem> {
                 "client sent HTTP/1.0 request with \"Transfer-Encoding\" header",
             ));
         }
-        if h.contains_key(http::header::CONTENT_LENGTH) {
-            return Some(Problem::header(
-                400,
-                "client sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time",
-            ));
-        }
+        // A coding nginx does not know is a 501 before the length beside
+        // it is looked at, as nginx orders the two.
         if !te.as_bytes().eq_ignore_ascii_case(b"chunked") {
             return Some(Problem::header(
                 501,
@@ -123,6 +119,12 @@ fn framing_problem(r: &Req) -> Option<Problem> {
                     "client sent unknown \"Transfer-Encoding\": \"{}\"",
                     text(te)
                 ),
+            ));
+        }
+        if h.contains_key(http::header::CONTENT_LENGTH) {
+            return Some(Problem::header(
+                400,
+                "client sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time",
             ));
         }
     }

@@ -41,6 +41,9 @@ pub(super) struct Incoming {
 /// Err for a host nginx refuses with 400.
 fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
     let raw: &str = match req.uri.authority() {
+        // User information in an absolute target ("http://u@host/") is
+        // not a host nginx's request line parser reads.
+        Some(a) if a.as_str().contains('@') => return Err(()),
         Some(a) => a.host(),
         None => match req.headers.get(HOST) {
             Some(h) => h.to_str().map_err(|_| ())?,
@@ -68,13 +71,14 @@ fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
     Ok(Some(host.to_ascii_lowercase()))
 }
 
-/// A slash, a backslash or two dots in a row: what nginx refuses in a
-/// host. One pass over the bytes (`contains("..")` set up a substring
-/// search for every request).
+/// A slash, a backslash, two dots in a row, a space or a control
+/// character: what nginx refuses in a host (spaces and control characters
+/// since nginx 1.21.1). One pass over the bytes (`contains("..")` set up a
+/// substring search for every request).
 fn refused_in_host(host: &[u8]) -> bool {
     let mut dot = false;
     for &b in host {
-        if b == b'/' || b == b'\\' || (dot && b == b'.') {
+        if b == b'/' || b == b'\\' || b <= b' ' || b == 0x7f || (dot && b == b'.') {
             return true;
         }
         dot = b == b'.';
@@ -1025,10 +1029,13 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        // The one-pass test says what the three `contains` said.
+        // The one-pass test says what the separate searches say.
         #[test]
-        fn refused_in_host_is_three_contains(h in "[a/.\\\\]{0,12}") {
-            let want = h.contains('/') || h.contains("..") || h.contains('\\');
+        fn refused_in_host_is_its_searches(h in "[a/.\\\\ \t\x01\x7fé]{0,12}") {
+            let want = h.contains('/')
+                || h.contains("..")
+                || h.contains('\\')
+                || h.bytes().any(|b| b <= b' ' || b == 0x7f);
             prop_assert_eq!(super::refused_in_host(h.as_bytes()), want);
         }
     }
