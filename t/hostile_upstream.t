@@ -20,7 +20,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(118);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(131);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -81,6 +81,11 @@ my %script = (
 	'/huge-head' => "HTTP/1.1 200 OK\r\n" . ("X-Big: " . ('x' x 1000) . "\r\n") x 600
 		. "Content-Length: 2\r\n\r\nok",
 	'/good' => "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood",
+	# Status lines nginx reads: no reason (httparse gives one outside the
+	# buffer: the worker's task panicked on it), an empty one, two spaces.
+	'/no-reason' => "HTTP/1.1 200\r\nContent-Length: 4\r\n\r\nnone",
+	'/empty-reason' => "HTTP/1.1 200 \r\nContent-Length: 5\r\n\r\nempty",
+	'/two-spaces' => "HTTP/1.1  200  OK\r\nContent-Length: 3\r\n\r\ntwo",
 	# Reads the request, then closes without a word.
 	'/drop' => { close => 1 },
 );
@@ -182,6 +187,18 @@ for my $path ('/http10-te', '/bad-status', '/not-http', '/space-colon') {
 	like($first, qr/^HTTP\/1.1 502 /, "$path: 502");
 	unlike($first . $second, qr/POISONED/, "$path: nothing of the upstream's body passed");
 }
+
+# Status lines without a reason, or with more than one space: read as nginx
+# reads them, the body passed, the upstream connection kept.
+for my $prefix ('', '/nobuf') {
+	for my $case (['/no-reason', 'none'], ['/empty-reason', 'empty'], ['/two-spaces', 'two']) {
+		my ($path, $body) = @$case;
+		my ($first, $extra, $second) = pair("$prefix$path");
+		like($first, qr/^HTTP\/1.1 200 .*\r\n\r\n$body$/s, "$prefix$path: 200 and its body");
+		like($second, qr/^HTTP\/1.1 200 .*\r\n\r\ngood$/s, "$prefix$path: the next request answered");
+	}
+}
+unlike($t->read_file('error.log'), qr/panic/, 'status lines: no panic');
 
 # A body cut short: never a complete-looking response followed by more on a
 # reused connection.

@@ -237,7 +237,9 @@ sub upstream_answer {
 	my $body = "$tok " . ('b' x int(rand(2000)));
 	my $status = pick(200, 200, 200, 201, 204, 304, 404, 500);
 	my $out = rand() < 0.05 ? pick("HTTP/1.1 100 Continue\r\n\r\n", "HTTP/1.1 103 Early Hints\r\nLink: </s>\r\n\r\n") : '';
-	$out .= "HTTP/1.1 $status X\r\nX-T: t\r\n";
+	# The status line with a reason, none, an empty one, or wide spaces.
+	$out .= pick("HTTP/1.1 $status X", "HTTP/1.1 $status X", "HTTP/1.1 $status", "HTTP/1.1 $status ",
+		"HTTP/1.1  $status  X") . "\r\nX-T: t\r\n";
 	my $f = rand();
 	my $close = 0;
 	if ($f < 0.55) {

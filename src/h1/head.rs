@@ -628,8 +628,16 @@ fn version_of(line: &[u8]) -> Result<Option<Version>, HeadError> {
 /// Where a parsed header's name and value lie in the buffer.
 type Span = (std::ops::Range<usize>, std::ops::Range<usize>);
 
+/// Where `part`, a slice httparse took from `base`, lies in it. httparse
+/// gives an empty part that is not in the buffer for what a line leaves
+/// out (the reason of "HTTP/1.1 200" without one): that is an empty span,
+/// where subtracting the pointers overflowed (a panic for every response
+/// of such an upstream).
 fn span_of(base: &[u8], part: &[u8]) -> std::ops::Range<usize> {
-    let start = part.as_ptr() as usize - base.as_ptr() as usize;
+    let start = (part.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
+    if start > base.len() || part.len() > base.len() - start {
+        return 0..0;
+    }
     start..start + part.len()
 }
 
@@ -908,7 +916,11 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
     let mut slots: &mut [httparse::Header<'_>] = &mut stack;
     loop {
         let mut resp = httparse::Response::new(slots);
-        match resp.parse(buf) {
+        // "HTTP/1.1  200 OK": more than one space between the parts of the
+        // status line, which nginx reads.
+        let mut config = httparse::ParserConfig::default();
+        config.allow_multiple_spaces_in_response_status_delimiters(true);
+        match config.parse_response(&mut resp, buf) {
             Ok(httparse::Status::Partial) => return Ok(None),
             Ok(httparse::Status::Complete(len)) => {
                 let status = StatusCode::from_u16(resp.code.unwrap_or(0))
@@ -1329,6 +1341,25 @@ mod tests {
     /// The order of the upstream's lines is kept only when a name comes
     /// back after another; the case of a name is kept only when it is not
     /// how sluice writes it.
+    #[test]
+    fn status_lines_nginx_reads() {
+        for (line, reason) in [
+            (&b"HTTP/1.1 200\r\n"[..], &b""[..]),
+            (b"HTTP/1.1 200 \r\n", b""),
+            (b"HTTP/1.1  200  OK\r\n", b"OK"),
+            (b"HTTP/1.0 404 Not Found\r\n", b"Not Found"),
+        ] {
+            let mut b = line.to_vec();
+            b.extend_from_slice(b"X-E:\r\nContent-Length: 2\r\n\r\nok");
+            let h = resp(&b)
+                .unwrap_or_else(|e| panic!("{:?}: {e}", String::from_utf8_lossy(line)))
+                .expect("whole");
+            assert_eq!(&h.reason[..], reason, "{:?}", String::from_utf8_lossy(line));
+            assert_eq!(h.raw.get("x-e").map(|v| v.as_bytes().len()), Some(0));
+            assert_eq!(h.len, b.len() - 2);
+        }
+    }
+
     #[test]
     fn response_order_and_names() {
         let order = |b: &[u8]| {
