@@ -834,6 +834,9 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                     return Err(HeadError::line(400, "client sent invalid request"));
                 }
                 let line = &buf[..line_end];
+                // nginx reads the line from its start: a wrong method or
+                // target is found before the version is.
+                before_version(line)?;
                 return match version_of(line)? {
                     // HTTP/1.N: read it as HTTP/1.1, as nginx does.
                     Some(_) => {
@@ -887,6 +890,25 @@ fn escape_target(target: &[u8]) -> Bytes {
         }
     }
     Bytes::from(out)
+}
+
+/// What nginx finds in a request line before its version: a method of
+/// upper-case letters, `_` and `-`, then one target (spaces around it).
+fn before_version(line: &[u8]) -> Result<(), HeadError> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut parts = line.split(|&b| b == b' ').filter(|p| !p.is_empty());
+    let method = parts.next().unwrap_or(b"");
+    if method.is_empty()
+        || !method
+            .iter()
+            .all(|&b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
+    {
+        return Err(HeadError::line(400, "client sent invalid method"));
+    }
+    if parts.count() != 2 {
+        return Err(HeadError::line(400, "client sent invalid request"));
+    }
+    Ok(())
 }
 
 /// The request line is complete and its version is not plainly 1.0 or 1.1
@@ -1163,6 +1185,24 @@ mod tests {
         let h = req("GET / HTTP/1.10\r\nHost: x\r\n\r\n").unwrap().unwrap();
         assert_eq!((h.version, h.len), (Version::HTTP_11, 28));
         assert_eq!(req("GET / HTTP/2.0\r\n\r\n").unwrap_err().code, 505);
+        assert_eq!(req("GET  /  HTTP/10.1\r\n\r\n").unwrap_err().code, 505);
+        // What comes before the version is found first, as nginx reads.
+        for (line, why) in [
+            ("get / HTTP/2.0", "client sent invalid method"),
+            ("G@T / HTTP/1.2", "client sent invalid method"),
+            ("GET /a b HTTP/2.0", "client sent invalid request"),
+            ("GET HTTP/2.0", "client sent invalid request"),
+        ] {
+            let e = req(&format!("{line}\r\nHost: x\r\n\r\n")).unwrap_err();
+            assert_eq!((e.code, e.why.as_ref()), (400, why), "{line}");
+        }
+        let h = req("M-SEARCH_X * HTTP/1.5\r\nHost: x\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (h.method.as_str(), h.version),
+            ("M-SEARCH_X", Version::HTTP_11)
+        );
         assert_eq!(req("GET / FTP/1.0\r\n\r\n").unwrap_err().code, 400);
         assert_eq!(req("\x16\x03\x01\r\n\r\n").unwrap_err().code, 400);
         let h = req("GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
