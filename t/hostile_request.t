@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(99);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(102);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -108,6 +108,8 @@ refused('a space in the Host',
 	"GET /space-host HTTP/1.1\r\nHost: a b\r\n\r\n", 400, '/space-host');
 refused('a control character in the Host',
 	"GET /ctl-host HTTP/1.1\r\nHost: a\x01b\r\n\r\n", 400, '/ctl-host');
+refused('a Host with a space beside an absolute target',
+	"GET http://localhost/abs-space HTTP/1.1\r\nHost: a b\r\n\r\n", 400, '/abs-space');
 refused('user information in an absolute target',
 	"GET http://u\@localhost/userinfo HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, '/userinfo');
 

@@ -38,18 +38,29 @@ pub(super) struct Incoming {
 }
 
 /// `Host` (or the absolute URI's authority) lowercased, without port or final dot.
-/// Err for a host nginx refuses with 400.
+/// Err for a host nginx refuses with 400: the request line's, or the
+/// `Host` field's even when the line names a host (nginx reads both).
 fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
-    let raw: &str = match req.uri.authority() {
+    let field = match req.headers.get(HOST) {
+        Some(h) => Some(host_of(h.to_str().map_err(|_| ())?)?),
+        None => None,
+    };
+    let host = match req.uri.authority() {
         // User information in an absolute target ("http://u@host/") is
         // not a host nginx's request line parser reads.
         Some(a) if a.as_str().contains('@') => return Err(()),
-        Some(a) => a.host(),
-        None => match req.headers.get(HOST) {
-            Some(h) => h.to_str().map_err(|_| ())?,
+        Some(a) => host_of(a.host())?,
+        None => match field {
+            Some(h) => h,
             None => return Ok(None),
         },
     };
+    Ok(Some(host.to_ascii_lowercase()))
+}
+
+/// The host part of a `Host` value (or an authority's host), without port
+/// or final dot; Err where nginx refuses it.
+fn host_of(raw: &str) -> Result<&str, ()> {
     let host = if raw.starts_with('[') {
         // An unclosed literal is the whole value, as nginx's validation
         // leaves it.
@@ -68,7 +79,7 @@ fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
     if host.is_empty() {
         return Err(());
     }
-    Ok(Some(host.to_ascii_lowercase()))
+    Ok(host)
 }
 
 /// A slash, a backslash, two dots in a row, a space or a control
