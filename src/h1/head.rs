@@ -630,14 +630,15 @@ type Span = (std::ops::Range<usize>, std::ops::Range<usize>);
 
 /// Where `part`, a slice httparse took from `base`, lies in it. httparse
 /// gives an empty part that is not in the buffer for what a line leaves
-/// out (the reason of "HTTP/1.1 200" without one): that is an empty span,
-/// where subtracting the pointers overflowed (a panic for every response
-/// of such an upstream).
+/// out (the reason of "HTTP/1.1 200" without one): any empty part is an
+/// empty span, where subtracting the pointers overflowed (a panic for
+/// every response of such an upstream). A part with bytes is always one
+/// of the buffer's.
 fn span_of(base: &[u8], part: &[u8]) -> std::ops::Range<usize> {
-    let start = (part.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
-    if start > base.len() || part.len() > base.len() - start {
+    if part.is_empty() {
         return 0..0;
     }
+    let start = part.as_ptr() as usize - base.as_ptr() as usize;
     start..start + part.len()
 }
 
