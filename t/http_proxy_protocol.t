@@ -25,7 +25,7 @@ use Test::Sluice::Ssl qw/need_ssl_client openssl_in read_to_end/;
 
 need_ssl_client();
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(27);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(28);
 my $d = $t->testdir();
 
 openssl_in($d, "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
@@ -115,6 +115,8 @@ like(pp(8080, "PROXY TCP6 2001:db8::1 2001:db8::2 1 65535\r\n"),
 	qr/^127\.0\.0\.1\|\d+\|127\.0\.0\.1\|2001:db8::1\|1\|2001:db8::2\|65535\|/, 'v1 TCP6');
 like(pp(8080, "PROXY UNKNOWN\r\n"), qr/^127\.0\.0\.1\|\d+\|127\.0\.0\.1\|\|\|\|\|/,
 	'v1 UNKNOWN: served, the variables empty');
+like(pp(8080, "PROXY TCP4 192.0.2.1 198.51.100.2 0 0\r\n"), qr/\|192\.0\.2\.1\|\|198\.51\.100\.2\|\|/,
+	'v1 ports 0: the port variables empty, as nginx shows them');
 is(pp(8080, "PROXY TCP4 192.0.2.9 198.51.100.2 80 81\r", split => "\n") =~ s/^.*?\|.*?\|.*?\|//r,
 	'192.0.2.9|80|198.51.100.2|81||||', 'v1 split across writes');
 like(pp(8080, v2(1, 0x11, $inet . $tlvs)),

@@ -26,7 +26,7 @@ use Test::Sluice::Ssl qw/need_ssl_client openssl_in read_to_end/;
 
 need_ssl_client();
 
-my $t = Test::Sluice->new()->has(qw/stream/)->plan(18);
+my $t = Test::Sluice->new()->has(qw/stream/)->plan(19);
 my $d = $t->testdir();
 
 openssl_in($d, "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
@@ -156,6 +156,8 @@ like(pp(8090, $v1), qr/^127\.0\.0\.1\|\d+\|127\.0\.0\.1\|\d+\|192\.0\.2\.1\|1234
 	'v1: the variables, $remote_addr the peer');
 like(pp(8090, "PROXY TCP6 2001:db8::1 ::1 7 8\r\n"), qr/\|2001:db8::1\|7\|::1\|8\|$/, 'v1 TCP6');
 like(pp(8090, "PROXY UNKNOWN\r\n"), qr/^127\.0\.0\.1\|\d+\|127\.0\.0\.1\|\d+\|\|\|\|\|$/, 'v1 UNKNOWN');
+like(pp(8090, "PROXY TCP4 192.0.2.1 198.51.100.2 0 0\r\n"), qr/\|192\.0\.2\.1\|\|198\.51\.100\.2\|\|$/,
+	'v1 ports 0: the port variables empty, as nginx shows them');
 like(pp(8090, v2(1, 0x11, $inet . pack('Cn', 1, 2) . 'h2')),
 	qr/\|192\.0\.2\.1\|12345\|198\.51\.100\.2\|443\|h2$/, 'v2 with an ALPN TLV');
 like(pp(8090, v2(0, 0x11, $inet)), qr/^127\.0\.0\.1\|\d+\|127\.0\.0\.1\|\d+\|\|\|\|\|$/, 'v2 LOCAL');

@@ -876,10 +876,11 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
 /// A target with bytes nginx takes as they are but a URI may only hold
 /// percent-encoded (`"`, `<`, `>`, `` ` ``, `{`, `}`, `|`, `^`, `\\`, and
 /// UTF-8 above 0x7F), which the `http` crate's URI refuses in some parts:
-/// those bytes percent-encoded, the rest as sent. (Bytes that are not UTF-8
-/// httparse refuses before: 400, where nginx takes them.) Decoded, the path is the
-/// same, so locations match as nginx's do; `$request_uri` and the target
-/// passed upstream carry the encoded form (nginx's carry the raw bytes).
+/// those bytes percent-encoded, the rest as sent. (Bytes that are not
+/// UTF-8 httparse refuses before: 400, where nginx takes them.) Decoded,
+/// the path is the same, so locations match as nginx's do; `$request_uri`
+/// and the target passed upstream carry the encoded form (nginx's carry
+/// the raw bytes).
 fn escape_target(target: &[u8]) -> Bytes {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = Vec::with_capacity(target.len() + 16);
@@ -1379,9 +1380,7 @@ mod tests {
         }
     }
 
-    /// The order of the upstream's lines is kept only when a name comes
-    /// back after another; the case of a name is kept only when it is not
-    /// how sluice writes it.
+    /// Status lines nginx reads: no reason, an empty one, wide spaces.
     #[test]
     fn status_lines_nginx_reads() {
         for (line, reason) in [
@@ -1401,6 +1400,9 @@ mod tests {
         }
     }
 
+    /// The order of the upstream's lines is kept only when a name comes
+    /// back after another; the case of a name is kept only when it is not
+    /// how sluice writes it.
     #[test]
     fn response_order_and_names() {
         let order = |b: &[u8]| {

@@ -418,18 +418,16 @@ impl Req {
                 .proxy
                 .as_ref()
                 .map_or_else(String::new, |p| p.src_addr.clone()),
-            Var::ProxyProtocolPort => c
-                .proxy
-                .as_ref()
-                .map_or_else(String::new, |p| p.src_port.to_string()),
+            Var::ProxyProtocolPort => c.proxy.as_ref().map_or_else(String::new, |p| {
+                crate::net::proxy_protocol::Addrs::port_text(p.src_port)
+            }),
             Var::ProxyProtocolServerAddr => c
                 .proxy
                 .as_ref()
                 .map_or_else(String::new, |p| p.dst_addr.clone()),
-            Var::ProxyProtocolServerPort => c
-                .proxy
-                .as_ref()
-                .map_or_else(String::new, |p| p.dst_port.to_string()),
+            Var::ProxyProtocolServerPort => c.proxy.as_ref().map_or_else(String::new, |p| {
+                crate::net::proxy_protocol::Addrs::port_text(p.dst_port)
+            }),
             Var::ProxyProtocolTlv(k) => match c.proxy.as_ref().map(|p| p.tlv(*k)) {
                 None | Some(Ok(None)) => String::new(),
                 Some(Ok(Some(v))) => String::from_utf8_lossy(&v).into_owned(),

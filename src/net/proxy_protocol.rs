@@ -282,6 +282,16 @@ fn shown(buf: &[u8]) -> String {
 pub struct BrokenTlv;
 
 impl Addrs {
+    /// A port as `$proxy_protocol_port` and `_server_port` show it: empty
+    /// for 0, as nginx prints only a port above 0.
+    pub fn port_text(port: u16) -> String {
+        if port == 0 {
+            String::new()
+        } else {
+            port.to_string()
+        }
+    }
+
     /// The value of the TLV `key` names (None: not there);
     /// `ssl_verify` in decimal, as nginx.
     pub fn tlv(&self, key: ProxyTlv) -> Result<Option<Vec<u8>>, BrokenTlv> {

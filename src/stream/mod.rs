@@ -399,9 +399,13 @@ impl Session {
                 .unwrap_or_else(|| "unix:".into()),
             Var::RealipRemotePort => self.peer.map(|a| a.port().to_string()).unwrap_or_default(),
             Var::ProxyProtocolAddr => self.pp(|p| p.src_addr.clone()),
-            Var::ProxyProtocolPort => self.pp(|p| p.src_port.to_string()),
+            Var::ProxyProtocolPort => {
+                self.pp(|p| crate::net::proxy_protocol::Addrs::port_text(p.src_port))
+            }
             Var::ProxyProtocolServerAddr => self.pp(|p| p.dst_addr.clone()),
-            Var::ProxyProtocolServerPort => self.pp(|p| p.dst_port.to_string()),
+            Var::ProxyProtocolServerPort => {
+                self.pp(|p| crate::net::proxy_protocol::Addrs::port_text(p.dst_port))
+            }
             Var::ProxyProtocolTlv(k) => match self.proxy.as_ref().map(|p| p.tlv(*k)) {
                 None | Some(Ok(None)) => String::new(),
                 Some(Ok(Some(v))) => String::from_utf8_lossy(&v).into_owned(),
