@@ -144,13 +144,13 @@ refused('two Transfer-Encoding',
 
 refused('lowercase method',
 	"get /lower HTTP/1.1\r\nHost: localhost\r\n\r\n", 400, '/lower');
+ok($t->waitforlog(qr/client sent invalid method while reading client request line/),
+	'lowercase method: logged');
 # Before a version nginx does not take (505), what precedes it is read
 # first: a method nginx refuses is a 400.
 refused('lowercase method before HTTP/2.0',
 	"get /lower2 HTTP/2.0\r\nHost: localhost\r\n\r\n", 400, '/lower2');
 refused('HTTP/2.0 in a request line', "GET /v2 HTTP/2.0\r\nHost: localhost\r\n\r\n", 505, '/v2');
-ok($t->waitforlog(qr/client sent invalid method while reading client request line/),
-	'lowercase method: logged');
 
 # The classic smuggling form: a front that frames by Content-Length sends
 # one request; one that frames by chunked sees a second.

@@ -189,7 +189,8 @@ for my $path ('/http10-te', '/bad-status', '/not-http', '/space-colon') {
 }
 
 # Status lines without a reason, or with more than one space: read as nginx
-# reads them, the body passed, the upstream connection kept.
+# reads them, the body passed, and the next request on the client
+# connection answered.
 for my $prefix ('', '/nobuf') {
 	for my $case (['/no-reason', 'none'], ['/empty-reason', 'empty'], ['/two-spaces', 'two']) {
 		my ($path, $body) = @$case;
