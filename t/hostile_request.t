@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(102);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(112);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -132,6 +132,20 @@ refused('Transfer-Encoding: identity, chunked',
 	. "4\r\nbody\r\n0\r\n\r\n", 501, '/te-identity');
 ok($t->waitforlog(qr/client sent unknown "Transfer-Encoding": "identity, chunked"/),
 	'unknown coding: logged');
+
+# The other fields nginx takes once: two Authorization (which a backend
+# might read either way), two Expect.
+refused('two Authorization',
+	"GET /two-auth HTTP/1.1\r\nHost: localhost\r\nAuthorization: Basic YTpi\r\n"
+	. "Authorization: Basic Yzpk\r\n\r\n", 400, '/two-auth');
+ok($t->waitforlog(qr/client sent duplicate header line: "Authorization: Basic Yzpk", previous value: "Authorization: Basic YTpi"/),
+	'two Authorization: logged as nginx');
+refused('two Expect',
+	"POST /two-expect HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\nExpect: 100-continue\r\n"
+	. "Content-Length: 1\r\n\r\nx", 400, '/two-expect');
+# A missing host is found before the body's framing, as nginx orders them.
+refused('no Host and an unknown coding',
+	"POST /nohost-te HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400, '/nohost-te');
 
 # An unknown coding beside a length: the coding is nginx's first finding.
 refused('Transfer-Encoding: gzip beside Content-Length',

@@ -895,7 +895,8 @@ fn escape_target(target: &[u8]) -> Bytes {
 }
 
 /// What nginx finds in a request line before its version: a method of
-/// upper-case letters, `_` and `-`, then one target (spaces around it).
+/// upper-case letters, `_` and `-`, then one target (spaces around it)
+/// that is a path or starts with a scheme.
 fn before_version(line: &[u8]) -> Result<(), HeadError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut parts = line.split(|&b| b == b' ').filter(|p| !p.is_empty());
@@ -907,7 +908,10 @@ fn before_version(line: &[u8]) -> Result<(), HeadError> {
     {
         return Err(HeadError::line(400, "client sent invalid method"));
     }
-    if parts.count() != 2 {
+    let target = parts.next().unwrap_or(b"");
+    if parts.count() != 1
+        || !matches!(target.first(), Some(b) if *b == b'/' || b.is_ascii_alphabetic())
+    {
         return Err(HeadError::line(400, "client sent invalid request"));
     }
     Ok(())
@@ -1194,11 +1198,13 @@ mod tests {
             ("G@T / HTTP/1.2", "client sent invalid method"),
             ("GET /a b HTTP/2.0", "client sent invalid request"),
             ("GET HTTP/2.0", "client sent invalid request"),
+            ("GET * HTTP/2.0", "client sent invalid request"),
+            ("GET ../a HTTP/1.2", "client sent invalid request"),
         ] {
             let e = req(&format!("{line}\r\nHost: x\r\n\r\n")).unwrap_err();
             assert_eq!((e.code, e.why.as_ref()), (400, why), "{line}");
         }
-        let h = req("M-SEARCH_X * HTTP/1.5\r\nHost: x\r\n\r\n")
+        let h = req("M-SEARCH_X /a HTTP/1.5\r\nHost: x\r\n\r\n")
             .unwrap()
             .unwrap();
         assert_eq!(

@@ -28,7 +28,9 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     if connect && r.version == http::Version::HTTP_2 {
         return Some(Problem::header(400, "client sent no :scheme header"));
     }
-    if let Some(bad) = framing_problem(r) {
+    // In nginx's order: what it finds while it reads the line and the
+    // fields, then a missing host, then the body's framing.
+    if let Some(bad) = fields_problem(r) {
         return Some(bad);
     }
     // nginx asks every version above 1.0 for a host (HTTP/2's `:authority`
@@ -39,6 +41,9 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
             400,
             "client sent HTTP/1.1 request without \"Host\" header",
         ));
+    }
+    if let Some(bad) = framing_problem(r) {
+        return Some(bad);
     }
     // nginx answers CONNECT (a tunnel it does not make: passed on, it would
     // ask the upstream for one) and TRACE itself, whatever the location
@@ -52,13 +57,27 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     None
 }
 
-/// nginx's rules for what frames a request and picks its server: a method in upper case, one `Host`, one
-/// `Content-Length`, one `Transfer-Encoding` that is exactly `chunked` and
-/// never beside a `Content-Length`. A request that breaks them is answered
-/// (400, or 501 for an unknown coding) and its connection closed: a front
-/// proxy that framed it the other way must not get a second request out of
-/// its body.
-fn framing_problem(r: &Req) -> Option<Problem> {
+/// The request fields nginx takes once (`ngx_http_process_unique_header_line`
+/// in nginx 1.22), lower case and as its log line shows them.
+const UNIQUE: [(&str, &str); 8] = [
+    ("content-length", "Content-Length"),
+    ("transfer-encoding", "Transfer-Encoding"),
+    ("expect", "Expect"),
+    ("authorization", "Authorization"),
+    ("if-modified-since", "If-Modified-Since"),
+    ("if-unmodified-since", "If-Unmodified-Since"),
+    ("if-range", "If-Range"),
+    ("content-range", "Content-Range"),
+];
+
+/// nginx's rules for what frames a request and picks its server, the
+/// ones it applies while it reads the head: a method in upper case, one
+/// `Host`, one of each of `UNIQUE` (among them `Content-Length` and
+/// `Transfer-Encoding`; `framing_problem` has the rest). A request that
+/// breaks them is answered 400 and its connection closed: a front proxy
+/// that framed it the other way must not get a second request out of its
+/// body.
+fn fields_problem(r: &Req) -> Option<Problem> {
     let h = &r.headers;
     if !r
         .method
@@ -82,19 +101,39 @@ fn framing_problem(r: &Req) -> Option<Problem> {
             ),
         ));
     }
-    for (name, shown) in [
-        (http::header::CONTENT_LENGTH, "Content-Length"),
-        (http::header::TRANSFER_ENCODING, "Transfer-Encoding"),
-    ] {
-        if let Some((first, second)) = twice(&name) {
+    // The fields nginx takes once (its unique header lines): a second is
+    // refused, the first found in the head's order.
+    let mut seen: [Option<Value<'_>>; UNIQUE.len()] = [None; UNIQUE.len()];
+    for (name, value) in h.iter() {
+        let Some(i) = UNIQUE
+            .iter()
+            .position(|(lower, _)| name.eq_ignore_ascii_case(lower.as_bytes()))
+        else {
+            continue;
+        };
+        if let Some(first) = seen[i] {
+            let shown = UNIQUE[i].1;
             return Some(Problem::header(
                 400,
                 format!(
-                    "client sent duplicate header line: \"{shown}: {second}\", previous value: \"{shown}: {first}\""
+                    "client sent duplicate header line: \"{shown}: {}\", previous value: \"{shown}: {}\"",
+                    text(value),
+                    text(first)
                 ),
             ));
         }
+        seen[i] = Some(value);
     }
+    None
+}
+
+/// nginx's rules for a request body's framing, applied once the head is
+/// read: a `Content-Length` that is a number, a `Transfer-Encoding` only
+/// in HTTP/1.1, exactly `chunked` (else 501), and never beside a
+/// `Content-Length`.
+fn framing_problem(r: &Req) -> Option<Problem> {
+    let h = &r.headers;
+    let text = |v: Value<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
     if let Some(cl) = h.get(http::header::CONTENT_LENGTH) {
         if content_length(cl.as_bytes()).is_none() {
             return Some(Problem::header(

@@ -281,10 +281,13 @@ pub(super) async fn handle(
     let mut closing = false;
     // A target the request line parser refuses is nginx's first finding
     // (a 400 before any header is read), whatever the headers hold.
+    // A host nginx refuses it finds while it reads the head's fields,
+    // before the checks it makes once the head is whole; only the request
+    // line's findings come before it.
     let bad = if bad_target {
         None
     } else {
-        framing::request_problem(r, host_valid)
+        framing::request_problem(r, host_valid).filter(|p| p.in_line || host_valid)
     };
     let reply = if let Some(framing::Problem { code, why, in_line }) = bad {
         crate::log_conn!(
