@@ -27,15 +27,12 @@ use warnings;
 use strict;
 
 use Test::More;
-use IO::Select;
-use IO::Socket::INET;
-use Time::HiRes qw/time/;
 
 BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::Grpc qw/nginx_backend/;
+use Test::Sluice::Grpc qw/nginx_beside/;
 
 plan(skip_all => 'no nginx') unless -x '/usr/sbin/nginx';
 
@@ -52,28 +49,7 @@ my $server = <<'EOF';
         location = /self { return 200 "self"; }
     }
 EOF
-my $backend = port(8082);
-(my $mine = $server) =~ s/PORT/%%PORT_8080%%/;
-$mine =~ s/BACKEND/%%PORT_8082%%/;
-$t->write_file_expand('sluice.conf', <<"EOF");
-
-%%TEST_GLOBALS%%
-
-events {
-}
-
-http {
-    access_log off;
-$mine
-}
-
-EOF
-
-$t->raw_backend($backend);
-$t->run();
-(my $theirs = $server) =~ s/PORT/${\ port(8081)}/;
-$theirs =~ s/BACKEND/$backend/;
-nginx_backend($t, 'ref', $theirs);
+nginx_beside($t, $server);
 
 my $seed = $ENV{NGINX_DIFF_SEED} // int(rand(1 << 31));
 srand($seed);
@@ -136,16 +112,7 @@ sub request {
 # closed without an answer), as "200 200" ...
 sub answers {
 	my ($port, $bytes) = @_;
-	my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Timeout => 5)
-		or die "connect $port: $!\n";
-	local $SIG{PIPE} = 'IGNORE';
-	syswrite($s, $bytes);
-	my ($buf, $sel, $end) = ('', IO::Select->new($s), time() + 4);
-	while (time() < $end && $sel->can_read($end - time())) {
-		my $n = sysread($s, $buf, 65536, length $buf);
-		last unless $n;
-	}
-	close $s;
+	my $buf = http($bytes, raw => 1, PeerAddr => "127.0.0.1:$port", timeout => 4) // '';
 	my @codes = grep { !/^1/ } $buf =~ /(?:^|\r\n)HTTP\/1\.[01] (\d{3})[^\r\n]*\r\n/g;
 	return @codes ? join(' ', @codes) : 'none';
 }
@@ -154,7 +121,7 @@ sub answers {
 sub reached {
 	my ($n) = @_;
 	return join(', ', map { "$_->[1] $_->[2]" }
-		grep { $_->[2] =~ /(?:^|\/)(?:d|x)$n(?:\D|$)/ } $t->raw_log($backend));
+		grep { $_->[2] =~ /(?:^|\/)(?:d|x)$n(?:\D|$)/ } $t->raw_log(port(8082)));
 }
 
 my (@diffs, $same);

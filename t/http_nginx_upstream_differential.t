@@ -23,15 +23,12 @@ use warnings;
 use strict;
 
 use Test::More;
-use IO::Select;
-use IO::Socket::INET;
-use Time::HiRes qw/time/;
 
 BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::Grpc qw/nginx_backend/;
+use Test::Sluice::Grpc qw/nginx_beside/;
 
 plan(skip_all => 'no nginx') unless -x '/usr/sbin/nginx';
 
@@ -81,42 +78,14 @@ my $server = <<'EOF';
         location / { proxy_pass http://127.0.0.1:BACKEND; }
     }
 EOF
-my $backend = port(8082);
-(my $mine = $server) =~ s/PORT/%%PORT_8080%%/;
-$mine =~ s/BACKEND/%%PORT_8082%%/;
-$t->write_file_expand('sluice.conf', <<"EOF");
-
-%%TEST_GLOBALS%%
-
-events {
-}
-
-http {
-    access_log off;
-$mine
-}
-
-EOF
-
-$t->raw_backend($backend, %script);
-$t->run();
-(my $theirs = $server) =~ s/PORT/${\ port(8081)}/;
-$theirs =~ s/BACKEND/$backend/;
-nginx_backend($t, 'ref', $theirs);
+nginx_beside($t, $server, %script);
 
 # What a client sees of GET $path: "STATUS | body | cookies | location",
 # the body's chunks joined.
 sub seen {
 	my ($port, $path) = @_;
-	my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Timeout => 5)
-		or die "connect $port: $!\n";
-	syswrite($s, "GET $path HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-	my ($buf, $sel, $end) = ('', IO::Select->new($s), time() + 5);
-	while (time() < $end && $sel->can_read($end - time())) {
-		my $n = sysread($s, $buf, 65536, length $buf);
-		last unless $n;
-	}
-	close $s;
+	my $buf = http("GET $path HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+		raw => 1, PeerAddr => "127.0.0.1:$port", timeout => 5) // '';
 	my ($head, $body) = split /\r\n\r\n/, $buf, 2;
 	return 'none' unless defined $head && $head =~ /^HTTP\/1\.1 (\d{3})/;
 	my $code = $1;

@@ -57,6 +57,11 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     None
 }
 
+/// A field's value as a log line shows it.
+fn text(v: Value<'_>) -> String {
+    String::from_utf8_lossy(v.as_bytes()).into_owned()
+}
+
 /// The request fields nginx takes once (`ngx_http_process_unique_header_line`
 /// in nginx 1.22), lower case and as its log line shows them.
 const UNIQUE: [(&str, &str); 8] = [
@@ -87,7 +92,6 @@ fn fields_problem(r: &Req) -> Option<Problem> {
     {
         return Some(Problem::line(400, "client sent invalid method"));
     }
-    let text = |v: crate::h1::head::Value<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
     let twice = |name: &http::header::HeaderName| {
         let mut all = h.get_all(name);
         let first = all.next()?;
@@ -133,7 +137,6 @@ fn fields_problem(r: &Req) -> Option<Problem> {
 /// `Content-Length`.
 fn framing_problem(r: &Req) -> Option<Problem> {
     let h = &r.headers;
-    let text = |v: Value<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
     if let Some(cl) = h.get(http::header::CONTENT_LENGTH) {
         if content_length(cl.as_bytes()).is_none() {
             return Some(Problem::header(
@@ -176,7 +179,6 @@ fn framing_problem(r: &Req) -> Option<Problem> {
 /// reused): a response the client could read two ways desyncs its
 /// connection. The message is nginx's error-log text.
 pub(super) fn upstream_framing(h: &Headers) -> Result<(), String> {
-    let text = |v: Value<'_>| String::from_utf8_lossy(v.as_bytes()).into_owned();
     let mut lengths = h.get_all(header::CONTENT_LENGTH);
     if let Some(first) = lengths.next() {
         if let Some(second) = lengths.next() {

@@ -16,7 +16,7 @@ use File::Basename qw/dirname/;
 use Test::Sluice qw/http port/;
 
 use Exporter qw/import/;
-our @EXPORT_OK = qw/need_nginx_h2 need_grpc nginx_backend nginx_reload
+our @EXPORT_OK = qw/need_nginx_h2 need_grpc nginx_backend nginx_beside nginx_reload
 	grpc_backend grpc_stop grpc_call grpc_frames tcp_established/;
 
 my $LIB = abs_path(dirname(__FILE__) . '/../..');
@@ -52,6 +52,24 @@ sub nginx_backend {
 		'-g', 'daemon off; master_process on;');
 	$t->waitforfile("$d/nginx.pid") or die "nginx $name did not start\n";
 	return $d;
+}
+
+# sluice and nginx with the same http-level text $http, whose PORT is each
+# one's listening port (sluice port(8080), nginx port(8081)) and whose
+# BACKEND is a raw backend's (Test::Sluice::Raw on port(8082), answering
+# by %script): for tests that send both the same bytes and compare.
+sub nginx_beside {
+	my ($t, $http, %script) = @_;
+	(my $mine = $http) =~ s/PORT/%%PORT_8080%%/g;
+	$mine =~ s/BACKEND/%%PORT_8082%%/g;
+	$t->write_file_expand('sluice.conf', "\n%%TEST_GLOBALS%%\n\nevents {\n}\n\n"
+		. "http {\n    access_log off;\n$mine\n}\n");
+	$t->raw_backend(port(8082), %script);
+	$t->run();
+	(my $theirs = $http) =~ s/PORT/${\ port(8081)}/g;
+	$theirs =~ s/BACKEND/${\ port(8082)}/g;
+	nginx_backend($t, 'ref', $theirs);
+	return $t;
 }
 
 # Reloads nginx NAME (HUP to its master, by the pid in its pid file): its
