@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(112);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(113);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -323,15 +323,18 @@ refused('NUL in a header value',
 }
 
 # Bytes nginx takes in a target that a URI holds only percent-encoded
-# (JSON in a query, angle brackets, a backquote): served, the target passed
-# on with them encoded, not refused.
+# (JSON in a query, angle brackets, a backquote, bytes that are not UTF-8):
+# served, the target passed on with them encoded, not refused.
 {
 	my ($r) = send_raw("GET /enc/a`b?q={\"x\":1}<y> HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
 	like($r, qr/^HTTP\/1.1 200 /, 'a target with bytes a URI holds only encoded: served');
 	($r) = send_raw("GET /enc/caf\xc3\xa9<> HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
 	like($r, qr/^HTTP\/1.1 200 /, 'and with UTF-8 beside them: served');
+	($r) = send_raw("GET /enc/caf\xe9\xff?\xe9 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+	like($r, qr/^HTTP\/1.1 200 /, 'and bytes that are not UTF-8: served');
 	is(join(' ', map { $_->[2] } grep { $_->[2] =~ m{^/enc/} } $t->raw_log(port(8081))),
-		'/enc/a%60b?q=%7B%22x%22:1%7D%3Cy%3E /enc/caf%C3%A9%3C%3E', 'both passed on encoded');
+		'/enc/a%60b?q=%7B%22x%22:1%7D%3Cy%3E /enc/caf%C3%A9%3C%3E /enc/caf%E9%FF?%E9',
+		'all passed on encoded');
 }
 
 # A bad request does not hurt the next connection.

@@ -13,9 +13,9 @@
 # The grammar leaves out what sluice does differently on purpose, each
 # written in sluice.conf(5): bytes nginx takes that sluice refuses (a space
 # after the version, control characters in header values, header lines
-# without a colon, names with bytes outside tokens, targets that are not
-# UTF-8, bare LF in chunked bodies, a backslash or a leading dot in a
-# host), targets sluice passes on percent-encoded ("<>`) or without their
+# without a colon, names with bytes outside tokens, bare LF in chunked
+# bodies, a backslash or a leading dot in a host), targets sluice passes
+# on percent-encoded ("<>`, bytes above 0x7F) or without their
 # fragment (nginx passes "#..." on), and clients that
 # shut their side early (sluice sees the end at once and drops the answer
 # as an abort, nginx often answers first), and broken chunks in a body a

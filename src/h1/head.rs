@@ -865,8 +865,17 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                 | httparse::Error::HeaderValue
                 | httparse::Error::NewLine,
             ) if in_headers(buf) => return Err(invalid_header(buf)),
-            Err(httparse::Error::Token) if !in_headers(buf) => {
-                return Err(HeadError::line(400, "client sent invalid method"));
+            Err(httparse::Error::Token) => {
+                // A target with bytes that are not UTF-8 (httparse reads
+                // the target as text; nginx takes any byte above 0x7F):
+                // read with them percent-encoded.
+                if let Some(t) = undecodable_target(buf) {
+                    return parse_encoded(buf, t);
+                }
+                if !in_headers(buf) {
+                    return Err(HeadError::line(400, "client sent invalid method"));
+                }
+                return Err(HeadError::line(400, "client sent invalid request"));
             }
             Err(_) => return Err(HeadError::line(400, "client sent invalid request")),
         }
@@ -875,9 +884,9 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
 
 /// A target with bytes nginx takes as they are but a URI may only hold
 /// percent-encoded (`"`, `<`, `>`, `` ` ``, `{`, `}`, `|`, `^`, `\\`, and
-/// UTF-8 above 0x7F), which the `http` crate's URI refuses in some parts:
-/// those bytes percent-encoded, the rest as sent. (Bytes that are not
-/// UTF-8 httparse refuses before: 400, where nginx takes them.) Decoded,
+/// any byte above 0x7F), which the `http` crate's URI refuses in some
+/// parts (and httparse in all, when they are not UTF-8): those bytes
+/// percent-encoded, the rest as sent. Decoded,
 /// the path is the same, so locations match as nginx's do; `$request_uri`
 /// and the target passed upstream carry the encoded form (nginx's carry
 /// the raw bytes).
@@ -892,6 +901,44 @@ fn escape_target(target: &[u8]) -> Bytes {
         }
     }
     Bytes::from(out)
+}
+
+/// Where the request line's target is, when it is whole (a space after
+/// it) and holds bytes that are not UTF-8.
+fn undecodable_target(buf: &[u8]) -> Option<std::ops::Range<usize>> {
+    // httparse skips empty lines before a request line, as nginx does.
+    let start = buf.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let line = &buf[start..];
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let method = line.iter().position(|&b| b == b' ')?;
+    let from = method + line[method..].iter().position(|&b| b != b' ')?;
+    let len = line[from..].iter().position(|&b| b == b' ')?;
+    let target = &line[from..from + len];
+    (target.iter().any(|&b| b >= 0x80) && std::str::from_utf8(target).is_err())
+        .then_some(start + from..start + from + len)
+}
+
+/// Parses the head in `buf` with the target at `t` percent-encoded (see
+/// [`escape_target`]), and takes the head's bytes as sent from `buf`.
+fn parse_encoded(
+    buf: &mut BytesMut,
+    t: std::ops::Range<usize>,
+) -> Result<Option<RequestHead>, HeadError> {
+    let encoded = escape_target(&buf[t.clone()]);
+    let grown = encoded.len() - t.len();
+    let mut fixed = BytesMut::with_capacity(buf.len() + grown);
+    fixed.extend_from_slice(&buf[..t.start]);
+    fixed.extend_from_slice(&encoded);
+    fixed.extend_from_slice(&buf[t.end..]);
+    // The encoded target is ASCII: this path is not taken again.
+    match parse_request(&mut fixed)? {
+        Some(mut head) => {
+            head.len -= grown;
+            let _ = buf.split_to(head.len);
+            Ok(Some(head))
+        }
+        None => Ok(None),
+    }
 }
 
 /// What nginx finds in a request line before its version: a method of
@@ -1032,14 +1079,47 @@ mod tests {
         assert_eq!(target(b"/a<b>`"), "/a%3Cb%3E%60");
         assert_eq!(target(b"/a%3Cb?x=%zz"), "/a%3Cb?x=%zz");
         assert_eq!(target(b"/a{b}|c"), "/a{b}|c");
-        // Not a byte a target may hold at all, or not UTF-8 (httparse
-        // reads the target as text; nginx takes it): refused.
-        for bad in [&b"/a\x7fb"[..], b"/a\x01b", b"/caf\xe9"] {
+        // Not UTF-8 (httparse reads the target as text; nginx takes it):
+        // encoded too, with what a URI refuses beside it.
+        assert_eq!(target(b"/caf\xe9"), "/caf%E9");
+        assert_eq!(target(b"/\xff\xfe?q=\xc3<"), "/%FF%FE?q=%C3%3C");
+        // Not a byte a target may hold at all: refused.
+        for bad in [&b"/a\x7fb"[..], b"/a\x01b", b"/caf\xe9\x01"] {
             let mut b = BytesMut::from(&b"GET "[..]);
             b.extend_from_slice(bad);
             b.extend_from_slice(b" HTTP/1.1\r\nHost: a\r\n\r\n");
             assert_eq!(parse_request(&mut b).err().map(|e| e.code), Some(400));
         }
+    }
+
+    /// A target that is not UTF-8, read with its bytes encoded: in pieces,
+    /// after empty lines, before a pipelined request (which stays whole),
+    /// and with an odd version too.
+    #[test]
+    fn an_undecodable_target_is_read_encoded() {
+        let mut b = BytesMut::new();
+        for piece in [
+            &b"\r\nGET /caf\xe9"[..],
+            b" HTTP/1.1\r\nHo",
+            b"st: a\r\n\r\nGET /n",
+        ] {
+            assert!(parse_request(&mut b).expect("no error").is_none());
+            b.extend_from_slice(piece);
+        }
+        let head = parse_request(&mut b).expect("no error").expect("whole");
+        assert_eq!(head.uri.to_string(), "/caf%E9");
+        assert_eq!(
+            head.len,
+            b"\r\nGET /caf\xe9 HTTP/1.1\r\nHost: a\r\n\r\n".len()
+        );
+        assert_eq!(&b[..], b"GET /n");
+        let mut b = BytesMut::from(&b"GET  /\xe9\xff  HTTP/1.3\r\nHost: a\r\n\r\n"[..]);
+        let head = parse_request(&mut b).expect("no error").expect("whole");
+        assert_eq!(head.uri.to_string(), "/%E9%FF");
+        assert!(b.is_empty());
+        // A method that is not UTF-8 is still the method's fault.
+        let mut b = BytesMut::from(&b"G\xe9T /\xe9 HTTP/1.1\r\nHost: a\r\n\r\n"[..]);
+        assert_eq!(parse_request(&mut b).err().map(|e| e.code), Some(400));
     }
 
     /// A line wrong before a version that is already 1.0 or 1.1 (a space in
