@@ -5,9 +5,18 @@
 # drawn at random (seeded; NGINX_UDIFF_SEED replays, NGINX_UDIFF_ANSWERS
 # sets how many) from a grammar of status lines (versions, codes, reasons,
 # spacing), fields, and framings (a length, chunks with extensions and
-# trailers, the connection's close). Each path is asked of both; the
-# status, the body (chunks joined) and the Set-Cookie and Location fields
-# the client gets must be the same.
+# trailers, the connection's close; bodies that fit the buffers sluice
+# reads ahead into and bodies that do not). Each path is asked of both,
+# with a method (GET or HEAD), a version (1.1 or 1.0) and a Connection
+# field drawn at random, and a second request after it on the same
+# connection. What the client gets must be the same: the status, the
+# fields but Date and Server (by name; nginx writes those it makes
+# first), whether the body has no length (ends at the close), the body
+# (chunks joined), and whether the second request was answered on the
+# connection. A body with a Content-Length and one in chunks count as
+# the same (sluice sends a body it read whole with a length, nginx as the
+# upstream framed it); so, for an HTTP/1.0 client, do one that ends at
+# the close and one with a length (sluice.conf(5), proxy_buffering).
 #
 # The grammar leaves out what sluice does differently on purpose, each in
 # sluice.conf(5): answers nginx passes and sluice refuses with 502 (no
@@ -50,7 +59,8 @@ sub answer {
 	my @h = grep { rand() < 0.3 } ('X-A: b', 'Cache-Control: no-cache', 'Set-Cookie: a=1',
 		'Set-Cookie: b=2', 'Location: /loc', 'ETag: "e"', 'Vary: Accept', 'Content-Type: text/plain',
 		'X-Empty:', 'X-Spaces:   s  ', 'Keep-Alive: timeout=5', 'Connection: keep-alive');
-	my $body = "a$n " . ('b' x int(rand(3000)));
+	# Most fit the buffers sluice reads ahead into; some do not.
+	my $body = "a$n " . ('b' x (rand() < 0.85 ? int(rand(3000)) : 40000 + int(rand(30000))));
 	my $f = rand();
 	my $close = 0;
 	my $framed;
@@ -70,6 +80,7 @@ sub answer {
 }
 
 my %script = map { ("/a$_" => answer($_)) } 1 .. $count;
+$script{'/end'} = { send => "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nend" };
 
 my $server = <<'EOF';
     server {
@@ -80,42 +91,85 @@ my $server = <<'EOF';
 EOF
 nginx_beside($t, $server, %script);
 
-# What a client sees of GET $path: "STATUS | body | cookies | location",
-# the body's chunks joined.
+# The request answer $n is asked with: a method, a version and a
+# Connection field, then (pipelined) a last request on the same
+# connection, which shows whether the connection was kept.
+sub asking {
+	my ($n) = @_;
+	my $method = pick('GET', 'GET', 'HEAD');
+	my $version = pick('HTTP/1.1', 'HTTP/1.1', 'HTTP/1.0');
+	my $connection = pick('', '', "Connection: close\r\n", "Connection: keep-alive\r\n");
+	return "$method /a$n $version\r\nHost: localhost\r\n$connection\r\n"
+		. "GET /end HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+}
+
+# What a client sees of an answer: "STATUS | framing | fields | body |
+# next", the fields but Date and Server in their order, the body's chunks
+# joined, and whether the last request was answered on the connection.
 sub seen {
-	my ($port, $path) = @_;
-	my $buf = http("GET $path HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-		raw => 1, PeerAddr => "127.0.0.1:$port", timeout => 5) // '';
-	my ($head, $body) = split /\r\n\r\n/, $buf, 2;
+	my ($port, $n, $request) = @_;
+	my $buf = http($request, raw => 1, PeerAddr => "127.0.0.1:$port", timeout => 5) // '';
+	my ($head, $rest) = split /\r\n\r\n/, $buf, 2;
 	return 'none' unless defined $head && $head =~ /^HTTP\/1\.1 (\d{3})/;
 	my $code = $1;
-	$body //= '';
-	if ($head =~ /^Transfer-Encoding: chunked\r?$/mi) {
-		my $joined = '';
-		while ($body =~ s/^([0-9a-fA-F]+)[^\r\n]*\r\n//) {
+	$rest //= '';
+	my @fields = grep { !/^(Date|Server):/i } split /\r\n/, $head;
+	shift @fields;
+	# By name: nginx writes the fields it makes (the length, the
+	# connection's) first, sluice where the upstream had them.
+	@fields = sort { lc((split /:/, $a)[0]) cmp lc((split /:/, $b)[0]) } @fields;
+	my ($framing, $body) = ('none', '');
+	if ($request =~ /^HEAD/ || $code == 204 || $code == 304) {
+		$framing .= $head =~ /^Content-Length:/mi ? ' (length)' : '';
+	} elsif ($head =~ /^Transfer-Encoding: chunked\r?$/mi) {
+		$framing = 'chunked';
+		while ($rest =~ s/^([0-9a-fA-F]+)[^\r\n]*\r\n//) {
 			my $len = hex $1;
-			last if $len == 0;
-			$joined .= substr($body, 0, $len, '');
-			$body =~ s/^\r\n//;
+			if ($len == 0) {
+				$rest =~ s/^(?:[^\r\n]+\r\n)*\r\n//;
+				last;
+			}
+			$body .= substr($rest, 0, $len, '');
+			$rest =~ s/^\r\n//;
 		}
-		$body = $joined;
+	} elsif ($head =~ /^Content-Length: (\d+)\r?$/mi) {
+		$framing = 'length';
+		$body = substr($rest, 0, $1, '');
+	} else {
+		($framing, $body, $rest) = ('close', $rest, '');
 	}
-	my $cookies = join(',', $head =~ /^Set-Cookie: ([^\r\n]*)/mgi);
-	my ($location) = $head =~ /^Location: ([^\r\n]*)/mi;
-	return join(' | ', $code, $body, $cookies, $location // '');
+	# A body sent whole with a length or in chunks: the same to a client
+	# (see sluice.conf(5), proxy_buffering).
+	if ($framing eq 'length' || $framing eq 'chunked') {
+		$framing = 'delimited';
+		@fields = grep { !/^(Content-Length|Transfer-Encoding):/i } @fields;
+	}
+	my $next = $rest =~ /^HTTP\/1\.1 200 .*\r\n\r\nend$/s ? 'kept'
+		: $rest eq '' ? 'closed' : 'garbage: ' . substr($rest, 0, 40);
+	return join(' | ', $code, $framing, join(', ', @fields), $body, $next);
 }
 
 my (@diffs, $same);
 for my $n (1 .. $count) {
-	my $ref = seen(port(8081), "/a$n");
-	my $ours = seen(port(8080), "/a$n");
+	my $request = asking($n);
+	my $ref = seen(port(8081), $n, $request);
+	my $ours = seen(port(8080), $n, $request);
+	# An HTTP/1.0 client, an answer without a length that sluice read
+	# whole: sluice sends it with a length (and keeps the connection if
+	# asked to), nginx until it closes (sluice.conf(5), proxy_buffering).
+	if ($ref =~ /^\d+ \| close \|/ && $ours =~ /^\d+ \| delimited \|/ && $request =~ /^\S+ \S+ HTTP\/1\.0/) {
+		s/^(\d+) \| \w+ \|/$1 | 1.0 |/, s/Connection: [\w-]+(, )?//, s/ \| \w+$// for $ref, $ours;
+	}
 	if ($ref eq $ours) {
 		$same++;
 		next;
 	}
-	my $show = sub { my $v = shift; length $v > 120 ? substr($v, 0, 120) . '...' : $v };
+	my $show = sub { my $v = shift; length $v > 300 ? substr($v, 0, 300) . '...' : $v };
 	(my $sent = $script{"/a$n"}{send}) =~ s/\r\n/\\r\\n/g;
-	push @diffs, "answer $n: nginx [" . $show->($ref) . '], sluice [' . $show->($ours)
+	(my $asked = $request) =~ s/\r\n.*//s;
+	$asked .= $request =~ /^(Connection: [^\r]*)\r\n\r\nGET \/end/m ? " $1" : '';
+	s/(b{6})b+/$1.../g for $ref, $ours;
+	push @diffs, "answer $n to $asked: nginx [" . $show->($ref) . '], sluice [' . $show->($ours)
 		. '] for: ' . $show->($sent);
 }
 
