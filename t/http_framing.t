@@ -26,7 +26,7 @@ use lib 'lib';
 use Test::Sluice qw/:all/;
 use Test::Sluice::Wire qw/exchange/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy/)->plan(380);
+my $t = Test::Sluice->new()->has(qw/http proxy/)->plan(393);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -187,6 +187,17 @@ for my $te ('gzip, chunked', 'chunked, chunked') {
 served('Transfer-Encoding: Chunked',
 	"POST /te-case HTTP/1.1\r\n${H}Transfer-Encoding: Chunked\r\n\r\n4\r\nbody\r\n0\r\n\r\n",
 	'body', forwarded => qr/^Content-Length: 4\r$/mi, not_forwarded => qr/^Transfer-Encoding/mi);
+
+# nginx: an empty body the client framed goes with "Content-Length: 0" (an
+# upstream may answer 411 to a POST without a length); no framing, no length.
+served('POST with Content-Length: 0',
+	"POST /cl-empty HTTP/1.1\r\n${H}Content-Length: 0\r\n\r\n", '',
+	forwarded => qr/^Content-Length: 0\r$/mi);
+served('chunked body that ends at once',
+	"PUT /te-empty HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", '',
+	forwarded => qr/^Content-Length: 0\r$/mi, not_forwarded => qr/^Transfer-Encoding/mi);
+served('POST without a body', "POST /no-body HTTP/1.1\r\n${H}\r\n", '',
+	not_forwarded => qr/^Content-Length/mi);
 
 # nginx: 400 'client sent HTTP/1.0 request with "Transfer-Encoding" header'.
 refused('Transfer-Encoding in HTTP/1.0',

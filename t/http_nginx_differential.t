@@ -8,7 +8,9 @@
 # versions, line ends, hosts, header lines, framing and bodies. Each
 # request goes to both on a new connection; the statuses of the final
 # answers that come back (1xx left out) must be the same, and for an
-# answer from the backend, so must the method and target the backend got.
+# answer from the backend, so must the request the backend got (line,
+# fields in order, and body; both proxy with HTTP/1.1 and no Connection
+# field, sluice's defaults).
 #
 # The grammar leaves out what sluice does differently on purpose, each
 # written in sluice.conf(5): bytes nginx takes that sluice refuses (a space
@@ -45,7 +47,12 @@ my $server = <<'EOF';
     server {
         listen 127.0.0.1:PORT;
         server_name localhost;
-        location / { proxy_pass http://127.0.0.1:BACKEND; }
+        location / {
+            proxy_pass http://127.0.0.1:BACKEND;
+            # sluice's defaults, which nginx's are not.
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
         location = /self { return 200 "self"; }
     }
 EOF
@@ -80,7 +87,8 @@ sub request {
 		push @h, pick('X-A: b', 'X-A:b', 'X-A:  b  ', 'X-A:', 'X_A: u', 'X A: b', 'X-A : b',
 			': b', 'Cookie: a=b', 'Connection: keep-alive', 'Connection: close, foo',
 			'Expect: 100-continue', 'Expect: foo', 'Range: bytes=0-1', 'TE: trailers',
-			'Upgrade: foo', 'Content-Type: x', 'X-Fold: a', ' folded');
+			'Upgrade: foo', 'Content-Type: x', 'X-Fold: a', ' folded', 'Keep-Alive: 300',
+			'X-Forwarded-For: 1.2.3.4', 'Cookie: c=d', 'x-a: lower');
 	}
 	my $body = '';
 	my $f = rand();
@@ -117,11 +125,14 @@ sub answers {
 	return @codes ? join(' ', @codes) : 'none';
 }
 
-# What the backend got for request $n: "METHOD TARGET" lines, in order.
+# What the backend got for request $n: each request's bytes (head and
+# body) as it came, in order, with the Content-Length field last in the
+# head (nginx writes it after the Host field, sluice after the client's).
 sub reached {
 	my ($n) = @_;
-	return join(', ', map { "$_->[1] $_->[2]" }
-		grep { $_->[2] =~ /(?:^|\/)(?:d|x)$n(?:\D|$)/ } $t->raw_log(port(8082)));
+	return join(', ', map { s/\r\n/\\r\\n/gr }
+		map { s/^(Content-Length: \d+\r\n)((?:[^\r\n]+\r\n)*)(?=\r\n)/$2$1/mr }
+		grep { /^\S+ (?:\S*\/)?(?:d|x)$n(?:[^\d\r ]\S*)? / } $t->raw_requests(port(8082)));
 }
 
 my (@diffs, $same);

@@ -344,7 +344,7 @@ pub(super) fn upstream_head(
         }
     }
     match body {
-        Framing::Length(n) if n > 0 => {
+        Framing::Length(n) => {
             out.extend_from_slice(b"Content-Length: ");
             out.extend_from_slice(n.to_string().as_bytes());
             out.extend_from_slice(b"\r\n");
@@ -466,6 +466,22 @@ fn streamed_framing(r: &Req, incoming: bool) -> Option<Framing> {
         .map(Framing::Length)
 }
 
+/// The framing of a body read whole, `len` bytes: its length, also when
+/// it is 0 if the client framed a body (`POST` with `Content-Length: 0`,
+/// or chunks that end at once) or `proxy_set_body` made one, as nginx
+/// sends it (an upstream may answer 411 to a `POST` without a length);
+/// else none.
+fn buffered_framing(r: &Req, len: u64) -> Framing {
+    let framed = r.conf.proxy_pass_request_body
+        && (r.headers.contains_key(header::CONTENT_LENGTH)
+            || r.headers.contains_key(header::TRANSFER_ENCODING));
+    if len > 0 || framed || r.conf.proxy_set_body.is_some() {
+        Framing::Length(len)
+    } else {
+        Framing::Empty
+    }
+}
+
 /// Reads the client's body and builds what every attempt sends. Err: the
 /// status to answer with.
 pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Result<Plan, u16> {
@@ -513,7 +529,7 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
         payload = Payload::Mem(Bytes::from(r.eval(t)));
     }
     let mut head = crate::h1::pool::Out::take();
-    let framing = Framing::Length(payload.len());
+    let framing = buffered_framing(r, payload.len());
     let asks_close = upstream_head(r, &uri, version, framing, &mut head);
     Ok(Plan {
         uri,
@@ -582,7 +598,7 @@ mod tests {
             &r,
             "/",
             Version::HTTP_10,
-            Framing::Length(0),
+            Framing::Empty,
             &mut out
         ));
         assert_eq!(
@@ -590,6 +606,34 @@ mod tests {
             "GET / HTTP/1.0\r\nHost: backend\r\nConnection: close\r\nX-Case: 1\r\n\
              x-case: 2\r\nX-Real-IP: spoofed\r\n\r\n"
         );
+    }
+
+    /// A body read whole goes with its length, 0 too when the client
+    /// framed one (nginx's `Content-Length: 0` on an empty `POST`); a
+    /// request without a body goes without.
+    #[test]
+    fn an_empty_framed_body_has_a_length() {
+        let mut r = super::super::vars::tests::req();
+        assert_eq!(buffered_framing(&r, 0), Framing::Empty);
+        assert_eq!(buffered_framing(&r, 3), Framing::Length(3));
+        for (name, value) in [("Content-Length", "0"), ("Transfer-Encoding", "chunked")] {
+            r.headers = crate::h1::head::Headers::from_pairs([(name, value)]);
+            assert_eq!(buffered_framing(&r, 0), Framing::Length(0), "{name}");
+        }
+        let mut conf = (*r.conf).clone();
+        conf.proxy_pass_request_body = false;
+        r.conf = std::sync::Arc::new(conf.clone());
+        assert_eq!(buffered_framing(&r, 0), Framing::Empty, "body not passed");
+        conf.proxy_set_body = Some(crate::conf::vars::compile("").expect("compiles"));
+        r.conf = std::sync::Arc::new(conf);
+        assert_eq!(
+            buffered_framing(&r, 0),
+            Framing::Length(0),
+            "proxy_set_body"
+        );
+        let mut out = Vec::new();
+        upstream_head(&r, "/", Version::HTTP_11, Framing::Length(0), &mut out);
+        assert!(String::from_utf8_lossy(&out).ends_with("Content-Length: 0\r\n\r\n"));
     }
 
     /// A body streamed as it arrives keeps its framing: the client's
