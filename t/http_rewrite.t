@@ -14,7 +14,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http rewrite/)->plan(19);
+my $t = Test::Sluice->new()->has(qw/http rewrite/)->plan(26);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -71,6 +71,17 @@ http {
         location /unset/ { return 200 "[$never_set]"; }
         location /unset-quiet/ { uninitialized_variable_warn off; return 200 "[$never_set]"; }
         location /setter { set $never_set x; }
+        location /argcap/ { rewrite ^/argcap/(.*)$ /target/q?p=$1 last; }
+        location /pathcap/ { rewrite ^/pathcap/(.*)$ /target/$1 last; }
+        location ~ ^/loccap/(?<first>[^/]+)/(.*)$ { return 200 "loc $first $1 $2"; }
+        location /ifcap/ {
+            if ($uri ~ ^/ifcap/(?<n>\d+)) { return 200 "if $n $1"; }
+        }
+    }
+    server {
+        listen 127.0.0.1:%%PORT_8080%%;
+        server_name ~^(?<sub>[a-z]+)\.example$;
+        return 200 "sub $sub $1";
     }
 }
 
@@ -102,3 +113,16 @@ like(http_get('/unset-quiet/'), qr!\[\]$!, 'an unset variable is empty');
 unlike($t->read_file('error.log'), qr!uninitialized!, 'uninitialized_variable_warn off: no warning');
 http_get('/unset/');
 like($t->read_file('error.log'), qr!\[warn\] .*using uninitialized "never_set" variable!, 'warning by default');
+
+# A capture in a rewrite's arguments is escaped when the client escaped
+# (nginx's quoted_uri): %26 stays one argument's. A ? a capture brings
+# stays in the path.
+like(http_get('/argcap/a%26b=c'), qr!target /target/q p=a%26b=c$!, 'capture escaped in the arguments');
+like(http_get('/argcap/a&b=c'), qr!target /target/q p=a&b=c$!, 'not escaped when the client did not');
+like(http_get('/pathcap/a%3Fb?c=1'), qr!target /target/a\?b c=1$!, 'a ? from a capture stays in the path');
+# Captures of a regex location (numbered and named), of an if, of a regex
+# server name.
+like(http_get('/loccap/x/y/z'), qr!loc x x y/z$!, 'a regex location\'s captures');
+like(http_get('/ifcap/42'), qr!if 42 42$!, 'an if\'s named capture');
+like(http("GET / HTTP/1.0\nHost: abc.example\n\n"), qr!sub abc abc$!, 'a regex server name\'s captures');
+like(http_get('/loccap/%41/b%2Fc'), qr!loc A A b/c$!, 'captures of the decoded URI');

@@ -339,6 +339,15 @@ pub struct Server {
     pub src: Src,
 }
 
+impl Server {
+    /// Whether a `server_name` is a regex (whose captures a request gets).
+    pub fn has_regex_name(&self) -> bool {
+        self.server_name
+            .iter()
+            .any(|n| matches!(n, ServerName::Regex(_)))
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Modifier {
     /// `location = /uri`

@@ -243,8 +243,64 @@ pub(super) fn declared(dirs: &[Directive], out: &mut Vec<String>) {
                 out.push(v.to_string());
             }
         }
+        // A regex's named captures are variables (nginx adds them when it
+        // compiles the regex): a location's, a rewrite's, an if's and a
+        // server name's. A regex that does not compile is the directive's
+        // error, reported when it is read.
+        for re in regexes(d) {
+            if let Ok(re) = regex::Regex::new(re) {
+                out.extend(re.capture_names().flatten().map(String::from));
+            }
+        }
         if let Some(b) = &d.block {
             declared(b, out);
         }
+    }
+}
+
+/// The regexes a directive holds whose named captures it sets.
+fn regexes(d: &Directive) -> Vec<&str> {
+    let args: Vec<&str> = d.args.iter().map(String::as_str).collect();
+    match (d.name.as_str(), args.as_slice()) {
+        ("location", ["~" | "~*", re]) => vec![re],
+        ("location", [a]) => a
+            .strip_prefix("~*")
+            .or_else(|| a.strip_prefix('~'))
+            .into_iter()
+            .collect(),
+        ("rewrite", [re, ..]) => vec![re],
+        ("server_name", names) => names.iter().filter_map(|n| n.strip_prefix('~')).collect(),
+        ("if", words) => words
+            .windows(2)
+            .filter(|w| matches!(w[0], "~" | "~*" | "!~" | "!~*"))
+            .map(|w| w[1].strip_suffix(')').unwrap_or(w[1]))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{err, http_with, try_build};
+
+    /// A named capture of a location's, a rewrite's, an if's or a server
+    /// name's regex is a variable the configuration may use anywhere; a name
+    /// no regex makes is not.
+    #[test]
+    fn named_captures_are_variables() {
+        for conf in [
+            "server { listen 127.0.0.1:1; location ~ ^/(?<a>.+)$ { return 200 $a; } }",
+            "server { listen 127.0.0.1:1; location ~*^/(?P<a>.+)$ { return 200 $a; } }",
+            "server { listen 127.0.0.1:1; rewrite ^/(?<a>.+)$ /x; return 200 $a; }",
+            "server { listen 127.0.0.1:1; if ($uri ~ (?<a>\\d+)) { return 200 $a; } }",
+            "server { listen 127.0.0.1:1; server_name ~^(?<a>.+)\\.t$; return 200 $a; }",
+            "add_header X $a; server { listen 127.0.0.1:1; location ~ (?<a>x) { } }",
+        ] {
+            assert!(try_build(&http_with(conf)).is_ok(), "{conf}");
+        }
+        let e = err(&http_with(
+            "server { listen 127.0.0.1:1; location ~ ^/(?<a>.+)$ { return 200 $b; } }",
+        ));
+        assert!(e.contains("unknown \"b\" variable"), "{e}");
     }
 }

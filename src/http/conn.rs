@@ -732,6 +732,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
         headers: head.headers,
         body: ReqBody::new(inb.clone()),
         upgrade,
+        refused: None,
     };
     let flight = InFlight::start(Some(inb), shared.stats.as_ref());
     // A client that goes away while its request is handled ends it (the

@@ -57,6 +57,37 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     None
 }
 
+/// What nginx refuses in an HTTP/2 request's `:scheme` and `:path` (the
+/// `h2` crate takes an empty scheme, one that starts with a digit, and a
+/// path without its leading `/`): a scheme of a letter, then letters,
+/// digits, `+`, `-` or `.`; a path that starts with `/`, or `*` for
+/// OPTIONS. A path that does not would go upstream as a target no server
+/// reads (`GET ?x`). (Without `:authority`, `h2` keeps no scheme to look
+/// at.)
+pub(super) fn h2_pseudo_problem(method: &http::Method, uri: &http::Uri) -> Option<Problem> {
+    let scheme = uri.scheme_str();
+    let valid_scheme = |s: &str| {
+        !s.is_empty()
+            && s.bytes().enumerate().all(|(i, b)| {
+                b.is_ascii_alphabetic() || (i > 0 && (b.is_ascii_digit() || b"+-.".contains(&b)))
+            })
+    };
+    if let Some(scheme) = scheme.filter(|s| !valid_scheme(s)) {
+        return Some(Problem::line(
+            400,
+            format!("client sent invalid :scheme header: \"{scheme}\""),
+        ));
+    }
+    let path = uri.path_and_query().map_or("", |p| p.as_str());
+    if !(path.starts_with('/') || (path == "*" && method == http::Method::OPTIONS)) {
+        return Some(Problem::line(
+            400,
+            format!("client sent invalid :path header: \"{path}\""),
+        ));
+    }
+    None
+}
+
 /// A field's value as a log line shows it.
 fn text(v: Value<'_>) -> String {
     String::from_utf8_lossy(v.as_bytes()).into_owned()

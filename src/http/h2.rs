@@ -589,6 +589,11 @@ async fn serve_stream(
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| crate::h1::body::content_length(v.as_bytes()));
+    let refused = if parts.method == Method::CONNECT {
+        None
+    } else {
+        super::framing::h2_pseudo_problem(&parts.method, &parts.uri)
+    };
     // The path as h2 parsed it, shared, not parsed and copied again.
     let uri = match std::mem::take(&mut parts.uri).into_parts().path_and_query {
         Some(p) => {
@@ -607,6 +612,7 @@ async fn serve_stream(
         // WebSocket over HTTP/2 (RFC 8441) is not offered: a request that
         // asks to switch protocols is handled as a plain one, as nginx.
         upgrade: None,
+        refused,
     };
     let shared = &conn.shared;
     let flight = InFlight::start(None, shared.stats.as_ref());
@@ -861,6 +867,9 @@ pub(crate) struct StreamBody {
     declared: Option<u64>,
     data_done: bool,
     ended: bool,
+    /// DATA frames follow the request's HEADERS (no END_STREAM there),
+    /// even if they carry nothing: a body, as a `Content-Length` frames one.
+    framed: bool,
 }
 
 /// The client reset the stream or the connection went while the body
@@ -886,7 +895,13 @@ impl StreamBody {
             declared,
             data_done: ended,
             ended,
+            framed: !ended,
         }
+    }
+
+    /// Whether the request framed a body (DATA frames, even empty ones).
+    pub(crate) fn framed(&self) -> bool {
+        self.framed
     }
 
     pub(crate) fn limit(&self, max: u64) {

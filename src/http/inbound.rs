@@ -225,6 +225,12 @@ impl ReqBody {
         ReqBody(Source::H2(body))
     }
 
+    /// An HTTP/2 request that framed a body with DATA frames and no
+    /// `Content-Length` (an HTTP/1 one frames it with its fields).
+    pub(crate) fn h2_framed(&self) -> bool {
+        matches!(&self.0, Source::H2(b) if b.framed())
+    }
+
     /// `client_max_body_size`: a chunk that would take the body past it
     /// fails the read as soon as its size is known (`TooLarge`).
     pub fn limit(&self, max: u64) {

@@ -35,6 +35,9 @@ pub(super) struct Incoming {
     pub body: super::inbound::ReqBody,
     /// The client side of a protocol switch, for a request with `Upgrade`.
     pub upgrade: Option<super::OnUpgrade>,
+    /// What the connection's protocol found wrong in the request that the
+    /// pipeline answers (an HTTP/2 `:scheme` or `:path` nginx refuses).
+    pub refused: Option<framing::Problem>,
 }
 
 /// `Host` (or the absolute URI's authority) lowercased, without port or final dot.
@@ -202,6 +205,7 @@ pub(super) async fn handle(
         headers,
         body,
         upgrade,
+        refused: bad_pseudo,
     } = req;
     // nginx parses the URI with the settings of the server the address
     // (and SNI) chose, before the Host header picks one: merge_slashes is
@@ -240,7 +244,12 @@ pub(super) async fn handle(
             .cloned()
             .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
         uri: normalized.unwrap_or_else(|| req_uri.path().to_string()),
-        args: req_uri.query().map(str::to_string),
+        // An empty query ("/a?") is no arguments, as nginx's `$args` and
+        // `$is_args` have it.
+        args: req_uri
+            .query()
+            .filter(|q| !q.is_empty())
+            .map(str::to_string),
         headers,
         host: match host {
             Ok(Some(h)) => h,
@@ -277,6 +286,21 @@ pub(super) async fn handle(
         return Err(CloseConnection);
     };
     r.request_length = r.headers.wire_len() as u64;
+    // A regex server name's captures (nginx's `server_name ~^(?<sub>.+)\.`).
+    if server.has_regex_name() {
+        let name = if host_given {
+            Some(r.host.clone())
+        } else {
+            sni
+        };
+        if let Some(name) = name {
+            if let Some(re) = router::chosen_by_regex(server, &name) {
+                if let Some(c) = re.captures(&name) {
+                    r.set_captures(re, &c);
+                }
+            }
+        }
+    }
     flight.keepalive(r.conf.keepalive_timeout);
     let mut closing = false;
     // A target the request line parser refuses is nginx's first finding
@@ -287,7 +311,8 @@ pub(super) async fn handle(
     let bad = if bad_target {
         None
     } else {
-        framing::request_problem(r, host_valid).filter(|p| p.in_line || host_valid)
+        bad_pseudo
+            .or_else(|| framing::request_problem(r, host_valid).filter(|p| p.in_line || host_valid))
     };
     let reply = if let Some(framing::Problem { code, why, in_line }) = bad {
         crate::log_conn!(
@@ -465,6 +490,13 @@ pub(super) async fn dispatch(
                 .map(|l| l.conf.clone())
                 .unwrap_or_else(|| server.conf.clone());
             let Some(l) = location else { break };
+            // A regex location's captures, for `$1` and named ones.
+            if let Some(re) = &l.regex {
+                let uri = r.uri.clone();
+                if let Some(c) = re.captures(&uri) {
+                    r.set_captures(re, &c);
+                }
+            }
             // Only internal redirects and rewrites reach an `internal` one.
             if l.internal && !r.uri_changed {
                 return Ok(Reply::Status(404));
@@ -731,12 +763,10 @@ async fn auth_request(
             }
         }
     };
-    for (name, t) in r.conf.auth_request_set.iter() {
+    let conf = r.conf.clone();
+    for (name, t) in conf.auth_request_set.iter() {
         let v = sub.eval(t);
-        match r.vars.iter_mut().find(|(n, _)| n == name) {
-            Some(slot) => slot.1 = v,
-            None => r.vars.push((name.clone(), v)),
-        }
+        r.set_var(name, v);
     }
     match status {
         200..=299 => None,
@@ -967,7 +997,7 @@ pub(super) fn redirect_to<'s>(
         };
     }
     let (path, args) = match target.split_once('?') {
-        Some((p, a)) => (p.to_string(), Some(a.to_string())),
+        Some((p, a)) => (p.to_string(), Some(a.to_string()).filter(|a| !a.is_empty())),
         None => (target.to_string(), None),
     };
     r.uri = uri::normalize(&path, server.conf.merge_slashes).unwrap_or(path);

@@ -186,11 +186,7 @@ fn find_by_name(http: &Http, servers: &[usize], host: &str) -> Option<usize> {
     // The longest matching wildcard wins, leading wildcards before trailing ones.
     let front = names()
         .filter_map(|(i, n)| match n {
-            ServerName::Front { suffix, bare_too } => {
-                let hit = (host.ends_with(suffix.as_str()) && host.len() > suffix.len())
-                    || (*bare_too && host == &suffix[1..]);
-                hit.then_some((suffix.len(), i))
-            }
+            ServerName::Front { suffix, .. } if plain_match(n, host) => Some((suffix.len(), i)),
             _ => None,
         })
         .max_by_key(|(len, i)| (*len, std::cmp::Reverse(*i)));
@@ -199,9 +195,7 @@ fn find_by_name(http: &Http, servers: &[usize], host: &str) -> Option<usize> {
     }
     let back = names()
         .filter_map(|(i, n)| match n {
-            ServerName::Back(prefix) => host
-                .starts_with(prefix.as_str())
-                .then_some((prefix.len(), i)),
+            ServerName::Back(prefix) if plain_match(n, host) => Some((prefix.len(), i)),
             _ => None,
         })
         .max_by_key(|(len, i)| (*len, std::cmp::Reverse(*i)));
@@ -211,6 +205,31 @@ fn find_by_name(http: &Http, servers: &[usize], host: &str) -> Option<usize> {
     names()
         .find(|(_, n)| matches!(n, ServerName::Regex(r) if r.is_match(host)))
         .map(|(i, _)| i)
+}
+
+/// Whether `host` matches a name that is not a regex.
+fn plain_match(n: &ServerName, host: &str) -> bool {
+    match n {
+        ServerName::Exact(e) => e == host,
+        ServerName::Front { suffix, bare_too } => {
+            (host.ends_with(suffix.as_str()) && host.len() > suffix.len())
+                || (*bare_too && host == &suffix[1..])
+        }
+        ServerName::Back(prefix) => host.starts_with(prefix.as_str()),
+        ServerName::Regex(_) => false,
+    }
+}
+
+/// The regex name that chose `server` for `host` (none of its other names
+/// matches it): its captures are the request's, as nginx sets them.
+pub fn chosen_by_regex<'s>(server: &'s Server, host: &str) -> Option<&'s regex::Regex> {
+    if server.server_name.iter().any(|n| plain_match(n, host)) {
+        return None;
+    }
+    server.server_name.iter().find_map(|n| match n {
+        ServerName::Regex(r) if r.is_match(host) => Some(r),
+        _ => None,
+    })
 }
 
 /// The location for `uri` among `locs`, as nginx's `find_location` chooses it.
@@ -385,6 +404,12 @@ mod tests {
             &*r.server(&h, &b, None, Some("first")).unwrap().primary_name,
             "other"
         );
+        // The regex is what chose the server only where no other name of
+        // it matches.
+        let s = r.server(&h, &a, None, Some("re42.org")).unwrap();
+        assert!(chosen_by_regex(s, "re42.org").is_some());
+        assert!(chosen_by_regex(s, "x.a.example.com").is_none());
+        assert!(chosen_by_regex(s, "re4.net").is_none());
     }
 
     /// A wildcard socket serves the servers of a specific address on its

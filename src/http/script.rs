@@ -31,11 +31,37 @@ fn test_file(test: FileTest, path: &str) -> bool {
     }
 }
 
-fn capture(r: &mut Req, caps: &regex::Captures<'_>) {
-    r.captures = caps
-        .iter()
-        .map(|m| m.map(|m| m.as_str().to_string()).unwrap_or_default())
-        .collect();
+/// A `rewrite` replacement evaluated: the path, and the arguments after
+/// the first `?` in the replacement's own text. A `?` that a capture or a
+/// variable brings stays in the path (nginx escapes it there as `%3F`
+/// when the URI goes upstream). A capture (`$1`) in the arguments is
+/// escaped when the client's path had an escape or a `+` in it (nginx's
+/// `quoted_uri` and `plus_in_uri`): `/a%26b` matched by `^/(.*)` and
+/// written as `/x?p=$1` gives `p=a%26b`, not a second argument.
+fn replaced(r: &Req, t: &crate::conf::vars::Template) -> (String, Option<String>) {
+    use crate::conf::vars::{Segment, Var};
+    use crate::http::uri::{Escape, escape_into};
+    let mut path = String::new();
+    let mut args: Option<String> = None;
+    let quoted = || r.request_uri.path().bytes().any(|b| b == b'%' || b == b'+');
+    for seg in &t.segments {
+        match (seg, &mut args) {
+            (Segment::Lit(l), None) => match l.split_once('?') {
+                Some((p, a)) => {
+                    path.push_str(p);
+                    args = Some(a.to_string());
+                }
+                None => path.push_str(l),
+            },
+            (Segment::Lit(l), Some(a)) => a.push_str(l),
+            (Segment::Var(v), None) => path.push_str(&r.value(v)),
+            (Segment::Var(v @ Var::Capture(_)), Some(a)) if quoted() => {
+                escape_into(&r.value(v), Escape::Args, a);
+            }
+            (Segment::Var(v), Some(a)) => a.push_str(&r.value(v)),
+        }
+    }
+    (path, args)
 }
 
 fn holds(cond: &Cond, r: &mut Req) -> bool {
@@ -58,7 +84,7 @@ fn holds(cond: &Cond, r: &mut Req) -> bool {
             match regex.captures(&v) {
                 Some(c) => {
                     if !*negate {
-                        capture(r, &c);
+                        r.set_captures(regex, &c);
                     }
                     !*negate
                 }
@@ -111,10 +137,7 @@ pub fn run(stmts: &[Stmt], r: &mut Req) -> Flow {
             Stmt::Return(ret) => return Flow::Done(super::do_return(ret, r)),
             Stmt::Set { var, value } => {
                 let v = r.eval(value);
-                match r.vars.iter_mut().find(|(n, _)| n == var) {
-                    Some(slot) => slot.1 = v,
-                    None => r.vars.push((var.clone(), v)),
-                }
+                r.set_var(var, v);
             }
             Stmt::Break => return Flow::Break,
             Stmt::If { cond, body } => {
@@ -135,8 +158,12 @@ pub fn run(stmts: &[Stmt], r: &mut Req) -> Flow {
                 let Some(c) = regex.captures(&uri) else {
                     continue;
                 };
-                capture(r, &c);
-                let new = r.eval(replacement);
+                r.set_captures(regex, &c);
+                let (new_path, new_args) = replaced(r, replacement);
+                let new = match &new_args {
+                    Some(a) => format!("{new_path}?{a}"),
+                    None => new_path.clone(),
+                };
                 let tokens = r.conf.server_tokens;
                 if r.conf.rewrite_log {
                     crate::log_conn!(
@@ -165,12 +192,12 @@ pub fn run(stmts: &[Stmt], r: &mut Req) -> Flow {
                 }
                 // New arguments come first and the old ones follow, unless the
                 // replacement ends with "?".
-                let (path, args) = match (new.split_once('?'), old) {
-                    (Some((p, a)), Some(old)) => (p.to_string(), Some(format!("{a}&{old}"))),
-                    (Some((p, "")), None) => (p.to_string(), None),
-                    (Some((p, a)), None) => (p.to_string(), Some(a.to_string())),
-                    (None, Some(old)) => (new.clone(), Some(old.to_string())),
-                    (None, None) => (new.clone(), None),
+                let (path, args) = match (new_args, old) {
+                    (Some(a), Some(old)) => (new_path, Some(format!("{a}&{old}"))),
+                    (Some(a), None) if a.is_empty() => (new_path, None),
+                    (Some(a), None) => (new_path, Some(a)),
+                    (None, Some(old)) => (new_path, Some(old.to_string())),
+                    (None, None) => (new_path, None),
                 };
                 r.uri = path;
                 r.args = args;

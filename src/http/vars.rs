@@ -271,6 +271,31 @@ fn secs(d: Option<Duration>) -> String {
 }
 
 impl Req {
+    /// Gives the variable `name` (one `set` declares, or a regex's named
+    /// capture) the value `v`.
+    pub fn set_var(&mut self, name: &str, v: String) {
+        match self.vars.iter_mut().find(|(n, _)| n == name) {
+            Some(slot) => slot.1 = v,
+            None => self.vars.push((name.to_string(), v)),
+        }
+    }
+
+    /// What a regex that matched leaves, as nginx's `ngx_http_regex_exec`:
+    /// its named captures as variables, and its numbered ones for `$N` when
+    /// it has any (a regex without groups leaves the last ones in place).
+    pub fn set_captures(&mut self, re: &regex::Regex, caps: &regex::Captures<'_>) {
+        for name in re.capture_names().flatten() {
+            let v = caps.name(name).map(|m| m.as_str().to_string());
+            self.set_var(name, v.unwrap_or_default());
+        }
+        if re.captures_len() > 1 {
+            self.captures = caps
+                .iter()
+                .map(|m| m.map(|m| m.as_str().to_string()).unwrap_or_default())
+                .collect();
+        }
+    }
+
     pub fn protocol(&self) -> &'static str {
         match self.version {
             Version::HTTP_10 => "HTTP/1.0",
