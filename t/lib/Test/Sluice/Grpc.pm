@@ -16,8 +16,8 @@ use File::Basename qw/dirname/;
 use Test::Sluice qw/http port/;
 
 use Exporter qw/import/;
-our @EXPORT_OK = qw/need_nginx_h2 need_grpc nginx_backend nginx_beside nginx_reload
-	grpc_backend grpc_stop grpc_call grpc_frames tcp_established/;
+our @EXPORT_OK = qw/need_nginx_h2 need_grpc nginx_backend nginx_beside nginx_beside_each
+	nginx_reload grpc_backend grpc_stop grpc_call grpc_frames tcp_established/;
 
 my $LIB = abs_path(dirname(__FILE__) . '/../..');
 my $NGINX = '/usr/sbin/nginx';
@@ -60,13 +60,20 @@ sub nginx_backend {
 # by %script): for tests that send both the same bytes and compare.
 sub nginx_beside {
 	my ($t, $http, %script) = @_;
+	return nginx_beside_each($t, $http, $http, %script);
+}
+
+# As nginx_beside, with a text for each where the two must say one thing
+# in different words (sluice's `http2 on;`, nginx 1.22's `listen ... http2`).
+sub nginx_beside_each {
+	my ($t, $http, $theirs, %script) = @_;
 	(my $mine = $http) =~ s/PORT/%%PORT_8080%%/g;
 	$mine =~ s/BACKEND/%%PORT_8082%%/g;
 	$t->write_file_expand('sluice.conf', "\n%%TEST_GLOBALS%%\n\nevents {\n}\n\n"
 		. "http {\n    access_log off;\n$mine\n}\n");
 	$t->raw_backend(port(8082), %script);
 	$t->run();
-	(my $theirs = $http) =~ s/PORT/${\ port(8081)}/g;
+	$theirs =~ s/PORT/${\ port(8081)}/g;
 	$theirs =~ s/BACKEND/${\ port(8082)}/g;
 	nginx_backend($t, 'ref', $theirs);
 	return $t;

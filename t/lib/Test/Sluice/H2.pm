@@ -14,7 +14,8 @@ use IO::Select;
 use Time::HiRes qw/time/;
 
 use Exporter qw/import/;
-our @EXPORT_OK = qw/h2_connect h2_request h2_rst h2_frames h2_data_of/;
+our @EXPORT_OK = qw/h2_connect h2_request h2_rst h2_frames h2_data_of h2_block h2_status
+	h2_close/;
 
 our %TYPE = (0 => 'DATA', 1 => 'HEADERS', 3 => 'RST_STREAM', 4 => 'SETTINGS',
 	6 => 'PING', 7 => 'GOAWAY', 8 => 'WINDOW_UPDATE');
@@ -44,6 +45,53 @@ sub literal {
 	my ($n, $v) = @_;
 	die "h2: field too long\n" if length($n) > 126 || length($v) > 126;
 	return pack('CC', 0, length $n) . $n . pack('C', length $v) . $v;
+}
+
+# A header block of [name, value] pairs, each a literal without indexing
+# (new name, no Huffman), of any length (HPACK integers, RFC 7541 5.1).
+sub h2_block {
+	my $int = sub {
+		my ($n) = @_;
+		return pack('C', $n) if $n < 127;
+		my $b = pack('C', 127);
+		for ($n -= 127; $n >= 128; $n >>= 7) {
+			$b .= pack('C', 0x80 | ($n & 0x7f));
+		}
+		return $b . pack('C', $n);
+	};
+	return join '', map {
+		"\0" . $int->(length $_->[0]) . $_->[0] . $int->(length $_->[1]) . $_->[1]
+	} @_;
+}
+
+# The :status a response's first header block starts with (HPACK, RFC
+# 7541): one of the static table's (0x88 200 ... 0x8e 500), or a literal
+# whose name is the table's :status, its three digits in plain or Huffman
+# code (digits 0-2 are five bits, 3-9 six); 'unknown' else.
+sub h2_status {
+	my ($block) = @_;
+	my %indexed = (0x88 => 200, 0x89 => 204, 0x8a => 206, 0x8b => 304,
+		0x8c => 400, 0x8d => 404, 0x8e => 500);
+	my ($first, $len) = unpack('CC', $block);
+	return 'unknown' unless defined $first;
+	return $indexed{$first} if $indexed{$first};
+	return 'unknown' unless ($first & 0xe0) == 0 && ($first & 0x0f) == 8
+		|| ($first & 0xc0) == 0x40 && ($first & 0x3f) == 8;
+	my $value = substr($block, 2, $len & 0x7f);
+	return $value unless $len & 0x80;
+	my $bits = unpack('B*', $value);
+	my $digits = '';
+	while (length($digits) < 3 && length $bits >= 5) {
+		my $five = oct('0b' . substr($bits, 0, 5));
+		if ($five <= 2) {
+			$digits .= $five;
+			substr($bits, 0, 5) = '';
+		} else {
+			$digits .= oct('0b' . substr($bits, 0, 6)) - 0x19 + 3;
+			substr($bits, 0, 6) = '';
+		}
+	}
+	return $digits;
 }
 
 # Opens stream $sid with a GET (or method => M) of $path; end => 0 leaves
@@ -102,6 +150,14 @@ sub h2_frames {
 		$buf .= $chunk;
 	}
 	return (\@frames, $closed);
+}
+
+# Closes $s and forgets the bytes h2_frames read past its last frame (a
+# later socket may get the same address, the key they are kept by).
+sub h2_close {
+	my ($s) = @_;
+	delete $BUF{$s};
+	close $s;
 }
 
 # The DATA bytes frames carry on stream $sid.
