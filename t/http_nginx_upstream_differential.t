@@ -23,7 +23,9 @@
 # status line, a version other than 1.x, codes below 100 or of more than
 # three digits, field names with bytes outside tokens, control characters
 # in values, lengths that are not a number, codings other than chunked,
-# bare LF in chunks, an unasked 101), bodies cut short (nginx has sent the
+# bare LF in chunks, an unasked 101), fields sluice drops as hop-by-hop
+# and nginx passes (Upgrade, TE, Trailer, Proxy-Connection), bodies cut
+# short (nginx has sent the
 # head and answers 200; sluice, which reads a small body before the head
 # goes out, answers 502), and 1xx before the answer (nginx 1.22 passes the
 # 1xx as the answer).
@@ -58,7 +60,10 @@ sub answer {
 	my $line = "$version$sp$code" . pick(' X', ' OK', ' Two Words', '', ' ');
 	my @h = grep { rand() < 0.3 } ('X-A: b', 'Cache-Control: no-cache', 'Set-Cookie: a=1',
 		'Set-Cookie: b=2', 'Location: /loc', 'ETag: "e"', 'Vary: Accept', 'Content-Type: text/plain',
-		'X-Empty:', 'X-Spaces:   s  ', 'Keep-Alive: timeout=5', 'Connection: keep-alive');
+		'X-Empty:', 'X-Spaces:   s  ', 'Keep-Alive: timeout=5', 'Connection: keep-alive',
+		'Content-Type: text/html', 'Content-Type:', 'X-Pad: avoid browser bug', 'X-Accel-Expires: 5',
+		'Status: 200 OK', 'Content-Encoding: identity', 'WWW-Authenticate: Basic',
+		'Last-Modified: Thu, 01 Jan 1970 00:00:01 GMT', 'Link: </a>; rel=preload');
 	# Most fit the buffers sluice reads ahead into; some do not.
 	my $body = "a$n " . ('b' x (rand() < 0.85 ? int(rand(3000)) : 40000 + int(rand(30000))));
 	my $f = rand();

@@ -360,9 +360,11 @@ impl Headers {
     }
 
     /// Keeps only the headers `keep` says so (by name as received).
-    pub fn retain(&mut self, mut keep: impl FnMut(&[u8]) -> bool) {
+    /// Keeps the lines `keep` says to, given each name and value.
+    pub fn retain(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) {
         let head = &self.head;
-        self.spans.retain(|(n, _)| keep(&head[n.clone()]));
+        self.spans
+            .retain(|(n, v)| keep(&head[n.clone()], &head[v.clone()]));
     }
 }
 
@@ -420,8 +422,19 @@ impl ResponseHead {
         } else {
             passes
         };
-        let (headers, names, order) = collect(&self.raw.head, &self.raw.spans, passes)
+        let (mut headers, names, order) = collect(&self.raw.head, &self.raw.spans, passes)
             .map_err(|_| "upstream sent invalid header".to_string())?;
+        // One type, the last, unless it is empty (as `AsReceived::pick`).
+        if let http::header::Entry::Occupied(mut e) = headers.entry(http::header::CONTENT_TYPE) {
+            match e.iter().last().cloned() {
+                Some(v) if !v.is_empty() => {
+                    if e.iter().nth(1).is_some() {
+                        e.insert(v);
+                    }
+                }
+                _ => drop(e.remove_entry_mult()),
+            }
+        }
         self.headers = headers;
         self.names = names;
         self.order = order;
@@ -450,21 +463,40 @@ pub struct AsReceived {
 }
 
 impl AsReceived {
-    /// The lines of `raw` that `passes` lets on.
+    /// The lines of `raw` that `passes` lets on; of `Content-Type` lines,
+    /// the last, unless it is empty (nginx keeps one type, the last).
     pub fn pick(mut raw: Headers, passes: impl Fn(&[u8]) -> bool) -> AsReceived {
         let (mut server, mut date, mut length) = (false, false, false);
-        raw.retain(|n| {
-            let keep = passes(n);
+        // Content-Type lines kept, and whether the last one is empty.
+        let (mut types, mut last_empty) = (0, false);
+        raw.retain(|n, v| {
+            let mut keep = passes(n);
             if keep {
                 match n.len() {
                     4 => date |= same_name(n, b"date"),
                     6 => server |= same_name(n, b"server"),
+                    12 if same_name(n, b"content-type") => {
+                        last_empty = v.is_empty();
+                        keep = !last_empty;
+                        types += usize::from(keep);
+                    }
                     14 => length |= same_name(n, b"content-length"),
                     _ => {}
                 }
             }
             keep
         });
+        if types > 1 || (types > 0 && last_empty) {
+            // All but the last type go (all, when the last is empty).
+            let mut left = if last_empty { types + 1 } else { types };
+            raw.retain(|n, _| {
+                if n.len() == 12 && same_name(n, b"content-type") {
+                    left -= 1;
+                    return left == 0;
+                }
+                true
+            });
+        }
         AsReceived {
             lines: raw,
             server,
@@ -1426,6 +1458,61 @@ mod tests {
     /// Only the headers `passes` lets on go into the map (all of them for
     /// a 101); the raw list keeps every one, and a bad value is refused in
     /// a header left out as in any other.
+    /// Of an upstream's `Content-Type` lines, one goes on, the last, and
+    /// none when the last is empty (nginx's one type), both in the map and
+    /// as received.
+    #[test]
+    fn one_content_type_the_last() {
+        let cases: [(&[&str], Option<&str>); 6] = [
+            (&["a/b"], Some("a/b")),
+            (&["a/b", "c/d"], Some("c/d")),
+            (&["a/b", "", "c/d"], Some("c/d")),
+            (&["a/b", ""], None),
+            (&[""], None),
+            (&[], None),
+        ];
+        for (types, want) in cases {
+            let mut head = String::from("HTTP/1.1 200 OK\r\nX-A: 1\r\n");
+            for t in types {
+                head.push_str(&format!("Content-Type: {t}\r\nX-B: 2\r\n"));
+            }
+            head.push_str("\r\n");
+            let parsed = || {
+                parse_response(&mut BytesMut::from(head.as_bytes()))
+                    .expect("parses")
+                    .expect("whole")
+            };
+            let mut mapped = parsed();
+            mapped.map(&|_: &[u8]| true).expect("maps");
+            let got: Vec<&[u8]> = mapped
+                .headers
+                .get_all("content-type")
+                .iter()
+                .map(|v| v.as_bytes())
+                .collect();
+            assert_eq!(
+                got,
+                want.map(str::as_bytes).into_iter().collect::<Vec<_>>(),
+                "{types:?}"
+            );
+            let lines = AsReceived::pick(parsed().raw, |_| true);
+            let got: Vec<&[u8]> = lines
+                .iter()
+                .filter(|(n, _)| same_name(n, b"content-type"))
+                .map(|(_, v)| v.as_bytes())
+                .collect();
+            assert_eq!(
+                got,
+                want.map(str::as_bytes).into_iter().collect::<Vec<_>>(),
+                "{types:?}"
+            );
+            assert_eq!(
+                lines.iter().count(),
+                1 + types.len() + usize::from(want.is_some())
+            );
+        }
+    }
+
     #[test]
     fn response_headers_left_out_stay_raw() {
         let passes =
@@ -1584,7 +1671,7 @@ mod tests {
                 Ok(())
             };
             check(&h, &spelled)?;
-            h.retain(|n| !n.eq_ignore_ascii_case(NAMES[drop_name].as_bytes()));
+            h.retain(|n, _| !n.eq_ignore_ascii_case(NAMES[drop_name].as_bytes()));
             let kept: Vec<(String, String)> = spelled
                 .iter()
                 .filter(|(n, _)| !n.eq_ignore_ascii_case(NAMES[drop_name]))

@@ -691,7 +691,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
     // is dropped and logged.
     if head.headers.iter().any(|(n, _)| ctx.names.drops(n)) {
         let number = ctx.info.number;
-        head.headers.retain(|n| {
+        head.headers.retain(|n, _| {
             let bad = ctx.names.drops(n);
             if bad {
                 crate::log_conn!(
