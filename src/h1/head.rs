@@ -426,7 +426,7 @@ impl ResponseHead {
             .map_err(|_| "upstream sent invalid header".to_string())?;
         // One type, the last, unless it is empty (as `AsReceived::pick`).
         if let http::header::Entry::Occupied(mut e) = headers.entry(http::header::CONTENT_TYPE) {
-            match e.iter().last().cloned() {
+            match e.iter().next_back().cloned() {
                 Some(v) if !v.is_empty() => {
                     if e.iter().nth(1).is_some() {
                         e.insert(v);
