@@ -15,6 +15,7 @@ mod autoindex;
 mod body_filter;
 pub mod case;
 mod charset;
+mod conditional;
 mod conn;
 mod dashboard;
 mod dynamic;

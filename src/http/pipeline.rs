@@ -832,6 +832,22 @@ pub(super) async fn finish(
             }
         }
     };
+    // A response with an upstream attempt behind it is a proxied one.
+    let proxied = !r
+        .upstream
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .attempts
+        .is_empty();
+    // nginx's not-modified filter, on a 200 of sluice's own (a proxied
+    // one passes as it came, as nginx's does without a cache).
+    if resp.status() == http::StatusCode::OK
+        && !r.subrequest
+        && !proxied
+        && super::conditional::asked(r)
+    {
+        not_modified(r, &mut resp, tokens);
+    }
     let status = resp.status().as_u16();
     if status == 401 {
         if let Some(v) = r
@@ -875,16 +891,35 @@ pub(super) async fn finish(
     }
     // sub_filter, then charset, then gzip: nginx's filter order.
     let resp = super::sub_filter::filter(r, resp);
-    // Charset before gzip, as nginx's filters run; a response with an
-    // upstream attempt behind it is a proxied one (`override_charset`).
-    let proxied = !r
-        .upstream
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .attempts
-        .is_empty();
+    // Charset before gzip, as nginx's filters run (`override_charset`
+    // for a proxied response).
     let resp = super::charset::filter(r, resp, proxied);
     Ok(super::gzip::filter(r, resp))
+}
+
+/// The request's preconditions against a 200 of sluice's own: 412 (the
+/// status page), 304 (no body, no type, length or ranges), or as it is.
+fn not_modified(r: &Req, resp: &mut Response<Body>, tokens: bool) {
+    use super::conditional::{Verdict, http_time, verdict};
+    use http::header::{ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_TYPE, ETAG, LAST_MODIFIED};
+    let h = resp.headers();
+    let modified = h
+        .get(LAST_MODIFIED)
+        .and_then(|v| v.to_str().ok())
+        .and_then(http_time);
+    let etag = h.get(ETAG).and_then(|v| v.to_str().ok());
+    match verdict(r, modified, etag) {
+        Verdict::Send => {}
+        Verdict::Failed => *resp = response::status_page(412, tokens),
+        Verdict::NotModified => {
+            set_status(resp, 304);
+            let h = resp.headers_mut();
+            for n in [CONTENT_LENGTH, CONTENT_TYPE, ACCEPT_RANGES] {
+                h.remove(n);
+            }
+            *resp.body_mut() = response::full(Bytes::new());
+        }
+    }
 }
 
 /// Sets a response's status with nginx's reason phrase.

@@ -31,7 +31,7 @@ use super::range::{self, Piece, Ranges, Span};
 use super::response::{self, BoxError};
 use super::vars::Req;
 use crate::conf::gzip::GzipStatic;
-use crate::conf::loc::{IfModifiedSince, Symlinks};
+use crate::conf::loc::Symlinks;
 use crate::log::Level;
 
 /// Files up to this size are read at once; larger ones are streamed.
@@ -94,7 +94,10 @@ fn open_failed(r: &Req, path: &Path, e: &OpenError) -> Reply {
 }
 
 pub async fn serve(r: &Req) -> Reply {
-    if r.method != Method::GET && r.method != Method::HEAD {
+    // POST is looked up as GET is (a missing file is 404, a directory
+    // without its slash a redirect) and refused where a file would be
+    // sent, as nginx's static handler does.
+    if r.method != Method::GET && r.method != Method::HEAD && r.method != Method::POST {
         return Reply::Status(405);
     }
     let path = r.filename();
@@ -109,7 +112,9 @@ pub async fn serve(r: &Req) -> Reply {
             }
         }
         return match open(r, &path) {
-            Ok((_, m)) if m.is_dir() && r.conf.autoindex => super::autoindex::serve(r, &path),
+            Ok((_, m)) if m.is_dir() && r.conf.autoindex && r.method != Method::POST => {
+                super::autoindex::serve(r, &path)
+            }
             Ok((_, m)) if m.is_dir() => {
                 crate::log_conn!(
                     Level::Error,
@@ -248,22 +253,6 @@ async fn plain(r: &Req, path: &Path) -> Reply {
     }
 }
 
-/// Whether `If-Modified-Since: ims` makes a file of time `mtime` (seconds)
-/// a 304 under `if_modified_since`, as nginx's not-modified filter judges.
-fn unmodified(mode: IfModifiedSince, ims: &str, mtime: u64) -> bool {
-    let Some(t) = chrono::DateTime::parse_from_rfc2822(ims)
-        .ok()
-        .and_then(|t| u64::try_from(t.timestamp()).ok())
-    else {
-        return false;
-    };
-    match mode {
-        IfModifiedSince::Off => false,
-        IfModifiedSince::Exact => t == mtime,
-        IfModifiedSince::Before => t >= mtime,
-    }
-}
-
 /// Each multipart response gets the next number as its boundary, as nginx
 /// takes its temp-file counter (nginx shares it between workers; sluice
 /// counts per worker).
@@ -272,6 +261,9 @@ static BOUNDARY: AtomicU64 = AtomicU64::new(0);
 /// Sends an open file; `path` names it for its type and in errors. `gz`: it
 /// is a `gzip_static` `.gz`, sent as it is.
 async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata, gz: bool) -> Reply {
+    if r.method == Method::POST {
+        return Reply::Status(405);
+    }
     let tokens = r.conf.server_tokens;
     let size = meta.len();
     let mtime = meta.modified().unwrap_or(UNIX_EPOCH);
@@ -287,21 +279,16 @@ async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata, gz: bool) -
         String::new()
     };
     let last_modified = http_date(mtime);
-    let not_modified = match r
-        .headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .filter(|_| r.conf.etag)
-    {
-        Some(inm) => inm.split(',').any(|t| {
-            let t = t.trim();
-            t == "*" || t == etag || t.strip_prefix("W/") == Some(etag.as_str())
-        }),
-        None => r
-            .headers
-            .get(header::IF_MODIFIED_SINCE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ims| unmodified(r.conf.if_modified_since, ims, secs)),
+    // nginx's not-modified filter, on the 200 this would be (before a
+    // range makes it a 206).
+    let not_modified = match super::conditional::verdict(
+        r,
+        Some(secs),
+        Some(etag.as_str()).filter(|e| !e.is_empty()),
+    ) {
+        super::conditional::Verdict::Failed => return Reply::Status(412),
+        super::conditional::Verdict::NotModified => true,
+        super::conditional::Verdict::Send => false,
     };
     let ctype = path
         .extension()
@@ -552,23 +539,5 @@ impl HttpBody for PiecesBody {
 
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.left)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn if_modified_since_modes() {
-        let t = 1_764_558_147; // Mon, 01 Dec 2025 03:02:27 GMT
-        let same = "Mon, 01 Dec 2025 03:02:27 GMT";
-        let later = "Mon, 01 Dec 2025 04:00:00 GMT";
-        assert!(unmodified(IfModifiedSince::Exact, same, t));
-        assert!(!unmodified(IfModifiedSince::Exact, later, t));
-        assert!(unmodified(IfModifiedSince::Before, later, t));
-        assert!(!unmodified(IfModifiedSince::Before, same, t + 1));
-        assert!(!unmodified(IfModifiedSince::Off, same, t));
-        assert!(!unmodified(IfModifiedSince::Before, "yesterday", t));
     }
 }
