@@ -93,7 +93,7 @@ sub code { $_[0] =~ /^HTTP\/1.1 (\d+)/ ? $1 : '' }
 my $r = get('/');
 is(code($r), 401, 'no credentials: 401');
 like($r, qr/^WWW-Authenticate: Basic realm="Restricted area"\r$/m, 'the challenge');
-like($r, qr/<title>401 Unauthorized<\/title>/, 'the 401 page');
+like($r, qr/<title>401 Authorization Required<\/title>/, 'the 401 page');
 ok($t->waitforlog(qr/\[info\] .*no user\/password was provided for basic authentication/),
 	'no credentials: info line');
 

@@ -501,7 +501,21 @@ pub(super) async fn dispatch(
             if l.internal && !r.uri_changed {
                 return Ok(Reply::Status(404));
             }
-            match script::run(&l.script, r) {
+            // A method `limit_except` restricts is handled with the
+            // block's settings, which the rewrite directives (`return`,
+            // `rewrite`, `set`, `if`) are not inherited into: they do not
+            // run for it, and the access phase comes next (nginx).
+            let restricted = r
+                .conf
+                .limit_except
+                .as_ref()
+                .is_some_and(|le| le.restricts(r.method.as_str()));
+            let flow = if restricted {
+                script::Flow::Next
+            } else {
+                script::run(&l.script, r)
+            };
+            match flow {
                 script::Flow::Done(reply) => return reply,
                 script::Flow::Last => {
                     if let Some(reply) = redirect_cycle(r, &mut searches, "processing") {
@@ -849,6 +863,13 @@ pub(super) async fn finish(
         not_modified(r, &mut resp, tokens);
     }
     let status = resp.status().as_u16();
+    // nginx's header filter sends a time of sluice's own only with 200,
+    // 206 and 304, and its range filter says "Accept-Ranges" only on a
+    // 200 (an error_page's file is a 404 with neither).
+    if !proxied && !matches!(status, 200 | 206 | 304) {
+        resp.headers_mut().remove(http::header::LAST_MODIFIED);
+        resp.headers_mut().remove(http::header::ACCEPT_RANGES);
+    }
     if status == 401 {
         if let Some(v) = r
             .www_authenticate
@@ -977,7 +998,9 @@ async fn error_page(
                     (code, page) = (c, next);
                     continue;
                 }
-                response::status_page(c, tokens)
+                // The page failed (a missing file: 404): its own status
+                // and page, as nginx answers, not the first error's code.
+                return Ok(response::status_page(c, tokens));
             }
             Reply::Internal(_) => response::status_page(500, tokens),
         };
@@ -1111,6 +1134,11 @@ pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection>
             Bytes::from(body),
             tokens,
         ))),
+        // Without text, a code below 400 that has no page of nginx's
+        // still has its type (`default_type`), as nginx sends it.
+        (code @ (200..=203 | 205..=300 | 305 | 306 | 309..=399), None) => Ok(Reply::Full(
+            response::build(code, Some(&r.conf.default_type), Bytes::new(), tokens),
+        )),
         (code, None) => Ok(Reply::Status(code)),
     }
 }

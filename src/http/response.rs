@@ -67,6 +67,9 @@ fn page_title(code: u16) -> Option<String> {
         495 => Some("400 The SSL certificate error".into()),
         496 => Some("400 No required SSL certificate was sent".into()),
         497 => Some("400 The plain HTTP request was sent to HTTPS port".into()),
+        // nginx's pages say other words than its status lines.
+        302 => Some("302 Found".into()),
+        401 => Some("401 Authorization Required".into()),
         _ if code >= 300 && code != 304 => reason(code).map(|r| format!("{code} {r}")),
         _ => None,
     }
