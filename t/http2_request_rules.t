@@ -29,7 +29,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::H2 qw/h2_connect h2_frames h2_data_of/;
+use Test::Sluice::H2 qw/h2_connect h2_frames h2_data_of h2_status/;
 
 plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /HTTP2/;
 
@@ -94,7 +94,7 @@ sub exchange {
 	my $answer = 'none';
 	for my $x (@$f) {
 		if ($x->{type} eq 'HEADERS' && $x->{sid} == 1) {
-			$answer = status_of($x->{payload});
+			$answer = h2_status($x->{payload});
 			last;
 		}
 		if ($x->{type} eq 'RST_STREAM' && $x->{sid} == 1) {
@@ -107,34 +107,6 @@ sub exchange {
 		}
 	}
 	return ($answer, h2_data_of($f, 1));
-}
-
-# The :status a response's header block starts with (HPACK, RFC 7541):
-# one of the static table's (0x88 200 ... 0x8e 500), or a literal whose
-# name is the table's :status, its three digits in plain or Huffman code
-# (digits 0-2 are five bits, 3-9 six).
-sub status_of {
-	my ($block) = @_;
-	my %indexed = (0x88 => 200, 0x89 => 204, 0x8a => 206, 0x8b => 304,
-		0x8c => 400, 0x8d => 404, 0x8e => 500);
-	my ($first, $len) = unpack('CC', $block);
-	return $indexed{$first} if $indexed{$first};
-	return 'unknown' unless ($first & 0x0f) == 8 || ($first & 0x3f) == 8;
-	my $value = substr($block, 2, $len & 0x7f);
-	return $value unless $len & 0x80;
-	my $bits = unpack('B*', $value);
-	my $digits = '';
-	while (length($digits) < 3 && length $bits >= 5) {
-		my $five = oct('0b' . substr($bits, 0, 5));
-		if ($five <= 2) {
-			$digits .= $five;
-			substr($bits, 0, 5) = '';
-		} else {
-			$digits .= oct('0b' . substr($bits, 0, 6)) - 0x19 + 3;
-			substr($bits, 0, 6) = '';
-		}
-	}
-	return $digits;
 }
 
 sub reached {

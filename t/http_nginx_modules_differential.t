@@ -25,7 +25,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::Grpc qw/nginx_beside/;
+use Test::Sluice::Grpc qw/nginx_beside beside_table/;
 
 plan(skip_all => 'no nginx') unless -x '/usr/sbin/nginx';
 
@@ -139,32 +139,13 @@ push @req, ['/l1'], ['/l1', 'POST'], ['/l1', 'HEAD'], ['/a1'], ['/a1', 'Authoriz
 	['/nothing'], ['/r3?a=1'], ['/r1', 'HEAD'], ['/r4', 'HEAD'], ['/e1', 'POST'], ['/nothing', 'POST'];
 
 # What a client sees: "CODE | fields | body".
-sub seen {
-	my ($port, $method, $path, @fields) = @_;
-	my $b = http("$method $path HTTP/1.1\r\nHost: localhost\r\n" . join('', map { "$_\r\n" } @fields)
-		. "Connection: close\r\n\r\n", raw => 1, PeerAddr => "127.0.0.1:$port", timeout => 3) // '';
-	my ($head, $body) = split /\r\n\r\n/, $b, 2;
-	$head //= '';
-	$body //= '';
+my ($diffs, $same) = beside_table(\@req, sub {
+	my ($port, $head, $body) = @_;
 	my ($code) = $head =~ /^HTTP\/1\.1 (\d{3})/;
 	my @f = grep { !/^(Date|Server|Connection|HTTP\/1)/ } split /\r\n/, $head;
 	s/^(Expires: ).*/$1DATE/ for @f;
 	$body =~ s{<hr><center>(?:nginx|sluice)/[^<]*</center>}{<hr><center>SERVER</center>};
-	return join(' | ', $code // 'none', sort(@f), $body) =~ s/:$port\b/:PORT/gr;
-}
-
-my (@diffs, $same);
-for my $r (@req) {
-	my ($path, @fields) = @$r;
-	my $method = 'GET';
-	@fields = grep { /^[A-Z]+$/ ? do { $method = $_; 0 } : 1 } @fields;
-	my $ref = seen(port(8081), $method, $path, @fields);
-	my $ours = seen(port(8080), $method, $path, @fields);
-	if ($ref eq $ours) {
-		$same++;
-		next;
-	}
-	push @diffs, "$method $path @fields:\n  nginx  [$ref]\n  sluice [$ours]";
-}
-is(scalar(@diffs), 0, scalar(@req) . " requests to the everyday modules: sluice answers as nginx does ($same the same)")
-	or diag(join("\n", @diffs));
+	return join(' | ', $code // 'none', sort(@f), $body);
+});
+is(scalar(@$diffs), 0, scalar(@req) . " requests to the everyday modules: sluice answers as nginx does ($same the same)")
+	or diag(join("\n", @$diffs));

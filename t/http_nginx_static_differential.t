@@ -21,7 +21,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::Grpc qw/nginx_beside/;
+use Test::Sluice::Grpc qw/nginx_beside beside_table/;
 
 plan(skip_all => 'no nginx') unless -x '/usr/sbin/nginx';
 
@@ -88,14 +88,12 @@ my @req = (
 	['/idx/', 'POST'], ['/dir', 'POST'], ['/dir/', 'POST'], ['/ai/', 'POST'], ['/tf/dir', 'POST'],
 );
 
+my ($etag) = http_get('/a.txt', PeerAddr => '127.0.0.1:' . port(8081)) =~ /^ETag: ([^\r]*)/mi;
+for my $r (@req) { s/ETAG/$etag/ for @$r }
+
 # What a client sees: "STATUS | field=value ... | body".
-sub seen {
-	my ($port, $method, $path, @fields) = @_;
-	my $b = http("$method $path HTTP/1.1\r\nHost: localhost\r\n" . join('', map { "$_\r\n" } @fields)
-		. "Connection: close\r\n\r\n", raw => 1, PeerAddr => "127.0.0.1:$port", timeout => 3) // '';
-	my ($head, $body) = split /\r\n\r\n/, $b, 2;
-	$head //= '';
-	$body //= '';
+my ($diffs, $same) = beside_table(\@req, sub {
+	my ($port, $head, $body) = @_;
 	my @f = map { my ($v) = $head =~ /^\Q$_\E: ([^\r]*)/mi; defined $v ? "$_=$v" : () }
 		qw/Content-Length Content-Range Content-Type ETag Last-Modified Accept-Ranges Location Allow/;
 	if ($body =~ /Index of/) {
@@ -107,24 +105,7 @@ sub seen {
 	$body =~ s/--\d{20}/--N/g;
 	s/boundary=\d+/boundary=N/ for @f;
 	my ($code) = $head =~ /^HTTP\/1\.1 (\d{3})/;
-	return join(' | ', $code // 'none', @f, $body) =~ s/:$port\b/:PORT/gr;
-}
-
-my ($etag) = http_get('/a.txt', PeerAddr => '127.0.0.1:' . port(8081)) =~ /^ETag: ([^\r]*)/mi;
-my (@diffs, $same);
-for my $r (@req) {
-	my ($path, @fields) = @$r;
-	my $method = 'GET';
-	@fields = grep { /^[A-Z]+$/ ? do { $method = $_; 0 } : 1 } @fields;
-	s/ETAG/$etag/ for @fields;
-	my $ref = seen(port(8081), $method, $path, @fields);
-	my $ours = seen(port(8080), $method, $path, @fields);
-	if ($ref eq $ours) {
-		$same++;
-		next;
-	}
-	my $cut = sub { length $_[0] > 300 ? substr($_[0], 0, 300) . '...' : $_[0] };
-	push @diffs, "$method $path @fields:\n  nginx  [" . $cut->($ref) . "]\n  sluice [" . $cut->($ours) . ']';
-}
-is(scalar(@diffs), 0, scalar(@req) . " requests for files: sluice answers as nginx does ($same the same)")
-	or diag(join("\n", @diffs));
+	return join(' | ', $code // 'none', @f, $body);
+});
+is(scalar(@$diffs), 0, scalar(@req) . " requests for files: sluice answers as nginx does ($same the same)")
+	or diag(join("\n", @$diffs));

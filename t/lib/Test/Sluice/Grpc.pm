@@ -17,7 +17,7 @@ use Test::Sluice qw/http port/;
 
 use Exporter qw/import/;
 our @EXPORT_OK = qw/need_nginx_h2 need_grpc nginx_backend nginx_beside nginx_beside_each
-	nginx_reload grpc_backend grpc_stop grpc_call grpc_frames tcp_established/;
+	beside_table nginx_reload grpc_backend grpc_stop grpc_call grpc_frames tcp_established/;
 
 my $LIB = abs_path(dirname(__FILE__) . '/../..');
 my $NGINX = '/usr/sbin/nginx';
@@ -61,6 +61,37 @@ sub nginx_backend {
 sub nginx_beside {
 	my ($t, $http, %script) = @_;
 	return nginx_beside_each($t, $http, $http, %script);
+}
+
+# Each request of @$table ([path, field lines and at most one method name,
+# GET by default]) sent to nginx_beside's nginx and sluice on a new
+# connection; $seen->($port, $head, $body, $method) says what a client
+# makes of each answer. Returns the differences (each naming its request
+# and both answers, cut to 300 bytes) and how many were the same.
+sub beside_table {
+	my ($table, $seen) = @_;
+	my (@diffs, $same);
+	my $cut = sub { length $_[0] > 300 ? substr($_[0], 0, 300) . '...' : $_[0] };
+	for my $r (@$table) {
+		my ($path, @fields) = @$r;
+		my $method = 'GET';
+		@fields = grep { /^[A-Z]+$/ ? do { $method = $_; 0 } : 1 } @fields;
+		my ($ref, $ours) = map {
+			my $port = port($_);
+			my $b = http("$method $path HTTP/1.1\r\nHost: localhost\r\n"
+				. join('', map { "$_\r\n" } @fields) . "Connection: close\r\n\r\n",
+				raw => 1, PeerAddr => "127.0.0.1:$port", timeout => 3) // '';
+			my ($head, $body) = split /\r\n\r\n/, $b, 2;
+			$seen->($port, $head // '', $body // '', $method) =~ s/:$port\b/:PORT/gr;
+		} 8081, 8080;
+		if ($ref eq $ours) {
+			$same++;
+			next;
+		}
+		push @diffs, "$method $path @fields:\n  nginx  [" . $cut->($ref) . "]\n  sluice ["
+			. $cut->($ours) . ']';
+	}
+	return (\@diffs, $same // 0);
 }
 
 # As nginx_beside, with a text for each where the two must say one thing
