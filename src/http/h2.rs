@@ -867,8 +867,8 @@ pub(crate) struct StreamBody {
     declared: Option<u64>,
     data_done: bool,
     ended: bool,
-    /// DATA frames follow the request's HEADERS (no END_STREAM there),
-    /// even if they carry nothing: a body, as a `Content-Length` frames one.
+    /// The request framed a body: a `content-length` (even 0), or DATA
+    /// frames after its HEADERS (no END_STREAM there), even empty ones.
     framed: bool,
 }
 
@@ -895,7 +895,7 @@ impl StreamBody {
             declared,
             data_done: ended,
             ended,
-            framed: !ended,
+            framed: !ended || declared.is_some(),
         }
     }
 

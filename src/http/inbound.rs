@@ -37,6 +37,8 @@ struct State {
     /// None while there is nothing unread (the buffer is back in the pool).
     buf: Option<BytesMut>,
     body: Decoder,
+    /// The request framed a body (a length, even 0, or chunks).
+    framed: bool,
     /// The peer closed its side.
     eof: bool,
     /// Bytes of "100 Continue" still to send before the body is read (None:
@@ -58,6 +60,7 @@ impl Inbound {
             st: Mutex::new(State {
                 buf: None,
                 body: Decoder::new(Framing::Empty),
+                framed: false,
                 eof: false,
                 expect: None,
                 broken: false,
@@ -151,6 +154,7 @@ impl Inbound {
     pub(crate) fn start_body(&self, framing: Framing, expect: bool) {
         let mut st = self.lock();
         st.body = Decoder::new(framing);
+        st.framed = framing != Framing::Empty;
         st.limit = 0;
         st.taken = 0;
         st.expect =
@@ -225,10 +229,13 @@ impl ReqBody {
         ReqBody(Source::H2(body))
     }
 
-    /// An HTTP/2 request that framed a body with DATA frames and no
-    /// `Content-Length` (an HTTP/1 one frames it with its fields).
-    pub(crate) fn h2_framed(&self) -> bool {
-        matches!(&self.0, Source::H2(b) if b.framed())
+    /// Whether the request framed a body, even of no bytes: an HTTP/1
+    /// length or chunks, HTTP/2 DATA frames.
+    pub(crate) fn framed(&self) -> bool {
+        match &self.0 {
+            Source::H1(inb) => inb.lock().framed,
+            Source::H2(b) => b.framed(),
+        }
     }
 
     /// `client_max_body_size`: a chunk that would take the body past it

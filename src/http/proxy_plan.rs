@@ -462,18 +462,12 @@ fn streamed_framing(r: &Req, incoming: bool) -> Option<Framing> {
 
 /// The framing of a body read whole, `len` bytes: its length, also when
 /// it is 0 if the client framed a body (`POST` with `Content-Length: 0`,
-/// or chunks that end at once) or `proxy_set_body` made one, as nginx
-/// sends it (an upstream may answer 411 to a `POST` without a length);
-/// else none. `clients`: the body is the client's (a subrequest's or an
-/// internal redirect's is none, whatever the fields it copied say);
-/// `h2_framed`: an HTTP/2 request sent DATA frames without a length.
-fn buffered_framing(r: &Req, len: u64, clients: bool, h2_framed: bool) -> Framing {
-    let framed = clients
-        && r.conf.proxy_pass_request_body
-        && (h2_framed
-            || r.headers.contains_key(header::CONTENT_LENGTH)
-            || r.headers.contains_key(header::TRANSFER_ENCODING));
-    if len > 0 || framed || r.conf.proxy_set_body.is_some() {
+/// chunks that end at once, HTTP/2 DATA frames without bytes) or
+/// `proxy_set_body` made one, as nginx sends it (an upstream may answer
+/// 411 to a `POST` without a length); else none. A subrequest's or an
+/// internal redirect's body is none, whatever the fields it copied say.
+fn buffered_framing(r: &Req, len: u64, framed: bool) -> Framing {
+    if len > 0 || (framed && r.conf.proxy_pass_request_body) || r.conf.proxy_set_body.is_some() {
         Framing::Length(len)
     } else {
         Framing::Empty
@@ -492,8 +486,14 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
         Version::HTTP_11
     };
     let streamed = streamed_framing(r, matches!(body, ClientBody::Incoming(_)));
-    let clients = !matches!(body, ClientBody::Empty);
-    let h2_framed = matches!(&body, ClientBody::Incoming(b) if b.h2_framed());
+    let framed = match &body {
+        ClientBody::Incoming(b) => b.framed(),
+        ClientBody::Read(_) => {
+            r.headers.contains_key(header::CONTENT_LENGTH)
+                || r.headers.contains_key(header::TRANSFER_ENCODING)
+        }
+        ClientBody::Empty => false,
+    };
     let body = match (streamed, body) {
         (Some(framing), ClientBody::Incoming(incoming)) => {
             // A declared length over the limit is refused before
@@ -529,7 +529,7 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
         payload = Payload::Mem(Bytes::from(r.eval(t)));
     }
     let mut head = crate::h1::pool::Out::take();
-    let framing = buffered_framing(r, payload.len(), clients, h2_framed);
+    let framing = buffered_framing(r, payload.len(), framed);
     let asks_close = upstream_head(r, &uri, version, framing, &mut head);
     Ok(Plan {
         uri,
@@ -614,38 +614,21 @@ mod tests {
     #[test]
     fn an_empty_framed_body_has_a_length() {
         let mut r = super::super::vars::tests::req();
-        assert_eq!(buffered_framing(&r, 0, true, false), Framing::Empty);
-        assert_eq!(buffered_framing(&r, 3, true, false), Framing::Length(3));
-        assert_eq!(
-            buffered_framing(&r, 0, true, true),
-            Framing::Length(0),
-            "HTTP/2 DATA"
-        );
-        for (name, value) in [("Content-Length", "0"), ("Transfer-Encoding", "chunked")] {
-            r.headers = crate::h1::head::Headers::from_pairs([(name, value)]);
-            assert_eq!(
-                buffered_framing(&r, 0, true, false),
-                Framing::Length(0),
-                "{name}"
-            );
-            assert_eq!(
-                buffered_framing(&r, 0, false, false),
-                Framing::Empty,
-                "{name}: not the client's"
-            );
-        }
+        assert_eq!(buffered_framing(&r, 0, false), Framing::Empty);
+        assert_eq!(buffered_framing(&r, 3, false), Framing::Length(3));
+        assert_eq!(buffered_framing(&r, 0, true), Framing::Length(0));
         let mut conf = (*r.conf).clone();
         conf.proxy_pass_request_body = false;
         r.conf = std::sync::Arc::new(conf.clone());
         assert_eq!(
-            buffered_framing(&r, 0, true, false),
+            buffered_framing(&r, 0, true),
             Framing::Empty,
             "body not passed"
         );
         conf.proxy_set_body = Some(crate::conf::vars::compile("").expect("compiles"));
         r.conf = std::sync::Arc::new(conf);
         assert_eq!(
-            buffered_framing(&r, 0, true, false),
+            buffered_framing(&r, 0, false),
             Framing::Length(0),
             "proxy_set_body"
         );
