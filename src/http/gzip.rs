@@ -251,7 +251,9 @@ fn proxied_ok(c: &LocConf, auth: bool, out: &HeaderMap) -> bool {
 /// applies).
 fn eligible(r: &Req, status: u16, h: &HeaderMap) -> bool {
     let c = &r.conf;
-    if !c.gzip || r.method == Method::HEAD || !matches!(status, 200 | 403 | 404) {
+    // HEAD too: its answer says what GET's would (nginx's gzip header
+    // filter runs before the request is known to want the head only).
+    if !c.gzip || !matches!(status, 200 | 403 | 404) {
         return false;
     }
     if h.get(header::CONTENT_ENCODING)
@@ -327,6 +329,10 @@ pub fn filter(r: &mut Req, mut resp: Response<Body>) -> Response<Body> {
     h.remove(header::CONTENT_LENGTH);
     h.remove(header::ACCEPT_RANGES);
     weaken_etag(h);
+    if r.method == Method::HEAD {
+        // The fields only: there is no body to compress.
+        return resp;
+    }
     let ratio = Arc::new(Ratio::default());
     r.gzip_ratio = Some(ratio.clone());
     let level = r.conf.gzip_comp_level;

@@ -303,7 +303,13 @@ async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata, gz: bool) -
             .insert(header::SERVER, response::server_header(tokens));
         resp
     } else {
-        let mut ranges = ranges(r, size, &etag, secs);
+        // A `gzip_static` file serves no ranges and says so (nginx's
+        // gzip_static handler does not allow them).
+        let mut ranges = if gz {
+            None
+        } else {
+            ranges(r, size, &etag, secs)
+        };
         if !gz && r.conf.gzip && matches!(ranges, Some(Ranges::Parts(_) | Ranges::Unsatisfiable)) {
             // nginx's range filter gives way when gzip compresses the 200.
             let mut h = http::HeaderMap::new();
