@@ -208,7 +208,13 @@ like($rest, qr/\r\nTransfer-Encoding: chunked\r\n/, 'chunked');
 my $upstream_lines = 0;
 $upstream_lines += length($_) + 2 for grep { !/^(Server|Date|Connection):/ } lines(http_get('/r/same'));
 $t->stop();
-my %plain = map { (split / /)[0] => (split / /)[2] } split /\n/, $t->read_file('plain.log');
+# The first line of each URI: /rn/chunked was asked for again over
+# HTTP/1.1 above, which adds the chunks' framing to what was sent.
+my %plain;
+for (split /\n/, $t->read_file('plain.log')) {
+	my @f = split / /;
+	$plain{$f[0]} //= $f[2];
+}
 my %sent = map { (split / /)[0] => (split / /)[2] } split /\n/, $t->read_file('sent.log');
 cmp_ok($plain{'/r/same'}, '>=', $upstream_lines + length('hello'),
 	'$bytes_sent counts the lines as received');

@@ -13,6 +13,26 @@ use super::vars::Req;
 use crate::conf::loc::Escape;
 use crate::log::escape::{escape_default, escape_json};
 
+/// A log line with nginx's default escaping: an empty value is `-`, but
+/// for the variables nginx finds with an empty value (`$is_args` without
+/// arguments, `$https` on a plain connection), which it logs empty.
+fn logged(req: &Req, t: &crate::conf::vars::Template) -> String {
+    use crate::conf::vars::{Segment, Var};
+    let mut out = String::new();
+    for s in &t.segments {
+        match s {
+            Segment::Lit(l) => out.push_str(l),
+            Segment::Var(v) => {
+                let value = req.value(v);
+                if !(value.is_empty() && matches!(v, Var::IsArgs | Var::Https)) {
+                    escape_default(&value, &mut out);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Whether one of `logs`' formats says so (`want`: `LogFormat::sent_http`,
 /// `upstream_http`): what the request keeps for its log line depends on it.
 pub(crate) fn reads(
@@ -35,7 +55,7 @@ pub fn write(req: &Req) {
             continue;
         };
         let mut line = match log.format.escape {
-            Escape::Default => req.eval_with(&log.format.template, escape_default),
+            Escape::Default => logged(req, &log.format.template),
             Escape::Json => req.eval_with(&log.format.template, escape_json),
             Escape::None => req.eval_with(&log.format.template, |v, o| o.push_str(v)),
         };
@@ -52,14 +72,30 @@ pub struct LoggedBody {
     req: Option<Box<Req>>,
     /// Ends the request for the connection's keep-alive clock.
     flight: Option<super::InFlight>,
+    /// The bytes of the head as the connection wrote it (HTTP/1), for
+    /// `$bytes_sent`; 0 until written.
+    head: Option<HeadLen>,
 }
 
+/// Where an HTTP/1 connection says how many bytes the response's head took
+/// on the wire (its status line, its fields and what it adds: `Date`,
+/// `Connection`, the framing), for `$bytes_sent`: a response's extension,
+/// made only when an access log is on.
+#[derive(Clone, Default)]
+pub(crate) struct HeadLen(pub std::sync::Arc<std::sync::atomic::AtomicU64>);
+
 impl LoggedBody {
-    pub(crate) fn new(inner: Body, req: Req, flight: super::InFlight) -> LoggedBody {
+    pub(crate) fn new(
+        inner: Body,
+        req: Req,
+        flight: super::InFlight,
+        head: Option<HeadLen>,
+    ) -> LoggedBody {
         LoggedBody {
             inner: Some(inner),
             req: Some(Box::new(req)),
             flight: Some(flight),
+            head,
         }
     }
 
@@ -103,6 +139,14 @@ impl LoggedBody {
             self.inner = None;
             if let Some(f) = &self.flight {
                 req.request_length += f.body_read();
+            }
+            // The head as written, in place of the estimate made before.
+            let written = self
+                .head
+                .as_ref()
+                .map_or(0, |h| h.0.load(std::sync::atomic::Ordering::Relaxed));
+            if written > 0 {
+                req.bytes_sent = written + req.body_bytes_sent;
             }
             req.upstream
                 .lock()

@@ -1211,6 +1211,16 @@ async fn send_response(
     });
     let mut out = crate::h1::pool::Out::take();
     write_head(&parts, lines, own.as_ref(), &mut out);
+    // `$bytes_sent`: the head, and each chunk's framing as it is written
+    // (the last chunk's 5 bytes now: the log line is written when the
+    // body ends, before them).
+    let sent = parts.extensions.get::<super::access::HeadLen>().cloned();
+    let count = |n: usize| {
+        if let Some(s) = &sent {
+            s.0.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    };
+    count(out.len() + if chunked && !bodiless { 5 } else { 0 });
     // The body's first piece goes with the head when it is there already.
     let mut ended = false;
     loop {
@@ -1245,7 +1255,9 @@ async fn send_response(
                             continue;
                         }
                         if chunked {
+                            let before = out.len();
                             body::chunk_head(d.len(), &mut out);
+                            count(out.len() - before + 2);
                         }
                         if out.len() + d.len() <= 16 * 1024 {
                             out.extend_from_slice(&d);
@@ -1268,7 +1280,9 @@ async fn send_response(
                 };
                 if let Ok(t) = f.into_trailers() {
                     if chunked && !bodiless {
+                        let before = out.len();
                         body::last_chunk(Some(&t), &mut out);
+                        count((out.len() - before).saturating_sub(5));
                         chunked = false;
                     }
                 }

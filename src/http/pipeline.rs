@@ -396,8 +396,12 @@ pub(super) async fn handle(
     }
     r.status = resp.status().as_u16();
     // Only an access log reads $bytes_sent and $sent_http_NAME.
+    let mut head_len = None;
     if !r.conf.access_log.is_empty() {
         r.bytes_sent = header_bytes(resp.headers(), r);
+        let h = access::HeadLen::default();
+        resp.extensions_mut().insert(h.clone());
+        head_len = Some(h);
         if access::reads(&r.conf.access_log, |f| f.sent_http) {
             r.sent_headers = Some(resp.headers().clone());
         }
@@ -414,7 +418,7 @@ pub(super) async fn handle(
     };
     Ok(Response::from_parts(
         parts,
-        LoggedBody::new(body, r, flight),
+        LoggedBody::new(body, r, flight, head_len),
     ))
 }
 
