@@ -119,6 +119,9 @@ pub enum Var {
     RequestId,
     /// `$connection_requests`: this request's number on its connection.
     ConnectionRequests,
+    /// `$request_completion`: `OK` once the response went out whole, else
+    /// empty.
+    RequestCompletion,
     /// `$sent_http_NAME`: a header of the response sent (for logs).
     SentHttp(String),
     /// `$realip_remote_addr`: the peer's address before the realip module.
@@ -371,6 +374,7 @@ impl Var {
             "realpath_root" => Var::RealpathRoot,
             "request_id" => Var::RequestId,
             "connection_requests" => Var::ConnectionRequests,
+            "request_completion" => Var::RequestCompletion,
             "nginx_version" => Var::NginxVersion,
             "connections_active" => Var::ConnectionsActive,
             "connections_reading" => Var::ConnectionsReading,

@@ -15,7 +15,8 @@ use crate::log::escape::{escape_default, escape_json};
 
 /// A log line with nginx's default escaping: an empty value is `-`, but
 /// for the variables nginx finds with an empty value (`$is_args` without
-/// arguments, `$https` on a plain connection), which it logs empty.
+/// arguments, `$https` on a plain connection, `$request_completion` of a
+/// response cut short), which it logs empty.
 fn logged(req: &Req, t: &crate::conf::vars::Template) -> String {
     use crate::conf::vars::{Segment, Var};
     let mut out = String::new();
@@ -24,7 +25,8 @@ fn logged(req: &Req, t: &crate::conf::vars::Template) -> String {
             Segment::Lit(l) => out.push_str(l),
             Segment::Var(v) => {
                 let value = req.value(v);
-                if !(value.is_empty() && matches!(v, Var::IsArgs | Var::Https)) {
+                let found_empty = matches!(v, Var::IsArgs | Var::Https | Var::RequestCompletion);
+                if !(value.is_empty() && found_empty) {
                     escape_default(&value, &mut out);
                 }
             }
@@ -192,7 +194,12 @@ impl HttpBody for LoggedBody {
                 }
                 self.finish();
             }
-            Poll::Ready(None) => self.finish(),
+            Poll::Ready(None) => {
+                if let Some(req) = self.req.as_mut() {
+                    req.completed = true;
+                }
+                self.finish();
+            }
             Poll::Pending => {}
         }
         r

@@ -280,6 +280,7 @@ pub(super) async fn handle(
         www_authenticate: None,
         subrequest: false,
         accel_limit_rate: None,
+        completed: false,
         as_received: None,
     }));
     let Some(r) = unfinished.0.as_mut() else {
@@ -741,6 +742,7 @@ pub(super) fn subrequest(r: &Req, method: http::Method) -> Req {
         www_authenticate: None,
         subrequest: true,
         accel_limit_rate: None,
+        completed: false,
         as_received: None,
     }
 }

@@ -227,6 +227,9 @@ pub struct Req {
     /// The upstream's `X-Accel-Limit-Rate` (bytes per second), unless
     /// ignored: it overrides `limit_rate`.
     pub accel_limit_rate: Option<u64>,
+    /// The response went out whole (`$request_completion`), known when
+    /// its body ends.
+    pub completed: bool,
     /// The proxied response's headers that go on as the upstream sent
     /// them (`proxy::headers_as_received`), set with the response it
     /// belongs to and written before the response's map.
@@ -631,6 +634,7 @@ impl Req {
                 })
                 .clone(),
             Var::ConnectionRequests => self.conn_requests.to_string(),
+            Var::RequestCompletion => if self.completed { "OK" } else { "" }.to_string(),
             Var::SentHttp(h) => self
                 .sent_headers
                 .as_ref()
@@ -750,6 +754,7 @@ pub(crate) mod tests {
             www_authenticate: None,
             subrequest: false,
             accel_limit_rate: None,
+            completed: false,
             as_received: None,
         }
     }
