@@ -74,15 +74,16 @@ pub struct LoggedBody {
     req: Option<Box<Req>>,
     /// Ends the request for the connection's keep-alive clock.
     flight: Option<super::InFlight>,
-    /// The bytes of the head as the connection wrote it (HTTP/1), for
-    /// `$bytes_sent`; 0 until written.
+    /// What the connection wrote besides the body's data (HTTP/1), for
+    /// `$bytes_sent`; 0 until the head is written.
     head: Option<HeadLen>,
 }
 
-/// Where an HTTP/1 connection says how many bytes the response's head took
-/// on the wire (its status line, its fields and what it adds: `Date`,
-/// `Connection`, the framing), for `$bytes_sent`: a response's extension,
-/// made only when an access log is on.
+/// Where an HTTP/1 connection counts the bytes it wrote besides the body's
+/// data: the response's head (its status line, its fields and what it
+/// adds: `Date`, `Connection`, the framing) and a chunked body's framing,
+/// for `$bytes_sent`. A response's extension, made only when an access
+/// log is on.
 #[derive(Clone, Default)]
 pub(crate) struct HeadLen(pub std::sync::Arc<std::sync::atomic::AtomicU64>);
 
