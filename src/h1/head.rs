@@ -1455,9 +1455,6 @@ mod tests {
         assert!(!h.has_token("connection", b"keep"));
     }
 
-    /// Only the headers `passes` lets on go into the map (all of them for
-    /// a 101); the raw list keeps every one, and a bad value is refused in
-    /// a header left out as in any other.
     /// Of an upstream's `Content-Type` lines, one goes on, the last, and
     /// none when the last is empty (nginx's one type), both in the map and
     /// as received.
@@ -1513,6 +1510,9 @@ mod tests {
         }
     }
 
+    /// Only the headers `passes` lets on go into the map (all of them for
+    /// a 101); the raw list keeps every one, and a bad value is refused in
+    /// a header left out as in any other.
     #[test]
     fn response_headers_left_out_stay_raw() {
         let passes =

@@ -13,26 +13,16 @@ use super::vars::Req;
 use crate::conf::loc::Escape;
 use crate::log::escape::{escape_default, escape_json};
 
-/// A log line with nginx's default escaping: an empty value is `-`, but
-/// for the variables nginx finds with an empty value (`$is_args` without
-/// arguments, `$https` on a plain connection, `$request_completion` of a
-/// response cut short), which it logs empty.
-fn logged(req: &Req, t: &crate::conf::vars::Template) -> String {
-    use crate::conf::vars::{Segment, Var};
-    let mut out = String::new();
-    for s in &t.segments {
-        match s {
-            Segment::Lit(l) => out.push_str(l),
-            Segment::Var(v) => {
-                let value = req.value(v);
-                let found_empty = matches!(v, Var::IsArgs | Var::Https | Var::RequestCompletion);
-                if !(value.is_empty() && found_empty) {
-                    escape_default(&value, &mut out);
-                }
-            }
-        }
+/// nginx's default escaping of a value in a log line: an empty value is
+/// `-`, but for the variables nginx finds with an empty value (`$is_args`
+/// without arguments, `$https` on a plain connection, `$request_completion`
+/// of a response cut short), which it logs empty.
+fn logged(v: &crate::conf::vars::Var, value: &str, out: &mut String) {
+    use crate::conf::vars::Var;
+    let found_empty = matches!(v, Var::IsArgs | Var::Https | Var::RequestCompletion);
+    if !(value.is_empty() && found_empty) {
+        escape_default(value, out);
     }
-    out
 }
 
 /// Whether one of `logs`' formats says so (`want`: `LogFormat::sent_http`,
@@ -57,9 +47,9 @@ pub fn write(req: &Req) {
             continue;
         };
         let mut line = match log.format.escape {
-            Escape::Default => logged(req, &log.format.template),
-            Escape::Json => req.eval_with(&log.format.template, escape_json),
-            Escape::None => req.eval_with(&log.format.template, |v, o| o.push_str(v)),
+            Escape::Default => req.eval_with(&log.format.template, logged),
+            Escape::Json => req.eval_with(&log.format.template, |_, v, o| escape_json(v, o)),
+            Escape::None => req.eval_with(&log.format.template, |_, v, o| o.push_str(v)),
         };
         line.push('\n');
         file.write_line(line.as_bytes());

@@ -674,13 +674,14 @@ impl Req {
         }
     }
 
-    /// Evaluates a text; `escape` transforms each variable's value.
-    pub fn eval_with(&self, t: &Template, escape: impl Fn(&str, &mut String)) -> String {
+    /// Evaluates a text; `escape` writes each variable's value (given the
+    /// variable too).
+    pub fn eval_with(&self, t: &Template, escape: impl Fn(&Var, &str, &mut String)) -> String {
         let mut out = String::new();
         for s in &t.segments {
             match s {
                 Segment::Lit(l) => out.push_str(l),
-                Segment::Var(v) => escape(&self.value(v), &mut out),
+                Segment::Var(v) => escape(v, &self.value(v), &mut out),
             }
         }
         out
@@ -690,7 +691,7 @@ impl Req {
         if let Some(l) = t.as_literal() {
             return l.to_string();
         }
-        self.eval_with(t, |v, out| out.push_str(v))
+        self.eval_with(t, |_, v, out| out.push_str(v))
     }
 }
 
