@@ -19,6 +19,7 @@ pub mod h1;
 pub mod http;
 pub mod log;
 pub mod net;
+pub mod octets;
 pub mod process;
 pub mod shm;
 pub mod stream;

@@ -27,12 +27,15 @@ plan(skip_all => 'no nginx') unless -x '/usr/sbin/nginx';
 
 my $t = Test::Sluice->new()->has(qw/http/)->plan(1);
 my $d = $t->testdir();
-mkdir "$d/www/$_" for '', 'dir', 'empty', 'idx';
+mkdir "$d/www/$_" for '', 'dir', 'empty', 'idx', "d\xe9", 'd i#r?"<^{';
 $t->write_file('www/a.txt', join('', map { chr(97 + $_ % 26) } 0 .. 999));
 $t->write_file('www/dir/b.html', '<p>b</p>');
 $t->write_file('www/idx/index.html', 'index');
 $t->write_file("www/caf\xc3\xa9.txt", 'cafe');
 $t->write_file('www/sp ace.txt', 'space');
+# Names that are not UTF-8 (Latin-1), asked for percent-encoded.
+$t->write_file("www/lat\xe9.txt", 'latin');
+$t->write_file("www/d\xe9/\xff", 'ff');
 $t->write_file('www/x.json', '{}');
 $t->write_file('www/noext', 'noext');
 symlink("$d/www/a.txt", "$d/www/link.txt");
@@ -72,7 +75,9 @@ my @req = (
 	['/a.txt', 'If-Unmodified-Since: junk'], ['/a.txt', 'If-Range: "x"', 'Range: bytes=0-1'],
 	['/a.txt', "If-Range: $old", 'Range: bytes=0-1'], ['/a.txt', 'If-Range: ETAG', 'Range: bytes=0-1'],
 	['/dir'], ['/dir/'], ['/dir/b.html'], ['/idx/'], ['/idx'], ['/empty/'], ['/missing'],
-	['/caf%C3%A9.txt'], ['/sp%20ace.txt'], ['/x.json'], ['/noext'], ['/link.txt'],
+	['/caf%C3%A9.txt'], ['/lat%E9.txt'], ['/lat%e9.txt', 'Range: bytes=1-2'], ['/tf/lat%E9.txt'],
+	['/d%E9'], ['/d%E9/'], ['/d%E9/%FF'], ['/ai/d%E9/'], ['/d%20i%23r%3F%22%3C%5E%7B'],
+	['/d%20i%23r%3F%22%3C%5E%7B?a=%20'], ['/lat%C3%A9.txt'], ['/sp%20ace.txt'], ['/x.json'], ['/noext'], ['/link.txt'],
 	['/al/b.html'], ['/al/'], ['/al'], ['/tf/dir'], ['/tf/nothing'], ['/tf/a.txt'], ['/a.txt/'],
 	['/a.txt?x=1'], ['/%61.txt'], ['/dir/../a.txt'], ['/./a.txt'], ['/dir?x=1'],
 	['/ai/'], ['/ai/dir/'], ['/ai/', 'If-Match: *'], ['/ai/', 'If-None-Match: *'],

@@ -8,7 +8,9 @@
 # location's, an if's, a regex server name's). Each path is drawn at random
 # (seeded; NGINX_URI_SEED replays, NGINX_URI_REQUESTS sets how many) from
 # pieces: plain text, escapes of every kind (%2F, %3F, %26, %23, %25, %2B,
-# %5C, %7B, UTF-8), dot segments, double slashes, arguments. Each goes to
+# %5C, %7B, UTF-8, and bytes that are not UTF-8: Latin-1, a sequence cut
+# short, the four bytes of one of the code points sluice keeps such a byte
+# as), dot segments, double slashes, arguments. Each goes to
 # both; the status, and the target the backend got or the body, must be
 # the same.
 #
@@ -16,8 +18,7 @@
 # sent raw by the client (sluice passes them on encoded, nginx as sent); a
 # fragment (sluice drops it); %20 or a control byte that a capture or $uri
 # would put in a URI part with variables (sluice answers 400, nginx sends a
-# request line that ends early); escapes that decode to bytes that are not
-# UTF-8 (sluice's decoded URI is text).
+# request line that ends early).
 
 use warnings;
 use strict;
@@ -74,7 +75,7 @@ my @prefix = qw{/api/ /bare /re/ /nc/ /rw/ /ra/ /ru/ /uu/ /cap/ /if/ /x.txt/};
 my @piece = ('a', 'b1', '/', '//', '.', '..', '%2e', '%2E%2e', '%2F', '%2f', '%3F', '%26',
 	'%23', '%25', '%2B', '+', '%5C', '%7B', '%7c', '%41', '%C3%A9', '~', '%7E', ';', '&',
 	'!', '$', "'", '(', ')', '*', ',', '=', '@', ':', '[', ']', '_', '-', '12', '%22', '%3C',
-	'%3e', '%60', '%5E');
+	'%3e', '%60', '%5E', '%E9', '%e9%FF', '%C3', '%C3%A9%C3', '%F4%8F%BF%A9', '%80');
 
 sub target {
 	my $pre = pick(@prefix);

@@ -52,7 +52,9 @@ pub fn write(req: &Req) {
             Escape::None => req.eval_with(&log.format.template, |_, v, o| o.push_str(v)),
         };
         line.push('\n');
-        file.write_line(line.as_bytes());
+        // Unescaped values (`escape=none`, `json`) go as the bytes they
+        // stand for, as nginx writes them.
+        file.write_line(&crate::octets::bytes(&line));
     }
 }
 

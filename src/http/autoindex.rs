@@ -285,10 +285,12 @@ fn human_size(n: u64) -> String {
 /// (`autoindex_localtime`).
 pub fn html(uri: &str, entries: &[Entry], exact: bool, offset: i64) -> Vec<u8> {
     let mut b = Vec::with_capacity(256 + entries.len() * 160);
+    // The bytes the URI stands for (`octets`), as nginx writes them.
+    let uri = crate::octets::bytes(uri);
     b.extend_from_slice(b"<html>\r\n<head><title>Index of ");
-    escape_html(uri.as_bytes(), &mut b);
+    escape_html(&uri, &mut b);
     b.extend_from_slice(b"</title></head>\r\n<body>\r\n<h1>Index of ");
-    escape_html(uri.as_bytes(), &mut b);
+    escape_html(&uri, &mut b);
     b.extend_from_slice(b"</h1><hr><pre><a href=\"../\">../</a>\r\n");
     for e in entries {
         b.extend_from_slice(b"<a href=\"");

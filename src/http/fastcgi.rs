@@ -86,7 +86,9 @@ pub(super) fn params(r: &Req, body_len: u64) -> Vec<(Vec<u8>, Vec<u8>)> {
         if p.if_not_empty && v.is_empty() {
             continue;
         }
-        out.push((p.name.clone().into_bytes(), v.into_bytes()));
+        // The bytes the value stands for: a Latin-1 URI's `SCRIPT_FILENAME`
+        // names the file (`octets`).
+        out.push((p.name.clone().into_bytes(), crate::octets::into_bytes(v)));
     }
     if r.conf.proxy_pass_request_headers {
         let mut headers: Vec<(String, Vec<u8>)> = Vec::new();

@@ -903,7 +903,7 @@ pub(super) async fn finish(
         }
         if let (Ok(n), Ok(v)) = (
             http::header::HeaderName::from_bytes(h.name.as_bytes()),
-            http::header::HeaderValue::from_str(&v),
+            http::header::HeaderValue::from_bytes(&crate::octets::bytes(&v)),
         ) {
             resp.headers_mut().append(n, v);
             // Written as configured, as nginx writes it.
@@ -1137,7 +1137,7 @@ pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection>
         (code, Some(body)) => Ok(Reply::Full(response::build(
             code,
             Some(&r.conf.default_type),
-            Bytes::from(body),
+            Bytes::from(crate::octets::into_bytes(body)),
             tokens,
         ))),
         // Without text, a code below 400 that has no page of nginx's

@@ -193,7 +193,7 @@ fn request_head(r: &Req, pp: &ProxyPass, uri: &str, length: Option<u64>) -> Opti
         }
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(&v),
+            HeaderValue::from_bytes(&crate::octets::bytes(&v)),
         ) {
             h.append(n, v);
         }
@@ -217,6 +217,8 @@ fn request_head(r: &Req, pp: &ProxyPass, uri: &str, length: Option<u64>) -> Opti
         h.insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
     let scheme = if pp.ssl { "https" } else { "http" };
+    // `:path` takes no raw byte: one that is not UTF-8 goes encoded.
+    let uri = crate::octets::escaped(uri);
     let target: http::Uri = format!("{scheme}://{authority}{uri}").parse().ok()?;
     let mut req = Request::new(());
     *req.method_mut() = super::proxy_plan::upstream_method(r);

@@ -53,7 +53,8 @@ pub(super) fn upstream_uri(r: &Req, pp: &ProxyPass) -> UpUri {
         }
         // The client's own, shared: the common case allocates nothing.
         None => return UpUri::Same(r.request_uri.clone()),
-        // With variables nginx sends the URI part as it is.
+        // With variables nginx sends the URI part as it is (a byte that is
+        // not UTF-8 as that byte: `upstream_head`).
         Some(u) if pp.dynamic => u.clone(),
         Some(u) => {
             let rest = r
@@ -290,7 +291,14 @@ pub(super) fn upstream_head(
             .iter()
             .any(|(h, _)| h.as_bytes().eq_ignore_ascii_case(n))
     };
-    write::request_line(&upstream_method(r), uri.as_bytes(), version, out);
+    // The bytes the URI stands for (`octets`): a URI part with variables
+    // that put a Latin-1 byte of `$uri` in it sends that byte, as nginx.
+    write::request_line(
+        &upstream_method(r),
+        &crate::octets::bytes(uri),
+        version,
+        out,
+    );
     let line = |n: &[u8], v: &[u8], out: &mut Vec<u8>| {
         out.extend_from_slice(n);
         out.extend_from_slice(b": ");
@@ -320,7 +328,7 @@ pub(super) fn upstream_head(
         if name.eq_ignore_ascii_case("connection") && has_token(v.as_bytes(), "close") {
             close = true;
         }
-        line(name.as_bytes(), v.as_bytes(), out);
+        line(name.as_bytes(), &crate::octets::bytes(&v), out);
     }
     if conf.proxy_pass_request_headers {
         for (name, value) in r.headers.iter() {

@@ -139,7 +139,7 @@ pub fn status_page(code: u16, tokens: bool) -> Response<Body> {
 /// A redirect with `Location`; the body is the status's built-in page.
 pub fn redirect(code: u16, location: &str, tokens: bool) -> Response<Body> {
     let mut r = status_page(code, tokens);
-    if let Ok(v) = HeaderValue::from_str(location) {
+    if let Ok(v) = HeaderValue::from_bytes(&crate::octets::bytes(location)) {
         r.headers_mut().insert(LOCATION, v);
     }
     r

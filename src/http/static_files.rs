@@ -231,8 +231,12 @@ async fn plain(r: &Req, path: &Path) -> Reply {
     match open(r, &path) {
         Err(e) => open_failed(r, &path, &e),
         Ok((_, m)) if m.is_dir() => {
-            // A directory without its slash: redirect, as nginx does.
-            let mut loc = super::script::absolute(r, &format!("{}/", r.uri));
+            // A directory without its slash: redirect, as nginx does, the
+            // path escaped (a space, `#`, `?`, a Latin-1 byte: `%E9`).
+            let mut path = String::with_capacity(r.uri.len() + 8);
+            super::uri::escape_into(&r.uri, super::uri::Escape::Path, &mut path);
+            path.push('/');
+            let mut loc = super::script::absolute(r, &path);
             if let Some(a) = &r.args {
                 loc.push('?');
                 loc.push_str(a);

@@ -46,7 +46,8 @@ pub fn normalize(path: &str, merge: bool) -> Option<String> {
             i += 1;
         }
     }
-    let text = String::from_utf8_lossy(&decoded);
+    // Bytes that are not UTF-8 are kept (`octets`), as nginx keeps them.
+    let text = crate::octets::text(&decoded);
     let mut segs: Vec<&str> = Vec::new();
     let trailing = text.ends_with('/') || text.ends_with("/.") || text.ends_with("/..");
     // The segments after the leading "/"; the last empty one (after a
@@ -87,10 +88,11 @@ pub enum Escape {
     Args,
 }
 
-/// `text` escaped for `part` of a request target, appended to `out`.
+/// `text` escaped for `part` of a request target, appended to `out`: the
+/// bytes it stands for (`octets`), so a Latin-1 `%E9` goes as it came.
 pub fn escape_into(text: &str, part: Escape, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for b in text.bytes() {
+    for &b in crate::octets::bytes(text).iter() {
         let escaped = b <= 0x20
             || b >= 0x7f
             || b"\"#%<>?\\^`{|}".contains(&b)

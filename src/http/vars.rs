@@ -334,7 +334,12 @@ impl Req {
         {
             p.push("/");
         }
-        p.push(rel);
+        // The bytes the URI stands for: a Latin-1 name is opened as such.
+        p.push(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&crate::octets::bytes(
+                rel,
+            )),
+        );
         std::path::PathBuf::from(p)
     }
 
@@ -621,7 +626,10 @@ impl Req {
             },
             Var::FastcgiScriptName => super::fastcgi::split_path(self).0,
             Var::FastcgiPathInfo => super::fastcgi::split_path(self).1,
-            Var::RequestFilename => self.filename().to_string_lossy().into_owned(),
+            Var::RequestFilename => {
+                use std::os::unix::ffi::OsStrExt;
+                crate::octets::text(self.filename().as_os_str().as_bytes()).into_owned()
+            }
             Var::DocumentRoot => self.conf.root.path.to_string_lossy().into_owned(),
             Var::RealpathRoot => std::fs::canonicalize(&self.conf.root.path)
                 .map(|p| p.to_string_lossy().into_owned())

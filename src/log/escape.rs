@@ -9,7 +9,9 @@ pub fn escape_default(v: &str, out: &mut String) {
         out.push('-');
         return;
     }
-    for b in v.bytes() {
+    // The bytes the value stands for (`octets`): a Latin-1 byte of a URI
+    // is logged as `\xE9`, as nginx logs it.
+    for &b in crate::octets::bytes(v).iter() {
         if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
             out.push_str(&format!("\\x{b:02X}"));
         } else {
