@@ -175,10 +175,11 @@ fn set_charset(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), C
         }
         _ => {
             // nginx: a second `charset_types` in one place is a duplicate;
-            // the list replaces the default (text/html is not implied).
+            // the list replaces the default, text/html always on it (as
+            // nginx's types slot puts the first default type first).
             let mut t = CharsetTypes {
                 any: false,
-                types: Vec::new(),
+                types: vec!["text/html".to_string()],
             };
             for a in &d.args {
                 if a == "*" {
@@ -229,6 +230,12 @@ mod tests {
             types: Vec::new(),
         };
         assert!(any.matches("image/png"));
+        let text = crate::conf::testutil::http_with("charset_types application/json;");
+        let (c, _) = crate::conf::testutil::try_build(&text).expect("builds");
+        let given = &c.http.expect("http").servers[0].locations[0].conf;
+        assert!(given.charset_types.matches("text/html"));
+        assert!(given.charset_types.matches("application/json"));
+        assert!(!given.charset_types.matches("text/plain"));
     }
 
     #[test]

@@ -169,6 +169,8 @@ loc_settings! {
     /// `proxy_cookie_domain` rules (empty: `off`, the default).
     proxy_cookie_domain: Arc<Vec<super::proxy_more::CookieRewrite>> = |_| Arc::default(),
     proxy_cookie_path: Arc<Vec<super::proxy_more::CookieRewrite>> = |_| Arc::default(),
+    /// `proxy_cookie_flags` rules (empty: `off`, the default).
+    proxy_cookie_flags: Arc<Vec<super::proxy_more::CookieFlags>> = |_| Arc::default(),
     /// `proxy_ignore_headers`: `super::proxy_more::ignore` bits.
     proxy_ignore_headers: u32 = |_| 0,
     /// `proxy_method`: the method sent upstream instead of the client's.
@@ -382,6 +384,7 @@ impl LocConf {
         self.proxy_method = None;
         self.proxy_cookie_domain = Arc::default();
         self.proxy_cookie_path = Arc::default();
+        self.proxy_cookie_flags = Arc::default();
     }
 }
 

@@ -1,6 +1,6 @@
 //! Proxy directives that shape what goes up and what comes back without
-//! touching the connection logic: `proxy_cookie_domain`, `proxy_cookie_path`
-//! (Set-Cookie rewrites), `proxy_ignore_headers`, `proxy_method`,
+//! touching the connection logic: `proxy_cookie_domain`, `proxy_cookie_path`,
+//! `proxy_cookie_flags` (Set-Cookie rewrites), `proxy_ignore_headers`, `proxy_method`,
 //! `proxy_bind` and `proxy_ignore_client_abort`. The rewrites run in `http::proxy_cookie`. No I/O.
 
 use std::sync::Arc;
@@ -16,6 +16,7 @@ const HSL: u8 = HTTP | SRV | LOC;
 pub(super) const TABLE: &[Spec] = &[
     spec("proxy_cookie_domain", Args::Range(1, 2), set_cookie),
     spec("proxy_cookie_path", Args::Range(1, 2), set_cookie),
+    spec("proxy_cookie_flags", Args::Range(1, 4), set_cookie_flags),
     spec("proxy_ignore_headers", Args::AtLeast(1), set_ignore),
     spec("proxy_method", Args::Exactly(1), set_method),
     spec("proxy_bind", Args::Range(1, 2), set_bind),
@@ -55,6 +56,42 @@ pub enum CookieMatch {
 pub struct CookieRewrite {
     pub pattern: CookieMatch,
     pub replacement: Template,
+}
+
+/// `proxy_cookie_flags` flag bits, as nginx names them.
+pub mod flag {
+    pub const SECURE_ON: u32 = 1 << 0;
+    pub const SECURE_OFF: u32 = 1 << 1;
+    pub const HTTPONLY_ON: u32 = 1 << 2;
+    pub const HTTPONLY_OFF: u32 = 1 << 3;
+    pub const SAMESITE_STRICT: u32 = 1 << 4;
+    pub const SAMESITE_LAX: u32 = 1 << 5;
+    pub const SAMESITE_NONE: u32 = 1 << 6;
+    pub const SAMESITE_OFF: u32 = 1 << 7;
+
+    /// The bit of a flag (case ignored, as nginx).
+    pub fn parse(name: &str) -> Option<u32> {
+        Some(match name.to_ascii_lowercase().as_str() {
+            "secure" => SECURE_ON,
+            "nosecure" => SECURE_OFF,
+            "httponly" => HTTPONLY_ON,
+            "nohttponly" => HTTPONLY_OFF,
+            "samesite=strict" => SAMESITE_STRICT,
+            "samesite=lax" => SAMESITE_LAX,
+            "samesite=none" => SAMESITE_NONE,
+            "nosamesite" => SAMESITE_OFF,
+            _ => return None,
+        })
+    }
+}
+
+/// One `proxy_cookie_flags` rule: the cookies it is for (by name, case
+/// ignored; or `~` a regex), and its flags (a flag with variables is
+/// read per response; one that names no flag then is ignored, as nginx).
+#[derive(Debug, Clone)]
+pub struct CookieFlags {
+    pub cookie: CookieMatch,
+    pub flags: Vec<Template>,
 }
 
 /// `proxy_ignore_headers` names as bits.
@@ -129,10 +166,11 @@ fn set_cookie(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
         return Err(super::build::duplicate(d));
     }
     let (from, to) = (&d.args[0], &d.args[1]);
+    // nginx compiles a domain's regex case-insensitive, `~` or `~*`.
     let pattern = if let Some(re) = from.strip_prefix("~*") {
         CookieMatch::Regex(regex_of(d, re, true)?)
     } else if let Some(re) = from.strip_prefix('~') {
-        CookieMatch::Regex(regex_of(d, re, false)?)
+        CookieMatch::Regex(regex_of(d, re, domain)?)
     } else {
         let text = if domain {
             from.strip_prefix('.').unwrap_or(from)
@@ -147,6 +185,42 @@ fn set_cookie(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Co
     };
     let mut list = slot.as_deref().cloned().unwrap_or_default();
     list.push(rule);
+    *slot = Some(Arc::new(list));
+    Ok(())
+}
+
+fn set_cookie_flags(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    let slot = &mut loc(n, d)?.proxy_cookie_flags;
+    if d.args[0] == "off" {
+        if d.args.len() > 1 || slot.is_some() {
+            return Err(if d.args.len() > 1 {
+                ConfError::at(format!("invalid parameter \"{}\"", d.args[1]), &d.src)
+            } else {
+                super::build::duplicate(d)
+            });
+        }
+        *slot = Some(Arc::new(Vec::new()));
+        return Ok(());
+    }
+    if slot.as_ref().is_some_and(|v| v.is_empty()) {
+        return Err(super::build::duplicate(d));
+    }
+    // nginx matches a cookie's name by a regex with case ignored, as by a
+    // name.
+    let cookie = match d.args[0].strip_prefix('~') {
+        Some(re) => CookieMatch::Regex(regex_of(d, re, true)?),
+        None => CookieMatch::Text(compile(d, &d.args[0])?),
+    };
+    let mut flags = Vec::new();
+    for a in &d.args[1..] {
+        let t = compile(d, a)?;
+        if t.as_literal().is_some_and(|l| flag::parse(l).is_none()) {
+            return Err(ConfError::at(format!("invalid parameter \"{a}\""), &d.src));
+        }
+        flags.push(t);
+    }
+    let mut list = slot.as_deref().cloned().unwrap_or_default();
+    list.push(CookieFlags { cookie, flags });
     *slot = Some(Arc::new(list));
     Ok(())
 }
@@ -264,6 +338,27 @@ mod tests {
             "\"proxy_cookie_path\" directive is duplicate in /t.conf:3"
         );
         assert!(err(&http_with("proxy_cookie_domain ~( x;")).starts_with("regex \"(\" is invalid"));
+        assert_eq!(
+            err(&http_with("proxy_cookie_flags sid secure bogus;")),
+            "invalid parameter \"bogus\" in /t.conf:3"
+        );
+        assert_eq!(
+            err(&http_with(
+                "proxy_cookie_flags off; proxy_cookie_flags sid secure;"
+            )),
+            "\"proxy_cookie_flags\" directive is duplicate in /t.conf:3"
+        );
+        assert!(
+            err(&http_with(
+                "proxy_cookie_flags a secure httponly nosamesite nosecure;"
+            ))
+            .starts_with("invalid number of arguments in \"proxy_cookie_flags\"")
+        );
+        assert!(
+            err(&http_with("proxy_cookie_flags ~( secure;")).starts_with("regex \"(\" is invalid")
+        );
+        // A flag with variables is read per response.
+        assert!(try_build(&http_with("proxy_cookie_flags $host $host;")).is_ok());
         assert_eq!(
             err(&http_with("proxy_ignore_headers X-Foo;")),
             "invalid value \"X-Foo\" in \"proxy_ignore_headers\" directive in /t.conf:3"

@@ -244,8 +244,8 @@ pub(super) fn declared(dirs: &[Directive], out: &mut Vec<String>) {
             }
         }
         // A regex's named captures are variables (nginx adds them when it
-        // compiles the regex): a location's, a rewrite's, an if's and a
-        // server name's. A regex that does not compile is the directive's
+        // compiles the regex): a location's, a rewrite's, an if's, a server
+        // name's, and those of proxy_redirect and proxy_cookie_*. A regex that does not compile is the directive's
         // error, reported when it is read.
         for re in regexes(d) {
             if let Ok(re) = regex::Regex::new(re) {
@@ -269,6 +269,13 @@ fn regexes(d: &Directive) -> Vec<&str> {
             .into_iter()
             .collect(),
         ("rewrite", [re, ..]) => vec![re],
+        // nginx's own example: `proxy_cookie_domain ~\.(?P<sl_domain>...)$
+        // $sl_domain;`.
+        ("proxy_cookie_domain" | "proxy_cookie_path" | "proxy_redirect", [from, _]) => from
+            .strip_prefix("~*")
+            .or_else(|| from.strip_prefix('~'))
+            .into_iter()
+            .collect(),
         ("server_name", names) => names.iter().filter_map(|n| n.strip_prefix('~')).collect(),
         ("if", words) => words
             .windows(2)
@@ -295,6 +302,9 @@ mod tests {
             "server { listen 127.0.0.1:1; if ($uri ~ (?<a>\\d+)) { return 200 $a; } }",
             "server { listen 127.0.0.1:1; server_name ~^(?<a>.+)\\.t$; return 200 $a; }",
             "add_header X $a; server { listen 127.0.0.1:1; location ~ (?<a>x) { } }",
+            "server { listen 127.0.0.1:1; location / { proxy_pass http://127.0.0.1:2; proxy_cookie_domain ~\\.(?P<a>[a-z]+)$ $a; } }",
+            "server { listen 127.0.0.1:1; location / { proxy_pass http://127.0.0.1:2; proxy_cookie_path ~*^/(?<a>.*)$ /$a; } }",
+            "server { listen 127.0.0.1:1; location / { proxy_pass http://127.0.0.1:2; proxy_redirect ~^http://x/(?<a>.*)$ /$a; } }",
         ] {
             assert!(try_build(&http_with(conf)).is_ok(), "{conf}");
         }

@@ -503,8 +503,7 @@ fn headers_as_received(r: &Req, conf: &crate::conf::loc::LocConf, ups: &Upstream
 fn rewrites(conf: &crate::conf::loc::LocConf, raw: &Headers) -> bool {
     let redirect = conf.proxy_redirect.is_some()
         && (raw.contains_key(header::LOCATION) || raw.contains_key(header::REFRESH));
-    let cookie = !(conf.proxy_cookie_domain.is_empty() && conf.proxy_cookie_path.is_empty())
-        && raw.contains_key(header::SET_COOKIE);
+    let cookie = super::proxy_cookie::rewrites_any(conf) && raw.contains_key(header::SET_COOKIE);
     redirect || cookie
 }
 

@@ -1,21 +1,38 @@
-//! `proxy_cookie_domain` and `proxy_cookie_path`: the `domain=` and `path=`
-//! attributes of an upstream's `Set-Cookie` lines rewritten by the first
-//! rule that matches, as nginx's proxy module does. Called by both proxies
-//! on the response head.
+//! `proxy_cookie_domain`, `proxy_cookie_path` and `proxy_cookie_flags`: an
+//! upstream's `Set-Cookie` lines rewritten as nginx's proxy module does.
+//! A line is split at each `;` (quotes mean nothing), spaces around each
+//! attribute's name and value dropped; the `domain=` and `path=` values are
+//! rewritten by the first rule that matches, the flags by the first
+//! `proxy_cookie_flags` rule for the cookie's name; a line that changed is
+//! put together again with `; ` between its attributes, one that did not
+//! goes as it came. Called by both proxies on the response head.
+
+use std::borrow::Cow;
 
 use http::HeaderMap;
 use http::header::{HeaderValue, SET_COOKIE};
 
 use super::vars::Req;
 use crate::conf::map::{Captures, eval_with_captures};
-use crate::conf::proxy_more::{CookieMatch, CookieRewrite};
+use crate::conf::proxy_more::{CookieFlags, CookieMatch, CookieRewrite, flag};
+
+/// Whether `r`'s location rewrites any `Set-Cookie`.
+pub fn rewrites_any(r: &crate::conf::loc::LocConf) -> bool {
+    !(r.proxy_cookie_domain.is_empty()
+        && r.proxy_cookie_path.is_empty()
+        && r.proxy_cookie_flags.is_empty())
+}
 
 /// Rewrites every `Set-Cookie` of `h` by `r`'s rules.
 pub fn rewrite(r: &Req, h: &mut HeaderMap) {
-    let (domain, path) = (&r.conf.proxy_cookie_domain, &r.conf.proxy_cookie_path);
-    if (domain.is_empty() && path.is_empty()) || !h.contains_key(SET_COOKIE) {
+    if !rewrites_any(&r.conf) || !h.contains_key(SET_COOKIE) {
         return;
     }
+    let rules = Rules {
+        domain: &r.conf.proxy_cookie_domain,
+        path: &r.conf.proxy_cookie_path,
+        flags: &r.conf.proxy_cookie_flags,
+    };
     let old: Vec<HeaderValue> = h.get_all(SET_COOKIE).iter().cloned().collect();
     h.remove(SET_COOKIE);
     for v in old {
@@ -23,7 +40,7 @@ pub fn rewrite(r: &Req, h: &mut HeaderMap) {
             .to_str()
             .ok()
             .and_then(|s| {
-                rewrite_line(s, domain, path, |t, caps| {
+                rewrite_line(s, &rules, |t, caps| {
                     eval_with_captures(t, caps, |var| r.value(var))
                 })
             })
@@ -34,43 +51,166 @@ pub fn rewrite(r: &Req, h: &mut HeaderMap) {
 
 type Eval<'a> = dyn Fn(&crate::conf::vars::Template, Option<&Captures>) -> String + 'a;
 
-/// The line with its attributes rewritten; None when nothing matched.
+/// A location's cookie rules.
+struct Rules<'a> {
+    domain: &'a [CookieRewrite],
+    path: &'a [CookieRewrite],
+    flags: &'a [CookieFlags],
+}
+
+/// One attribute of a line, as nginx splits it; `name` None once a flag
+/// took it away.
+struct Attr<'a> {
+    name: Option<Cow<'a, str>>,
+    value: Option<Cow<'a, str>>,
+}
+
+fn attrs(line: &str) -> Vec<Attr<'_>> {
+    line.split(';')
+        .map(|part| {
+            let part = part.trim_start_matches(' ');
+            match part.split_once('=') {
+                Some((n, v)) => Attr {
+                    name: Some(n.trim_end_matches(' ').into()),
+                    value: Some(v.trim_matches(' ').into()),
+                },
+                None => Attr {
+                    name: Some(part.trim_end_matches(' ').into()),
+                    value: None,
+                },
+            }
+        })
+        .collect()
+}
+
+/// The line rewritten; None when no rule applied (nor a cookie without a
+/// value: nginx leaves it).
 fn rewrite_line(
     line: &str,
-    domain: &[CookieRewrite],
-    path: &[CookieRewrite],
+    rules: &Rules<'_>,
     eval: impl Fn(&crate::conf::vars::Template, Option<&Captures>) -> String,
 ) -> Option<String> {
-    let mut out = String::with_capacity(line.len());
+    let mut list = attrs(line);
+    let cookie = list.first().filter(|a| a.value.is_some())?;
+    let name = cookie.name.clone().unwrap_or_default().into_owned();
     let mut changed = false;
-    // The first part is the cookie itself; attributes follow each ';'.
-    for (i, part) in line.split(';').enumerate() {
-        if i > 0 {
-            out.push(';');
-        }
-        let lead = part.len() - part.trim_start().len();
-        let attr = &part[lead..];
-        let eq = attr.find('=');
-        let (rules, domain_attr) = match eq.map(|e| &attr[..e]) {
-            Some(n) if i > 0 && n.eq_ignore_ascii_case("domain") => (domain, true),
-            Some(n) if i > 0 && n.eq_ignore_ascii_case("path") => (path, false),
-            _ => {
-                out.push_str(part);
-                continue;
-            }
+    for a in list.iter_mut().skip(1) {
+        let (Some(n), Some(v)) = (&a.name, &a.value) else {
+            continue;
         };
-        let e = eq.unwrap_or(0) + 1;
-        let value = &attr[e..];
-        match rewrite_value(value, rules, domain_attr, &eval) {
-            Some(new) => {
-                out.push_str(&part[..lead + e]);
-                out.push_str(&new);
-                changed = true;
-            }
-            None => out.push_str(part),
+        let (set, domain) = if n.eq_ignore_ascii_case("domain") {
+            (rules.domain, true)
+        } else if n.eq_ignore_ascii_case("path") {
+            (rules.path, false)
+        } else {
+            continue;
+        };
+        if let Some(new) = rewrite_value(v, set, domain, &eval) {
+            a.value = Some(new.into());
+            changed = true;
         }
     }
-    changed.then_some(out)
+    if let Some(bits) = flags_for(&name, rules.flags, &eval) {
+        edit_flags(&mut list, bits);
+        changed = true;
+    }
+    if !changed {
+        return None;
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    for (i, a) in list.iter().enumerate() {
+        let Some(n) = &a.name else { continue };
+        if i > 0 {
+            out.push_str("; ");
+        }
+        out.push_str(n);
+        if let Some(v) = &a.value {
+            out.push('=');
+            out.push_str(v);
+        }
+    }
+    Some(out)
+}
+
+/// The flags of the first `proxy_cookie_flags` rule for cookie `name`;
+/// None when none is for it, or its flags come to none.
+fn flags_for(name: &str, rules: &[CookieFlags], eval: &Eval<'_>) -> Option<u32> {
+    let rule = rules.iter().find(|r| match &r.cookie {
+        CookieMatch::Regex(re) => re.is_match(name),
+        CookieMatch::Text(t) => eval(t, None).eq_ignore_ascii_case(name),
+    })?;
+    let bits = rule
+        .flags
+        .iter()
+        .filter_map(|t| flag::parse(&eval(t, None)))
+        .fold(0, |a, b| a | b);
+    (bits != 0).then_some(bits)
+}
+
+/// nginx's edit: a flag the line has is kept (or made the value asked
+/// for), or taken away by its `no` form; one asked for that it lacks is
+/// added at the end, in the order Secure, HttpOnly, SameSite.
+fn edit_flags(list: &mut Vec<Attr<'_>>, mut bits: u32) {
+    use flag::*;
+    let samesite = [
+        (SAMESITE_STRICT, "Strict"),
+        (SAMESITE_LAX, "Lax"),
+        (SAMESITE_NONE, "None"),
+    ];
+    for a in list.iter_mut().skip(1) {
+        let Some(n) = &a.name else { continue };
+        let on_off = if n.eq_ignore_ascii_case("secure") {
+            Some((SECURE_ON, SECURE_OFF))
+        } else if n.eq_ignore_ascii_case("httponly") {
+            Some((HTTPONLY_ON, HTTPONLY_OFF))
+        } else {
+            None
+        };
+        if let Some((on, off)) = on_off {
+            if bits & on != 0 {
+                bits &= !on;
+            } else if bits & off != 0 {
+                a.name = None;
+            }
+            continue;
+        }
+        if !n.eq_ignore_ascii_case("samesite") {
+            continue;
+        }
+        match samesite.iter().find(|(b, _)| bits & b != 0) {
+            Some(&(b, word)) => {
+                bits &= !b;
+                if !a
+                    .value
+                    .as_deref()
+                    .is_some_and(|v| v.eq_ignore_ascii_case(word))
+                {
+                    a.name = Some("SameSite".into());
+                    a.value = Some(word.into());
+                }
+            }
+            None if bits & SAMESITE_OFF != 0 => a.name = None,
+            None => {}
+        }
+    }
+    if bits & SECURE_ON != 0 {
+        list.push(Attr {
+            name: Some("Secure".into()),
+            value: None,
+        });
+    }
+    if bits & HTTPONLY_ON != 0 {
+        list.push(Attr {
+            name: Some("HttpOnly".into()),
+            value: None,
+        });
+    }
+    if let Some(&(_, word)) = samesite.iter().find(|(b, _)| bits & b != 0) {
+        list.push(Attr {
+            name: Some("SameSite".into()),
+            value: Some(word.into()),
+        });
+    }
 }
 
 fn rewrite_value(
@@ -143,10 +283,39 @@ mod tests {
         }
     }
 
-    fn run(line: &str, d: &[CookieRewrite], p: &[CookieRewrite]) -> Option<String> {
-        rewrite_line(line, d, p, |t, caps| {
+    fn flags(cookie: &str, list: &[&str]) -> CookieFlags {
+        CookieFlags {
+            cookie: match cookie.strip_prefix('~') {
+                Some(r) => CookieMatch::Regex(
+                    regex::RegexBuilder::new(r)
+                        .case_insensitive(true)
+                        .build()
+                        .unwrap(),
+                ),
+                None => CookieMatch::Text(compile(cookie).unwrap()),
+            },
+            flags: list.iter().map(|f| compile(f).unwrap()).collect(),
+        }
+    }
+
+    fn with(
+        line: &str,
+        d: &[CookieRewrite],
+        p: &[CookieRewrite],
+        f: &[CookieFlags],
+    ) -> Option<String> {
+        let rules = Rules {
+            domain: d,
+            path: p,
+            flags: f,
+        };
+        rewrite_line(line, &rules, |t, caps| {
             eval_with_captures(t, caps, |_| String::from("VAR"))
         })
+    }
+
+    fn run(line: &str, d: &[CookieRewrite], p: &[CookieRewrite]) -> Option<String> {
+        with(line, d, p, &[])
     }
 
     #[test]
@@ -167,6 +336,24 @@ mod tests {
         assert_eq!(run("path=/app/", &d, &p), None);
     }
 
+    /// nginx splits at every `;` and puts a changed line together again
+    /// with `; `, spaces around names and values gone; a cookie without a
+    /// value is left alone.
+    #[test]
+    fn split_and_joined_as_nginx() {
+        let d = [text("x.org", "y.org")];
+        assert_eq!(
+            run("a=1;Domain = x.org ;Max-Age=5", &d, &[]).as_deref(),
+            Some("a=1; Domain=y.org; Max-Age=5")
+        );
+        assert_eq!(
+            run("a=\"q;domain=x.org\"; domain=x.org", &d, &[]).as_deref(),
+            Some("a=\"q; domain=x.org\"; domain=y.org")
+        );
+        assert_eq!(run("flag; domain=x.org", &d, &[]), None);
+        assert_eq!(run("a=1;domain=z.org", &d, &[]), None);
+    }
+
     #[test]
     fn regex_and_variables() {
         let d = [re(r"^(.+)\.internal$", "$1.public"), text("x", "$host")];
@@ -178,5 +365,38 @@ mod tests {
             run("a=1; domain=x", &d, &[]).as_deref(),
             Some("a=1; domain=VAR")
         );
+    }
+
+    #[test]
+    fn flags_as_nginx_edits_them() {
+        let f = [
+            flags("sid", &["secure", "httponly", "samesite=strict"]),
+            flags("~^T", &["nosecure", "nosamesite"]),
+            flags("~", &["samesite=lax"]),
+        ];
+        // Added at the end, in nginx's order.
+        assert_eq!(
+            with("SID=1; Path=/", &[], &[], &f).as_deref(),
+            Some("SID=1; Path=/; Secure; HttpOnly; SameSite=Strict")
+        );
+        // Kept where they are; a SameSite of another value made the one
+        // asked for.
+        assert_eq!(
+            with("sid=1;secure; samesite=none;HTTPONLY", &[], &[], &f).as_deref(),
+            Some("sid=1; secure; SameSite=Strict; HTTPONLY")
+        );
+        // Taken away.
+        assert_eq!(
+            with("tok=1; Secure; SameSite=Lax; Path=/", &[], &[], &f).as_deref(),
+            Some("tok=1; Path=/")
+        );
+        // The first rule for the name, and only it.
+        assert_eq!(
+            with("other=1", &[], &[], &f).as_deref(),
+            Some("other=1; SameSite=Lax")
+        );
+        // A flag that names none (from a variable) is no flag: nothing
+        // changes.
+        assert_eq!(with("v=1", &[], &[], &[flags("v", &["$host"])]), None);
     }
 }

@@ -68,26 +68,28 @@ impl Matcher {
     /// Takes the next piece of the body; what is decided goes to `out`.
     pub fn feed(&mut self, data: &[u8], out: &mut Vec<u8>) {
         if self.held.is_empty() {
-            let keep = self.scan(data, false, out);
+            let keep = self.scan(data, out);
             self.held.extend_from_slice(&data[keep..]);
             return;
         }
         let mut buf = std::mem::take(&mut self.held);
         buf.extend_from_slice(data);
-        let keep = self.scan(&buf, false, out);
+        let keep = self.scan(&buf, out);
         buf.drain(..keep);
         self.held = buf;
     }
 
-    /// The body ended: an unfinished match is no match.
+    /// The body ended: what was held for a match that did not finish goes
+    /// as it is, not searched again for other patterns, as nginx's sub
+    /// filter sends what it held (`"fo"` stays `"fo"` with the patterns
+    /// `foo` and `o`).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        let buf = std::mem::take(&mut self.held);
-        self.scan(&buf, true, out);
+        out.append(&mut self.held);
     }
 
     /// Writes the decided part of `buf` to `out`, replaced; returns where
     /// the undecided tail begins (`buf.len()` when none).
-    fn scan(&mut self, buf: &[u8], last: bool, out: &mut Vec<u8>) -> usize {
+    fn scan(&mut self, buf: &[u8], out: &mut Vec<u8>) -> usize {
         let mut from = 0;
         let mut i = 0;
         while i < buf.len() && !self.done() {
@@ -95,7 +97,7 @@ impl Matcher {
                 i += 1;
                 continue;
             }
-            match self.at(&buf[i..], last) {
+            match self.at(&buf[i..]) {
                 At::Full(k) => {
                     out.extend_from_slice(&buf[from..i]);
                     out.extend_from_slice(&self.pats[k].replace);
@@ -118,7 +120,7 @@ impl Matcher {
     }
 
     /// The patterns, in order, at the start of `text`.
-    fn at(&self, text: &[u8], last: bool) -> At {
+    fn at(&self, text: &[u8]) -> At {
         for (k, p) in self.pats.iter().enumerate() {
             if self.once && self.used[k] {
                 continue;
@@ -134,9 +136,7 @@ impl Matcher {
             if n == p.find.len() {
                 return At::Full(k);
             }
-            if !last {
-                return At::Wait;
-            }
+            return At::Wait;
         }
         At::None
     }
@@ -171,7 +171,9 @@ mod tests {
     }
 
     /// The definition the streaming matcher must agree with, on the whole
-    /// body at once: leftmost position, first pattern in order there.
+    /// body at once: leftmost position, first pattern in order there; a
+    /// pattern that the body ends inside ends the search, its start on
+    /// passed as it is.
     fn reference(list: &[Pattern], once: bool, body: &[u8]) -> Vec<u8> {
         let mut used = vec![false; list.len()];
         let mut out = Vec::new();
@@ -182,6 +184,10 @@ mod tests {
                     continue;
                 }
                 let end = i + p.find.len();
+                if end > body.len() && p.find.starts_with(&body[i..].to_ascii_lowercase()) {
+                    out.extend_from_slice(&body[i..]);
+                    break 'outer;
+                }
                 if end <= body.len() && body[i..end].to_ascii_lowercase() == p.find {
                     out.extend_from_slice(&p.replace);
                     used[k] = true;
@@ -221,8 +227,14 @@ mod tests {
         );
         // "aab" in "aaab", split anywhere.
         assert_eq!(run(&[("aab", "X")], false, &[b"a", b"a", b"a", b"b"]), "aX");
-        // A prefix that never completes is passed on at the end.
+        // A prefix that never completes is passed on at the end, as it is
+        // (nginx's): not searched again for a shorter pattern.
         assert_eq!(run(&[("world", "X")], false, &[b"hello wor"]), "hello wor");
+        assert_eq!(
+            run(&[("foo", "X"), ("o", "0")], false, &[b"of", b"o"]),
+            "0fo"
+        );
+        assert_eq!(run(&[("abc", "X"), ("b", "Y")], false, &[b"abab"]), "aYab");
     }
 
     #[test]
