@@ -591,15 +591,13 @@ fn set_body(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
 }
 
 fn set_next_upstream(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
+    // `off` among other values turns them all off, as nginx has it (its
+    // merge keeps only the off bit).
     let mut bits = 0;
+    let mut off = false;
     for a in &d.args {
         match NextUpstream::parse(a) {
-            Some(0) if d.args.len() > 1 => {
-                return Err(ConfError::at(
-                    format!("invalid value \"{a}\" in \"{}\" directive", d.name),
-                    &d.src,
-                ));
-            }
+            Some(0) => off = true,
             Some(b) => bits |= b,
             None => {
                 return Err(ConfError::at(
@@ -609,6 +607,7 @@ fn set_next_upstream(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result
             }
         }
     }
+    let bits = if off { 0 } else { bits };
     once(&mut loc(n, d)?.proxy_next_upstream, NextUpstream(bits), d)
 }
 

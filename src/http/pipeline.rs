@@ -992,6 +992,13 @@ async fn error_page(
             );
             return Ok(response::status_page(500, tokens));
         }
+        // `$status` in the page's location: the code `=CODE` names, else the
+        // error's, or none with `=` (nginx's err_status).
+        r.status = match page.status {
+            ErrorPageStatus::Keep => code,
+            ErrorPageStatus::Code(c) => c,
+            ErrorPageStatus::Target => 0,
+        };
         let inner = internal_redirect(shared, r, server, &target).await?;
         let mut resp = match inner {
             Reply::Full(resp) => resp,
@@ -1019,15 +1026,17 @@ async fn error_page(
     }
 }
 
-/// An internal redirect: GET (HEAD stays HEAD), the new URI (or a named
-/// location), the location chosen again, its handler run without a body.
+/// An internal redirect: GET (HEAD stays HEAD; a named location keeps the
+/// method), the new URI (or a named location), the location chosen again,
+/// its handler run without a body.
 async fn internal_redirect(
     shared: &Arc<Shared>,
     r: &mut Req,
     server: &Server,
     target: &str,
 ) -> Result<Reply, CloseConnection> {
-    if r.method != http::Method::HEAD {
+    // A named location keeps the method, as nginx's does.
+    if r.method != http::Method::HEAD && !target.starts_with('@') {
         r.method = http::Method::GET;
     }
     let Ok(named) = redirect_to(r, server, target) else {
@@ -1115,10 +1124,16 @@ fn redirect_cycle(r: &Req, searches: &mut u32, what: &str) -> Option<Reply> {
     Some(Reply::Status(500))
 }
 
-pub(crate) fn do_return(ret: &Return, r: &Req) -> Result<Reply, CloseConnection> {
+pub(crate) fn do_return(ret: &Return, r: &mut Req) -> Result<Reply, CloseConnection> {
     if ret.code == 444 {
         return Err(CloseConnection);
     }
+    // `$status` in the text is the code, as nginx sets it before the text
+    // is made (an error page's code, set before, comes first).
+    if r.status == 0 {
+        r.status = ret.code;
+    }
+    let r = &*r;
     let tokens = r.conf.server_tokens;
     let text = ret.text.as_ref().map(|t| r.eval(t));
     match (ret.code, text) {

@@ -569,8 +569,10 @@ impl Req {
             }
             Var::UpstreamHeaderTime => self.upstream_list(|a| secs(a.header)),
             Var::UpstreamResponseTime => self.upstream_list(|a| secs(a.response)),
+            // A number for every attempt, 0 for one that brought no body
+            // (nginx has no `-` here, unlike the times).
             Var::UpstreamResponseLength => {
-                self.upstream_list(|a| a.length.map_or("-".into(), |l| l.to_string()))
+                self.upstream_list(|a| a.length.unwrap_or(0).to_string())
             }
             Var::UpstreamBytesReceived => self.upstream_list(|a| a.received.to_string()),
             // Stream variables: nothing in an HTTP request.
