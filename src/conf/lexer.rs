@@ -168,10 +168,11 @@ pub fn tokenize(text: &str) -> Result<Vec<(Tok, usize)>, LexError> {
                 advance(rest, r, &mut line);
                 rest = r;
                 toks.push((tok, line));
-                // After a quoted word nginx wants a separator.
+                // After a quoted word nginx wants a separator, or the `)`
+                // that closes an `if` (`if ($a = "b")`), a word of its own.
                 if after_quote {
                     if let Some(c) = rest.chars().next() {
-                        if !(c.is_whitespace() || c == ';' || c == '{' || c == '}') {
+                        if !(c.is_whitespace() || matches!(c, ';' | '{' | '}' | ')')) {
                             return Err(LexError {
                                 line,
                                 message: format!("unexpected \"{c}\""),
@@ -300,5 +301,8 @@ mod tests {
     fn junk_after_quote() {
         let e = tokenize("a \"b\"c;").unwrap_err();
         assert_eq!(e.message, "unexpected \"c\"");
+        // An `if`'s closing parenthesis may follow a quote, as in nginx.
+        let toks = tokenize("if ($a = \"b\") {").unwrap();
+        assert!(matches!(&toks[4].0, Tok::Word(w) if w == ")"), "{toks:?}");
     }
 }

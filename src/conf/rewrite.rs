@@ -157,12 +157,18 @@ fn parse_cond(d: &Directive) -> Result<Cond, ConfError> {
             &d.src,
         )
     };
-    // Strip the parentheses, attached or standing alone.
+    // Strip the parentheses, attached or standing alone (a word that was
+    // only one goes; a quoted empty word stays: `if ($a = "")`).
     let first = words.first_mut().ok_or_else(invalid)?;
     *first = first.strip_prefix('(').ok_or_else(invalid)?.to_string();
+    if words.first().is_some_and(String::is_empty) {
+        words.remove(0);
+    }
     let last = words.last_mut().ok_or_else(invalid)?;
     *last = last.strip_suffix(')').ok_or_else(invalid)?.to_string();
-    words.retain(|w| !w.is_empty());
+    if words.len() > 1 && words.last().is_some_and(String::is_empty) {
+        words.pop();
+    }
     match words.as_slice() {
         [v] if v.starts_with('$') => Ok(Cond::Truthy(compile(v, d)?)),
         [op, p]
@@ -305,6 +311,9 @@ mod tests {
             "server { listen 127.0.0.1:1; location / { proxy_pass http://127.0.0.1:2; proxy_cookie_domain ~\\.(?P<a>[a-z]+)$ $a; } }",
             "server { listen 127.0.0.1:1; location / { proxy_pass http://127.0.0.1:2; proxy_cookie_path ~*^/(?<a>.*)$ /$a; } }",
             "server { listen 127.0.0.1:1; location / { proxy_pass http://127.0.0.1:2; proxy_redirect ~^http://x/(?<a>.*)$ /$a; } }",
+            // A quote before the closing parenthesis, an empty quoted value.
+            "server { listen 127.0.0.1:1; if ($request_method = \"POST\") { return 405; } }",
+            "server { listen 127.0.0.1:1; if ($arg_a != \"\") { return 204; } if ( $arg_b = \"\" ) { } }",
         ] {
             assert!(try_build(&http_with(conf)).is_ok(), "{conf}");
         }

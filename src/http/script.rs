@@ -151,13 +151,15 @@ fn holds(cond: &Cond, r: &mut Req) -> bool {
         } => {
             let v = r.eval(value);
             match regex.captures(&v) {
+                // A match sets the captures, negated or not, as in nginx.
                 Some(c) => {
-                    if !*negate {
-                        r.set_captures(regex, &c);
-                    }
+                    r.set_captures(regex, &c);
                     !*negate
                 }
-                None => *negate,
+                None => {
+                    r.forget_captures();
+                    *negate
+                }
             }
         }
         Cond::File { test, path, negate } => test_file(*test, &r.eval(path)) != *negate,
@@ -225,6 +227,7 @@ pub fn run(stmts: &[Stmt], r: &mut Req) -> Flow {
             } => {
                 let uri = r.uri.clone();
                 let Some(c) = regex.captures(&uri) else {
+                    r.forget_captures();
                     continue;
                 };
                 r.set_captures(regex, &c);

@@ -299,6 +299,13 @@ impl Req {
         }
     }
 
+    /// An `if` or `rewrite` regex that did not match: the numbered
+    /// captures are gone, as nginx sets their count to 0 then (named ones
+    /// stay, as its variables do).
+    pub fn forget_captures(&mut self) {
+        self.captures.clear();
+    }
+
     pub fn protocol(&self) -> &'static str {
         match self.version {
             Version::HTTP_10 => "HTTP/1.0",
