@@ -33,6 +33,8 @@ $t->write_file('www/dir/b.html', '<p>b</p>');
 $t->write_file('www/idx/index.html', 'index');
 $t->write_file("www/caf\xc3\xa9.txt", 'cafe');
 $t->write_file('www/sp ace.txt', 'space');
+mkdir "$d/www/vs";
+$t->write_file('www/vs/v.txt', 'vs');
 # Names that are not UTF-8 (Latin-1), asked for percent-encoded.
 $t->write_file("www/lat\xe9.txt", 'latin');
 $t->write_file("www/d\xe9/\xff", 'ff');
@@ -50,6 +52,13 @@ nginx_beside($t, <<"EOF");
         location /ai/ { alias $d/www/; autoindex on; }
         location /et/ { alias $d/www/; etag off; }
         location /ret { return 200 "ret"; }
+        set \$sub www;
+        location ~ ^/img/(.+\\.txt)\$ { alias $d/www/\$1; }
+        location ~ ^/rx/ { alias $d/www/dir/b.html; }
+        location /vs/ { root $d/\$sub; }
+        location /va/ { alias $d/\$sub/dir/; }
+        location /dr/ { root $d/\$sub; return 200 "\$document_root|\$request_filename"; }
+        location ~ ^/tfa/(.*)\$ { alias $d/www/; try_files \$1 /a.txt; }
     }
 EOF
 
@@ -75,6 +84,8 @@ my @req = (
 	['/a.txt', 'If-Unmodified-Since: junk'], ['/a.txt', 'If-Range: "x"', 'Range: bytes=0-1'],
 	['/a.txt', "If-Range: $old", 'Range: bytes=0-1'], ['/a.txt', 'If-Range: ETAG', 'Range: bytes=0-1'],
 	['/dir'], ['/dir/'], ['/dir/b.html'], ['/idx/'], ['/idx'], ['/empty/'], ['/missing'],
+	['/img/a.txt'], ['/img/dir/x.txt'], ['/img/none.txt'], ['/rx/anything'],
+	['/vs/v.txt'], ['/vs/'], ['/va/b.html'], ['/va/'], ['/dr/x'], ['/tfa/noext'], ['/tfa/none'],
 	['/caf%C3%A9.txt'], ['/lat%E9.txt'], ['/lat%e9.txt', 'Range: bytes=1-2'], ['/tf/lat%E9.txt'],
 	['/d%E9'], ['/d%E9/'], ['/d%E9/%FF'], ['/ai/d%E9/'], ['/d%20i%23r%3F%22%3C%5E%7B'],
 	['/d%20i%23r%3F%22%3C%5E%7B?a=%20'], ['/lat%C3%A9.txt'], ['/sp%20ace.txt'], ['/x.json'], ['/noext'], ['/link.txt'],

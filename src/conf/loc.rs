@@ -117,7 +117,7 @@ loc_settings! {
     http2_chunk_size: u64 = |_| 8 * 1024,
     default_type: String = |_| "text/plain".to_string(),
     /// `root PATH` or `alias PATH` (with the location prefix alias replaces).
-    root: Root = |d| Root { path: d.prefix.join("html"), alias: None },
+    root: Root = |d| Root { path: d.prefix.join("html"), alias: None, vars: None, whole: false },
     index: Vec<String> = |_| vec!["index.html".to_string()],
     /// `if_modified_since off | exact | before`.
     if_modified_since: IfModifiedSince = |_| IfModifiedSince::Exact,
@@ -401,11 +401,18 @@ pub enum BodyInFile {
 }
 
 /// Where files come from: `root` (path + URI) or `alias` (path replaces the
-/// location prefix `alias` holds).
+/// location prefix `alias` holds; in a regex location, the whole URI).
 #[derive(Debug, Clone)]
 pub struct Root {
+    /// The path; with variables, the prefix a relative value is under.
     pub path: PathBuf,
     pub alias: Option<String>,
+    /// The path with variables (nginx evaluates it per request; a
+    /// relative result is under the prefix).
+    pub vars: Option<super::vars::Template>,
+    /// `alias` in a location given by a regular expression: the path is
+    /// the file, nothing of the URI is added (nginx's rule).
+    pub whole: bool,
 }
 
 /// `if_modified_since`: how a static file's time is compared with a

@@ -612,9 +612,13 @@ fn set_next_upstream(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result
 }
 
 fn set_root(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let location = match n {
-        super::build::Node::Location(l) => Some(l.uri.clone()),
-        _ => None,
+    use super::model::Modifier;
+    let (location, regex) = match n {
+        super::build::Node::Location(l) => (
+            Some(l.uri.clone()),
+            matches!(l.modifier, Modifier::Regex | Modifier::RegexCaseless),
+        ),
+        _ => (None, false),
     };
     let l = loc(n, d)?;
     if let Some(prev) = &l.root {
@@ -631,15 +635,21 @@ fn set_root(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
             &d.src,
         ));
     }
-    if d.args[0].contains('$') {
-        return Err(ConfError::at(
-            format!("variables in \"{}\" are not supported", d.name),
-            &d.src,
-        ));
-    }
-    let path = b.path(&d.args[0]);
-    let alias = if d.name == "alias" { location } else { None };
-    l.root = Some(Root { path, alias });
+    // Variables are evaluated per request (a regex location's captures
+    // among them), as nginx's script for the path.
+    let vars = super::vars::compile(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
+    let (path, vars) = match vars.as_literal() {
+        Some(_) => (b.path(&d.args[0]), None),
+        None => (b.path(""), Some(vars)),
+    };
+    let is_alias = d.name == "alias";
+    let alias = if is_alias { location } else { None };
+    l.root = Some(Root {
+        path,
+        alias,
+        vars,
+        whole: is_alias && regex,
+    });
     Ok(())
 }
 

@@ -105,7 +105,7 @@ pub async fn serve(r: &Req) -> Reply {
         for index in &r.conf.index {
             let p = path.join(index);
             match open(r, &p) {
-                Ok((f, m)) if m.is_file() => return send_file(r, &p, f, m, false).await,
+                Ok((f, m)) if m.is_file() => return send_file(r, &p, index, f, m, false).await,
                 Ok(_) => continue,
                 Err(e) if e.err.kind() == ErrorKind::NotFound => continue,
                 Err(e) => return open_failed(r, &p, &e),
@@ -214,7 +214,7 @@ async fn gzip_static(r: &Req, path: &Path) -> Static {
         );
         return Static::Served(Reply::Status(404));
     }
-    let mut reply = send_file(r, path, f, m, true).await;
+    let mut reply = send_file(r, path, &r.uri, f, m, true).await;
     if let Reply::Full(resp) = &mut reply {
         resp.headers_mut()
             .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
@@ -253,7 +253,7 @@ async fn plain(r: &Req, path: &Path) -> Reply {
             );
             Reply::Status(404)
         }
-        Ok((f, m)) => send_file(r, &path, f, m, false).await,
+        Ok((f, m)) => send_file(r, &path, &r.uri, f, m, false).await,
     }
 }
 
@@ -262,9 +262,20 @@ async fn plain(r: &Req, path: &Path) -> Reply {
 /// counts per worker).
 static BOUNDARY: AtomicU64 = AtomicU64::new(0);
 
-/// Sends an open file; `path` names it for its type and in errors. `gz`: it
-/// is a `gzip_static` `.gz`, sent as it is.
-async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata, gz: bool) -> Reply {
+/// The extension nginx takes a type from: after the last `.` of the last
+/// segment, not one that starts it (`/.profile` has none).
+fn exten(name: &str) -> Option<&str> {
+    let last = &name[name.rfind('/').map_or(0, |i| i + 1)..];
+    match last.rfind('.') {
+        Some(i) if i > 0 => Some(&last[i + 1..]),
+        _ => None,
+    }
+}
+
+/// Sends an open file; `path` names it in errors, `uri` its type (the
+/// URI's extension, as nginx's, whatever file an `alias` names; an index
+/// file's own). `gz`: it is a `gzip_static` `.gz`, sent as it is.
+async fn send_file(r: &Req, path: &Path, uri: &str, file: File, meta: Metadata, gz: bool) -> Reply {
     if r.method == Method::POST {
         return Reply::Status(405);
     }
@@ -294,9 +305,7 @@ async fn send_file(r: &Req, path: &Path, file: File, meta: Metadata, gz: bool) -
         super::conditional::Verdict::NotModified => true,
         super::conditional::Verdict::Send => false,
     };
-    let ctype = path
-        .extension()
-        .and_then(|e| e.to_str())
+    let ctype = exten(uri)
         .and_then(|e| r.conf.types.get(&e.to_ascii_lowercase()))
         .cloned()
         .unwrap_or_else(|| r.conf.default_type.clone());

@@ -24,6 +24,9 @@ pub(super) fn run(r: &mut Req, tf: &TryFiles) -> Tried {
         let path = r.filename_of(&name);
         match super::static_files::open(r, &path) {
             Ok((_, meta)) if meta.is_dir() == *dir => {
+                // Under a regex location's `alias` a file (not a
+                // directory) found is the alias and the name, as nginx.
+                r.add_uri_to_alias = r.conf.root.whole && !*dir;
                 r.uri = name;
                 return Tried::Found;
             }

@@ -196,6 +196,9 @@ pub struct Req {
     pub captures: Vec<String>,
     /// A `rewrite` changed `$uri`: the proxy then sends it, not `$request_uri`.
     pub uri_changed: bool,
+    /// `try_files` found the URI under a regex location's `alias`: the
+    /// file is the alias and the URI (nginx's `add_uri_to_alias`).
+    pub add_uri_to_alias: bool,
     /// The client address the realip module found, replacing the peer's
     /// (port 0 when it came from a header, as nginx: `$remote_port` empty).
     pub realip: Option<std::net::SocketAddr>,
@@ -323,17 +326,39 @@ impl Req {
     /// The file the URI maps to under `root` (path + URI) or `alias` (the
     /// location prefix replaced).
     pub fn filename(&self) -> std::path::PathBuf {
+        // A regex location's `alias` is the file itself (but what
+        // `try_files` found there).
+        if self.conf.root.whole && !self.add_uri_to_alias {
+            return self.root_dir();
+        }
         self.filename_of(&self.uri)
     }
 
-    /// The file a URI maps to under this location's `root` or `alias`.
+    /// The `root` or `alias` path: with variables, evaluated now (a
+    /// relative value under the prefix, as nginx has it).
+    pub fn root_dir(&self) -> std::path::PathBuf {
+        let root = &self.conf.root;
+        match &root.vars {
+            None => root.path.clone(),
+            Some(t) => {
+                use std::os::unix::ffi::OsStrExt;
+                let v = self.eval(t);
+                let v = std::ffi::OsStr::from_bytes(&crate::octets::bytes(&v)).to_os_string();
+                root.path.join(v)
+            }
+        }
+    }
+
+    /// The file a URI maps to under this location's `root` or `alias`
+    /// (`try_files` names go after a regex location's `alias` whole, as
+    /// nginx puts them).
     pub fn filename_of(&self, uri: &str) -> std::path::PathBuf {
         let root = &self.conf.root;
         let rel = match &root.alias {
-            Some(prefix) => uri.strip_prefix(prefix.as_str()).unwrap_or(uri),
-            None => uri,
+            Some(prefix) if !root.whole => uri.strip_prefix(prefix.as_str()).unwrap_or(uri),
+            _ => uri,
         };
-        let mut p = root.path.clone().into_os_string();
+        let mut p = self.root_dir().into_os_string();
         if root.alias.is_some()
             && !rel.is_empty()
             && !rel.starts_with('/')
@@ -639,8 +664,8 @@ impl Req {
                 use std::os::unix::ffi::OsStrExt;
                 crate::octets::text(self.filename().as_os_str().as_bytes()).into_owned()
             }
-            Var::DocumentRoot => self.conf.root.path.to_string_lossy().into_owned(),
-            Var::RealpathRoot => std::fs::canonicalize(&self.conf.root.path)
+            Var::DocumentRoot => self.root_dir().to_string_lossy().into_owned(),
+            Var::RealpathRoot => std::fs::canonicalize(self.root_dir())
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             Var::RequestId => self
@@ -760,6 +785,7 @@ pub(crate) mod tests {
             vars: Vec::new(),
             captures: Vec::new(),
             uri_changed: false,
+            add_uri_to_alias: false,
             realip: None,
             maps: MapCache::default(),
             request_id: Default::default(),
