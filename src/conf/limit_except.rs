@@ -62,7 +62,8 @@ pub(super) const TABLE: &[Spec] = &[Spec {
 fn set_limit_except(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let mut methods: Vec<&'static str> = Vec::new();
     for a in &d.args {
-        let Some(m) = METHODS.iter().find(|m| **m == a.as_str()) else {
+        // nginx compares the names without case (`limit_except get`).
+        let Some(m) = METHODS.iter().find(|m| m.eq_ignore_ascii_case(a)) else {
             return Err(ConfError::at(format!("invalid method \"{a}\""), &d.src));
         };
         methods.push(m);
@@ -116,6 +117,14 @@ mod tests {
         assert_eq!(le.access_rules.as_ref().unwrap().len(), 1);
         assert!(le.auth_basic.is_none());
         assert!(l.locations[0].conf.limit_except.is_some());
+        // Names without case, as nginx reads them.
+        let (c, _) =
+            try_build(&conf("location / { limit_except get Post { deny all; } }")).unwrap();
+        let le = c.http.as_ref().unwrap().servers[0].locations[0]
+            .conf
+            .limit_except
+            .clone();
+        assert_eq!(le.unwrap().methods, ["GET", "HEAD", "POST"]);
     }
 
     #[test]

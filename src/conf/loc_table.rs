@@ -504,7 +504,13 @@ fn set_size(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), Conf
 }
 
 fn set_flag(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
-    let v = flag(d)?;
+    // `server_tokens build` names the build too in nginx; sluice has no
+    // build name, and says what `on` says (as nginx does without one).
+    let v = if d.name == "server_tokens" && d.args[0] == "build" {
+        true
+    } else {
+        flag(d)?
+    };
     let l = loc(n, d)?;
     let slot = match d.name.as_str() {
         "server_tokens" => &mut l.server_tokens,
