@@ -141,7 +141,8 @@ my ($pa, $pb, $pc, $p) = (port(8443), port(8444), port(8080), port(8070));
 ok(logged(qr/^$p 200 127\.0\.0\.1:$pa\|a\.test\|h2,http\/1\.1\|TLSv1\.3$/m),
 	'$ssl_preread_alpn_protocols, $ssl_preread_protocol');
 ($r) = tls_get(sni => 'b.test', version => 'TLSv1_2');
-ok(logged(qr/^$p 200 127\.0\.0\.1:$pb\|b\.test\|-\|TLSv1\.2$/m), 'a TLSv1.2 client');
+# No ALPN: found empty (logged empty, as nginx).
+ok(logged(qr/^$p 200 127\.0\.0\.1:$pb\|b\.test\|\|TLSv1\.2$/m), 'a TLSv1.2 client');
 
 # Not TLS: the variables are empty, the map's default routes.
 
@@ -197,7 +198,7 @@ while ($sel->can_read(3)) {
 }
 like($r, qr/^\x16\x03\x03.*b\.test/s, 'a ClientHello in pieces: the right backend answers');
 close $s;
-ok(logged(qr/^$p \d+ 127\.0\.0\.1:$pb\|b\.test\|-\|TLSv1\.2$/m), 'in pieces: routed by SNI');
+ok(logged(qr/^$p \d+ 127\.0\.0\.1:$pb\|b\.test\|\|TLSv1\.2$/m), 'in pieces: routed by SNI');
 
 # preread_buffer_size: a hello that does not fit.
 
@@ -207,7 +208,8 @@ ok(closed_within($s, 4), 'preread buffer full: closed');
 ok($t->waitforlog(qr/\[error\] \d+#\d+: \*\d+ preread buffer full while prereading client data, client: 127\.0\.0\.1, server: 127\.0\.0\.1:${\ port(8071)}/),
 	'preread buffer full logged');
 my $p1 = port(8071);
-ok(logged(qr/^$p1 400 -\|-\|-\|-$/m), 'preread buffer full: 400');
+# What came was read for a ClientHello: the variables are found, empty.
+ok(logged(qr/^$p1 400 -\|\|\|$/m), 'preread buffer full: 400');
 
 # preread_timeout: half a record header, then nothing.
 
@@ -215,6 +217,6 @@ $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1:' . port(8072));
 $s->syswrite("\x16\x03");
 ok(closed_within($s, 4), 'preread_timeout: closed');
 my $p2 = port(8072);
-ok(logged(qr/^$p2 200 -\|-\|-\|-$/m), 'preread_timeout: 200, not proxied');
+ok(logged(qr/^$p2 200 -\|\|\|$/m), 'preread_timeout: 200, not proxied');
 
 $t->stop();

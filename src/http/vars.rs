@@ -506,11 +506,7 @@ impl Req {
                     String::new()
                 }
             },
-            Var::BinaryRemoteAddr => match self.client_ip() {
-                Some(std::net::IpAddr::V4(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
-                Some(std::net::IpAddr::V6(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
-                None => String::new(),
-            },
+            Var::BinaryRemoteAddr => crate::net::vars::binary_addr(self.client_ip()),
             Var::Request => self.request_line(),
             Var::RequestMethod => self.method.to_string(),
             Var::RequestUri => self.request_uri.to_string(),

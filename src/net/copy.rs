@@ -31,7 +31,7 @@ pub const BUFFER: usize = 16 * 1024;
 /// size.
 const FIRST: usize = 1024;
 
-/// What a copy moved.
+/// What a copy moved, and why it ended.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Copied {
     /// Bytes from `a` to `b`, and from `b` to `a` (written to the other
@@ -40,6 +40,13 @@ pub struct Copied {
     pub ba: u64,
     /// When the first byte from `b` came.
     pub first_ba: Option<std::time::Instant>,
+    /// Nothing moved for the idle time.
+    pub timed_out: bool,
+    /// A read failed (not an end): on `a` (false) or `b` (true), and its
+    /// errno (for the log line nginx writes).
+    pub read_failed: Option<(bool, i32)>,
+    /// The side whose end ended the copy: `a` (false) or `b` (true).
+    pub ended_by_b: Option<bool>,
 }
 
 /// One direction: what was read from one side and not yet written to the
@@ -60,6 +67,8 @@ struct Half {
     first: Option<std::time::Instant>,
     /// The rate limit on reading, if any.
     bucket: Option<super::rate::Bucket>,
+    /// A read failed with this errno (the source counts as ended).
+    failed: Option<i32>,
 }
 
 /// What polling a direction came to.
@@ -84,6 +93,7 @@ impl Half {
             moved: 0,
             first: None,
             bucket: None,
+            failed: None,
         }
     }
 
@@ -123,7 +133,13 @@ impl Half {
                 self.first.get_or_insert_with(super::clock::now);
                 Poll::Ready(true)
             }
-            Poll::Ready(_) => {
+            Poll::Ready(r) => {
+                // An end or a failure is the first thing read too (nginx's
+                // first byte time of an upstream that closes at once).
+                self.first.get_or_insert_with(super::clock::now);
+                if let Err(e) = r {
+                    self.failed = Some(e.raw_os_error().unwrap_or(nix::libc::EIO));
+                }
                 self.eof = true;
                 Poll::Ready(false)
             }
@@ -198,6 +214,10 @@ pub struct Relay {
     half_close: bool,
     /// When something last moved (as of the last poll).
     last: Instant,
+    /// The idle timer fired.
+    timed_out: bool,
+    /// Which direction's end ended it (`ba`: true).
+    ended_by_b: Option<bool>,
 }
 
 impl Default for Relay {
@@ -220,6 +240,8 @@ impl Relay {
             idle: Duration::ZERO,
             half_close: false,
             last: Instant::from_std(super::clock::now()),
+            timed_out: false,
+            ended_by_b: None,
         }
     }
 
@@ -263,10 +285,18 @@ impl Relay {
         let timer = tokio::time::sleep_until(after(self.last, idle));
         tokio::pin!(timer);
         std::future::poll_fn(|cx| self.poll_run(cx, &mut a, &mut b, timer.as_mut())).await;
+        let read_failed = match (self.ab.failed, self.ba.failed) {
+            (Some(e), _) => Some((false, e)),
+            (None, Some(e)) => Some((true, e)),
+            (None, None) => None,
+        };
         Copied {
             ab: self.ab.moved,
             ba: self.ba.moved,
             first_ba: self.ba.first,
+            timed_out: self.timed_out,
+            read_failed,
+            ended_by_b: self.ended_by_b,
         }
     }
 
@@ -282,18 +312,24 @@ impl Relay {
         B: AsyncRead + AsyncWrite + Unpin,
     {
         let half_close = self.half_close;
+        let ab_done_before = self.ab.done;
         let ab = self.ab.poll_move(cx, a, b, half_close);
         let ba = self.ba.poll_move(cx, b, a, half_close);
         let mut moved = false;
-        for step in [ab, ba] {
+        for (from_b, step) in [(false, ab), (true, ba)] {
             match step {
                 Step::Failed => return Poll::Ready(()),
-                Step::Done if !half_close => return Poll::Ready(()),
+                Step::Done if !half_close => {
+                    self.ended_by_b = Some(from_b);
+                    return Poll::Ready(());
+                }
                 Step::Done => {}
                 Step::Waiting(m) => moved |= m,
             }
         }
         if self.ab.done && self.ba.done {
+            // With half-close the last to end ends it.
+            self.ended_by_b.get_or_insert(ab_done_before);
             return Poll::Ready(());
         }
         if moved {
@@ -304,6 +340,7 @@ impl Relay {
         while timer.as_mut().poll(cx).is_ready() {
             let due = after(self.last, self.idle);
             if due <= timer.deadline() {
+                self.timed_out = true;
                 return Poll::Ready(());
             }
             timer.as_mut().reset(due);

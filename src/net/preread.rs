@@ -66,10 +66,13 @@ pub fn parse(bytes: &[u8]) -> Parsed {
                             .join(",")
                     })
                     .unwrap_or_default();
+                let msg = handshake_message(bytes);
                 return Parsed::Hello(Hello {
-                    server_name: hello.server_name().unwrap_or_default().to_string(),
+                    // As the client wrote it (nginx's): rustls's own is
+                    // lowercased, without a final dot, none for an address.
+                    server_name: msg.as_deref().and_then(sni).unwrap_or_default(),
                     alpn,
-                    protocol: handshake_message(bytes).map_or("", |m| version(&m)),
+                    protocol: msg.as_deref().map_or("", version),
                 });
             }
             Err(_) => return Parsed::NotTls,
@@ -137,6 +140,21 @@ fn extensions(msg: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
         let (t, n) = (e.u16()?, e.u16()?);
         Some((t, e.take(n)?))
     })
+}
+
+/// The first host name of a ClientHello message's server_name extension
+/// (0), as its bytes are.
+fn sni(msg: &[u8]) -> Option<String> {
+    let (_, data) = extensions(msg).find(|(t, _)| *t == 0)?;
+    let mut c = Cursor(data.get(2..)?);
+    loop {
+        let kind = c.u8()?;
+        let n = c.u16()?;
+        let name = c.take(n)?;
+        if kind == 0 {
+            return Some(crate::octets::text(name).into_owned());
+        }
+    }
 }
 
 /// `$ssl_preread_protocol` of a ClientHello message: the highest version
@@ -241,8 +259,9 @@ pub(super) use peek_more;
 /// How the preread phase ended.
 #[derive(Debug)]
 pub enum Outcome {
-    /// Read (`Hello`), or not TLS (the default `Hello`, empty): go on.
-    Done(Option<Hello>),
+    /// Read (`Hello`), or not TLS (the default `Hello`, empty): go on;
+    /// how many bytes were there (read again by the proxy).
+    Done(Option<Hello>, usize),
     /// The client closed (or the socket failed) first.
     Closed,
     /// `preread_buffer_size` bytes came and no whole ClientHello.
@@ -263,15 +282,15 @@ pub async fn preread(s: &Stream, limit: usize, timeout: Duration) -> Outcome {
             let n = match s {
                 Stream::Tcp(t) => peek_more!(t, &mut buf, seen),
                 Stream::Unix(u) => peek_more!(u, &mut buf, seen),
-                Stream::Tls(_) => return Outcome::Done(None),
+                Stream::Tls(_) => return Outcome::Done(None, 0),
             };
             match n {
                 Ok(n) if n > seen => seen = n,
                 _ => return Outcome::Closed,
             }
             match parse(&buf[..seen]) {
-                Parsed::Hello(h) => return Outcome::Done(Some(h)),
-                Parsed::NotTls => return Outcome::Done(None),
+                Parsed::Hello(h) => return Outcome::Done(Some(h), seen),
+                Parsed::NotTls => return Outcome::Done(None, seen),
                 Parsed::More if seen >= buf.len() => return Outcome::Full,
                 Parsed::More => {}
             }

@@ -23,6 +23,15 @@ pub enum Stream {
 }
 
 impl Stream {
+    /// The local address (a unix socket's: none).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            Stream::Tcp(t) => t.local_addr().ok(),
+            Stream::Tls(t) => t.tcp().local_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+
     /// An idle connection is still quiet: open, nothing sent. Costs nothing
     /// while the socket is not readable; else one non-blocking peek (which
     /// clears a stale readiness).

@@ -27,6 +27,16 @@ pub fn value(v: &crate::conf::vars::Var) -> String {
     }
 }
 
+/// `$binary_remote_addr`: the address's 4 or 16 bytes as they are (kept in
+/// the text as `octets` does, given back as bytes where it goes out).
+pub fn binary_addr(ip: Option<std::net::IpAddr>) -> String {
+    match ip {
+        Some(std::net::IpAddr::V4(ip)) => crate::octets::text(&ip.octets()).into_owned(),
+        Some(std::net::IpAddr::V6(ip)) => crate::octets::text(&ip.octets()).into_owned(),
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -200,6 +200,14 @@ async fn accept_loop(l: Listener, server: usize, flags: Flags, shared: Arc<Share
     }
 }
 
+/// One connection attempt of a session: the peer, how long connecting
+/// took (None: it failed), and how long the attempt took.
+pub(super) struct Try {
+    pub(super) peer: String,
+    pub(super) connect: Option<Duration>,
+    pub(super) took: Duration,
+}
+
 /// One client session, and what its access log line says.
 struct Session {
     number: u64,
@@ -217,7 +225,10 @@ struct Session {
     status: u16,
     /// Per connection attempt: the peer and how long connecting took (None:
     /// it failed).
-    attempts: Vec<(String, Option<Duration>)>,
+    attempts: Vec<Try>,
+    /// The PROXY protocol header sent to the upstream (counted in
+    /// `$upstream_bytes_sent`, as nginx counts it).
+    pp_sent: u64,
     copied: crate::net::copy::Copied,
     connected_at: Option<Instant>,
     ended: Option<Instant>,
@@ -227,6 +238,10 @@ struct Session {
     tls: Option<Box<crate::net::tls::Details>>,
     /// What `ssl_preread` read of the ClientHello.
     preread: Option<crate::net::preread::Hello>,
+    /// The preread phase ran (its variables are found, empty or not).
+    prereading: bool,
+    /// The bytes it saw: nginx leaves them out of `$bytes_received`.
+    preread_len: u64,
     /// `$limit_conn_status`, and the counts the session holds.
     limit_status: Option<&'static str>,
     holds: Vec<(Arc<crate::net::limit::LimitZone>, crate::net::limit::Held)>,
@@ -285,14 +300,19 @@ impl Session {
             local,
             listen,
             start: crate::net::clock::now(),
-            status: 200,
+            // 000 until the session ends (200 then, unless set), as
+            // nginx's `$status` reads inside a `return`.
+            status: 0,
             attempts: Vec::new(),
+            pp_sent: 0,
             copied: Default::default(),
             connected_at: None,
             ended: None,
             maps: Default::default(),
             tls: None,
             preread: None,
+            prereading: false,
+            preread_len: 0,
             limit_status: None,
             holds: Vec::new(),
             vars: Vec::new(),
@@ -319,6 +339,30 @@ impl Session {
         )
     }
 
+    /// nginx's stream log context while proxying: the bytes each way.
+    fn proxying_context(&self, upstream: &str) -> String {
+        format!(
+            ", {}client: {}, server: {}, upstream: \"{}\", {}",
+            if self.udp { "udp " } else { "" },
+            self.client(),
+            self.listen,
+            upstream,
+            self.byte_counts()
+        )
+    }
+
+    /// nginx's "bytes from/to client:R/S, bytes from/to upstream:R/S":
+    /// what the preread phase saw is not counted from the client, the
+    /// PROXY protocol header is counted to the upstream.
+    fn byte_counts(&self) -> String {
+        let (ab, ba) = (self.copied.ab, self.copied.ba);
+        format!(
+            "bytes from/to client:{}/{ba}, bytes from/to upstream:{ba}/{}",
+            ab.saturating_sub(self.preread_len),
+            ab + self.pp_sent
+        )
+    }
+
     /// nginx's stream log context before an upstream is chosen.
     fn short_context(&self) -> String {
         format!(
@@ -337,12 +381,8 @@ impl Session {
     fn var(&self, v: &Var) -> String {
         match v {
             Var::RemoteAddr => self.client(),
-            // The address's bytes, one char each (as `http::vars`).
-            Var::BinaryRemoteAddr => match self.remote.map(|a| a.ip()) {
-                Some(std::net::IpAddr::V4(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
-                Some(std::net::IpAddr::V6(ip)) => ip.octets().iter().map(|&b| b as char).collect(),
-                None => String::new(),
-            },
+            // The address's bytes, as they are (`octets`).
+            Var::BinaryRemoteAddr => crate::net::vars::binary_addr(self.remote.map(|a| a.ip())),
             Var::RemotePort => self
                 .remote
                 .map(|a| a.port().to_string())
@@ -354,24 +394,41 @@ impl Session {
             Var::NginxVersion | Var::Hostname | Var::Msec | Var::TimeLocal | Var::TimeIso8601 => {
                 crate::net::vars::value(v)
             }
-            Var::Status => self.status.to_string(),
+            Var::Status => format!("{:03}", self.status),
             Var::Protocol => if self.udp { "UDP" } else { "TCP" }.into(),
-            Var::UpstreamAddr => self.list(|(a, _)| a.clone()),
-            Var::UpstreamConnectTime => self.list(|(_, t)| t.map_or("-".into(), secs)),
-            Var::UpstreamFirstByteTime => match (self.connected_at, self.copied.first_ba) {
-                (Some(c), Some(f)) => secs(f.duration_since(c)),
-                _ => "-".into(),
-            },
-            Var::UpstreamSessionTime => match (self.connected_at, self.ended) {
-                (Some(c), Some(e)) => secs(e.duration_since(c)),
-                _ => "-".into(),
-            },
+            Var::UpstreamAddr => self.list(|t| t.peer.clone()),
+            Var::UpstreamConnectTime => self.list(|t| t.connect.map_or("-".into(), secs)),
+            // One item per attempt, as nginx's: a failed one sent and got
+            // nothing, had no first byte, and lasted until it failed.
+            Var::UpstreamFirstByteTime => {
+                self.list(
+                    |t| match (t.connect, self.connected_at, self.copied.first_ba) {
+                        (Some(_), Some(c), Some(f)) => secs(f.duration_since(c)),
+                        _ => "-".into(),
+                    },
+                )
+            }
+            Var::UpstreamSessionTime => {
+                self.list(|t| match (t.connect, self.connected_at, self.ended) {
+                    (Some(_), Some(c), Some(e)) => secs(e.duration_since(c)),
+                    (Some(_), _, _) => "-".into(),
+                    (None, _, _) => secs(t.took),
+                })
+            }
+            Var::UpstreamBytesSent => self.list(|t| match t.connect {
+                Some(_) => (self.copied.ab + self.pp_sent).to_string(),
+                None => "0".into(),
+            }),
+            Var::UpstreamBytesReceived => self.list(|t| match t.connect {
+                Some(_) => self.copied.ba.to_string(),
+                None => "0".into(),
+            }),
             Var::SessionTime => {
                 secs(self.ended.unwrap_or_else(crate::net::clock::now) - self.start)
             }
             // Seen from the client: sent to it, received from it.
-            Var::BytesSent | Var::UpstreamBytesReceived => self.copied.ba.to_string(),
-            Var::BytesReceived | Var::UpstreamBytesSent => self.copied.ab.to_string(),
+            Var::BytesSent => self.copied.ba.to_string(),
+            Var::BytesReceived => self.copied.ab.saturating_sub(self.preread_len).to_string(),
             Var::SslProtocol
             | Var::SslCipher
             | Var::SslServerName
@@ -429,6 +486,18 @@ impl Session {
         }
     }
 
+    /// Whether nginx has a value for `v`, empty as it may be: what `set`
+    /// names (set in this session or not), and what `ssl_preread` read.
+    fn found_empty(&self, v: &Var) -> bool {
+        match v {
+            Var::User(_) => true,
+            Var::SslPrereadServerName | Var::SslPrereadAlpnProtocols | Var::SslPrereadProtocol => {
+                self.prereading
+            }
+            _ => false,
+        }
+    }
+
     fn assigned_var(&self, name: &str) -> Option<String> {
         self.vars
             .iter()
@@ -448,10 +517,8 @@ impl Session {
             .unwrap_or_default()
     }
 
-    fn list(&self, f: impl Fn(&(String, Option<Duration>)) -> String) -> String {
-        if self.attempts.is_empty() {
-            return "-".into();
-        }
+    /// One item per attempt; none (empty: `-` in a log line) without one.
+    fn list(&self, f: impl Fn(&Try) -> String) -> String {
         self.attempts.iter().map(f).collect::<Vec<_>>().join(", ")
     }
 
@@ -481,6 +548,8 @@ impl Session {
                     Segment::Var(v) => {
                         let value = self.var(v);
                         match l.format.escape {
+                            // An empty value nginx found (not `-`).
+                            Escape::Default if value.is_empty() && self.found_empty(v) => {}
                             Escape::Default => {
                                 crate::log::escape::escape_default(&value, &mut line)
                             }
@@ -491,7 +560,7 @@ impl Session {
                 }
             }
             line.push('\n');
-            file.write_line(line.as_bytes());
+            file.write_line(&crate::octets::bytes(&line));
         }
     }
 }
@@ -520,6 +589,15 @@ async fn run(
     else {
         return;
     };
+    if let Some(peer) = s.peer {
+        crate::log_conn!(
+            crate::log::Level::Info,
+            s.number,
+            "client {} connected to {}",
+            peer,
+            s.listen
+        );
+    }
     // The PROXY protocol header comes before the session's phases; then
     // nginx's phases: post-accept (realip), preaccess (limit_conn), access,
     // ssl, preread, content.
@@ -534,7 +612,7 @@ async fn run(
         crate::log_conn!(
             crate::log::Level::Error,
             s.number,
-            "access forbidden by rule{}",
+            "access forbidden by rule while initializing session{}",
             s.short_context()
         );
         s.status = 403;
@@ -556,8 +634,9 @@ async fn run(
     }
     match &conf.target {
         StreamTarget::Return(t) => {
-            let text = s.eval(t);
-            if client.write_all(text.as_bytes()).await.is_ok() {
+            // The bytes the text stands for (`$binary_remote_addr`'s).
+            let text = crate::octets::into_bytes(s.eval(t));
+            if client.write_all(&text).await.is_ok() {
                 s.copied.ba = text.len() as u64;
             }
             let _ = client.shutdown().await;
@@ -596,7 +675,14 @@ async fn proxy_protocol(client: &mut Stream, s: &mut Session, conf: &StreamServe
             s.status = 400;
             return false;
         }
+        // Nothing came: nginx's stream module reads an empty header.
         Outcome::Closed => {
+            crate::log_conn!(
+                crate::log::Level::Error,
+                s.number,
+                "broken header: \"\" while reading PROXY protocol{}",
+                s.short_context()
+            );
             s.status = 400;
             return false;
         }
@@ -673,7 +759,7 @@ fn limit_conn(s: &mut Session, conf: &StreamServer, shared: &Shared) -> bool {
             crate::log_conn!(
                 conf.limit_conn_log_level,
                 s.number,
-                "limiting connections{} by zone \"{}\"{}",
+                "limiting connections{} by zone \"{}\" while initializing session{}",
                 if conf.limit_conn_dry_run {
                     ", dry run,"
                 } else {
@@ -704,6 +790,9 @@ fn limit_conn(s: &mut Session, conf: &StreamServer, shared: &Shared) -> bool {
 
 /// The session's end: its access log lines.
 fn end(s: &mut Session, conf: &StreamServer) {
+    if s.status == 0 {
+        s.status = 200;
+    }
     s.ended = Some(crate::net::clock::now());
     s.log(&conf.access_log);
 }
@@ -748,6 +837,15 @@ async fn proxy(
         Some(None) => s.status = 502,
         Some(Some(mut c)) => {
             s.connected_at = Some(crate::net::clock::now());
+            if let Some(local) = c.conn.local_addr() {
+                crate::log_conn!(
+                    crate::log::Level::Info,
+                    s.number,
+                    "proxy {} connected to {}",
+                    local,
+                    c.name
+                );
+            }
             let rate = |t: &Option<Template>| crate::conf::rate::size(t.as_ref(), |t| s.eval(t));
             let (up, down) = (
                 rate(&conf.more.proxy_upload_rate),
@@ -762,6 +860,50 @@ async fn proxy(
                     conf.proxy_half_close,
                 )
                 .await;
+            // Why it ended, in nginx's words: nothing moved for
+            // proxy_timeout, or a read failed (an upstream's at error
+            // level, a client's at info, as nginx's connection errors).
+            let why = if s.copied.timed_out {
+                Some((
+                    crate::log::Level::Info,
+                    "connection timed out (110: Connection timed out) while proxying connection"
+                        .to_string(),
+                ))
+            } else {
+                s.copied.read_failed.map(|(upstream, errno)| {
+                    let e = std::io::Error::from_raw_os_error(errno);
+                    let text = format!(
+                        "recv() failed ({}) while proxying and reading from {}",
+                        crate::log::errno_text(&e),
+                        if upstream { "upstream" } else { "client" }
+                    );
+                    let level = if upstream {
+                        crate::log::Level::Error
+                    } else {
+                        crate::log::Level::Info
+                    };
+                    (level, text)
+                })
+            };
+            if let Some((level, text)) = &why {
+                crate::log_conn!(*level, s.number, "{}{}", text, s.proxying_context(&c.name));
+            }
+            // nginx's line when a side's end (or failure) ends the session
+            // (no context after it).
+            let ended = match s.copied.read_failed {
+                Some((upstream, _)) => Some(upstream),
+                None if !s.copied.timed_out => s.copied.ended_by_b,
+                None => None,
+            };
+            if let Some(by_upstream) = ended {
+                crate::log_conn!(
+                    crate::log::Level::Info,
+                    s.number,
+                    "{} disconnected, {}",
+                    if by_upstream { "upstream" } else { "client" },
+                    s.byte_counts()
+                );
+            }
             // TLS ends with close_notify (if the socket takes it now), as
             // nginx's SSL_shutdown() at close.
             client.close_notify();
@@ -806,13 +948,16 @@ async fn dynamic(
 ) -> Option<Arc<UpstreamRt>> {
     let stream = shared.cfg.stream.as_ref()?;
     let text = s.eval(t);
+    // nginx's proxy module logs these with its context: the bytes so far.
     let fail = |s: &mut Session, status: u16, msg: String| {
         crate::log_conn!(
             crate::log::Level::Error,
             s.number,
-            "{}{}",
+            "{}{}, bytes from/to client:{}/{}, bytes from/to upstream:0/0",
             msg,
-            s.short_context()
+            s.short_context(),
+            s.copied.ab,
+            s.copied.ba
         );
         s.status = status;
         None
@@ -835,7 +980,7 @@ async fn dynamic(
         Ok(ip) => vec![ip],
         Err(_) => {
             let Some(resolver) = &conf.more.resolver else {
-                return fail(s, 502, format!("no resolver defined to resolve {host}"));
+                return fail(s, 500, format!("no resolver defined to resolve {host}"));
             };
             match shared.dns.lookup(host, resolver).await {
                 Ok(a) => a,
@@ -870,8 +1015,12 @@ impl Requester for Session {
         Session::context(self, peer, (0, 0))
     }
 
-    fn record_failed(&mut self, peer: &Arc<str>, _: &Failure, _: std::time::Duration) {
-        self.attempts.push((peer.to_string(), None));
+    fn record_failed(&mut self, peer: &Arc<str>, _: &Failure, took: std::time::Duration) {
+        self.attempts.push(Try {
+            peer: peer.to_string(),
+            connect: None,
+            took,
+        });
     }
 }
 
@@ -904,17 +1053,24 @@ async fn connect(
         };
         Tls::new(shared.upstream_tls.clone(), ssl.clone(), &name)
     });
+    let header = conf
+        .proxy_protocol
+        .then(|| crate::net::proxy_protocol::v1_header(s.remote, s.local));
+    let pp_len = header.as_ref().map_or(0, |h| h.len() as u64);
     let plain = Plain {
         timeout: conf.proxy_connect_timeout,
         tls,
-        proxy_protocol: conf
-            .proxy_protocol
-            .then(|| crate::net::proxy_protocol::v1_header(s.remote, s.local).into()),
+        proxy_protocol: header.map(Into::into),
         bind,
         keepalive: conf.more.proxy_socket_keepalive,
     };
     let c = attempts.connect(&plain, s).await.ok()?;
-    s.attempts
-        .push((c.name.to_string(), Some(crate::net::clock::since(c.began))));
+    let took = crate::net::clock::since(c.began);
+    s.attempts.push(Try {
+        peer: c.name.to_string(),
+        connect: Some(took),
+        took,
+    });
+    s.pp_sent = pp_len;
     Some(c)
 }

@@ -163,16 +163,27 @@ fn client_cert_problem(t: &Details, mode: VerifyClient) -> Option<String> {
 /// variables. False (status set, as nginx) when the session ends here: the
 /// client closed or the time ran out (200), or the buffer filled (400).
 pub(super) async fn read_hello(client: &Stream, s: &mut Session, conf: &StreamServer) -> bool {
+    // nginx's preread variables are found (empty or not) once it took
+    // what came for a ClientHello: not for a client that sent nothing or
+    // something that is no TLS.
     match preread(client, conf.preread_buffer_size, conf.preread_timeout).await {
-        Outcome::Done(h) => {
+        Outcome::Done(h, seen) => {
+            s.prereading = h.is_some();
             s.preread = h;
+            s.preread_len = seen as u64;
             true
         }
-        Outcome::Closed | Outcome::TimedOut => {
+        Outcome::Closed => {
+            s.status = 200;
+            false
+        }
+        Outcome::TimedOut => {
+            s.prereading = true;
             s.status = 200;
             false
         }
         Outcome::Full => {
+            s.prereading = true;
             crate::log_conn!(
                 Level::Error,
                 s.number,

@@ -296,7 +296,7 @@ async fn run(
         crate::log_conn!(
             Level::Error,
             s.number,
-            "access forbidden by rule{}",
+            "access forbidden by rule while initializing session{}",
             s.short_context()
         );
         s.status = 403;
@@ -399,8 +399,12 @@ async fn proxy(
                 return;
             }
         };
-        s.attempts
-            .push((c.name.to_string(), Some(c.began.elapsed())));
+        let took = c.began.elapsed();
+        s.attempts.push(super::Try {
+            peer: c.name.to_string(),
+            connect: Some(took),
+            took,
+        });
         s.connected_at = Some(Instant::now());
         let up = Arc::new(c.conn);
         let sent_before = s.copied.ab;
