@@ -107,6 +107,39 @@ pub(super) struct LocationB {
     pub(super) internal: bool,
     pub(super) health_check: Option<super::health::HealthCheckB>,
     pub(super) src: Src,
+    /// The `if` blocks with settings of their own (`Stmt::If`'s `conf`
+    /// indexes them).
+    pub(super) if_locs: Vec<LocationB>,
+    /// This is such a block (an `if` in it is one of the rewrite module's
+    /// only).
+    pub(super) is_if: bool,
+}
+
+impl LocationB {
+    /// An `if` block of `parent` with settings of its own.
+    pub(super) fn for_if(parent: &LocationB, src: Src) -> LocationB {
+        LocationB {
+            settings: LocB::default(),
+            grpc: LocB::default(),
+            fcgi: LocB::default(),
+            error_log: Vec::new(),
+            modifier: parent.modifier,
+            uri: parent.uri.clone(),
+            regex: None,
+            script: Vec::new(),
+            proxy_pass: None,
+            proxy_pass_var: None,
+            fastcgi: false,
+            handler: None,
+            locations: Vec::new(),
+            try_files: None,
+            internal: false,
+            health_check: None,
+            src,
+            if_locs: Vec::new(),
+            is_if: true,
+        }
+    }
 }
 
 /// nginx's predefined `combined` format.
@@ -437,6 +470,8 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
         internal: false,
         health_check: None,
         src: d.src.clone(),
+        if_locs: Vec::new(),
+        is_if: false,
     };
     // Where a location may stand, as nginx checks it.
     let siblings = match n {
@@ -638,6 +673,19 @@ struct Notes<'a> {
     matches: &'a [Arc<super::health::Match>],
 }
 
+/// Gives each `if` of a script its settings.
+fn resolve_ifs(script: &mut [Stmt], confs: &[Arc<super::loc::LocConf>]) {
+    use super::model::IfConf;
+    for s in script {
+        if let Stmt::If { conf, body, .. } = s {
+            if let Some(IfConf::Pending(i)) = conf {
+                *conf = confs.get(*i).cloned().map(IfConf::Ready);
+            }
+            resolve_ifs(body, confs);
+        }
+    }
+}
+
 fn finish_location(
     mut l: LocationB,
     parent: (&LocB, &LocB, &LocB),
@@ -647,6 +695,7 @@ fn finish_location(
 ) -> Result<Location, ConfError> {
     l.settings.inherit(parent.0);
     l.grpc.inherit(parent.1);
+    let grpc_pass = l.proxy_pass.as_ref().is_some_and(|p| p.grpc);
     let mut conf = l.settings.finish(defaults);
     l.fcgi.inherit(parent.2);
     if l.proxy_pass.as_ref().is_some_and(|p| p.grpc) {
@@ -754,11 +803,38 @@ fn finish_location(
             notes,
         )?);
     }
+    // The `if` blocks with settings: the location's, with theirs on top.
+    let mut if_confs = Vec::with_capacity(l.if_locs.len());
+    for mut il in l.if_locs {
+        il.settings.inherit(&l.settings);
+        il.grpc.inherit(&l.grpc);
+        il.fcgi.inherit(&l.fcgi);
+        let mut c = il.settings.finish(defaults);
+        if grpc_pass {
+            c.take_grpc(&il.grpc.finish(defaults));
+        }
+        if l.fastcgi {
+            c.take_fastcgi(&il.fcgi.finish(defaults));
+        }
+        c.proxy_ssl = conf.proxy_ssl.clone();
+        super::charset::check(
+            c.charset.as_deref(),
+            c.source_charset.as_deref(),
+            &c.charset_maps,
+        )
+        .map_err(|m| ConfError::at(m, &il.src))?;
+        let c = Arc::new(c);
+        note_logs(&c, notes.logs);
+        note_temps(&c, notes.temps);
+        if_confs.push(c);
+    }
+    let mut script = l.script;
+    resolve_ifs(&mut script, &if_confs);
     Ok(Location {
         modifier: l.modifier,
         uri: l.uri,
         regex: l.regex,
-        script: l.script,
+        script,
         locations,
         error_log: l.error_log,
         conf,

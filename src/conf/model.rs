@@ -419,8 +419,21 @@ pub enum Stmt {
     If {
         cond: Cond,
         body: Vec<Stmt>,
+        /// An `if` in a location whose block sets the location's own
+        /// settings (nginx's: `add_header`, `root`, `expires`, ...): what
+        /// the request takes from then on when the condition holds.
+        conf: Option<IfConf>,
     },
     Break,
+}
+
+/// The settings of an `if` block in a location.
+#[derive(Debug, Clone)]
+pub enum IfConf {
+    /// While the configuration is read: which of its location's `if`
+    /// blocks (their settings are merged once the location's are known).
+    Pending(usize),
+    Ready(Arc<super::loc::LocConf>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! request path runs. `if` blocks hold rewrite directives only.
 
 use super::build::{Args, Builder, LOC, Node, SRV, Spec, not_here};
-use super::model::{Cond, FileTest, Return, RewriteFlag, Stmt};
+use super::model::{Cond, FileTest, IfConf, Return, RewriteFlag, Stmt};
 use super::tree::Directive;
 use super::{ConfError, vars};
 
@@ -229,15 +229,62 @@ fn parse_cond(d: &Directive) -> Result<Cond, ConfError> {
     }
 }
 
+/// The location settings an `if` block in a location may hold besides the
+/// rewrite module's directives (nginx's `NGX_HTTP_LIF_CONF` ones that
+/// sluice has): when the condition holds, the request takes the location's
+/// settings with these on top.
+const IN_LOCATION_IF: &[&str] = &[
+    "add_header",
+    "expires",
+    "root",
+    "access_log",
+    "error_page",
+    "gzip",
+    "charset",
+    "source_charset",
+    "override_charset",
+    "limit_rate",
+    "limit_rate_after",
+    "sendfile",
+];
+
 fn set_if(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
     let cond = parse_cond(d)?;
+    let block = d.block.as_deref().unwrap_or_default();
+    let settles = |c: &Directive| IN_LOCATION_IF.contains(&c.name.as_str());
+    if let Node::Location(parent) = n {
+        let rate = |c: &Directive| c.name.starts_with("limit_rate");
+        if !parent.is_if && block.iter().any(|c| settles(c) && !rate(c)) {
+            let mut il = super::http::LocationB::for_if(parent, d.src.clone());
+            for c in block {
+                let ctx = if settles(c) { LOC } else { IF };
+                b.walk(std::slice::from_ref(c), &mut Node::Location(&mut il), ctx)?;
+            }
+            let body = std::mem::take(&mut il.script);
+            parent.if_locs.push(il);
+            let at = parent.if_locs.len() - 1;
+            return push(
+                n,
+                d,
+                Stmt::If {
+                    cond,
+                    body,
+                    conf: Some(IfConf::Pending(at)),
+                },
+            );
+        }
+    }
     let mut body = Vec::new();
-    b.walk(
-        d.block.as_deref().unwrap_or_default(),
-        &mut Node::If(&mut body),
-        IF,
-    )?;
-    push(n, d, Stmt::If { cond, body })
+    b.walk(block, &mut Node::If(&mut body), IF)?;
+    push(
+        n,
+        d,
+        Stmt::If {
+            cond,
+            body,
+            conf: None,
+        },
+    )
 }
 
 /// The names `set` declares anywhere in the tree: nginx knows them before it
@@ -295,6 +342,41 @@ fn regexes(d: &Directive) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{err, http_with, try_build};
+
+    /// An `if` in a location may hold the location's settings nginx takes
+    /// there; they sit on top of the location's. At server level, and for
+    /// what nginx refuses there, it may not.
+    #[test]
+    fn settings_in_a_location_if() {
+        use super::super::model::{IfConf, Stmt};
+        let (c, _) = try_build(&http_with(
+            "server { listen 127.0.0.1:1; location / { expires 1h; \
+             if ($arg_a) { add_header X 1; return 204; } add_header Y 2; } }",
+        ))
+        .unwrap();
+        let l = &c.http.as_ref().unwrap().servers[0].locations[0];
+        let Some(Stmt::If {
+            conf: Some(IfConf::Ready(ic)),
+            ..
+        }) = l.script.first()
+        else {
+            panic!("{:?}", l.script);
+        };
+        assert_eq!(ic.add_header.len(), 1);
+        assert_eq!(ic.add_header[0].name, "X");
+        assert_eq!(l.conf.add_header[0].name, "Y");
+        assert_eq!(format!("{:?}", ic.expires), format!("{:?}", l.conf.expires));
+        for bad in [
+            "server { listen 127.0.0.1:1; if ($arg_a) { add_header X 1; } }",
+            "server { listen 127.0.0.1:1; location / { if ($arg_a) { try_files $uri =404; } } }",
+            "server { listen 127.0.0.1:1; location / { if ($arg_a) { proxy_pass http://127.0.0.1:2; } } }",
+        ] {
+            assert!(
+                err(&http_with(bad)).contains("is not allowed here"),
+                "{bad}"
+            );
+        }
+    }
 
     /// A named capture of a location's, a rewrite's, an if's or a server
     /// name's regex is a variable the configuration may use anywhere; a name

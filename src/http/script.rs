@@ -211,8 +211,13 @@ pub fn run(stmts: &[Stmt], r: &mut Req) -> Flow {
                 r.set_var(var, v);
             }
             Stmt::Break => return Flow::Break,
-            Stmt::If { cond, body } => {
+            Stmt::If { cond, body, conf } => {
                 if holds(cond, r) {
+                    // An `if` with settings: the request takes them (the
+                    // last such `if` that holds wins, as in nginx).
+                    if let Some(crate::conf::model::IfConf::Ready(c)) = conf {
+                        r.conf = c.clone();
+                    }
                     match run(body, r) {
                         Flow::Next => {}
                         other => return other,
