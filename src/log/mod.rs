@@ -212,6 +212,13 @@ pub fn format_line(level: Level, conn: Option<u64>, msg: &dyn fmt::Display) -> S
     }
 }
 
+/// Whether a message at `level` goes anywhere: for a message whose making
+/// costs something (a system call, a formatted text).
+pub fn enabled(level: Level) -> bool {
+    let g = global().read().unwrap_or_else(|e| e.into_inner());
+    g.min.is_some_and(|m| level >= m) || (g.echo_stderr && level >= Level::Warn)
+}
+
 /// Writes one message to every sink whose level admits it. Each line is written
 /// with a single `write` on an `O_APPEND` descriptor, so lines from several
 /// processes do not interleave.

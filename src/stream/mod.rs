@@ -837,7 +837,8 @@ async fn proxy(
         Some(None) => s.status = 502,
         Some(Some(mut c)) => {
             s.connected_at = Some(crate::net::clock::now());
-            if let Some(local) = c.conn.local_addr() {
+            let info = crate::log::enabled(crate::log::Level::Info);
+            if let Some(local) = c.conn.local_addr().filter(|_| info) {
                 crate::log_conn!(
                     crate::log::Level::Info,
                     s.number,
@@ -895,7 +896,7 @@ async fn proxy(
                 None if !s.copied.timed_out => s.copied.ended_by_b,
                 None => None,
             };
-            if let Some(by_upstream) = ended {
+            if let Some(by_upstream) = ended.filter(|_| info) {
                 crate::log_conn!(
                     crate::log::Level::Info,
                     s.number,
