@@ -116,16 +116,16 @@ pub(super) struct LocationB {
 }
 
 impl LocationB {
-    /// An `if` block of `parent` with settings of its own.
-    pub(super) fn for_if(parent: &LocationB, src: Src) -> LocationB {
+    /// A location with nothing set yet.
+    fn new(modifier: Modifier, uri: String, regex: Option<regex::Regex>, src: Src) -> LocationB {
         LocationB {
             settings: LocB::default(),
             grpc: LocB::default(),
             fcgi: LocB::default(),
             error_log: Vec::new(),
-            modifier: parent.modifier,
-            uri: parent.uri.clone(),
-            regex: None,
+            modifier,
+            uri,
+            regex,
             script: Vec::new(),
             proxy_pass: None,
             proxy_pass_var: None,
@@ -137,7 +137,15 @@ impl LocationB {
             health_check: None,
             src,
             if_locs: Vec::new(),
+            is_if: false,
+        }
+    }
+
+    /// An `if` block of `parent` with settings of its own.
+    pub(super) fn for_if(parent: &LocationB, src: Src) -> LocationB {
+        LocationB {
             is_if: true,
+            ..LocationB::new(parent.modifier, parent.uri.clone(), None, src)
         }
     }
 }
@@ -452,27 +460,7 @@ fn set_location(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), 
             }
             _ => None,
         };
-    let mut loc = LocationB {
-        settings: LocB::default(),
-        grpc: LocB::default(),
-        fcgi: LocB::default(),
-        error_log: Vec::new(),
-        modifier,
-        uri,
-        regex,
-        script: Vec::new(),
-        proxy_pass: None,
-        proxy_pass_var: None,
-        fastcgi: false,
-        handler: None,
-        locations: Vec::new(),
-        try_files: None,
-        internal: false,
-        health_check: None,
-        src: d.src.clone(),
-        if_locs: Vec::new(),
-        is_if: false,
-    };
+    let mut loc = LocationB::new(modifier, uri, regex, d.src.clone());
     // Where a location may stand, as nginx checks it.
     let siblings = match n {
         Node::Server(s) => &mut s.locations,
