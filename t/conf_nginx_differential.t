@@ -34,7 +34,6 @@ my @KNOWN = (
 	[qr/return 200 "\$\{ host\}"/, 'a variable name with a space: other words'],
 	[qr/if \(\$a\) \{/, 'an unknown variable: nginx names no file and line, sluice does'],
 	[qr/if \(\$http_x = a b\)/, 'the whole condition quoted, nginx quotes its first word'],
-	[qr/add_header Z 2 bogus/, '"invalid value" for nginx\'s "invalid parameter"'],
 	[qr{proxy_pass http://u:80;}, 'the upstream named with its port'],
 	[qr/proxy_busy_buffers_size 64k/, 'nginx names the line after the location (where it merges)'],
 	[qr/proxy_http_version 1\.2/, 'the values it takes said too'],

@@ -724,7 +724,12 @@ fn set_add_header(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     let always = match d.args.get(2).map(String::as_str) {
         None => false,
         Some("always") => true,
-        Some(other) => return Err(ConfError::at(format!("invalid value \"{other}\""), &d.src)),
+        Some(other) => {
+            return Err(ConfError::at(
+                format!("invalid parameter \"{other}\""),
+                &d.src,
+            ));
+        }
     };
     let value = vars::compile(&d.args[1]).map_err(|m| ConfError::at(m, &d.src))?;
     let l = loc(n, d)?;
