@@ -42,7 +42,6 @@ my @KNOWN = (
 	[qr/location ~ \^\/a \{ location \/b/, 'a prefix location inside a regex one: sluice takes it'],
 	[qr/server_name (?:\*\.a\.\*|a\*b);/, 'a * inside a name or at both ends: sluice refuses it'],
 	[qr/proxy_redirect default/, 'proxy_redirect default before proxy_pass: sluice takes it'],
-	[qr/if \(\$arg_a\) \{ add_header X-A 1; proxy_pass/, 'proxy_pass in an if: sluice refuses it (sluice.conf(5))'],
 );
 
 sub verdict {

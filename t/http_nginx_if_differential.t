@@ -7,7 +7,8 @@
 # headers), expires, root, error_page and add_header in an `if` of a
 # location that proxies or serves files, and the location's settings when
 # the condition does not hold. The status, the fields and the body must be
-# the same.
+# the same. An `if` with a proxy_pass of its own (the legacy "proxy what is
+# not a file" idiom, and a pass with variables) is compared too.
 
 use warnings;
 use strict;
@@ -24,7 +25,9 @@ plan(skip_all => 'no nginx') unless -x '/usr/sbin/nginx';
 
 my $t = Test::Sluice->new()->has(qw/http/)->plan(1);
 my $d = $t->testdir();
-mkdir "$d/$_" for qw/www www\/rt alt alt\/rt/;
+mkdir "$d/$_" for qw/www www\/rt alt alt\/rt www\/pi www\/pv/;
+$t->write_file('www/pi/f.txt', 'static pi');
+$t->write_file('www/pv/f.txt', 'static pv');
 $t->write_file('www/rt/f.txt', 'main root');
 $t->write_file('alt/rt/f.txt', 'alt root');
 
@@ -69,12 +72,22 @@ nginx_beside($t, <<"EOF");
             return 404;
         }
         location = /fallback { return 200 "fb"; }
+        location /pi/ {
+            root $d/www;
+            if (!-f \$request_filename) { proxy_pass http://127.0.0.1:BACKEND; break; }
+        }
+        location /pv/ {
+            root $d/www;
+            set \$b 127.0.0.1:BACKEND;
+            if (\$arg_p) { add_header X-Via var; proxy_pass http://\$b; break; }
+        }
     }
 EOF
 
 my @req = (['/c/', 'OPTIONS'], ['/c/'], ['/c/', 'POST'], ['/two/'], ['/two/?s=1'],
 	['/ex/'], ['/ex/?e=1'], ['/rt/f.txt'], ['/rt/f.txt?r=1'], ['/rt/none?r=1'],
-	['/px/a'], ['/px/a?h=yes'], ['/ep/'], ['/ep/?e=1']);
+	['/px/a'], ['/px/a?h=yes'], ['/ep/'], ['/ep/?e=1'], ['/pi/f.txt'], ['/pi/none'],
+	['/pv/f.txt'], ['/pv/f.txt?p=1']);
 
 my ($diffs, $same) = beside_table(\@req, sub {
 	my ($port, $head, $body) = @_;

@@ -662,7 +662,7 @@ struct Notes<'a> {
 }
 
 /// Gives each `if` of a script its settings.
-fn resolve_ifs(script: &mut [Stmt], confs: &[Arc<super::loc::LocConf>]) {
+fn resolve_ifs(script: &mut [Stmt], confs: &[Arc<super::model::IfBlock>]) {
     use super::model::IfConf;
     for s in script {
         if let Stmt::If { conf, body, .. } = s {
@@ -722,9 +722,11 @@ fn finish_location(
     let conf = Arc::new(conf);
     note_logs(&conf, notes.logs);
     note_temps(&conf, notes.temps);
+    // An `if` block's pass takes no URI part, as a named location's.
+    let modifier = if l.is_if { Modifier::Named } else { l.modifier };
     let proxy_pass = match l.proxy_pass {
         Some(p) => Some(super::proxy::resolve_proxy_pass(
-            p, l.modifier, &l.uri, upstreams,
+            p, modifier, &l.uri, upstreams,
         )?),
         None => None,
     };
@@ -791,9 +793,24 @@ fn finish_location(
             notes,
         )?);
     }
-    // The `if` blocks with settings: the location's, with theirs on top.
+    // The `if` blocks with settings: the location's, with theirs on top;
+    // one with a `proxy_pass` of its own is finished as a location.
     let mut if_confs = Vec::with_capacity(l.if_locs.len());
     for mut il in l.if_locs {
+        if il.proxy_pass.is_some() || il.proxy_pass_var.is_some() {
+            let fin = finish_location(
+                il,
+                (&l.settings, &l.grpc, &l.fcgi),
+                defaults,
+                upstreams,
+                notes,
+            )?;
+            if_confs.push(Arc::new(super::model::IfBlock {
+                conf: fin.conf.clone(),
+                pass: Some(Arc::new(fin)),
+            }));
+            continue;
+        }
         il.settings.inherit(&l.settings);
         il.grpc.inherit(&l.grpc);
         il.fcgi.inherit(&l.fcgi);
@@ -814,7 +831,10 @@ fn finish_location(
         let c = Arc::new(c);
         note_logs(&c, notes.logs);
         note_temps(&c, notes.temps);
-        if_confs.push(c);
+        if_confs.push(Arc::new(super::model::IfBlock {
+            conf: c,
+            pass: None,
+        }));
     }
     let mut script = l.script;
     resolve_ifs(&mut script, &if_confs);

@@ -433,7 +433,17 @@ pub enum IfConf {
     /// While the configuration is read: which of its location's `if`
     /// blocks (their settings are merged once the location's are known).
     Pending(usize),
-    Ready(Arc<super::loc::LocConf>),
+    Ready(Arc<IfBlock>),
+}
+
+/// What an `if` block in a location gives a request when it holds.
+#[derive(Debug)]
+pub struct IfBlock {
+    /// The location's settings with the block's on top.
+    pub conf: Arc<super::loc::LocConf>,
+    /// A `proxy_pass` of its own: the block finished as a location, whose
+    /// pass the request takes (else the location's stays).
+    pub pass: Option<Arc<Location>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -246,6 +246,7 @@ const IN_LOCATION_IF: &[&str] = &[
     "limit_rate",
     "limit_rate_after",
     "sendfile",
+    "proxy_pass",
 ];
 
 fn set_if(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
@@ -362,14 +363,38 @@ mod tests {
         else {
             panic!("{:?}", l.script);
         };
-        assert_eq!(ic.add_header.len(), 1);
-        assert_eq!(ic.add_header[0].name, "X");
+        assert_eq!(ic.conf.add_header.len(), 1);
+        assert_eq!(ic.conf.add_header[0].name, "X");
         assert_eq!(l.conf.add_header[0].name, "Y");
-        assert_eq!(format!("{:?}", ic.expires), format!("{:?}", l.conf.expires));
+        assert_eq!(
+            format!("{:?}", ic.conf.expires),
+            format!("{:?}", l.conf.expires)
+        );
+        assert!(ic.pass.is_none());
+        // A pass of its own, no URI part (nginx's rule).
+        let (c, _) = try_build(&http_with(
+            "server { listen 127.0.0.1:1; location / { root /x; \
+             if (!-f $request_filename) { proxy_pass http://127.0.0.1:2; break; } } }",
+        ))
+        .unwrap();
+        let l = &c.http.as_ref().unwrap().servers[0].locations[0];
+        let Some(Stmt::If {
+            conf: Some(IfConf::Ready(ic)),
+            ..
+        }) = l.script.first()
+        else {
+            panic!("{:?}", l.script);
+        };
+        assert!(ic.pass.as_ref().is_some_and(|p| p.proxy_pass.is_some()));
+        assert!(
+            err(&http_with(
+                "server { listen 127.0.0.1:1; location / { if ($arg_a) { proxy_pass http://127.0.0.1:2/x; } } }"
+            ))
+            .contains("cannot have URI part")
+        );
         for bad in [
             "server { listen 127.0.0.1:1; if ($arg_a) { add_header X 1; } }",
             "server { listen 127.0.0.1:1; location / { if ($arg_a) { try_files $uri =404; } } }",
-            "server { listen 127.0.0.1:1; location / { if ($arg_a) { proxy_pass http://127.0.0.1:2; } } }",
         ] {
             assert!(
                 err(&http_with(bad)).contains("is not allowed here"),

@@ -269,6 +269,7 @@ pub(super) async fn handle(
         captures: Vec::new(),
         uri_changed: false,
         add_uri_to_alias: false,
+        if_pass: None,
         realip: None,
         maps: Default::default(),
         request_id: Default::default(),
@@ -677,6 +678,9 @@ pub(super) async fn dispatch(
             }
             None => {}
         }
+        // An `if` with a `proxy_pass` of its own that held: its pass.
+        let if_pass = r.if_pass.clone();
+        let l = if_pass.as_deref().unwrap_or(l);
         // A subrequest shares the connection: its location's setting is
         // not the request's.
         if (l.proxy_pass_var.is_some() || l.proxy_pass.is_some()) && !r.subrequest {
@@ -732,6 +736,7 @@ pub(super) fn subrequest(r: &Req, method: http::Method) -> Req {
         captures: Vec::new(),
         uri_changed: false,
         add_uri_to_alias: false,
+        if_pass: None,
         realip: r.realip,
         maps: Default::default(),
         request_id: r.request_id.clone(),

@@ -215,8 +215,11 @@ pub fn run(stmts: &[Stmt], r: &mut Req) -> Flow {
                 if holds(cond, r) {
                     // An `if` with settings: the request takes them (the
                     // last such `if` that holds wins, as in nginx).
-                    if let Some(crate::conf::model::IfConf::Ready(c)) = conf {
-                        r.conf = c.clone();
+                    if let Some(crate::conf::model::IfConf::Ready(b)) = conf {
+                        r.conf = b.conf.clone();
+                        if let Some(p) = &b.pass {
+                            r.if_pass = Some(p.clone());
+                        }
                     }
                     match run(body, r) {
                         Flow::Next => {}

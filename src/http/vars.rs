@@ -199,6 +199,9 @@ pub struct Req {
     /// `try_files` found the URI under a regex location's `alias`: the
     /// file is the alias and the URI (nginx's `add_uri_to_alias`).
     pub add_uri_to_alias: bool,
+    /// An `if` that held had a `proxy_pass` of its own: its location's
+    /// pass is the request's.
+    pub if_pass: Option<Arc<crate::conf::model::Location>>,
     /// The client address the realip module found, replacing the peer's
     /// (port 0 when it came from a header, as nginx: `$remote_port` empty).
     pub realip: Option<std::net::SocketAddr>,
@@ -782,6 +785,7 @@ pub(crate) mod tests {
             captures: Vec::new(),
             uri_changed: false,
             add_uri_to_alias: false,
+            if_pass: None,
             realip: None,
             maps: MapCache::default(),
             request_id: Default::default(),
