@@ -76,6 +76,11 @@ nginx_beside($t, <<"EOF");
             root $d/www;
             if (!-f \$request_filename) { proxy_pass http://127.0.0.1:BACKEND; break; }
         }
+        location /pe2/ {
+            error_page 404 = /pi/f.txt;
+            if (\$arg_x) { proxy_pass http://127.0.0.1:BACKEND; }
+            return 404;
+        }
         location /pv/ {
             root $d/www;
             set \$b 127.0.0.1:BACKEND;
@@ -87,7 +92,7 @@ EOF
 my @req = (['/c/', 'OPTIONS'], ['/c/'], ['/c/', 'POST'], ['/two/'], ['/two/?s=1'],
 	['/ex/'], ['/ex/?e=1'], ['/rt/f.txt'], ['/rt/f.txt?r=1'], ['/rt/none?r=1'],
 	['/px/a'], ['/px/a?h=yes'], ['/ep/'], ['/ep/?e=1'], ['/pi/f.txt'], ['/pi/none'],
-	['/pv/f.txt'], ['/pv/f.txt?p=1']);
+	['/pv/f.txt'], ['/pv/f.txt?p=1'], ['/pe2/?x=1']);
 
 my ($diffs, $same) = beside_table(\@req, sub {
 	my ($port, $head, $body) = @_;

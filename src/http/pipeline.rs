@@ -496,6 +496,8 @@ pub(super) async fn dispatch(
             r.conf = location
                 .map(|l| l.conf.clone())
                 .unwrap_or_else(|| server.conf.clone());
+            // A location chosen (again): no `if` of another has held yet.
+            r.if_pass = None;
             let Some(l) = location else { break };
             // A regex location's captures, for `$1` and named ones.
             if let Some(re) = &l.regex {
