@@ -24,7 +24,7 @@ my $etc = '/etc/nginx';
 plan(skip_all => "no Debian nginx configuration in $etc")
 	unless -f "$etc/fastcgi_params" && -f "$etc/fastcgi.conf" && -f "$etc/snippets/fastcgi-php.conf";
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(43);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(46);
 my $d = $t->testdir();
 chmod 0755, $d;
 # Beside sluice.conf, as in /etc/nginx: fastcgi-php.conf includes
@@ -71,6 +71,11 @@ http {
         location ~ [^/]\.php(/|$) {
             include %%TESTDIR%%/snippets/fastcgi-php.conf;
             fastcgi_pass 127.0.0.1:%%PORT_8082%%;
+        }
+        location /iff/ {
+            include %%TESTDIR%%/fastcgi.conf;
+            if ($arg_f) { fastcgi_pass 127.0.0.1:%%PORT_8082%%; break; }
+            return 204;
         }
         location /cf/ {
             include %%TESTDIR%%/fastcgi.conf;
@@ -163,6 +168,13 @@ unlike($r, qr/^MAYBE=/m, '... but not with if_not_empty');
 
 $r = http("GET /hdr/ HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Some-Thing: v1\r\nX-Some-Thing: v2\r\n\r\n");
 like($r, qr/^HTTP_X_SOME_THING=v1, v2$/m, 'request headers as HTTP_*, repeated ones joined');
+# fastcgi_pass in an if, as nginx takes it: the location's params, the
+# if's pass.
+$r = http_get('/iff/x?f=1');
+like($r, qr/^X-Port: $p2\r$/m, 'fastcgi_pass in an if: the application answers');
+like($r, qr/^REQUEST_URI=\/iff\/x\?f=1$/m, 'fastcgi_pass in an if: the location\'s params');
+like(http_get('/iff/x'), qr/^HTTP\/1\.1 204 /, 'fastcgi_pass in an if: not taken when it does not hold');
+
 $r = http("GET /cf/x HTTP/1.0\r\nHost: localhost\r\nX-Some-Thing: v1\r\n\r\n");
 unlike($r, qr/^HTTP_X_SOME_THING/m, 'fastcgi_pass_request_headers off');
 like($r, qr/^SCRIPT_FILENAME=$d\/www\/cf\/x$/m, 'fastcgi.conf SCRIPT_FILENAME');

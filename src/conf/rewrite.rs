@@ -247,6 +247,7 @@ const IN_LOCATION_IF: &[&str] = &[
     "limit_rate_after",
     "sendfile",
     "proxy_pass",
+    "fastcgi_pass",
 ];
 
 fn set_if(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
