@@ -674,6 +674,48 @@ fn resolve_ifs(script: &mut [Stmt], confs: &[Arc<super::model::IfBlock>]) {
     }
 }
 
+/// A location's settings merged from its parent's, with a `grpc_pass`'s
+/// or `fastcgi_pass`'s own in place of the proxy ones.
+fn merged(
+    l: &mut LocationB,
+    parent: (&LocB, &LocB, &LocB),
+    grpc_pass: bool,
+    fastcgi: bool,
+    defaults: &Defaults,
+) -> super::loc::LocConf {
+    l.settings.inherit(parent.0);
+    l.grpc.inherit(parent.1);
+    l.fcgi.inherit(parent.2);
+    let mut conf = l.settings.finish(defaults);
+    if grpc_pass {
+        conf.take_grpc(&l.grpc.finish(defaults));
+    }
+    if fastcgi {
+        conf.take_fastcgi(&l.fcgi.finish(defaults));
+    }
+    conf
+}
+
+/// A location's merged settings checked as nginx checks them, shared, and
+/// the log and temp files they name noted for the master to open.
+fn sealed(
+    conf: super::loc::LocConf,
+    src: &Src,
+    notes: &mut Notes<'_>,
+) -> Result<Arc<super::loc::LocConf>, ConfError> {
+    super::loc::check_proxy_buffers(&conf).map_err(|m| ConfError::at(m, src))?;
+    super::charset::check(
+        conf.charset.as_deref(),
+        conf.source_charset.as_deref(),
+        &conf.charset_maps,
+    )
+    .map_err(|m| ConfError::at(m, src))?;
+    let conf = Arc::new(conf);
+    note_logs(&conf, notes.logs);
+    note_temps(&conf, notes.temps);
+    Ok(conf)
+}
+
 fn finish_location(
     mut l: LocationB,
     parent: (&LocB, &LocB, &LocB),
@@ -681,17 +723,9 @@ fn finish_location(
     upstreams: &mut Vec<Upstream>,
     notes: &mut Notes<'_>,
 ) -> Result<Location, ConfError> {
-    l.settings.inherit(parent.0);
-    l.grpc.inherit(parent.1);
     let grpc_pass = l.proxy_pass.as_ref().is_some_and(|p| p.grpc);
-    let mut conf = l.settings.finish(defaults);
-    l.fcgi.inherit(parent.2);
-    if l.proxy_pass.as_ref().is_some_and(|p| p.grpc) {
-        conf.take_grpc(&l.grpc.finish(defaults));
-    }
-    if l.fastcgi {
-        conf.take_fastcgi(&l.fcgi.finish(defaults));
-    }
+    let fastcgi = l.fastcgi;
+    let mut conf = merged(&mut l, parent, grpc_pass, fastcgi, defaults);
     // TLS to the upstream: an https URL, or variables that may make one.
     let tls_src = match (&l.proxy_pass, &l.proxy_pass_var) {
         (Some(p), _) if p.ssl => Some(&p.src),
@@ -699,29 +733,19 @@ fn finish_location(
         _ => None,
     };
     if let Some(src) = tls_src {
-        let grpc = l.proxy_pass.as_ref().is_some_and(|p| p.grpc);
         let made = notes
             .profiles
             .make(&conf, src, notes.warnings)
             .map_err(|mut e| {
                 // A grpc_pass location's settings are the grpc_ssl_* ones.
-                if grpc {
+                if grpc_pass {
                     e.message = e.message.replace("proxy_ssl_", "grpc_ssl_");
                 }
                 e
             })?;
         conf.proxy_ssl = Some(made);
     }
-    super::loc::check_proxy_buffers(&conf).map_err(|m| ConfError::at(m, &l.src))?;
-    super::charset::check(
-        conf.charset.as_deref(),
-        conf.source_charset.as_deref(),
-        &conf.charset_maps,
-    )
-    .map_err(|m| ConfError::at(m, &l.src))?;
-    let conf = Arc::new(conf);
-    note_logs(&conf, notes.logs);
-    note_temps(&conf, notes.temps);
+    let conf = sealed(conf, &l.src, notes)?;
     // An `if` block's pass takes no URI part, as a named location's.
     let modifier = if l.is_if { Modifier::Named } else { l.modifier };
     let proxy_pass = match l.proxy_pass {
@@ -811,28 +835,17 @@ fn finish_location(
             }));
             continue;
         }
-        il.settings.inherit(&l.settings);
-        il.grpc.inherit(&l.grpc);
-        il.fcgi.inherit(&l.fcgi);
-        let mut c = il.settings.finish(defaults);
-        if grpc_pass {
-            c.take_grpc(&il.grpc.finish(defaults));
-        }
-        if l.fastcgi {
-            c.take_fastcgi(&il.fcgi.finish(defaults));
-        }
+        // The location's pass stays: its kind of settings and its TLS.
+        let mut c = merged(
+            &mut il,
+            (&l.settings, &l.grpc, &l.fcgi),
+            grpc_pass,
+            l.fastcgi,
+            defaults,
+        );
         c.proxy_ssl = conf.proxy_ssl.clone();
-        super::charset::check(
-            c.charset.as_deref(),
-            c.source_charset.as_deref(),
-            &c.charset_maps,
-        )
-        .map_err(|m| ConfError::at(m, &il.src))?;
-        let c = Arc::new(c);
-        note_logs(&c, notes.logs);
-        note_temps(&c, notes.temps);
         if_confs.push(Arc::new(super::model::IfBlock {
-            conf: c,
+            conf: sealed(c, &il.src, notes)?,
             pass: None,
         }));
     }

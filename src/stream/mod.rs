@@ -326,16 +326,14 @@ impl Session {
             .unwrap_or_else(|| "unix:".into())
     }
 
-    /// nginx's stream log context.
-    fn context(&self, upstream: &str, up: (u64, u64)) -> String {
+    /// nginx's stream log context while connecting: nothing moved yet.
+    fn context(&self, upstream: &str) -> String {
         format!(
-            ", {}client: {}, server: {}, upstream: \"{}\", bytes from/to client:0/0, bytes from/to upstream:{}/{}",
+            ", {}client: {}, server: {}, upstream: \"{}\", bytes from/to client:0/0, bytes from/to upstream:0/0",
             if self.udp { "udp " } else { "" },
             self.client(),
             self.listen,
             upstream,
-            up.0,
-            up.1
         )
     }
 
@@ -830,7 +828,7 @@ async fn proxy(
                 s.number,
                 "{} while connecting to upstream{}",
                 gone.text,
-                Session::context(s, &ups.cfg.name, (0, 0))
+                Session::context(s, &ups.cfg.name)
             );
             s.status = gone.status();
         }
@@ -954,11 +952,10 @@ async fn dynamic(
         crate::log_conn!(
             crate::log::Level::Error,
             s.number,
-            "{}{}, bytes from/to client:{}/{}, bytes from/to upstream:0/0",
+            "{}{}, {}",
             msg,
             s.short_context(),
-            s.copied.ab,
-            s.copied.ba
+            s.byte_counts()
         );
         s.status = status;
         None
@@ -1013,7 +1010,7 @@ impl Requester for Session {
     }
 
     fn context(&self, peer: &str) -> String {
-        Session::context(self, peer, (0, 0))
+        Session::context(self, peer)
     }
 
     fn record_failed(&mut self, peer: &Arc<str>, _: &Failure, took: std::time::Duration) {
