@@ -20,6 +20,8 @@ COPY Cargo.toml Cargo.lock ./
 RUN mkdir src && echo 'fn main() {}' >src/main.rs && touch src/lib.rs \
     && cargo fetch --locked && rm -r src
 COPY . .
+# The profile-guided release build (scripts/release: an instrumented build,
+# a training run on loopback, the build again with its profile).
 RUN scripts/install --build --profile release --destdir /out
 
 FROM debian:bookworm-slim
