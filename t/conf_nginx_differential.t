@@ -158,6 +158,19 @@ server { listen 127.0.0.1:19700; location / { if ($arg_a) { add_header X-A 1; pr
 ===
 server { listen 127.0.0.1:19700; location / { if ($arg_a) { root /tmp; } } }
 ===
+server { listen 127.0.0.1:19700; location / { grpc_set_header X-A 1; if ($arg_a) { grpc_pass grpc://127.0.0.1:1; } } }
+===
+server { listen 127.0.0.1:19700; location / { if ($arg_a) { grpc_pass grpc://127.0.0.1:1/x; } } }
+===
+server { listen 127.0.0.1:19700; location / { grpc_pass grpc://u/path; } }
+upstream u { server 127.0.0.1:1; }
+===
+server { listen 127.0.0.1:19700; location / { fastcgi_pass 127.0.0.1:1/x; } }
+===
+server { listen 127.0.0.1:19700; location / { fastcgi_pass http://127.0.0.1:1; } }
+===
+server { listen 127.0.0.1:19700; location / { fastcgi_pass unix:/tmp/a.sock; } }
+===
 server { listen 127.0.0.1:19700; location / { if ($arg_a) { try_files $uri =404; } } }
 ===
 map $http_x $m { default 0; "~^a b" 1; 'q' 2; \default 3; hostnames; }

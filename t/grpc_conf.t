@@ -53,7 +53,7 @@ is($rc, 0, 'proxy_http_version 2') or diag($err);
 is($rc, 0, 'grpc_pass without a scheme') or diag($err);
 
 emerg('grpc_pass http://u;', '', 'invalid URL prefix in "http:\/\/u"', 'grpc_pass: not grpc://');
-emerg('grpc_pass grpc://u/path;', '', 'invalid host in "grpc:\/\/u\/path" of the "grpc_pass" directive',
+emerg('grpc_pass grpc://u/path;', '', 'invalid host in upstream "u\/path"',
 	'grpc_pass: a URI part');
 emerg('grpc_pass grpc://u; proxy_pass http://u;', '', '"proxy_pass" directive is duplicate',
 	'grpc_pass and proxy_pass');

@@ -28,7 +28,7 @@ use Test::Sluice::Grpc qw/need_nginx_h2 need_grpc nginx_backend nginx_reload
 need_nginx_h2();
 need_grpc();
 
-my $t = Test::Sluice->new()->has(qw/http proxy upstream_zone/)->plan(23);
+my $t = Test::Sluice->new()->has(qw/http proxy upstream_zone/)->plan(26);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -72,6 +72,16 @@ http {
             grpc_pass grpc://h2;
             grpc_set_header X-Grpc yes;
         }
+        location /gi/ {
+            grpc_set_header X-Grpc if;
+            if ($arg_g) { grpc_pass grpc://h2; }
+            return 200 "no if\n";
+        }
+        location /gp/ {
+            proxy_pass http://127.0.0.1:%%PORT_8085%%;
+            grpc_set_header X-Grpc if;
+            if ($arg_g) { grpc_pass grpc://h2; }
+        }
         location /aged/ {
             proxy_pass http://aged;
             proxy_http_version 2;
@@ -91,6 +101,10 @@ http {
         location /api/ {
             api;
         }
+    }
+    server {
+        listen 127.0.0.1:%%PORT_8085%%;
+        return 200 "h1 backend";
     }
 }
 
@@ -158,6 +172,15 @@ Connection: close
 
 EOF
 like($r, qr!HTTP/2\.0 GET client\.example x-set= x-grpc=yes!, 'grpc_pass: the client\'s host, grpc_set_header');
+
+# grpc_pass in an `if` (nginx's "if in location"): the location's
+# grpc_set_header with it; a return after it still answers, as in nginx
+# (the rewrite phase ends first); the location's proxy_pass when the
+# condition does not hold.
+like(http_get('/gi/x?g=1'), qr!^HTTP/1\.1 200.*\n\r\nno if$!s, 'grpc_pass in if: return still answers');
+like(http_get('/gp/x?g=1'), qr!HTTP/2\.0 GET localhost x-set= x-grpc=if!,
+	'grpc_pass in if: taken, with the location\'s grpc_set_header');
+like(http_get('/gp/x'), qr!^HTTP/1\.1 200.*\n\r\nh1 backend$!s, 'grpc_pass in if: the location\'s pass otherwise');
 
 like(http_get('/dyn/x'), qr!HTTP/2\.0 GET 127\.0\.0\.1:\d+ !, 'proxy_pass with variables over HTTP/2');
 

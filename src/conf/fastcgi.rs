@@ -210,7 +210,7 @@ mod tests {
         );
         assert_eq!(
             err(&conf("", "fastcgi_pass http://127.0.0.1:9000;")),
-            "invalid host in \"http://127.0.0.1:9000\" of the \"fastcgi_pass\" directive in /t.conf:6"
+            "invalid host in upstream \"http://127.0.0.1:9000\" in /t.conf:6"
         );
         assert!(err(&conf("fastcgi_keep_conn maybe;", "")).contains("must be \"on\" or \"off\""));
         assert_eq!(

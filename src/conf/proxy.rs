@@ -675,9 +675,11 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     }
     let (ssl, rest) = if fastcgi {
         // An address, an upstream's name or unix:PATH; no scheme, no URI.
-        if url.contains("://") {
+        // nginx reads it as an upstream's address: a scheme or a path
+        // is not part of one.
+        if url.contains("://") || (!url.starts_with("unix:") && url.contains('/')) {
             return Err(ConfError::at(
-                format!("invalid host in \"{url}\" of the \"fastcgi_pass\" directive"),
+                format!("invalid host in upstream \"{url}\""),
                 &d.src,
             ));
         }
@@ -726,8 +728,10 @@ fn set_proxy_pass(_: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
         ));
     }
     if grpc && uri.is_some() {
+        // nginx 1.22's words: the address after the scheme is an
+        // upstream's, which has no path.
         return Err(ConfError::at(
-            format!("invalid host in \"{url}\" of the \"grpc_pass\" directive"),
+            format!("invalid host in upstream \"{rest}\""),
             &d.src,
         ));
     }

@@ -248,6 +248,7 @@ const IN_LOCATION_IF: &[&str] = &[
     "sendfile",
     "proxy_pass",
     "fastcgi_pass",
+    "grpc_pass",
 ];
 
 fn set_if(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<(), ConfError> {
