@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
 
 use super::response::{Body, BoxError};
 
@@ -32,7 +33,7 @@ pub trait Filter: Send + Sync + Unpin + 'static {
 
 /// `inner` through `f`.
 pub fn filtered<F: Filter>(inner: Body, f: F) -> Body {
-    super::response::streamed(Filtered { inner, f: Some(f) })
+    Filtered { inner, f: Some(f) }.boxed()
 }
 
 struct Filtered<F> {
@@ -103,7 +104,6 @@ impl<F: Filter> HttpBody for Filtered<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http_body_util::BodyExt;
 
     /// Upper-cases, and says "idle" when the source waits.
     struct Upper(usize);

@@ -414,7 +414,7 @@ pub(super) async fn handle(
         // nginx limits what the connection sent (c->sent), the head
         // included: the head's bytes use the bucket before the body's.
         b.used(header_bytes(&parts.headers, r));
-        body = super::response::streamed(super::rate::Limited::new(body, b));
+        body = http_body_util::BodyExt::boxed(super::rate::Limited::new(body, b));
     }
     let Some(r) = unfinished.0.take() else {
         return Err(CloseConnection);

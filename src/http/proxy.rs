@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http_body_util::BodyExt;
 
 use super::framing::upstream_framing;
 use super::proxy_body::ProxyBody;
@@ -898,10 +899,10 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
                 ctx: r.log_context(Some(&url)),
             };
             let relay = super::proxy_temp::relay(body, temp);
-            return full(r, Response::from_parts(parts, response::streamed(relay)));
+            return full(r, Response::from_parts(parts, relay.boxed()));
         }
     }
-    full(r, Response::from_parts(parts, response::streamed(body)))
+    full(r, Response::from_parts(parts, body.boxed()))
 }
 
 /// `sticky` on a response from the peer `sid`: `cookie` adds its

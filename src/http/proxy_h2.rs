@@ -535,7 +535,7 @@ async fn attempts(
                 None
             },
         };
-        return Reply::Full(Response::from_parts(parts, super::response::streamed(body)));
+        return Reply::Full(Response::from_parts(parts, body.boxed()));
     }
 }
 

@@ -4,80 +4,17 @@
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, LOCATION, SERVER};
 use http::{Response, StatusCode};
-use http_body::{Frame, SizeHint};
-use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use http_body_util::{BodyExt, Full};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The response body type of the HTTP server: whole, or streamed by a body
-/// of any kind. A whole body (sluice's own pages, `return`, a proxied
-/// response read whole) is held as it is, not boxed: no allocation and no
-/// dynamic call for the most common answers.
-pub struct Body(Inner);
-
-enum Inner {
-    /// The bytes, until they are taken (`Full`'s rules: an empty body has
-    /// no frame).
-    Whole(Option<Bytes>),
-    Streamed(BoxBody<Bytes, BoxError>),
-}
+/// The response body type of the HTTP server: whole or streamed.
+pub type Body = BoxBody<Bytes, BoxError>;
 
 /// A body from bytes in memory.
 pub fn full(b: Bytes) -> Body {
-    Body(Inner::Whole(Some(b)))
-}
-
-/// A body streamed by `b`.
-pub fn streamed<B>(b: B) -> Body
-where
-    B: http_body::Body<Data = Bytes, Error = BoxError> + Send + Sync + 'static,
-{
-    Body(Inner::Streamed(b.boxed()))
-}
-
-impl http_body::Body for Body {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        match &mut self.get_mut().0 {
-            Inner::Whole(b) => Poll::Ready(
-                b.take()
-                    .filter(|b| !b.is_empty())
-                    .map(|b| Ok(Frame::data(b))),
-            ),
-            Inner::Streamed(b) => Pin::new(b).poll_frame(cx),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.0 {
-            Inner::Whole(b) => b.as_ref().is_none_or(Bytes::is_empty),
-            Inner::Streamed(b) => b.is_end_stream(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.0 {
-            Inner::Whole(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
-            Inner::Streamed(b) => b.size_hint(),
-        }
-    }
-}
-
-impl std::fmt::Debug for Body {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
-            Inner::Whole(b) => f.debug_tuple("Body::Whole").field(b).finish(),
-            Inner::Streamed(_) => f.write_str("Body::Streamed"),
-        }
-    }
+    Full::new(b).map_err(|never| match never {}).boxed()
 }
 
 /// nginx's reason phrase for a status, where it has one.
@@ -211,37 +148,6 @@ pub fn redirect(code: u16, location: &str, tokens: bool) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A whole body follows `http_body_util::Full`'s rules: its bytes in
-    /// one frame and then the end, none for an empty one, its exact size;
-    /// a streamed one answers as the body it holds.
-    #[tokio::test]
-    async fn whole_and_streamed_bodies() {
-        use http_body::Body as _;
-        let mut b = full(Bytes::from_static(b"hello"));
-        assert_eq!(b.size_hint().exact(), Some(5));
-        assert!(!b.is_end_stream());
-        let f = b
-            .frame()
-            .await
-            .and_then(Result::ok)
-            .and_then(|f| f.into_data().ok());
-        assert_eq!(f.as_deref(), Some(&b"hello"[..]));
-        assert!(b.is_end_stream());
-        assert_eq!(b.size_hint().exact(), Some(0));
-        assert!(b.frame().await.is_none());
-
-        let mut e = full(Bytes::new());
-        assert!(e.is_end_stream());
-        assert!(e.frame().await.is_none());
-
-        let inner = http_body_util::Full::new(Bytes::from_static(b"xy")).map_err(|n| match n {});
-        let s = streamed(inner);
-        assert_eq!(s.size_hint().exact(), Some(2));
-        assert_eq!(format!("{s:?}"), "Body::Streamed");
-        let all = s.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
-        assert_eq!(&all[..], b"xy");
-    }
 
     #[test]
     fn nginx_phrases() {

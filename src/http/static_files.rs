@@ -22,6 +22,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::{Method, Response, StatusCode, Version};
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
 use nix::errno::Errno;
 
 use super::Reply;
@@ -455,7 +456,7 @@ fn body(file: File, pieces: Vec<Piece>) -> std::io::Result<response::Body> {
         .map(Piece::len)
         .sum();
     if from_file > WHOLE {
-        return Ok(super::response::streamed(PiecesBody::new(file, pieces)));
+        return Ok(PiecesBody::new(file, pieces).boxed());
     }
     let total: u64 = pieces.iter().map(Piece::len).sum();
     let mut buf = Vec::with_capacity(total as usize);
