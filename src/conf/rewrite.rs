@@ -346,47 +346,46 @@ fn regexes(d: &Directive) -> Vec<&str> {
 mod tests {
     use super::super::testutil::{err, http_with, try_build};
 
+    /// The settings of the first server's first location in `http`, and
+    /// those of the `if` its script begins with.
+    fn location_and_if(
+        http: &str,
+    ) -> (
+        std::sync::Arc<super::super::loc::LocConf>,
+        std::sync::Arc<super::super::model::IfBlock>,
+    ) {
+        use super::super::model::{IfConf, Stmt};
+        let (c, _) = try_build(&http_with(http)).unwrap();
+        let l = &c.http.as_ref().unwrap().servers[0].locations[0];
+        let Some(Stmt::If {
+            conf: Some(IfConf::Ready(ic)),
+            ..
+        }) = l.script.first()
+        else {
+            panic!("{:?}", l.script);
+        };
+        (l.conf.clone(), ic.clone())
+    }
+
     /// An `if` in a location may hold the location's settings nginx takes
     /// there; they sit on top of the location's. At server level, and for
     /// what nginx refuses there, it may not.
     #[test]
     fn settings_in_a_location_if() {
-        use super::super::model::{IfConf, Stmt};
-        let (c, _) = try_build(&http_with(
+        let (l, ic) = location_and_if(
             "server { listen 127.0.0.1:1; location / { expires 1h; \
              if ($arg_a) { add_header X 1; return 204; } add_header Y 2; } }",
-        ))
-        .unwrap();
-        let l = &c.http.as_ref().unwrap().servers[0].locations[0];
-        let Some(Stmt::If {
-            conf: Some(IfConf::Ready(ic)),
-            ..
-        }) = l.script.first()
-        else {
-            panic!("{:?}", l.script);
-        };
+        );
         assert_eq!(ic.conf.add_header.len(), 1);
         assert_eq!(ic.conf.add_header[0].name, "X");
-        assert_eq!(l.conf.add_header[0].name, "Y");
-        assert_eq!(
-            format!("{:?}", ic.conf.expires),
-            format!("{:?}", l.conf.expires)
-        );
+        assert_eq!(l.add_header[0].name, "Y");
+        assert_eq!(format!("{:?}", ic.conf.expires), format!("{:?}", l.expires));
         assert!(ic.pass.is_none());
         // A pass of its own, no URI part (nginx's rule).
-        let (c, _) = try_build(&http_with(
+        let (_, ic) = location_and_if(
             "server { listen 127.0.0.1:1; location / { root /x; \
              if (!-f $request_filename) { proxy_pass http://127.0.0.1:2; break; } } }",
-        ))
-        .unwrap();
-        let l = &c.http.as_ref().unwrap().servers[0].locations[0];
-        let Some(Stmt::If {
-            conf: Some(IfConf::Ready(ic)),
-            ..
-        }) = l.script.first()
-        else {
-            panic!("{:?}", l.script);
-        };
+        );
         assert!(ic.pass.as_ref().is_some_and(|p| p.proxy_pass.is_some()));
         assert!(
             err(&http_with(
