@@ -27,7 +27,7 @@ plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /
 plan(skip_all => 'no h2load/nghttp (nghttp2-client)')
 	unless `h2load --version 2>/dev/null` =~ /nghttp2/ && `nghttp --version 2>/dev/null` =~ /nghttp2/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(30);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(33);
 my $d = $t->testdir();
 
 openssl_in($d, "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout s.key -out s.crt -days 3 -subj /CN=localhost");
@@ -145,7 +145,18 @@ like($hdrs, qr/^HTTP\/2 200/, 'and the response sent');
 	h2_request($s, 3, '/x');
 	($f) = h2_frames($s, sub { $_[0]{type} eq 'DATA' && $_[0]{sid} == 3 && $_[0]{flags} & 1 }, 5);
 	is(h2_data_of($f, 3), 'HTTP/2.0|h2c||localhost', 'after a reset, the next stream is answered');
-	ok($t->waitforlog(qr/client terminated stream 1 with status 8/), 'the reset is logged');
+	ok($t->waitforlog(qr/client canceled stream 1\b/), 'a CANCEL is logged in nginx\'s words');
+	# nginx's other wordings: REFUSED_STREAM, INTERNAL_ERROR, any other code.
+	my $sid = 5;
+	for (['7', qr/client refused stream 5\b/], ['2', qr/client terminated stream 7 due to internal error/],
+		['11', qr/client terminated stream 9 with status 11\b/]) {
+		my ($code, $re) = @$_;
+		h2_request($s, $sid, '/big.bin');
+		h2_frames($s, sub { $_[0]{type} eq 'DATA' && $_[0]{sid} == $sid }, 5);
+		h2_rst($s, $sid, $code);
+		ok($t->waitforlog($re), "RST_STREAM $code logged as nginx logs it");
+		$sid += 2;
+	}
 }
 
 # keepalive_requests: GOAWAY after the second stream.

@@ -647,13 +647,19 @@ async fn serve_stream(
 /// rapid-reset check) and logged as nginx logs it.
 fn client_reset(conn: &Conn, id: u32, reason: h2::Reason) {
     conn.resets.fetch_add(1, Ordering::Relaxed);
-    crate::log_conn!(
-        Level::Info,
-        conn.info.number,
-        "client terminated stream {} with status {}",
-        id,
-        u32::from(reason)
-    );
+    crate::log_conn!(Level::Info, conn.info.number, "{}", reset_text(id, reason));
+}
+
+/// nginx's words for a client's RST_STREAM (`ngx_http_v2_state_rst_stream`).
+fn reset_text(id: u32, reason: h2::Reason) -> String {
+    match reason {
+        h2::Reason::CANCEL => format!("client canceled stream {id}"),
+        h2::Reason::REFUSED_STREAM => format!("client refused stream {id}"),
+        h2::Reason::INTERNAL_ERROR => {
+            format!("client terminated stream {id} due to internal error")
+        }
+        r => format!("client terminated stream {id} with status {}", u32::from(r)),
+    }
 }
 
 /// Why a response stopped before its end.

@@ -108,10 +108,10 @@ sub h2_request {
 	return $f;
 }
 
-# RST_STREAM on $sid with CANCEL (8).
+# RST_STREAM on $sid with $code, CANCEL (8) unless given.
 sub h2_rst {
-	my ($s, $sid) = @_;
-	my $f = frame(3, 0, $sid, pack('N', 8));
+	my ($s, $sid, $code) = @_;
+	my $f = frame(3, 0, $sid, pack('N', $code // 8));
 	syswrite($s, $f) if $s;
 	return $f;
 }
