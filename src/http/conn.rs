@@ -43,19 +43,36 @@ use super::{Listener, Phase, Shared, case, keeper, response, router, status};
 /// Counts a tunnel (an upgraded connection) as active until dropped, so that a
 /// graceful stop waits for it (bounded by `worker_shutdown_timeout`).
 /// A tunnel also keeps its client connection's `worker_connections` slot,
-/// which would otherwise go back when the HTTP connection hands over.
+/// which would otherwise go back when the HTTP connection hands over, and
+/// stays in `stub_status`'s Active and Writing, as nginx's request does
+/// while it proxies an upgraded connection.
 pub(crate) struct Tracked {
     _guard: crate::net::track::Guard,
     /// Held for as long as the tunnel lives.
     _slot: Option<crate::net::slots::Slot>,
+    stats: Option<Arc<status::Stats>>,
 }
 
 impl Tracked {
     pub(crate) fn new(shared: &Arc<Shared>, conn: &ConnInfo) -> Tracked {
         let slot = conn.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
+            c.active.fetch_add(1, Ordering::Relaxed);
+            c.writing.fetch_add(1, Ordering::Relaxed);
+        }
         Tracked {
             _guard: shared.conns.enter(),
             _slot: slot,
+            stats: shared.stats.clone(),
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let Some(c) = self.stats.as_ref().and_then(|s| s.counters()) {
+            c.active.fetch_sub(1, Ordering::Relaxed);
+            c.writing.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
