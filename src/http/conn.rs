@@ -50,7 +50,7 @@ pub(crate) struct Tracked {
     _guard: crate::net::track::Guard,
     /// Held for as long as the tunnel lives.
     _slot: Option<crate::net::slots::Slot>,
-    stats: Option<Arc<status::Stats>>,
+    stats: Option<Arc<crate::net::stats::Stats>>,
 }
 
 impl Tracked {
@@ -81,7 +81,7 @@ impl Drop for Tracked {
 /// or the parker): for a graceful stop, and as `stub_status`'s Active.
 pub(super) struct Open {
     _guard: crate::net::track::Guard,
-    stats: Option<Arc<status::Stats>>,
+    stats: Option<Arc<crate::net::stats::Stats>>,
 }
 
 impl Open {
@@ -109,12 +109,12 @@ impl Drop for Open {
 /// Held while a request is in flight (nginx's `Writing`): on HTTP/1 with
 /// the connection's read side, whose keep-alive limit the request's
 /// location sets; an HTTP/2 stream's connection keeps its own.
-pub(crate) struct InFlight(Option<Arc<Inbound>>, Option<Arc<status::Stats>>);
+pub(crate) struct InFlight(Option<Arc<Inbound>>, Option<Arc<crate::net::stats::Stats>>);
 
 impl InFlight {
     pub(super) fn start(
         inb: Option<&Arc<Inbound>>,
-        stats: Option<&Arc<status::Stats>>,
+        stats: Option<&Arc<crate::net::stats::Stats>>,
     ) -> InFlight {
         if let Some(c) = stats.and_then(|s| s.counters()) {
             c.requests.fetch_add(1, Ordering::Relaxed);
@@ -159,7 +159,7 @@ pub async fn serve(
         Some(h) => router::Router::new(h),
         None => router::Router::new(&crate::conf::model::Http::default()),
     };
-    status::publish(shm.stats.as_ref());
+    crate::net::stats::publish(shm.stats.as_ref());
     let shared = Arc::new(Shared {
         slots,
         upstreams: Upstreams::new(cfg.http.as_ref().map(|h| &h.upstreams), &shm.zones)

@@ -13,8 +13,9 @@ use http::Method;
 
 use super::Reply;
 use super::response;
-use super::status::{Stats, downtime_ms, no_cache};
+use super::status::{downtime_ms, no_cache};
 use super::vars::Req;
+use crate::net::stats::Stats;
 use crate::upstream::peers::now_ms;
 use crate::upstream::{UpstreamRt, Upstreams};
 

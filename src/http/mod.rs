@@ -115,7 +115,7 @@ pub(crate) struct Shared {
     /// Open client connections and tunnels, for a graceful stop.
     conns: Arc<crate::net::track::Tracker>,
     /// `stub_status` counters, when a location has it.
-    stats: Option<Arc<status::Stats>>,
+    stats: Option<Arc<crate::net::stats::Stats>>,
     /// `limit_req_zone` and `limit_conn_zone` zones.
     limits: Arc<crate::net::limit::LimitZones>,
     /// The master's generation number for this configuration.

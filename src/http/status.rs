@@ -1,7 +1,7 @@
 //! The status handlers: `api` (JSON in the shape of the NGINX Plus
 //! API, for upstreams in zones, with sluice's additions under a `sluice`
-//! key; its writes are `api_write`) and `stub_status` (nginx's text, from counters every worker adds to
-//! in a small shared region). Called by the dispatcher for a location whose
+//! key; its writes are `api_write`) and `stub_status` (nginx's text, from
+//! `net::stats`' shared counters). Called by the dispatcher for a location whose
 //! handler is one of them.
 
 use std::sync::Arc;
@@ -14,8 +14,8 @@ use serde_json::{Map, Value, json};
 use super::Reply;
 use super::response;
 use super::vars::Req;
+use crate::net::stats::Stats;
 use crate::shm::records::StatusCounters;
-use crate::shm::{Region, ShmError};
 use crate::upstream::peers::now_ms;
 use crate::upstream::{Peers, UpstreamRt, Upstreams, Zones};
 
@@ -39,38 +39,11 @@ pub struct Shm {
     pub balance: Option<Arc<crate::net::balance::Balance>>,
 }
 
-/// `stub_status` counters shared by the workers of a generation.
-pub struct Stats {
-    region: Region,
-}
-
-impl Stats {
-    pub fn create() -> Result<Stats, ShmError> {
-        let region = Region::create("stub_status", 4096)?;
-        region.get::<StatusCounters>(0)?;
-        Ok(Stats { region })
-    }
-
-    pub(crate) fn counters(&self) -> Option<&StatusCounters> {
-        self.region.get::<StatusCounters>(0).ok()
-    }
-}
-
-/// This worker's counters, for the `$connections_*` variables.
-static CURRENT: std::sync::OnceLock<Arc<Stats>> = std::sync::OnceLock::new();
-
-/// Makes `stats` the counters `$connections_*` read (once per worker).
-pub fn publish(stats: Option<&Arc<Stats>>) {
-    if let Some(s) = stats {
-        let _ = CURRENT.set(s.clone());
-    }
-}
-
 /// `$connections_active`, `_reading`, `_writing` or `_waiting`, as
 /// stub_status counts them (every worker's connections).
 pub fn connections_var(v: &crate::conf::vars::Var) -> String {
     use crate::conf::vars::Var;
-    let Some(c) = CURRENT.get().and_then(|s| s.counters()) else {
+    let Some(c) = crate::net::stats::current() else {
         return "0".into();
     };
     let (active, reading, writing) = (

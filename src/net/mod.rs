@@ -17,6 +17,7 @@ pub mod preread;
 pub mod proxy_protocol;
 pub mod rate;
 pub mod slots;
+pub mod stats;
 pub mod stream;
 pub mod tls;
 pub mod tls_cache;

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use super::worker::Creds;
 use crate::conf::Config;
 use crate::http::Listener;
-use crate::http::status::{Shm, Stats};
+use crate::http::status::Shm;
 use crate::log::{self, Level};
+use crate::net::stats::Stats;
 use crate::net::tls::{SessionZone, TicketKeys, TlsShared};
 use crate::net::{self, Bound};
 

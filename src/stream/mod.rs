@@ -52,14 +52,14 @@ struct Shared {
     /// `limit_conn_zone` zones.
     limits: Arc<crate::net::limit::LimitZones>,
     /// The generation's `stub_status` counters (sessions, for the metrics).
-    stats: Option<Arc<crate::http::status::Stats>>,
+    stats: Option<Arc<crate::net::stats::Stats>>,
 }
 
 /// A session counted as open in the shared counters until dropped.
-struct Counted(Option<Arc<crate::http::status::Stats>>);
+struct Counted(Option<Arc<crate::net::stats::Stats>>);
 
 impl Counted {
-    fn new(stats: &Option<Arc<crate::http::status::Stats>>) -> Counted {
+    fn new(stats: &Option<Arc<crate::net::stats::Stats>>) -> Counted {
         if let Some(c) = stats.as_ref().and_then(|s| s.counters()) {
             c.stream_sessions.fetch_add(1, Ordering::Relaxed);
             c.stream_active.fetch_add(1, Ordering::Relaxed);
@@ -90,7 +90,7 @@ pub async fn serve(
     slots: Arc<Slots>,
     tls: crate::net::tls::TlsShared,
     limits: Arc<crate::net::limit::LimitZones>,
-    stats: Option<Arc<crate::http::status::Stats>>,
+    stats: Option<Arc<crate::net::stats::Stats>>,
 ) {
     let Some(stream) = cfg.stream.as_ref() else {
         return;
