@@ -20,7 +20,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(131);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(135);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -42,6 +42,12 @@ http {
 
         location / { proxy_pass http://u; }
         location /nobuf/ { proxy_pass http://u/; proxy_buffering off; }
+        location /small/ {
+            proxy_pass http://u/;
+            proxy_buffer_size 1k;
+            proxy_buffers 2 1k;
+            proxy_busy_buffers_size 1k;
+        }
     }
 }
 
@@ -78,6 +84,10 @@ my %script = (
 	'/continue' => "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nfinal!",
 	'/switch' => "HTTP/1.1 101 Switching Protocols\r\nUpgrade: poison\r\nConnection: upgrade\r\n\r\n"
 		. $poison_response,
+	# Larger than a 1k proxy_buffer_size, smaller than a read: too big all
+	# the same, as in nginx, however it arrives.
+	'/head-1500' => "HTTP/1.1 200 OK\r\nX-Big: " . ('x' x 1500) . "\r\nContent-Length: 2\r\n\r\nok",
+	'/head-900' => "HTTP/1.1 200 OK\r\nX-Big: " . ('x' x 900) . "\r\nContent-Length: 2\r\n\r\nok",
 	'/huge-head' => "HTTP/1.1 200 OK\r\n" . ("X-Big: " . ('x' x 1000) . "\r\n") x 600
 		. "Content-Length: 2\r\n\r\nok",
 	'/good' => "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\ngood",
@@ -240,6 +250,17 @@ unlike($t->read_file('error.log'), qr/panic/, 'status lines: no panic');
 	my ($first, $extra, $second) = pair('/huge-head');
 	like($first, qr/^HTTP\/1.1 502 /, 'huge upstream head: 502');
 	like($second, qr/good$/, 'huge upstream head: the next request answered');
+}
+
+# A head over proxy_buffer_size (1k) that comes in one read: 502, logged; one
+# within it passes.
+{
+	my ($first, $extra, $second) = pair('/small/head-1500');
+	like($first, qr/^HTTP\/1.1 502 /, 'head over proxy_buffer_size in one read: 502');
+	like($second, qr/good$/, 'head over proxy_buffer_size: the next request answered');
+	ok($t->waitforlog(qr/upstream sent too big header while reading response header from upstream.*small\/head-1500/),
+		'head over proxy_buffer_size: logged as nginx');
+	like(http_get('/small/head-900'), qr/^HTTP\/1.1 200 .*\r\n\r\nok$/s, 'a head within proxy_buffer_size: 200');
 }
 
 # A POST on a kept-alive upstream connection that the upstream closes after

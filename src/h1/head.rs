@@ -1613,22 +1613,27 @@ mod tests {
     fn outcome(b: &[u8]) -> Option<Result<Parsed, u16>> {
         match parse_request(&mut BytesMut::from(b)) {
             Ok(None) => None,
-            Ok(Some(h)) => Some(Ok((
-                h.method.to_string(),
-                h.uri.to_string(),
-                h.len,
-                h.headers
-                    .iter()
-                    .map(|(n, v)| {
-                        (
-                            String::from_utf8_lossy(n).into_owned(),
-                            v.as_bytes().to_vec(),
-                        )
-                    })
-                    .collect(),
-            ))),
+            Ok(Some(h)) => Some(Ok(parsed(&h))),
             Err(e) => Some(Err(e.code)),
         }
+    }
+
+    /// What a parsed head says: method, target, length, the fields as sent.
+    fn parsed(h: &RequestHead) -> Parsed {
+        (
+            h.method.to_string(),
+            h.uri.to_string(),
+            h.len,
+            h.headers
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        String::from_utf8_lossy(n).into_owned(),
+                        v.as_bytes().to_vec(),
+                    )
+                })
+                .collect(),
+        )
     }
 
     proptest! {
@@ -1778,6 +1783,76 @@ mod tests {
             let line: String = parts.concat();
             let _ = req(&format!("{line}\r\nHost: x\r\n\r\n"));
             let _ = req(&format!("\r\n{line}\r\n\r\n"));
+        }
+
+        /// The connection's loop (the buffers' check, then the parser, on
+        /// all that came so far), fed a head in pieces of any sizes, takes
+        /// what it takes whole: the same request, or a refusal where the
+        /// whole is refused, or still waiting where the whole is incomplete.
+        /// The heads are well formed ones with hostile bytes put anywhere,
+        /// or arbitrary bytes; the limits nginx's defaults or tiny ones. No
+        /// way of cutting a head makes it read otherwise (a desync).
+        #[test]
+        fn the_loop_reads_pieces_as_the_whole(
+            path in "/[a-z0-9%?=&./-]{0,20}",
+            headers in proptest::collection::vec(("[A-Za-z][A-Za-z0-9-]{0,8}", "[ -~]{0,12}"), 0..6),
+            hostile in proptest::collection::vec(
+                (any::<proptest::sample::Index>(),
+                 prop_oneof![Just(0u8), Just(b'\r'), Just(b'\n'), Just(b' '), Just(b':'), Just(b'\t'), Just(0x7f), any::<u8>()]),
+                0..4,
+            ),
+            noise in proptest::collection::vec(any::<u8>(), 0..200),
+            arbitrary in any::<bool>(),
+            cuts in proptest::collection::vec(1usize..40, 1..40),
+            tiny in any::<bool>(),
+        ) {
+            let wire = if arbitrary {
+                noise
+            } else {
+                let mut w = format!("GET {path} HTTP/1.1\r\n").into_bytes();
+                for (n, v) in &headers {
+                    w.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+                }
+                w.extend_from_slice(b"\r\n");
+                for (at, b) in &hostile {
+                    let i = at.index(w.len() + 1);
+                    w.insert(i, *b);
+                }
+                w
+            };
+            let limits = if tiny {
+                Limits { first: 16, count: 2, size: 32 }
+            } else {
+                Limits::default()
+            };
+            let step = |buf: &mut BytesMut| -> Option<Result<Parsed, u16>> {
+                if let Err(e) = limits.check(buf) {
+                    return Some(Err(e.code));
+                }
+                match parse_request(buf) {
+                    Ok(None) => None,
+                    Ok(Some(h)) => Some(Ok(parsed(&h))),
+                    Err(e) => Some(Err(e.code)),
+                }
+            };
+            let whole = step(&mut BytesMut::from(&wire[..]));
+            let mut buf = BytesMut::new();
+            let (mut at, mut pieces) = (0, cuts.iter().cycle());
+            let mut got = None;
+            while at < wire.len() {
+                let n = (*pieces.next().unwrap_or(&1)).min(wire.len() - at);
+                buf.extend_from_slice(&wire[at..at + n]);
+                at += n;
+                got = step(&mut buf);
+                if got.is_some() {
+                    break;
+                }
+            }
+            match (&whole, &got) {
+                (Some(Ok(w)), Some(Ok(g))) => prop_assert_eq!(w, g),
+                (Some(Err(_)), Some(Err(_))) | (None, None) => {}
+                _ => prop_assert!(false, "{}: whole {whole:?}, in pieces {got:?}", wire.escape_ascii()),
+            }
         }
 
         #[test]

@@ -111,6 +111,26 @@ pub fn keeps_alive(version: Version, headers: &Headers) -> bool {
     }
 }
 
+/// One look at what has come of a response head: the head once it is whole
+/// (a 1xx other than 101 passed over), an error, or None to read more. A
+/// head longer than `limit` is too big however it came, in one read or in
+/// many (nginx's `proxy_buffer_size` holds the head whole).
+fn head_step(buf: &mut BytesMut, limit: usize) -> Option<Result<ResponseHead, Error>> {
+    loop {
+        if buf.is_empty() {
+            return None;
+        }
+        return Some(match parse_response(buf) {
+            Ok(Some(h)) if h.len > limit => Err(Error::TooBig),
+            Ok(Some(h)) if h.status.is_informational() && h.status != 101 => continue,
+            Ok(Some(h)) => Ok(h),
+            Ok(None) if buf.len() >= limit => Err(Error::TooBig),
+            Ok(None) => return None,
+            Err(text) => Err(Error::Invalid(text)),
+        });
+    }
+}
+
 impl H1 {
     pub fn new(io: Stream) -> H1 {
         H1 {
@@ -202,14 +222,8 @@ impl H1 {
     ) -> Result<ResponseHead, Error> {
         let mut buf = self.buf.take().unwrap_or_else(crate::h1::pool::take);
         let got = loop {
-            if !buf.is_empty() {
-                match parse_response(&mut buf) {
-                    Ok(Some(h)) if h.status.is_informational() && h.status != 101 => continue,
-                    Ok(Some(h)) => break Ok(h),
-                    Ok(None) if buf.len() >= limit => break Err(Error::TooBig),
-                    Ok(None) => {}
-                    Err(text) => break Err(Error::Invalid(text)),
-                }
+            if let Some(got) = head_step(&mut buf, limit) {
+                break got;
             }
             if self.eof {
                 break Err(Error::Closed);
@@ -655,6 +669,71 @@ mod tests {
             let mut wire = if prefix { b"HTTP/1.1 200 OK\r\n".to_vec() } else { Vec::new() };
             wire.extend_from_slice(&bytes);
             let _ = feed(&wire, &cuts, Method::GET);
+        }
+
+        /// A response head, well formed with hostile bytes put anywhere or
+        /// arbitrary, read as `read_head` reads it (a look at all that came
+        /// after each read) in pieces of any sizes, reads as it does whole:
+        /// the same head, or an error where the whole is refused, or still
+        /// waiting where the whole is incomplete. Within a tiny
+        /// `proxy_buffer_size` or the default one.
+        #[test]
+        fn a_head_in_pieces_reads_as_the_whole(
+            headers in proptest::collection::vec(("[A-Za-z][A-Za-z0-9-]{0,8}", "[ -~]{0,12}"), 0..6),
+            informational in any::<bool>(),
+            hostile in proptest::collection::vec(
+                (any::<proptest::sample::Index>(),
+                 prop_oneof![Just(0u8), Just(b'\r'), Just(b'\n'), Just(b' '), Just(b':'), Just(0x7f), any::<u8>()]),
+                0..4,
+            ),
+            noise in proptest::collection::vec(any::<u8>(), 0..200),
+            arbitrary in any::<bool>(),
+            cuts in proptest::collection::vec(1usize..40, 1..40),
+            tiny in any::<bool>(),
+        ) {
+            let wire = if arbitrary {
+                noise
+            } else {
+                let mut w = if informational { b"HTTP/1.1 100 Continue\r\n\r\n".to_vec() } else { Vec::new() };
+                w.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+                for (n, v) in &headers {
+                    w.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+                }
+                w.extend_from_slice(b"Content-Length: 2\r\n\r\nok");
+                for (at, b) in &hostile {
+                    let i = at.index(w.len() + 1);
+                    w.insert(i, *b);
+                }
+                w
+            };
+            let limit = if tiny { 48 } else { 4096 };
+            let shown = |got: Option<Result<ResponseHead, Error>>| {
+                got.map(|r| match r {
+                    Ok(h) => {
+                        let lines: Vec<(Vec<u8>, Vec<u8>)> =
+                            h.raw.iter().map(|(n, v)| (n.to_vec(), v.as_bytes().to_vec())).collect();
+                        format!("{} {:?} {:?} {} {lines:?}", h.status, h.version, h.reason, h.len)
+                    }
+                    Err(e) => format!("error {e:?}"),
+                })
+            };
+            let whole = shown(head_step(&mut BytesMut::from(&wire[..]), limit));
+            let mut buf = BytesMut::new();
+            let (mut at, mut pieces) = (0, cuts.iter().cycle());
+            let mut got = None;
+            while at < wire.len() {
+                let n = (*pieces.next().unwrap_or(&1)).min(wire.len() - at);
+                buf.extend_from_slice(&wire[at..at + n]);
+                at += n;
+                got = shown(head_step(&mut buf, limit));
+                if got.is_some() {
+                    break;
+                }
+            }
+            let refused = |g: &Option<String>| g.as_ref().is_some_and(|g| g.starts_with("error"));
+            if !(refused(&whole) && refused(&got)) {
+                prop_assert_eq!(&whole, &got, "{}", wire.escape_ascii());
+            }
         }
 
         /// A valid response reads the same however it is split.
