@@ -157,11 +157,25 @@ fn header_list_max(count: u32, size: u64) -> u32 {
 /// nginx's limits on a request's fields: each name and value at most one
 /// large header buffer, all of them at most NUMBER of them. Some(log line)
 /// when the request passes them.
+///
+/// As nginx, the total counts the pseudo-header fields too, names and
+/// values (`:method`, `:scheme`, `:authority`, `:path`).
 fn too_large(req: &http::Request<h2::RecvStream>, count: u32, size: u64) -> Option<&'static str> {
     let size = size as usize;
-    let mut total = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
-    if total > size {
+    let path = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if path > size {
         return Some("client sent too large header field");
+    }
+    let uri = req.uri();
+    let mut total = ":method".len() + req.method().as_str().len();
+    if let Some(s) = uri.scheme_str() {
+        total += ":scheme".len() + s.len();
+    }
+    if let Some(a) = uri.authority() {
+        total += ":authority".len() + a.as_str().len();
+    }
+    if uri.path_and_query().is_some() {
+        total += ":path".len() + path;
     }
     for (n, v) in req.headers() {
         if n.as_str().len() > size || v.len() > size {
@@ -195,16 +209,16 @@ pub(super) async fn serve<T: Io>(io: T, ctx: ConnCtx, phase: watch::Receiver<Pha
     let conf = server.conf.clone();
     let number = ctx.info.number;
     let streams = conf.http2_max_concurrent_streams;
-    // The client may have this much request body in flight, on the whole
-    // connection and on each stream (a window below 65535 cannot be
-    // advertised for the connection).
-    let window = conf.http2_recv_buffer_size.clamp(65_535, (1 << 31) - 1) as u32;
+    // The client may have this much request body in flight on each stream,
+    // and on the whole connection (where a window below 65535 cannot be
+    // advertised: the connection's starts at 65535 and only grows).
+    let window = conf.http2_recv_buffer_size.min((1 << 31) - 1) as u32;
     let (count, size) = conf.large_client_header_buffers;
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(streams)
         .initial_window_size(window)
-        .initial_connection_window_size(window)
+        .initial_connection_window_size(window.max(65_535))
         .max_header_list_size(header_list_max(count, size))
         .max_send_buffer_size((conf.http2_chunk_size as usize).max(64 * 1024))
         // CVE-2023-44487: streams the client resets before they are
