@@ -162,7 +162,6 @@ is(scalar(grep { $s{$_} >= 15 } keys %s), 4, 'each backend answered at least 15%
 # A rolling restart of two backends under 50 calls/s, keepalive_time 2s.
 
 mkdir "$d/roll";
-my $start = time();
 my @stopped;
 sequence(port(8081), 100_000, "$d/roll/roll.out", 50);
 sleep 2;
@@ -173,7 +172,9 @@ for my $p ((sort keys %name)[0, 1]) {
 	grpc_backend($t, $p, 'ok', $name{$p});
 	sleep 0.5;
 }
-my $restarted = time() - $start;
+# When the last backend was back (epoch seconds, as the calls' times are
+# read below: the client's own start plus its offsets).
+my $restarted = time();
 sleep 5.5;
 $t->write_file('roll/STOP', '');
 ok(done('roll/roll.out', 10), 'paced calls made through the restart');
@@ -193,7 +194,7 @@ for my $call (grep { $_->[1] ne 'ok' } @c) {
 }
 is(scalar @fail, 0, 'no call failed during the restart and the recycling')
 	or diag(explain \@fail);
-my @late = grep { $_->[0] >= $restarted + 3 && $_->[0] < $restarted + 5 } @c;
+my @late = grep { $began + $_->[0] >= $restarted + 3 && $began + $_->[0] < $restarted + 5 } @c;
 %s = shares(@late);
 ok(@late >= 50, 'calls 3 to 5 s after the restart') or diag(scalar @late);
 is(scalar(grep { $s{$_} >= 15 } keys %s), 4,
