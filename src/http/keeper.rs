@@ -309,6 +309,74 @@ mod tests {
         );
     }
 
+    /// The HTTP/2 keeper fills a peer's set to `keepalive_min`. Opens that
+    /// fail (nothing listens on the peer's port at first) leave the peer
+    /// alone for BACK_OFF: the server, up after 300 ms, sees no connection
+    /// before the back-off ends, then the set fills at once. Real sockets
+    /// and time: the bounds are the back-off's floor and a generous ceiling.
+    #[tokio::test]
+    async fn h2_sets_back_off_from_failed_opens_then_fill() {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let start = tokio::time::Instant::now();
+        let accepted = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = accepted.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let l = tokio::net::TcpListener::bind(addr).await.unwrap();
+            while let Ok((s, _)) = l.accept().await {
+                seen.lock().unwrap().push(start.elapsed());
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(s).await else {
+                        return;
+                    };
+                    while let Some(Ok(_)) = conn.accept().await {}
+                });
+            }
+        });
+        let mut u = test_upstream(&[(&addr.to_string(), 1, false)], Balancer::RoundRobin);
+        u.keepalive.min = 3;
+        // Connections that do not age within the test.
+        u.keepalive.time = Duration::from_secs(3600);
+        let keepalive_time = u.keepalive.clone();
+        let u = Arc::new(UpstreamRt::new(Arc::new(u), None));
+        let o = Opener {
+            timeout: Duration::from_secs(2),
+            tls: None,
+            ping: None,
+            keepalive: false,
+            target: 3,
+            keepalive_time,
+            head_max: 4096,
+        };
+        let key = o.key(&PeerAddr::Inet(addr));
+        let keeper = tokio::spawn(keep_h2(u.clone(), o, Clock::new()));
+        let mut filled = None;
+        while start.elapsed() < Duration::from_secs(5) {
+            if u.h2.count(&key).0 == 3 {
+                filled = Some(start.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        keeper.abort();
+        let times = accepted.lock().unwrap().clone();
+        assert!(filled.is_some(), "the set filled: {times:?}");
+        assert_eq!(
+            times.len(),
+            3,
+            "three connections, each opened once: {times:?}"
+        );
+        assert!(
+            times
+                .iter()
+                .all(|t| *t >= BACK_OFF - Duration::from_millis(50)),
+            "none before the back-off ended: {times:?}"
+        );
+    }
+
     /// A peer that cannot be connected to is tried on the first tick, then
     /// left alone for BACK_OFF each time: on paused time, no sleeping.
     #[tokio::test(start_paused = true)]
