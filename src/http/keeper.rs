@@ -213,8 +213,8 @@ pub(crate) fn h2_for(
 /// Keeps `u`'s HTTP/2 connection sets filled until the task is aborted:
 /// `keepalive_min` (at least 1) connections to each peer `wanted` names,
 /// counting those past `keepalive_time` as gone so that their replacement
-/// opens before they close; a peer it could not connect to is left alone
-/// for `BACK_OFF`.
+/// opens before they close; a peer it could not connect to, or that closed
+/// a connection before its SETTINGS, is left alone for `BACK_OFF`.
 pub(crate) async fn keep_h2(u: Arc<UpstreamRt>, o: Opener, clock: Clock) {
     let mut tick = tokio::time::interval(KEEP_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -237,7 +237,7 @@ pub(crate) async fn keep_h2(u: Arc<UpstreamRt>, o: Opener, clock: Clock) {
                     for _ in fresh + pending..n {
                         u.h2.opening(&key, 1);
                         let (addr, o) = (addr.clone(), o.clone());
-                        opening.spawn(async move { (addr.clone(), h2set::open(addr, o).await) });
+                        opening.spawn(async move { (addr.clone(), h2set::open_heard(addr, o).await) });
                     }
                 }
             }
@@ -374,6 +374,48 @@ mod tests {
                 .iter()
                 .all(|t| *t >= BACK_OFF - Duration::from_millis(50)),
             "none before the back-off ended: {times:?}"
+        );
+    }
+
+    /// A peer that takes connections and closes them at once, before any
+    /// SETTINGS (a layer-4 proxy with nothing behind it): each is a failed
+    /// open, so the peer rests for BACK_OFF between rounds instead of
+    /// getting three new connections on every tick.
+    #[tokio::test]
+    async fn h2_sets_back_off_from_a_peer_that_closes_at_once() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let start = tokio::time::Instant::now();
+        let accepted = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                seen.lock().unwrap().push(start.elapsed());
+                drop(s);
+            }
+        });
+        let mut u = test_upstream(&[(&addr.to_string(), 1, false)], Balancer::RoundRobin);
+        u.keepalive.min = 3;
+        u.keepalive.time = Duration::from_secs(3600);
+        let keepalive_time = u.keepalive.clone();
+        let u = Arc::new(UpstreamRt::new(Arc::new(u), None));
+        let o = Opener {
+            timeout: Duration::from_secs(2),
+            tls: None,
+            ping: None,
+            keepalive: false,
+            target: 3,
+            keepalive_time,
+            head_max: 4096,
+        };
+        let run = tokio::time::timeout(Duration::from_millis(1500), keep_h2(u, o, Clock::new()));
+        assert!(run.await.is_err(), "the keeper runs until stopped");
+        let times = accepted.lock().unwrap().clone();
+        // Three at the start, three once the back-off ended.
+        assert_eq!(times.len(), 6, "{times:?}");
+        assert!(
+            times[3] >= BACK_OFF - Duration::from_millis(50),
+            "{times:?}"
         );
     }
 

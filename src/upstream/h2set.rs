@@ -45,6 +45,10 @@ pub struct ConnState {
     goaway: AtomicU32,
     /// Its connection task ended: nothing more goes or comes.
     closed: AtomicBool,
+    /// The peer sent something (its SETTINGS come first).
+    heard: AtomicBool,
+    /// Told when `heard` or `closed` is set.
+    changed: Notify,
     /// Its peer's counters (open, idle, recycled), while it is open.
     track: Mutex<Option<Track>>,
 }
@@ -55,6 +59,8 @@ impl ConnState {
             active: AtomicUsize::new(0),
             goaway: AtomicU32::new(u32::MAX),
             closed: AtomicBool::new(false),
+            heard: AtomicBool::new(false),
+            changed: Notify::new(),
             track: Mutex::new(None),
         }
     }
@@ -437,6 +443,7 @@ pub async fn open(addr: PeerAddr, o: Opener) -> Result<Opened, Failure> {
             }
         }
         run.closed.store(true, Release);
+        run.changed.notify_waiters();
         drop(run.track().take());
     });
     let max_age = o.keepalive_time.age_limit(super::random::next_u64);
@@ -446,6 +453,42 @@ pub async fn open(addr: PeerAddr, o: Opener) -> Result<Opened, Failure> {
         max_age,
         state,
     })
+}
+
+/// `open`, then the peer's first bytes (its SETTINGS) within `o.timeout`:
+/// for connections opened ahead of requests (`keepalive_min`), so that a
+/// peer that takes connections and closes them at once (a layer-4 proxy
+/// with nothing behind it) is a failed open, left alone for a while, not a
+/// connection opened again on every tick.
+pub async fn open_heard(addr: PeerAddr, o: Opener) -> Result<Opened, Failure> {
+    let timeout = o.timeout;
+    let c = open(addr, o).await?;
+    let state = &c.state;
+    let heard = async {
+        loop {
+            let changed = state.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if state.heard.load(Acquire) {
+                return Ok(());
+            }
+            if state.is_closed() {
+                return Err(Failure::upstream(
+                    Kind::Closed,
+                    "upstream prematurely closed connection while starting HTTP/2",
+                ));
+            }
+            changed.await;
+        }
+    };
+    match tokio::time::timeout(timeout, heard).await {
+        Ok(Ok(())) => Ok(c),
+        Ok(Err(f)) => Err(f),
+        Err(_) => Err(Failure::upstream(
+            Kind::Timeout,
+            "upstream timed out (110: Connection timed out) while starting HTTP/2",
+        )),
+    }
 }
 
 /// A PING every interval; returns when one goes unanswered in time.
@@ -536,8 +579,12 @@ impl AsyncRead for Sniff {
         let before = buf.filled().len();
         let r = Pin::new(&mut self.io).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &r {
-            let fresh = buf.filled()[before..].to_vec();
-            self.watch(&fresh);
+            let fresh = &buf.filled()[before..];
+            if !fresh.is_empty() && !self.state.heard.load(Relaxed) {
+                self.state.heard.store(true, Release);
+                self.state.changed.notify_waiters();
+            }
+            self.watch(fresh);
         }
         r
     }
