@@ -235,7 +235,13 @@ pub(crate) async fn run(
     body: ClientBody,
     shared: &Arc<super::Shared>,
 ) -> Reply {
-    let reply = attempts(r, ups, pp, body, shared).await;
+    let mut intercepted = false;
+    let reply = attempts(r, ups, pp, body, shared, &mut intercepted).await;
+    // An upstream's own error status that `error_page` takes over is an
+    // answer: its page goes to the client, as nginx's, not a gRPC status.
+    if intercepted {
+        return reply;
+    }
     grpc_error(r, reply)
 }
 
@@ -266,6 +272,7 @@ async fn attempts(
     pp: &ProxyPass,
     body: ClientBody,
     shared: &Arc<super::Shared>,
+    intercepted_status: &mut bool,
 ) -> Reply {
     let mut plan: Plan = match plan(r, pp, body).await {
         Ok(p) => p,
@@ -485,6 +492,7 @@ async fn attempts(
         if intercepted {
             c.held.finish(Outcome::Ok);
             record(r, answered);
+            *intercepted_status = true;
             return Reply::Status(status);
         }
         let mut parts = parts;
@@ -687,6 +695,11 @@ async fn exchange(
     loop {
         let waiting_body = !body_done;
         tokio::select! {
+            // The response first: a peer that answered and then reset the
+            // stream (RST_STREAM NO_ERROR: it needs no more of the body)
+            // fails the body's sender at the same time, and its complete
+            // response must not be dropped for that (RFC 9113, 8.1).
+            biased;
             got = &mut resp => {
                 return match got {
                     Ok(resp) => {
