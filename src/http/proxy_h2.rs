@@ -255,7 +255,10 @@ struct BodySent {
 enum BodyBroken {
     /// The client's side failed (logged): the status to answer with.
     Client(u16),
-    Upstream(Failure),
+    /// The upstream's side failed; with the client's whole body when it
+    /// had all arrived within `client_body_buffer_size` (another attempt
+    /// may send it).
+    Upstream(Failure, Option<Bytes>),
 }
 
 /// Where an attempt's request body comes from.
@@ -337,9 +340,11 @@ async fn attempts(
         return Reply::Status(400);
     };
     let url = |name: &str| format!("{scheme}://{name}{uri}");
-    // Streams the peer never processed, sent again for free at most so many
-    // times.
-    let mut stale_left: u32 = 4;
+    // Streams the peer never processed, sent again for free: at most 4
+    // times when the peer had refused them all (it may refuse every
+    // stream), at most 64 when a graceful GOAWAY kept others (under load a
+    // stream can meet several connections that each end after so many).
+    let (mut stale_left, mut goaway_left): (u32, u32) = (4, 64);
     loop {
         let connected = attempts
             .connect(
@@ -385,8 +390,16 @@ async fn attempts(
                 source = back;
                 let can_retry = source.is_some();
                 // A peer that refuses every stream is not retried for ever.
-                let stale = unprocessed && can_retry && stale_left > 0;
-                stale_left = stale_left.saturating_sub(1);
+                let stale = unprocessed && can_retry && {
+                    let left = if c.conn.state.processed_some() {
+                        &mut goaway_left
+                    } else {
+                        &mut stale_left
+                    };
+                    let free = *left > 0;
+                    *left = left.saturating_sub(1);
+                    free
+                };
                 let level = if stale { Level::Info } else { Level::Error };
                 let ctx = r.log_context(Some(&url(&c.name)));
                 crate::log_conn!(level, r.conn.number, "{} while {}{}", f.text, stage, ctx);
@@ -720,7 +733,22 @@ async fn exchange(
                         }, wire))
                     }
                     // Nothing went for certain only when refused.
-                    Err(e) => Err((failed(&e, Some(id)), back(kept.take()))),
+                    Err(e) => {
+                        // The stream's end fails its sender too: given a
+                        // turn, it hands back the body if it all came.
+                        let mut kept = kept.take();
+                        if let Some(t) = sender.take().filter(|_| kept.is_none()) {
+                            tokio::task::yield_now().await;
+                            if t.is_finished() {
+                                kept = match t.await {
+                                    Ok(Ok(sent)) => sent.kept,
+                                    Ok(Err(BodyBroken::Upstream(_, whole))) => whole,
+                                    _ => None,
+                                };
+                            }
+                        }
+                        Err((failed(&e, Some(id)), back(kept)))
+                    }
                 };
             }
             done = async { sender.as_mut().expect("checked").await }, if waiting_body => {
@@ -734,11 +762,11 @@ async fn exchange(
                     Ok(Err(BodyBroken::Client(status))) => {
                         return Err((Failed::Client(status), None));
                     }
-                    Ok(Err(BodyBroken::Upstream(f))) => {
+                    Ok(Err(BodyBroken::Upstream(f, whole))) => {
                         let refused = slot.state.refused(id);
                         return Err((
                             Failed::Upstream { f, stage: SENDING, unprocessed: refused },
-                            back(None),
+                            back(whole),
                         ));
                     }
                     Err(_) => {
@@ -814,14 +842,14 @@ async fn send_whole(
     let mut b = p.body();
     let mut next = b
         .next_chunk()
-        .map_err(|e| BodyBroken::Upstream(Failure::upstream(Kind::Error, e.to_string())))?;
+        .map_err(|e| BodyBroken::Upstream(Failure::upstream(Kind::Error, e.to_string()), None))?;
     while let Some(d) = next.take() {
-        next = b
-            .next_chunk()
-            .map_err(|e| BodyBroken::Upstream(Failure::upstream(Kind::Error, e.to_string())))?;
+        next = b.next_chunk().map_err(|e| {
+            BodyBroken::Upstream(Failure::upstream(Kind::Error, e.to_string()), None)
+        })?;
         send_data(&mut tx, d, next.is_none(), timeout)
             .await
-            .map_err(BodyBroken::Upstream)?;
+            .map_err(|f| BodyBroken::Upstream(f, None))?;
     }
     Ok(BodySent { kept: None })
 }
@@ -853,9 +881,9 @@ async fn send_client(
         let frame = match next {
             Err(_) => return Err(BodyBroken::Client(body_timed_out_at(l.number, &l.ctx))),
             Ok(None) => {
-                send_data(&mut tx, Bytes::new(), true, l.send_timeout)
-                    .await
-                    .map_err(BodyBroken::Upstream)?;
+                if let Err(f) = send_data(&mut tx, Bytes::new(), true, l.send_timeout).await {
+                    return Err(BodyBroken::Upstream(f, whole(kept)));
+                }
                 break;
             }
             Ok(Some(Err(e))) => {
@@ -869,7 +897,7 @@ async fn send_client(
             Err(f) => {
                 if let Ok(t) = f.into_trailers() {
                     tx.send_trailers(t).map_err(|e| {
-                        BodyBroken::Upstream(Failure::upstream(Kind::Closed, e.to_string()))
+                        BodyBroken::Upstream(Failure::upstream(Kind::Closed, e.to_string()), None)
                     })?;
                     // Trailers end the body: the copy cannot carry them.
                     kept = None;
@@ -889,13 +917,50 @@ async fn send_client(
                 kept = None;
             }
         }
-        send_data(&mut tx, d, false, l.send_timeout)
-            .await
-            .map_err(BodyBroken::Upstream)?;
+        if let Err(f) = send_data(&mut tx, d, false, l.send_timeout).await {
+            // The rest of the body, if it is already here: kept whole, it
+            // can go to another attempt (a stream the peer refused). Not
+            // waited for: a streaming call's client may send no more until
+            // it is answered.
+            let rest = rest_at_hand(&mut body, kept, total, l.keep).await;
+            return Err(BodyBroken::Upstream(f, rest));
+        }
     }
-    Ok(BodySent {
-        kept: kept.map(|k| Bytes::from(k.concat())),
-    })
+    Ok(BodySent { kept: whole(kept) })
+}
+
+/// The pieces of a body kept, as one.
+fn whole(kept: Option<Vec<Bytes>>) -> Option<Bytes> {
+    kept.map(|k| Bytes::from(k.concat()))
+}
+
+/// The client's body completed with what has already arrived, without
+/// waiting for more: the whole body when it ends within `keep`, else None.
+async fn rest_at_hand(
+    body: &mut super::inbound::ReqBody,
+    mut kept: Option<Vec<Bytes>>,
+    mut total: u64,
+    keep: u64,
+) -> Option<Bytes> {
+    loop {
+        let k = kept.as_mut()?;
+        // A zero timeout still polls the body once: what is there is taken.
+        match tokio::time::timeout(Duration::ZERO, body.frame()).await {
+            Ok(None) => return whole(kept),
+            Ok(Some(Ok(f))) => match f.into_data() {
+                Ok(d) => {
+                    total += d.len() as u64;
+                    if total > keep {
+                        return None;
+                    }
+                    k.push(d);
+                }
+                // Trailers: the copy cannot carry them.
+                Err(_) => return None,
+            },
+            Ok(Some(Err(_))) | Err(_) => return None,
+        }
+    }
 }
 
 /// The upstream's response body over HTTP/2: data as it comes (its flow

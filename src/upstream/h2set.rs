@@ -82,6 +82,13 @@ impl ConnState {
     pub fn is_closed(&self) -> bool {
         self.closed.load(Acquire)
     }
+
+    /// It received a GOAWAY that kept some of its streams: the peer goes on
+    /// serving, only not on this connection.
+    pub fn processed_some(&self) -> bool {
+        let last = self.goaway.load(Acquire);
+        last != u32::MAX && last > 0
+    }
 }
 
 /// One HTTP/2 connection in a set.
