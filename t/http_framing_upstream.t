@@ -177,8 +177,9 @@ for my $p ('', '/nobuf') {
 	pair("102, 103, 100 then 200$k", "$p/1xx", 200, body => 'final!', reused => 1,
 		upath => '/1xx');
 
-	# nginx: a chunked body with trailers or extensions arrives whole (the
-	# trailers are dropped) and the upstream connection is kept.
+	# nginx: a chunked body with trailers or extensions arrives whole and
+	# the upstream connection is kept (nginx drops the trailers; sluice
+	# passes them on: t/proxy_trailers.t).
 	pair("chunked with trailers$k", "$p/trailers", 200, body => 'hello world', reused => 1,
 		upath => '/trailers');
 	pair("chunk extensions$k", "$p/chunk-ext", 200, body => 'hello world', reused => 1,

@@ -836,6 +836,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
         },
         uri,
         held_error: None,
+        trailers: None,
         // nginx limits the reads only when it buffers.
         limit: if conf.proxy_buffering {
             let rate = crate::conf::rate::size(conf.proxy_limit_rate.as_ref(), |t| r.eval(t));
@@ -874,9 +875,10 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
             );
             return Reply::Status(e.status());
         }
-        if body.peer.is_none() {
+        if body.peer.is_none() && body.trailers.is_none() {
             // All of it fitted: the upstream connection is already back in
-            // the keep-alive cache.
+            // the keep-alive cache. (With trailers the body stays a stream:
+            // they follow its data, chunked.)
             let whole = match body.ahead.len() {
                 0 => Bytes::new(),
                 1 => body.ahead.pop_front().unwrap_or_default(),

@@ -62,6 +62,10 @@ pub(crate) struct ProxyBody {
     pub(crate) learn: Option<Box<dyn FnOnce() + Send + Sync>>,
     /// `fastcgi_pass`: the body is STDOUT records, not HTTP framing.
     pub(crate) fcgi: Option<Box<super::fastcgi::Stdout>>,
+    /// A chunked body's trailer fields, sent after its last data (to an
+    /// HTTP/1.1 client whose response is chunked, or an HTTP/2 one) once
+    /// the fields that may not be trailers are left out.
+    pub(crate) trailers: Option<Box<http::HeaderMap>>,
 }
 
 /// An upstream failure while streaming the response body; the body that owns
@@ -176,7 +180,7 @@ impl ProxyBody {
         }
         let polled = match self.fcgi.as_mut() {
             Some(out) => super::fastcgi::poll_body(c, out, cx),
-            None => c.h1.poll_body(&mut self.decoder, cx),
+            None => c.h1.poll_body(&mut self.decoder, &mut self.trailers, cx),
         };
         match polled {
             Poll::Pending => Poll::Pending,
@@ -248,7 +252,10 @@ impl HttpBody for ProxyBody {
                 this.timer = None;
                 Poll::Ready(Some(Ok(Frame::data(d))))
             }
-            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            Poll::Ready(Ok(None)) => match this.trailers.take() {
+                Some(t) => Poll::Ready(trailers_passed(*t).map(|t| Ok(Frame::trailers(t)))),
+                None => Poll::Ready(None),
+            },
             // The bytes before the failure go out first: the writer
             // flushes when the body is pending.
             Poll::Ready(Err(e)) if this.received > 0 => {
@@ -276,18 +283,47 @@ impl HttpBody for ProxyBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ahead.is_empty() && (self.peer.is_none() || self.ended)
+        self.ahead.is_empty() && (self.peer.is_none() || self.ended) && self.trailers.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
         let ahead: u64 = self.ahead.iter().map(|b| b.len() as u64).sum();
-        if self.peer.is_none() || self.ended {
+        // A body read whole is sent with its length, unless trailers
+        // follow it: then chunked, which carries them.
+        if (self.peer.is_none() || self.ended) && self.trailers.is_none() {
             return SizeHint::with_exact(ahead);
         }
         let mut h = SizeHint::default();
         h.set_lower(ahead);
         h
     }
+}
+
+/// An upstream's trailer fields as they go on: without those RFC 9110
+/// (6.5.1) does not allow in a trailer section (framing, routing,
+/// connection and content fields), None when nothing is left.
+pub(super) fn trailers_passed(mut t: http::HeaderMap) -> Option<http::HeaderMap> {
+    use http::header::*;
+    const NOT_TRAILERS: [HeaderName; 12] = [
+        CONTENT_LENGTH,
+        TRANSFER_ENCODING,
+        CONNECTION,
+        TE,
+        TRAILER,
+        UPGRADE,
+        HOST,
+        CONTENT_TYPE,
+        CONTENT_ENCODING,
+        CONTENT_RANGE,
+        SET_COOKIE,
+        AUTHORIZATION,
+    ];
+    for n in &NOT_TRAILERS {
+        t.remove(n);
+    }
+    t.remove("keep-alive");
+    t.remove("proxy-connection");
+    (!t.is_empty()).then_some(t)
 }
 
 impl Drop for ProxyBody {

@@ -42,11 +42,13 @@ impl Streamed {
 
     /// Reads the body from the client and writes each piece upstream as it
     /// comes (`proxy_send_timeout` between writes), then the last chunk of a
-    /// chunked body. The client's trailers are not passed, as nginx's.
+    /// chunked body, with the client's trailer fields (those a trailer may
+    /// carry).
     pub(super) async fn send(&mut self, h1: &mut H1, r: &Req) -> Result<(), Broken> {
         let conf = &r.conf;
         let mut total: u64 = 0;
         let mut framed = Vec::new();
+        let mut trailers = None;
         loop {
             let next = tokio::time::timeout(conf.client_body_timeout, self.body.frame()).await;
             let frame = match next {
@@ -55,8 +57,14 @@ impl Streamed {
                 Ok(Some(Err(e))) => return Err(Broken::Client(body_failed(r, &e))),
                 Ok(Some(Ok(f))) => f,
             };
-            let Ok(d) = frame.into_data() else {
-                continue;
+            let d = match frame.into_data() {
+                Ok(d) => d,
+                Err(f) => {
+                    if let Ok(t) = f.into_trailers() {
+                        trailers = super::proxy_body::trailers_passed(t);
+                    }
+                    continue;
+                }
             };
             if d.is_empty() {
                 continue;
@@ -80,7 +88,9 @@ impl Streamed {
             self.sent += d.len() as u64;
         }
         if self.chunked {
-            h1.write_more(b"0\r\n\r\n", conf.proxy_send_timeout)
+            framed.clear();
+            crate::h1::body::last_chunk(trailers.as_ref(), &mut framed);
+            h1.write_more(&framed, conf.proxy_send_timeout)
                 .await
                 .map_err(Broken::Upstream)?;
         }

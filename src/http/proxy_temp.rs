@@ -53,6 +53,8 @@ struct Store {
     file: Option<Spool>,
     /// The upstream's body ended cleanly.
     done: bool,
+    /// Its trailer fields, sent after the last data.
+    trailers: Option<http::HeaderMap>,
     error: Option<BoxError>,
     /// The client side, waiting for more.
     reader: Option<Waker>,
@@ -102,6 +104,7 @@ pub(crate) fn relay(mut body: ProxyBody, conf: TempConf) -> Relay {
         mem: 0,
         file: None,
         done: false,
+        trailers: None,
         error: None,
         reader: None,
     };
@@ -147,7 +150,13 @@ async fn fill(mut body: ProxyBody, store: Arc<Mutex<Store>>, room: Arc<Notify>, 
             }
             Some(Ok(f)) => match f.into_data() {
                 Ok(d) if !d.is_empty() => d,
-                _ => continue,
+                Ok(_) => continue,
+                Err(f) => {
+                    if let Ok(t) = f.into_trailers() {
+                        lock(&store).trailers = Some(t);
+                    }
+                    continue;
+                }
             },
         };
         let mut s = lock(&store);
@@ -261,7 +270,7 @@ impl HttpBody for Relay {
                     return Poll::Ready(Some(Err(e)));
                 }
                 if s.done {
-                    return Poll::Ready(None);
+                    return Poll::Ready(s.trailers.take().map(|t| Ok(Frame::trailers(t))));
                 }
                 s.reader = Some(cx.waker().clone());
                 return Poll::Pending;
@@ -280,7 +289,7 @@ impl HttpBody for Relay {
 
     fn is_end_stream(&self) -> bool {
         let s = lock(&self.store);
-        s.queue.is_empty() && s.done
+        s.queue.is_empty() && s.done && s.trailers.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -316,6 +325,7 @@ mod tests {
             mem: 0,
             file: None,
             done: false,
+            trailers: None,
             error: None,
             reader: None,
         }

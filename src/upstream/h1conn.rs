@@ -241,18 +241,22 @@ impl H1 {
         got
     }
 
-    /// The next body bytes by `d`: Ready(Ok(None)) at its clean end.
+    /// The next body bytes by `d`: Ready(Ok(None)) at its clean end. A
+    /// chunked body's trailer fields go into `trailers`.
     pub fn poll_body(
         &mut self,
         d: &mut Decoder,
+        trailers: &mut Option<Box<http::HeaderMap>>,
         cx: &mut Context<'_>,
     ) -> Poll<Result<Option<Bytes>, ReadError>> {
         let buf = self.buf.get_or_insert_with(crate::h1::pool::take);
         loop {
             match d.decode(buf, self.eof) {
                 Ok(Some(Piece::Data(b))) => return Poll::Ready(Ok(Some(b))),
-                // nginx does not pass an upstream's trailers on.
-                Ok(Some(Piece::Trailers(_))) => continue,
+                Ok(Some(Piece::Trailers(t))) => {
+                    *trailers = Some(Box::new(t));
+                    continue;
+                }
                 Ok(Some(Piece::End)) => return Poll::Ready(Ok(None)),
                 Ok(None) => {}
                 Err(BodyError::Invalid) => return Poll::Ready(Err(ReadError::Invalid)),
@@ -437,7 +441,7 @@ mod tests {
         let mut d = Decoder::new(framing(method, &head));
         let mut body = Vec::new();
         loop {
-            match poll_fn(|cx| h.poll_body(&mut d, cx)).await {
+            match poll_fn(|cx| h.poll_body(&mut d, &mut None, cx)).await {
                 Ok(Some(b)) => body.extend_from_slice(&b),
                 Ok(None) => break,
                 Err(e) => return Err(format!("{e:?}")),
