@@ -132,6 +132,20 @@ where
                 let now = clock.now();
                 resting.retain(|_, until| *until > now);
                 pending.retain(|_, n| *n > 0);
+                // Connections the peer closed as they opened, unused: it
+                // rests, as after a failed connect.
+                let died = u.pool().take_died_young();
+                for addr in died.into_keys() {
+                    if let std::collections::hash_map::Entry::Vacant(e) = resting.entry(addr) {
+                        crate::log!(
+                            Level::Info,
+                            "upstream closed new connections unused while keeping connections open to {} in upstream \"{}\"",
+                            e.key(),
+                            u.cfg.name
+                        );
+                        e.insert(now + BACK_OFF);
+                    }
+                }
                 for (id, n) in want {
                     let addr = &peers.get(id).addr;
                     if resting.contains_key(addr) {
@@ -416,6 +430,44 @@ mod tests {
         assert!(
             times[3] >= BACK_OFF - Duration::from_millis(50),
             "{times:?}"
+        );
+    }
+
+    /// An HTTP/1 peer that takes connections and closes them unused at once
+    /// (a layer-4 proxy with nothing behind it): the keeper finds them
+    /// closed young and rests for BACK_OFF, instead of opening three more
+    /// on every tick.
+    #[tokio::test]
+    async fn rests_from_a_peer_that_closes_connections_as_they_open() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let start = tokio::time::Instant::now();
+        let accepted = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                seen.lock().unwrap().push(start.elapsed());
+                drop(s);
+            }
+        });
+        let mut u = test_upstream(&[(&addr.to_string(), 1, false)], Balancer::RoundRobin);
+        u.keepalive.min = 3;
+        u.keepalive.max = 8;
+        u.keepalive.time = Duration::from_secs(3600);
+        u.keepalive.timeout = Duration::from_secs(60);
+        u.keepalive.requests = 1000;
+        let u = Arc::new(UpstreamRt::new(Arc::new(u), None));
+        let run = tokio::time::timeout(
+            Duration::from_millis(1500),
+            keep(u, Duration::from_secs(2), Clock::new(), None),
+        );
+        assert!(run.await.is_err(), "the keeper runs until stopped");
+        let times = accepted.lock().unwrap().clone();
+        // Three at the start, the next three once the rest ended (not 45).
+        assert!((3..=9).contains(&times.len()), "{times:?}");
+        assert!(
+            times.iter().skip(3).all(|t| *t >= BACK_OFF),
+            "none between the first round and the back-off's end: {times:?}"
         );
     }
 

@@ -250,7 +250,15 @@ pub struct Pool {
     targets: HashMap<PeerAddr, usize>,
     /// Most recently used at the front.
     idle: VecDeque<Pooled>,
+    /// Per peer, the connections found closed unused within `YOUNG` of
+    /// their opening since the keeper last asked (`take_died_young`): a
+    /// peer that closes them as they open (a layer-4 proxy with nothing
+    /// behind it) is left alone a while instead of reconnected every tick.
+    died_young: HashMap<PeerAddr, usize>,
 }
+
+/// A connection closed unused this soon after it opened "died young".
+const YOUNG: Duration = Duration::from_secs(1);
 
 impl Pool {
     pub fn new(cfg: Keepalive) -> Pool {
@@ -259,6 +267,7 @@ impl Pool {
             cfg,
             targets: HashMap::new(),
             idle: VecDeque::new(),
+            died_young: HashMap::new(),
         }
     }
 
@@ -277,8 +286,11 @@ impl Pool {
     /// (recycled). Without it, as nginx, `keepalive_time` is checked when a
     /// connection goes back to the cache (`put`), not while it is idle: one
     /// that crossed it meanwhile serves once more.
-    fn usable(&self, c: Pooled, now: Instant) -> Option<Pooled> {
+    fn usable(&mut self, c: Pooled, now: Instant) -> Option<Pooled> {
         if !self.fresh(&c, now) {
+            if c.requests == 0 && now.duration_since(c.created) < YOUNG && !c.h1.is_open() {
+                *self.died_young.entry(c.peer.clone()).or_default() += 1;
+            }
             return None;
         }
         if self.cfg.min > 0 && c.too_old(now) {
@@ -384,6 +396,12 @@ impl Pool {
                 self.idle.push_back(c);
             }
         }
+    }
+
+    /// The peers whose connections were found closed unused soon after
+    /// they opened since the last call, and how many.
+    pub fn take_died_young(&mut self) -> HashMap<PeerAddr, usize> {
+        std::mem::take(&mut self.died_young)
     }
 
     /// The keeper's connections per peer; the cache holds them besides
