@@ -27,7 +27,7 @@ plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /
 plan(skip_all => 'no h2load/nghttp (nghttp2-client)')
 	unless `h2load --version 2>/dev/null` =~ /nghttp2/ && `nghttp --version 2>/dev/null` =~ /nghttp2/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(33);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(34);
 my $d = $t->testdir();
 
 openssl_in($d, "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout s.key -out s.crt -days 3 -subj /CN=localhost");
@@ -62,6 +62,7 @@ http {
         location /echo { proxy_pass http://127.0.0.1:%%PORT_8082%%; }
         location /p/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
         location = /limited { keepalive_requests 2; return 200 "l"; }
+        location = /metrics { metrics; }
     }
 
     server {
@@ -157,6 +158,8 @@ like($hdrs, qr/^HTTP\/2 200/, 'and the response sent');
 		ok($t->waitforlog($re), "RST_STREAM $code logged as nginx logs it");
 		$sid += 2;
 	}
+	my ($resets) = (http_get('/metrics') // '') =~ /^sluice_http2_client_resets_total (\d+)$/m;
+	is($resets, 4, 'the four resets counted in the metrics');
 }
 
 # keepalive_requests: GOAWAY after the second stream.

@@ -658,9 +658,13 @@ async fn serve_stream(
 }
 
 /// The client reset a stream before its response was sent: counted (the
-/// rapid-reset check) and logged as nginx logs it.
+/// rapid-reset check, and the workers' count the metrics show) and logged
+/// as nginx logs it.
 fn client_reset(conn: &Conn, id: u32, reason: h2::Reason) {
     conn.resets.fetch_add(1, Ordering::Relaxed);
+    if let Some(c) = conn.shared.stats.as_ref().and_then(|s| s.counters()) {
+        c.h2_client_resets.fetch_add(1, Ordering::Relaxed);
+    }
     crate::log_conn!(Level::Info, conn.info.number, "{}", reset_text(id, reason));
 }
 

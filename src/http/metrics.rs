@@ -306,7 +306,7 @@ fn connections(f: &mut Families, c: &crate::shm::records::StatusCounters) {
     let active = c.active.load(Relaxed);
     let reading = c.reading.load(Relaxed);
     let writing = c.writing.load(Relaxed);
-    let rows: [(&'static str, Kind, &'static str, u64); 9] = [
+    let rows: [(&'static str, Kind, &'static str, u64); 10] = [
         (
             "sluice_connections_accepted_total",
             Counter,
@@ -360,6 +360,12 @@ fn connections(f: &mut Families, c: &crate::shm::records::StatusCounters) {
             Gauge,
             "Stream (TCP) sessions open now.",
             c.stream_active.load(Relaxed),
+        ),
+        (
+            "sluice_http2_client_resets_total",
+            Counter,
+            "HTTP/2 streams the client reset (RST_STREAM) before their response ended.",
+            c.h2_client_resets.load(Relaxed),
         ),
     ];
     for (name, kind, help, v) in rows {

@@ -266,13 +266,15 @@ pub struct StatusCounters {
     /// Stream sessions accepted, and open now.
     pub stream_sessions: AtomicU64,
     pub stream_active: AtomicU64,
+    /// HTTP/2 streams a client reset before their response ended.
+    pub h2_client_resets: AtomicU64,
 }
 
 // SAFETY: repr(C), atomics only.
 #[allow(unsafe_code)]
 unsafe impl Shared for StatusCounters {}
 
-const _: () = assert!(size_of::<StatusCounters>() == 64);
+const _: () = assert!(size_of::<StatusCounters>() == 72);
 
 /// The records of an `ssl_session_cache shared:NAME:SIZE` zone (the logic
 /// is `net::tls_cache`): a header, a table of buckets (`AtomicU32`, the
