@@ -160,17 +160,7 @@ sub body {
 	my ($r) = @_;
 	my ($head, $b) = split /\r\n\r\n/, $r, 2;
 	return '' unless defined $b;
-	if ($head =~ /^Transfer-Encoding: chunked/mi) {
-		my $out = '';
-		while ($b =~ s/^([0-9a-f]+)\r\n//i) {
-			my $n = hex $1;
-			last if $n == 0;
-			$out .= substr($b, 0, $n, '');
-			$b =~ s/^\r\n//;
-		}
-		return $out;
-	}
-	return $b;
+	return $head =~ /^Transfer-Encoding: chunked/mi ? dechunk($b) : $b;
 }
 
 sub gunzipped {

@@ -113,16 +113,3 @@ $bytes = $t->raw_bytes(port(8081));
 my ($last) = $bytes =~ /.*(POST \/up HTTP\/1.1\r\n.*)\z/s;
 like($last // '', qr/^Content-Length: 4\r\n(?:[^\r]*\r\n)*\r\nbody\z/mi, 'read whole: sent with its length');
 unlike($last // '', qr/X-Sum/, 'read whole: no trailer');
-
-# A chunked body's data.
-sub dechunk {
-	my ($b) = @_;
-	my $out = '';
-	while ($b =~ s/^([0-9a-f]+)\r\n//i) {
-		my $n = hex $1;
-		last if $n == 0;
-		$out .= substr($b, 0, $n, '');
-		$b =~ s/^\r\n//;
-	}
-	return $out;
-}

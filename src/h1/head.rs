@@ -1796,29 +1796,17 @@ mod tests {
         fn the_loop_reads_pieces_as_the_whole(
             path in "/[a-z0-9%?=&./-]{0,20}",
             headers in proptest::collection::vec(("[A-Za-z][A-Za-z0-9-]{0,8}", "[ -~]{0,12}"), 0..6),
-            hostile in proptest::collection::vec(
-                (any::<proptest::sample::Index>(),
-                 prop_oneof![Just(0u8), Just(b'\r'), Just(b'\n'), Just(b' '), Just(b':'), Just(b'\t'), Just(0x7f), any::<u8>()]),
-                0..4,
-            ),
+            hostile in crate::h1::splits::hostile(),
             noise in proptest::collection::vec(any::<u8>(), 0..200),
             arbitrary in any::<bool>(),
             cuts in proptest::collection::vec(1usize..40, 1..40),
             tiny in any::<bool>(),
         ) {
+            use crate::h1::splits;
             let wire = if arbitrary {
                 noise
             } else {
-                let mut w = format!("GET {path} HTTP/1.1\r\n").into_bytes();
-                for (n, v) in &headers {
-                    w.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
-                }
-                w.extend_from_slice(b"\r\n");
-                for (at, b) in &hostile {
-                    let i = at.index(w.len() + 1);
-                    w.insert(i, *b);
-                }
-                w
+                splits::head(&format!("GET {path} HTTP/1.1"), &headers, b"", &hostile)
             };
             let limits = if tiny {
                 Limits { first: 16, count: 2, size: 32 }
@@ -1836,18 +1824,7 @@ mod tests {
                 }
             };
             let whole = step(&mut BytesMut::from(&wire[..]));
-            let mut buf = BytesMut::new();
-            let (mut at, mut pieces) = (0, cuts.iter().cycle());
-            let mut got = None;
-            while at < wire.len() {
-                let n = (*pieces.next().unwrap_or(&1)).min(wire.len() - at);
-                buf.extend_from_slice(&wire[at..at + n]);
-                at += n;
-                got = step(&mut buf);
-                if got.is_some() {
-                    break;
-                }
-            }
+            let got = splits::in_pieces(&wire, &cuts, step);
             match (&whole, &got) {
                 (Some(Ok(w)), Some(Ok(g))) => prop_assert_eq!(w, g),
                 (Some(Err(_)), Some(Err(_))) | (None, None) => {}

@@ -8,4 +8,6 @@
 pub mod body;
 pub mod head;
 pub mod pool;
+#[cfg(test)]
+pub(crate) mod splits;
 pub mod write;

@@ -323,6 +323,60 @@ mod tests {
         );
     }
 
+    /// When (since `start`) each connection to a peer came.
+    type Times = Arc<std::sync::Mutex<Vec<Duration>>>;
+
+    /// A peer on `l` that records when each connection came, then drops it
+    /// (`serve` false: a layer-4 proxy with nothing behind it) or serves
+    /// HTTP/2 on it.
+    fn recording_peer(
+        l: tokio::net::TcpListener,
+        start: tokio::time::Instant,
+        serve: bool,
+    ) -> Times {
+        let times = Times::default();
+        let seen = times.clone();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                seen.lock().unwrap().push(start.elapsed());
+                if serve {
+                    tokio::spawn(async move {
+                        let Ok(mut conn) = h2::server::handshake(s).await else {
+                            return;
+                        };
+                        while let Some(Ok(_)) = conn.accept().await {}
+                    });
+                }
+            }
+        });
+        times
+    }
+
+    /// An upstream of the one peer at `addr` with `keepalive_min 3` and
+    /// connections that do not age within a test.
+    fn three_kept(addr: std::net::SocketAddr) -> Arc<UpstreamRt> {
+        let mut u = test_upstream(&[(&addr.to_string(), 1, false)], Balancer::RoundRobin);
+        u.keepalive.min = 3;
+        u.keepalive.max = 8;
+        u.keepalive.time = Duration::from_secs(3600);
+        u.keepalive.timeout = Duration::from_secs(60);
+        u.keepalive.requests = 1000;
+        Arc::new(UpstreamRt::new(Arc::new(u), None))
+    }
+
+    /// The HTTP/2 keeper's opener for `u`'s three connections.
+    fn h2_opener(u: &UpstreamRt) -> Opener {
+        Opener {
+            timeout: Duration::from_secs(2),
+            tls: None,
+            ping: None,
+            keepalive: false,
+            target: 3,
+            keepalive_time: u.cfg.keepalive.clone(),
+            head_max: 4096,
+        }
+    }
+
     /// The HTTP/2 keeper fills a peer's set to `keepalive_min`. Opens that
     /// fail (nothing listens on the peer's port at first) leave the peer
     /// alone for BACK_OFF: the server, up after 300 ms, sees no connection
@@ -335,38 +389,13 @@ mod tests {
             .local_addr()
             .unwrap();
         let start = tokio::time::Instant::now();
-        let accepted = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = accepted.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let l = tokio::net::TcpListener::bind(addr).await.unwrap();
-            while let Ok((s, _)) = l.accept().await {
-                seen.lock().unwrap().push(start.elapsed());
-                tokio::spawn(async move {
-                    let Ok(mut conn) = h2::server::handshake(s).await else {
-                        return;
-                    };
-                    while let Some(Ok(_)) = conn.accept().await {}
-                });
-            }
-        });
-        let mut u = test_upstream(&[(&addr.to_string(), 1, false)], Balancer::RoundRobin);
-        u.keepalive.min = 3;
-        // Connections that do not age within the test.
-        u.keepalive.time = Duration::from_secs(3600);
-        let keepalive_time = u.keepalive.clone();
-        let u = Arc::new(UpstreamRt::new(Arc::new(u), None));
-        let o = Opener {
-            timeout: Duration::from_secs(2),
-            tls: None,
-            ping: None,
-            keepalive: false,
-            target: 3,
-            keepalive_time,
-            head_max: 4096,
-        };
+        let u = three_kept(addr);
+        let o = h2_opener(&u);
         let key = o.key(&PeerAddr::Inet(addr));
         let keeper = tokio::spawn(keep_h2(u.clone(), o, Clock::new()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let l = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let times = recording_peer(l, start, true);
         let mut filled = None;
         while start.elapsed() < Duration::from_secs(5) {
             if u.h2.count(&key).0 == 3 {
@@ -376,7 +405,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         keeper.abort();
-        let times = accepted.lock().unwrap().clone();
+        let times = times.lock().unwrap().clone();
         assert!(filled.is_some(), "the set filled: {times:?}");
         assert_eq!(
             times.len(),
@@ -391,84 +420,38 @@ mod tests {
         );
     }
 
-    /// A peer that takes connections and closes them at once, before any
-    /// SETTINGS (a layer-4 proxy with nothing behind it): each is a failed
-    /// open, so the peer rests for BACK_OFF between rounds instead of
-    /// getting three new connections on every tick.
+    /// A peer that takes connections and closes them at once (a layer-4
+    /// proxy with nothing behind it): the HTTP/2 keeper takes each for a
+    /// failed open (no SETTINGS came), the HTTP/1 keeper finds them closed
+    /// young and unused; either way the peer rests for BACK_OFF between
+    /// rounds instead of getting three new connections on every tick.
     #[tokio::test]
-    async fn h2_sets_back_off_from_a_peer_that_closes_at_once() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let start = tokio::time::Instant::now();
-        let accepted = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((s, _)) = l.accept().await {
-                seen.lock().unwrap().push(start.elapsed());
-                drop(s);
-            }
-        });
-        let mut u = test_upstream(&[(&addr.to_string(), 1, false)], Balancer::RoundRobin);
-        u.keepalive.min = 3;
-        u.keepalive.time = Duration::from_secs(3600);
-        let keepalive_time = u.keepalive.clone();
-        let u = Arc::new(UpstreamRt::new(Arc::new(u), None));
-        let o = Opener {
-            timeout: Duration::from_secs(2),
-            tls: None,
-            ping: None,
-            keepalive: false,
-            target: 3,
-            keepalive_time,
-            head_max: 4096,
-        };
-        let run = tokio::time::timeout(Duration::from_millis(1500), keep_h2(u, o, Clock::new()));
-        assert!(run.await.is_err(), "the keeper runs until stopped");
-        let times = accepted.lock().unwrap().clone();
-        // Three at the start, three once the back-off ended.
-        assert_eq!(times.len(), 6, "{times:?}");
-        assert!(
-            times[3] >= BACK_OFF - Duration::from_millis(50),
-            "{times:?}"
-        );
-    }
-
-    /// An HTTP/1 peer that takes connections and closes them unused at once
-    /// (a layer-4 proxy with nothing behind it): the keeper finds them
-    /// closed young and rests for BACK_OFF, instead of opening three more
-    /// on every tick.
-    #[tokio::test]
-    async fn rests_from_a_peer_that_closes_connections_as_they_open() {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let start = tokio::time::Instant::now();
-        let accepted = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = accepted.clone();
-        tokio::spawn(async move {
-            while let Ok((s, _)) = l.accept().await {
-                seen.lock().unwrap().push(start.elapsed());
-                drop(s);
-            }
-        });
-        let mut u = test_upstream(&[(&addr.to_string(), 1, false)], Balancer::RoundRobin);
-        u.keepalive.min = 3;
-        u.keepalive.max = 8;
-        u.keepalive.time = Duration::from_secs(3600);
-        u.keepalive.timeout = Duration::from_secs(60);
-        u.keepalive.requests = 1000;
-        let u = Arc::new(UpstreamRt::new(Arc::new(u), None));
-        let run = tokio::time::timeout(
-            Duration::from_millis(1500),
-            keep(u, Duration::from_secs(2), Clock::new(), None),
-        );
-        assert!(run.await.is_err(), "the keeper runs until stopped");
-        let times = accepted.lock().unwrap().clone();
-        // Three at the start, the next three once the rest ended (not 45).
-        assert!((3..=9).contains(&times.len()), "{times:?}");
-        assert!(
-            times.iter().skip(3).all(|t| *t >= BACK_OFF),
-            "none between the first round and the back-off's end: {times:?}"
-        );
+    async fn both_keepers_rest_from_a_peer_that_closes_at_once() {
+        for h2 in [true, false] {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let u = three_kept(l.local_addr().unwrap());
+            let start = tokio::time::Instant::now();
+            let times = recording_peer(l, start, false);
+            let stop = Duration::from_millis(1500);
+            let run = if h2 {
+                let o = h2_opener(&u);
+                tokio::time::timeout(stop, keep_h2(u, o, Clock::new())).await
+            } else {
+                let timeout = Duration::from_secs(2);
+                tokio::time::timeout(stop, keep(u, timeout, Clock::new(), None)).await
+            };
+            assert!(run.is_err(), "the keeper runs until stopped");
+            let times = times.lock().unwrap().clone();
+            // Three at the start, three once the back-off ended (not 45).
+            assert!((3..=6).contains(&times.len()), "h2 {h2}: {times:?}");
+            assert!(
+                times
+                    .iter()
+                    .skip(3)
+                    .all(|t| *t >= BACK_OFF - Duration::from_millis(50)),
+                "h2 {h2}: none between the first round and the back-off's end: {times:?}"
+            );
+        }
     }
 
     /// A peer that cannot be connected to is tried on the first tick, then

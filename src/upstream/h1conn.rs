@@ -685,30 +685,24 @@ mod tests {
         fn a_head_in_pieces_reads_as_the_whole(
             headers in proptest::collection::vec(("[A-Za-z][A-Za-z0-9-]{0,8}", "[ -~]{0,12}"), 0..6),
             informational in any::<bool>(),
-            hostile in proptest::collection::vec(
-                (any::<proptest::sample::Index>(),
-                 prop_oneof![Just(0u8), Just(b'\r'), Just(b'\n'), Just(b' '), Just(b':'), Just(0x7f), any::<u8>()]),
-                0..4,
-            ),
+            hostile in crate::h1::splits::hostile(),
             noise in proptest::collection::vec(any::<u8>(), 0..200),
             arbitrary in any::<bool>(),
             cuts in proptest::collection::vec(1usize..40, 1..40),
             tiny in any::<bool>(),
         ) {
+            use crate::h1::splits;
             let wire = if arbitrary {
                 noise
             } else {
-                let mut w = if informational { b"HTTP/1.1 100 Continue\r\n\r\n".to_vec() } else { Vec::new() };
-                w.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
-                for (n, v) in &headers {
-                    w.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
-                }
-                w.extend_from_slice(b"Content-Length: 2\r\n\r\nok");
-                for (at, b) in &hostile {
-                    let i = at.index(w.len() + 1);
-                    w.insert(i, *b);
-                }
-                w
+                let first = if informational {
+                    "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK"
+                } else {
+                    "HTTP/1.1 200 OK"
+                };
+                let mut headers = headers;
+                headers.push(("Content-Length".into(), "2".into()));
+                splits::head(first, &headers, b"ok", &hostile)
             };
             let limit = if tiny { 48 } else { 4096 };
             let shown = |got: Option<Result<ResponseHead, Error>>| {
@@ -722,18 +716,7 @@ mod tests {
                 })
             };
             let whole = shown(head_step(&mut BytesMut::from(&wire[..]), limit));
-            let mut buf = BytesMut::new();
-            let (mut at, mut pieces) = (0, cuts.iter().cycle());
-            let mut got = None;
-            while at < wire.len() {
-                let n = (*pieces.next().unwrap_or(&1)).min(wire.len() - at);
-                buf.extend_from_slice(&wire[at..at + n]);
-                at += n;
-                got = shown(head_step(&mut buf, limit));
-                if got.is_some() {
-                    break;
-                }
-            }
+            let got = splits::in_pieces(&wire, &cuts, |buf| shown(head_step(buf, limit)));
             let refused = |g: &Option<String>| g.as_ref().is_some_and(|g| g.starts_with("error"));
             if !(refused(&whole) && refused(&got)) {
                 prop_assert_eq!(&whole, &got, "{}", wire.escape_ascii());

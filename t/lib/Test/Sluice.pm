@@ -27,7 +27,8 @@ use Socket qw/SOCK_STREAM SOCK_DGRAM/;
 
 use Exporter qw/import/;
 our @EXPORT_OK = qw/http http_get http_start http_end port closed_within
-	backend_addr poll_until keepalive_get pids_answering rss_kb random_chunks/;
+	backend_addr poll_until keepalive_get pids_answering rss_kb random_chunks
+	dechunk/;
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 my $ROOT = abs_path(dirname(__FILE__) . '/../../..');
@@ -466,6 +467,19 @@ sub random_backend {
 	$self->{_backends}{"127.0.0.1:$port"} = $self->{_daemons}[-1];
 	$self->waitforfile($ready) or die "raw backend $port did not start\n";
 	return $self;
+}
+
+# The data of a chunked body (what follows its head), its trailers left out.
+sub dechunk {
+	my ($b) = @_;
+	my $out = '';
+	while ($b =~ s/^([0-9a-f]+)[^\r]*\r\n//i) {
+		my $n = hex $1;
+		last if $n == 0;
+		$out .= substr($b, 0, $n, '');
+		$b =~ s/^\r\n//;
+	}
+	return $out;
 }
 
 # $body cut into chunks of random sizes as chunked coding writes them, the
