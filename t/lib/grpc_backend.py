@@ -17,10 +17,16 @@
 # UNKNOWN, or GARBLED: a truncated message), answers a service not listed
 # with NOT_FOUND as the real health service does, and appends the service
 # asked for to HEALTH_FILE.log. Without it the health service is not there
-# (UNIMPLEMENTED). SIGTERM stops it
+# (UNIMPLEMENTED). With SLUICE_GRPC_HEALTH_LIB=1 in the environment the
+# health service is instead grpcio-health-checking's own HealthServicer
+# (PyPI's package, in scripts/test's venv), its statuses set from
+# HEALTH_FILE every 50 ms (SERVING, NOT_SERVING or UNKNOWN; a service not
+# listed is one the servicer never heard of), and HEALTH_FILE.lib created
+# to say so. SIGTERM stops it
 # gracefully, as a rolling restart does: no new call, GOAWAY on its
 # connections, the calls in flight finish (for at most a second).
 
+import os
 import signal
 import sys
 import time
@@ -108,7 +114,39 @@ def health_check(req, ctx):
 server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
 server.add_generic_rpc_handlers(
     (grpc.method_handlers_generic_handler('test.Echo', handlers),))
-if health:
+def health_from_library():
+    import threading
+    from grpc_health.v1 import health as health_lib
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    servicer = health_lib.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    status = health_pb2.HealthCheckResponse.ServingStatus
+
+    def follow():
+        seen = None
+        while True:
+            try:
+                with open(health) as f:
+                    text = f.read()
+            except OSError:
+                text = ''
+            if text != seen:
+                seen = text
+                for line in text.splitlines():
+                    parts = line.split()
+                    if len(parts) == 2:
+                        service = '' if parts[0] == '-' else parts[0]
+                        servicer.set(service, status.Value(parts[1]))
+            time.sleep(0.05)
+
+    threading.Thread(target=follow, daemon=True).start()
+    # For the tests: the library's servicer answers here.
+    open(health + '.lib', 'w').close()
+
+
+if health and os.environ.get('SLUICE_GRPC_HEALTH_LIB') == '1':
+    health_from_library()
+elif health:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
         'grpc.health.v1.Health',
         {'Check': grpc.unary_unary_rpc_method_handler(health_check)}),))

@@ -17,7 +17,8 @@ use Test::Sluice qw/http port/;
 
 use Exporter qw/import/;
 our @EXPORT_OK = qw/need_nginx_h2 need_grpc nginx_backend nginx_beside nginx_beside_each
-	beside_table nginx_reload grpc_backend grpc_stop grpc_call grpc_frames tcp_established/;
+	beside_table nginx_reload grpc_backend grpc_stop grpc_call grpc_frames tcp_established
+	health_lib_python/;
 
 my $LIB = abs_path(dirname(__FILE__) . '/../..');
 my $NGINX = '/usr/sbin/nginx';
@@ -27,6 +28,15 @@ my $PYTHON = '/usr/bin/python3';
 sub need_nginx_h2 {
 	-x $NGINX && `$NGINX -V 2>&1` =~ /--with-http_v2_module/
 		or plan(skip_all => 'no nginx with http_v2');
+}
+
+# The python of scripts/test's venv (target/grpc-venv) when it has
+# grpcio-health-checking from PyPI, else undef.
+sub health_lib_python {
+	# Not resolved: the venv is found by the link's own place.
+	my $py = "$LIB/../../target/grpc-venv/bin/python3";
+	return -x $py && system("$py -c 'import grpc_health.v1.health' >/dev/null 2>&1") == 0
+		? $py : undef;
 }
 
 # Skips the whole file without grpcio in /usr/bin/python3.
@@ -121,14 +131,17 @@ sub nginx_reload {
 
 # Starts the gRPC backend on 127.0.0.1:$port: mode ok, unavailable or
 # slow; its answers start with NAME. With $health (a file's path) it also
-# serves grpc.health.v1.Health/Check as that file says (grpc_backend.py).
-# Waits until it listens.
+# serves grpc.health.v1.Health/Check as that file says (grpc_backend.py);
+# with python => PATH, on that python with grpcio-health-checking's own
+# servicer (scripts/test's venv). Waits until it listens.
 sub grpc_backend {
-	my ($t, $port, $mode, $name, $health) = @_;
+	my ($t, $port, $mode, $name, $health, %opts) = @_;
 	my $ready = $t->testdir() . "/grpc_$port.ready";
 	unlink $ready;
 	Test::Sluice::_release_ports();
-	$t->run_daemon($PYTHON, "$LIB/grpc_backend.py", $port, $mode, $name, $ready,
+	# The python of scripts/test's venv, with grpcio-health-checking.
+	local $ENV{SLUICE_GRPC_HEALTH_LIB} = $opts{python} ? 1 : 0;
+	$t->run_daemon($opts{python} // $PYTHON, "$LIB/grpc_backend.py", $port, $mode, $name, $ready,
 		defined $health ? ($health) : ());
 	$t->{_backends}{"127.0.0.1:$port"} = $t->{_daemons}[-1];
 	$t->waitforfile($ready) or die "grpc backend $port did not start\n";
