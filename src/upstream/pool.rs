@@ -288,7 +288,13 @@ impl Pool {
     /// that crossed it meanwhile serves once more.
     fn usable(&mut self, c: Pooled, now: Instant) -> Option<Pooled> {
         if !self.fresh(&c, now) {
-            if c.requests == 0 && now.duration_since(c.created) < YOUNG && !c.h1.is_open() {
+            // Counted for the keeper only (`keepalive_min`), which takes
+            // the count every tick: without it nothing would empty it.
+            if self.cfg.min > 0
+                && c.requests == 0
+                && now.duration_since(c.created) < YOUNG
+                && !c.h1.is_open()
+            {
                 *self.died_young.entry(c.peer.clone()).or_default() += 1;
             }
             return None;
