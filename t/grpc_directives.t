@@ -26,7 +26,6 @@ use strict;
 
 use Test::More;
 use Time::HiRes qw/time/;
-use JSON::PP;
 
 BEGIN { use FindBin; chdir($FindBin::Bin); }
 
@@ -272,16 +271,6 @@ $t->run();
 
 my ($pa, $ps, $pr, $pb) = (port(8081), port(8082), port(8098), port(8099));
 
-# The API's peer object for upstream $u at port $p ({} when none).
-sub api_peer {
-	my ($u, $p) = @_;
-	my $r = http_get("/api/9/http/upstreams/$u") // '';
-	my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
-	my $j = eval { decode_json($body // '') } or return {};
-	my ($peer) = grep { $_->{server} eq "127.0.0.1:$p" } @{$j->{peers} // []};
-	return $peer // {};
-}
-
 # The access log's line for the last request to server $host.
 sub last_log {
 	my ($host) = @_;
@@ -397,12 +386,12 @@ is(last_log('unlisted'), "unlisted /test.Echo/Unary 200 127.0.0.1:$p_rx 200",
 
 # The failure counted for the peer that failed, and none for the others.
 
-my $f = api_peer('listed', $p_rx);
+my $f = upstream_peer('listed', $p_rx);
 is(($f->{fails} // 'none') . ' ' . ($f->{unavail} // 'none'), '1 1',
 	'API: the peer that answered grpc-status 8: fails 1, unavail 1');
 is($f->{state}, 'unavail', 'API: that peer is unavail (max_fails=1)');
-is(api_peer('listed', $pa)->{fails}, 0, 'API: the peer that answered: no fail');
-$f = api_peer('unlisted', $p_rx);
+is(upstream_peer('listed', $pa)->{fails}, 0, 'API: the peer that answered: no fail');
+$f = upstream_peer('unlisted', $p_rx);
 is(($f->{fails} // 'none') . ' ' . ($f->{state} // 'none'), '0 up',
 	'API: a status not listed counts no fail');
 
@@ -442,8 +431,8 @@ is_deeply($r->{messages}, ['alpha:n2'], 'next_upstream_timeout 5s: the second pe
 
 my $s1 = grpc_begin('mc1', 'm1');
 my $s2 = grpc_begin('mc2', 'm2');
-ok(poll_until(sub { (api_peer('mc1', $ps)->{active} // 0) == 1
-		&& (api_peer('mc2', $ps)->{active} // 0) == 1 }, 2),
+ok(poll_until(sub { (upstream_peer('mc1', $ps)->{active} // 0) == 1
+		&& (upstream_peer('mc2', $ps)->{active} // 0) == 1 }, 2),
 	'max_conns: one stream active on the slow peer of each');
 
 $start = time();

@@ -18,7 +18,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::Grpc qw/need_grpc grpc_backend grpc_stop grpc_call/;
+use Test::Sluice::Grpc qw/need_grpc grpc_backend grpc_stop grpc_answers/;
 
 need_grpc();
 
@@ -100,47 +100,18 @@ grpc_backend($t, $p3, 'ok', 'svc', "$d/hf_$p3");
 grpc_backend($t, $p6, 'ok', 'nohealth');
 $t->run();
 
-# The API's peer object for upstream $u at port $p.
-sub api_peer {
-	my ($u, $p) = @_;
-	my $r = http_get("/api/9/http/upstreams/$u", PeerAddr => "127.0.0.1:" . port(8089));
-	my ($body) = ($r // '') =~ /\r\n\r\n(.*)$/s;
-	require JSON::PP;
-	my $j = eval { JSON::PP->new->decode($body // '') } or return { state => '' };
-	for my $peer (@{$j->{peers}}) {
-		return $peer if $peer->{server} eq "127.0.0.1:$p";
-	}
-	return { state => '' };
-}
-
-# Polls until the peer is in state $want (up: after a check).
-sub state_is {
-	my ($u, $p, $want) = @_;
-	return poll_until(sub {
-		my $j = api_peer($u, $p);
-		$j->{state} eq $want && ($want ne 'up' || $j->{health_checks}{checks} > 0) }, 6);
-}
-
-# Which backends answer 10 calls through port $port.
-sub answers {
-	my ($port) = @_;
-	my %c;
-	for (1 .. 10) {
-		my $r = grpc_call('/test.Echo/Unary', messages => ['x'], port => $port);
-		my ($who) = ($r->{messages}[0] // 'none:') =~ /^([^:]*):/;
-		$c{$who}++;
-	}
-	return \%c;
-}
+# The peer's state, through the API on port(8089).
+sub state_is { peer_state_is(@_[0 .. 2], port(8089)) }
+sub api_peer { upstream_peer(@_, port(8089)) }
 
 ok(state_is('g', $p1, 'up') && state_is('g', $p2, 'up'), 'SERVING peers pass');
-my $c = answers(port(8080));
+my $c = grpc_answers(port(8080));
 is(($c->{one} // 0) . '/' . ($c->{two} // 0), '5/5', 'both SERVING peers get traffic');
 
 $t->write_file("hf_$p2", "- NOT_SERVING\n");
 ok(state_is('g', $p2, 'unhealthy'), 'NOT_SERVING: unhealthy after fails=2');
 ok(api_peer('g', $p2)->{health_checks}{fails} >= 2, 'two failed checks counted');
-$c = answers(port(8080));
+$c = grpc_answers(port(8080));
 is($c->{one}, 10, 'the NOT_SERVING peer gets no traffic');
 like($t->read_file('error.log'),
 	qr/\[warn\] .*peer is unhealthy while checking response of upstream, health check "" of peer 127\.0\.0\.1:$p2 in upstream "g"/,
@@ -148,7 +119,7 @@ like($t->read_file('error.log'),
 
 $t->write_file("hf_$p2", "- SERVING\n");
 ok(state_is('g', $p2, 'up'), 'SERVING again: healthy after passes=2');
-$c = answers(port(8080));
+$c = grpc_answers(port(8080));
 is(($c->{one} // 0) . '/' . ($c->{two} // 0), '5/5', 'the recovered peer gets traffic again');
 
 # A truncated HealthCheckResponse, then one without its status (UNKNOWN).
@@ -163,7 +134,7 @@ ok(state_is('g', $p2, 'unhealthy'), 'UNKNOWN (no status field) fails the check')
 ok(state_is('s', $p3, 'up'), 'grpc_service=: the named service decides');
 my %asked = map { $_ => 1 } split /\n/, $t->read_file("hf_$p3.log");
 is(join(',', sort keys %asked), 'my.Svc', 'grpc_service= is sent');
-is(answers(port(8085))->{svc}, 10, 'the peer serving the service gets traffic');
+is(grpc_answers(port(8085))->{svc}, 10, 'the peer serving the service gets traffic');
 
 # No health service: UNIMPLEMENTED (12).
 ok(state_is('n', $p6, 'up'), 'grpc_status=12: UNIMPLEMENTED passes');

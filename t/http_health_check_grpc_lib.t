@@ -16,7 +16,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 
 use lib 'lib';
 use Test::Sluice qw/:all/;
-use Test::Sluice::Grpc qw/need_grpc grpc_backend grpc_call health_lib_python/;
+use Test::Sluice::Grpc qw/need_grpc grpc_backend grpc_answers health_lib_python/;
 
 need_grpc();
 my $py = health_lib_python()
@@ -74,31 +74,11 @@ grpc_backend($t, $p1, 'ok', 'one', "$d/hf_$p1", python => $py);
 grpc_backend($t, $p2, 'ok', 'two', "$d/hf_$p2", python => $py);
 $t->run();
 
-# The state of the peer at port $p in upstream $u, once it is $want (up:
-# after a check), polled for 6 s.
-sub state_is {
-	my ($u, $p, $want) = @_;
-	return poll_until(sub {
-		my $r = http_get("/api/9/http/upstreams/$u", PeerAddr => '127.0.0.1:' . port(8089));
-		my ($body) = ($r // '') =~ /\r\n\r\n(.*)$/s;
-		require JSON::PP;
-		my $j = eval { JSON::PP->new->decode($body // '') } or return 0;
-		my ($peer) = grep { $_->{server} eq "127.0.0.1:$p" } @{$j->{peers}};
-		return $peer && $peer->{state} eq $want && ($want ne 'up' || $peer->{health_checks}{checks} > 0);
-	}, 6);
-}
+# The peer's state, through the API on port(8089).
+sub state_is { peer_state_is(@_[0 .. 2], port(8089)) }
 
-# Which backends answer 10 calls through port $port.
-sub answers {
-	my ($port) = @_;
-	my %c;
-	for (1 .. 10) {
-		my $r = grpc_call('/test.Echo/Unary', messages => ['x'], port => $port);
-		my ($who) = ($r->{messages}[0] // 'none:') =~ /^([^:]*):/;
-		$c{$who}++;
-	}
-	return join '/', map { $c{$_} // 0 } qw/one two/;
-}
+# Which of the two backends answered 10 calls through port $port.
+sub answers { my $c = grpc_answers(@_); join '/', map { $c->{$_} // 0 } qw/one two/ }
 
 ok(-e "$d/hf_$p1.lib" && -e "$d/hf_$p2.lib" && !-e "$d/hf_$p2.log",
 	'the backends answer with the library\'s servicer, not the hand-made one');

@@ -28,7 +28,7 @@ use Socket qw/SOCK_STREAM SOCK_DGRAM/;
 use Exporter qw/import/;
 our @EXPORT_OK = qw/http http_get http_start http_end port closed_within
 	backend_addr poll_until keepalive_get pids_answering rss_kb random_chunks
-	dechunk/;
+	dechunk upstream_peer peer_state_is/;
 our %EXPORT_TAGS = (all => \@EXPORT_OK);
 
 my $ROOT = abs_path(dirname(__FILE__) . '/../../..');
@@ -467,6 +467,28 @@ sub random_backend {
 	$self->{_backends}{"127.0.0.1:$port"} = $self->{_daemons}[-1];
 	$self->waitforfile($ready) or die "raw backend $port did not start\n";
 	return $self;
+}
+
+# The API's object for peer 127.0.0.1:$p of HTTP upstream $u, asked on
+# port $api (port(8080) unless given); {} when there is none.
+sub upstream_peer {
+	my ($u, $p, $api) = @_;
+	my $r = http_get("/api/9/http/upstreams/$u", PeerAddr => '127.0.0.1:' . ($api // port(8080))) // '';
+	my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
+	require JSON::PP;
+	my $j = eval { JSON::PP->new->decode($body // '') } or return {};
+	my ($peer) = grep { $_->{server} eq "127.0.0.1:$p" } @{$j->{peers} // []};
+	return $peer // {};
+}
+
+# Polls (6 s) until that peer is in state $want; 'up' only once a health
+# check ran.
+sub peer_state_is {
+	my ($u, $p, $want, $api) = @_;
+	return poll_until(sub {
+		my $j = upstream_peer($u, $p, $api);
+		($j->{state} // '') eq $want && ($want ne 'up' || ($j->{health_checks}{checks} // 0) > 0);
+	}, 6);
 }
 
 # The data of a chunked body (what follows its head), its trailers left out.

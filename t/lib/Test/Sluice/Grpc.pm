@@ -18,7 +18,7 @@ use Test::Sluice qw/http port/;
 use Exporter qw/import/;
 our @EXPORT_OK = qw/need_nginx_h2 need_grpc nginx_backend nginx_beside nginx_beside_each
 	beside_table nginx_reload grpc_backend grpc_stop grpc_call grpc_frames tcp_established
-	health_lib_python/;
+	health_lib_python grpc_answers/;
 
 my $LIB = abs_path(dirname(__FILE__) . '/../..');
 my $NGINX = '/usr/sbin/nginx';
@@ -146,6 +146,19 @@ sub grpc_backend {
 	$t->{_backends}{"127.0.0.1:$port"} = $t->{_daemons}[-1];
 	$t->waitforfile($ready) or die "grpc backend $port did not start\n";
 	return $t;
+}
+
+# Which backends answered 10 unary calls through sluice's $port: their
+# names (each answer starts with NAME:), counted.
+sub grpc_answers {
+	my ($port) = @_;
+	my %c;
+	for (1 .. 10) {
+		my $r = grpc_call('/test.Echo/Unary', messages => ['x'], port => $port);
+		my ($who) = ($r->{messages}[0] // 'none:') =~ /^([^:]*):/;
+		$c{$who}++;
+	}
+	return \%c;
 }
 
 # Stops the gRPC backend on 127.0.0.1:$port gracefully (SIGTERM, by its
