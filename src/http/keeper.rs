@@ -384,7 +384,11 @@ mod tests {
     /// and time: the bounds are the back-off's floor and a generous ceiling.
     #[tokio::test]
     async fn h2_sets_back_off_from_failed_opens_then_fill() {
-        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        // A port on a loopback address of its own: while nothing listens
+        // on it, the port chosen here stays free for the bind below; on
+        // 127.0.0.1 a parallel test's outgoing connection could take it
+        // as its own (local) port meanwhile (AddrInUse, seen in CI).
+        let addr = std::net::TcpListener::bind("127.83.41.7:0")
             .unwrap()
             .local_addr()
             .unwrap();
