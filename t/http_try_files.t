@@ -19,7 +19,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy rewrite/)->plan(24);
+my $t = Test::Sluice->new()->has(qw/http proxy rewrite/)->plan(26);
 my $d = $t->testdir();
 
 $t->write_file_expand('sluice.conf', <<'EOF');
@@ -167,6 +167,13 @@ sub echo_with { my ($port, $header) = @_;
 like(echo_with(port(8083), 'X_Under: 1'), qr/^X_Under: 1\r?$/mi, 'underscores_in_headers on: passed');
 unlike(echo_with(port(8085), 'X_Under: 1'), qr/X_Under/i, 'underscores dropped by default');
 like(echo_with(port(8084), 'X_Under: 1'), qr/^X_Under: 1\r?$/mi, 'ignore_invalid_headers off: passed');
+# A name a header name cannot hold (not a token): dropped by default, as
+# nginx; nginx passes it with ignore_invalid_headers off, sluice refuses
+# it (sluice.conf(5)).
+my $odd = echo_with(port(8085), "Fo\@o: 1\nX-Ok: 2");
+ok($odd =~ /^X-Ok: 2\r?$/mi && $odd !~ /Fo\@o/, 'a name that is not a token dropped by default');
+like(http("GET / HTTP/1.0\nHost: localhost\nFo\@o: 1\n\n", PeerAddr => '127.0.0.1:' . port(8084)),
+	qr!^HTTP/1\.1 400 !, 'ignore_invalid_headers off: a name that is not a token refused');
 
 $t->stop();
 my $log = $t->read_file('error.log');

@@ -138,7 +138,7 @@ impl Decoder {
                     }
                     return Ok(Some(Piece::Data(buf.split().freeze())));
                 }
-                State::Size => match httparse::parse_chunk_size(buf) {
+                State::Size => match chunk_size(buf) {
                     // nginx's bound: the size and the framing after it
                     // must fit in an off_t.
                     Ok(httparse::Status::Complete((_, size))) if size > i64::MAX as u64 - 4 => {
@@ -176,25 +176,23 @@ impl Decoder {
                     return Ok(Some(Piece::Data(data)));
                 }
                 State::DataEnd => {
-                    if buf.len() < 2 {
-                        if eof || (buf.len() == 1 && buf[0] != b'\r') {
-                            return Err(if eof {
-                                BodyError::Truncated
+                    // CRLF, or a bare LF as nginx takes it.
+                    match line_end(buf) {
+                        Some(0) => {
+                            return if eof {
+                                Err(BodyError::Truncated)
                             } else {
-                                BodyError::Invalid
-                            });
+                                Ok(None)
+                            };
                         }
-                        return Ok(None);
+                        Some(n) => buf.advance(n),
+                        None => return Err(BodyError::Invalid),
                     }
-                    if &buf[..2] != b"\r\n" {
-                        return Err(BodyError::Invalid);
-                    }
-                    buf.advance(2);
                     self.state = State::Size;
                 }
                 State::Trailers => {
-                    if buf.starts_with(b"\r\n") {
-                        buf.advance(2);
+                    if let Some(n @ 1..) = line_end(buf) {
+                        buf.advance(n);
                         self.state = State::Done;
                         return Ok(Some(Piece::End));
                     }
@@ -236,6 +234,46 @@ impl Decoder {
                 }
             }
         }
+    }
+}
+
+/// The line end at the start of `buf`: Some(2) for CRLF, Some(1) for a
+/// bare LF (nginx ends chunk lines there too, as RFC 9112 2.2 allows),
+/// Some(0) while it may still be one (nothing yet, or a CR alone); None
+/// when it is none.
+fn line_end(buf: &[u8]) -> Option<usize> {
+    match buf {
+        [b'\r', b'\n', ..] => Some(2),
+        [b'\n', ..] => Some(1),
+        [] | [b'\r'] => Some(0),
+        _ => None,
+    }
+}
+
+/// A chunk-size line, as `httparse::parse_chunk_size` reads it, except
+/// that it starts with a hex digit (httparse reads a line without one,
+/// `\r\n` or `;x\r\n`, as size 0; nginx refuses it) and a bare LF ends it
+/// too (nginx's parser ends the line at its first LF; httparse would read
+/// on through an extension).
+fn chunk_size(buf: &[u8]) -> Result<httparse::Status<(usize, u64)>, httparse::InvalidChunkSize> {
+    if buf.first().is_some_and(|b| !b.is_ascii_hexdigit()) {
+        return Err(httparse::InvalidChunkSize);
+    }
+    match buf.iter().position(|&b| b == b'\n') {
+        Some(lf) if lf == 0 || buf[lf - 1] != b'\r' => {
+            if lf > MAX_SIZE_LINE {
+                return Err(httparse::InvalidChunkSize);
+            }
+            let line = [&buf[..lf], b"\r\n"].concat();
+            match httparse::parse_chunk_size(&line)? {
+                httparse::Status::Complete((_, size)) => {
+                    Ok(httparse::Status::Complete((lf + 1, size)))
+                }
+                // The line is whole: httparse stopped short of its end.
+                httparse::Status::Partial => Err(httparse::InvalidChunkSize),
+            }
+        }
+        _ => httparse::parse_chunk_size(buf),
     }
 }
 
@@ -322,6 +360,46 @@ mod tests {
         assert_eq!(end, Err(BodyError::Truncated));
         let (_, _, end, _) = run(Framing::Chunked, &[b"0\r\n\r\n"], false);
         assert_eq!(end, Ok(true));
+    }
+
+    /// Lines may end in a bare LF, as nginx reads them: the size line (its
+    /// extension ends there too), after the data, the trailers and the
+    /// last line; in any pieces, as with CRLF. A CR not before an LF is
+    /// still refused.
+    #[test]
+    fn chunk_lines_may_end_in_lf() {
+        let body: &[u8] = b"4\nWiki\n5;ext\npedia\r\n0\nX-Sum: 9\n\nNEXT";
+        for cut in 0..=body.len() {
+            for cut2 in cut..=body.len() {
+                let pieces = [&body[..cut], &body[cut..cut2], &body[cut2..]];
+                let (data, t, end, _) = run(Framing::Chunked, &pieces, false);
+                assert_eq!(
+                    (data.as_slice(), t, end),
+                    (&b"Wikipedia"[..], 1, Ok(true)),
+                    "{cut} {cut2}"
+                );
+            }
+        }
+        let (_, _, _, left) = run(Framing::Chunked, &[body], false);
+        assert_eq!(left, 4);
+        // The extension ends at the LF: what follows is data.
+        let (data, _, end, _) = run(Framing::Chunked, &[b"2;a\nbc\r\n0\n\n"], false);
+        assert_eq!((data.as_slice(), end), (&b"bc"[..], Ok(true)));
+        for bad in [
+            &b"4\rx\n"[..],
+            b"4\r\nbody\rX",
+            b"4\r\nbodyX\n",
+            b"\n",
+            b"4 x\n",
+            b"\r\n",
+            b";x\r\n",
+            b" 4\r\n",
+        ] {
+            let (_, _, end, _) = run(Framing::Chunked, &[bad], false);
+            assert_eq!(end, Err(BodyError::Invalid), "{bad:?}");
+        }
+        let (_, _, end, _) = run(Framing::Chunked, &[b"4\nbody\r"], true);
+        assert_eq!(end, Err(BodyError::Truncated));
     }
 
     #[test]

@@ -368,6 +368,7 @@ impl Headers {
     }
 }
 
+/// A token character of RFC 9110 5.6.2 (what httparse takes in a name).
 fn is_token(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
@@ -388,6 +389,10 @@ pub struct RequestHead {
     pub headers: Headers,
     /// Bytes the head took, with its final empty line.
     pub len: usize,
+    /// Header lines left out because their names hold bytes nginx takes
+    /// but a header name cannot (`Fo@o: x`), as sent: the caller logs
+    /// them (`ignore_invalid_headers`) or refuses the request.
+    pub ignored: Vec<Bytes>,
 }
 
 /// A parsed response head.
@@ -842,6 +847,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                     version,
                     headers,
                     len,
+                    ignored: Vec::new(),
                 }));
             }
             Err(httparse::Error::TooManyHeaders) => {
@@ -892,11 +898,15 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                     None => Err(HeadError::line(400, "client sent invalid request")),
                 };
             }
-            Err(
-                httparse::Error::HeaderName
-                | httparse::Error::HeaderValue
-                | httparse::Error::NewLine,
-            ) if in_headers(buf) => return Err(invalid_header(buf)),
+            Err(httparse::Error::HeaderName) if in_headers(buf) => {
+                return match without_odd_names(buf) {
+                    Some(kept) => parse_kept(buf, kept),
+                    None => Err(invalid_header(buf)),
+                };
+            }
+            Err(httparse::Error::HeaderValue | httparse::Error::NewLine) if in_headers(buf) => {
+                return Err(invalid_header(buf));
+            }
             Err(httparse::Error::Token) => {
                 // A target with bytes that are not UTF-8 (httparse reads
                 // the target as text; nginx takes any byte above 0x7F):
@@ -966,6 +976,81 @@ fn parse_encoded(
     match parse_request(&mut fixed)? {
         Some(mut head) => {
             head.len -= grown;
+            let _ = buf.split_to(head.len);
+            Ok(Some(head))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The head's lines so far without those whose names nginx reads but
+/// flags invalid (any byte above a space other than DEL, with one that is
+/// not a token character: `Fo@o`, `X(y)`); they go into `ignored`. None
+/// when there is no such line (the error is another one). A line still
+/// arriving is left out: the head is then incomplete.
+fn without_odd_names(buf: &[u8]) -> Option<Kept> {
+    // httparse skips empty lines before the request line, as nginx does.
+    let start = buf.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let line_end = start + buf[start..].iter().position(|&b| b == b'\n')? + 1;
+    let mut kept = Kept {
+        head: BytesMut::with_capacity(buf.len()),
+        left_out: 0,
+        ignored: Vec::new(),
+    };
+    kept.head.extend_from_slice(&buf[..line_end]);
+    let mut at = line_end;
+    while let Some(n) = buf[at..].iter().position(|&b| b == b'\n') {
+        let whole = &buf[at..at + n + 1];
+        at += n + 1;
+        let line = whole.strip_suffix(b"\n").unwrap_or(whole);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            kept.head.extend_from_slice(whole);
+            return Some(kept).filter(|k| !k.ignored.is_empty());
+        }
+        let name = line
+            .iter()
+            .position(|&b| b == b':')
+            .map_or(&b""[..], |c| &line[..c]);
+        if odd_name(name) {
+            kept.left_out += whole.len();
+            let shown = line.trim_ascii_end();
+            kept.ignored.push(Bytes::copy_from_slice(shown));
+        } else {
+            kept.head.extend_from_slice(whole);
+        }
+    }
+    // The line still arriving, when its name so far is odd: the lines
+    // before it are read without it (the head is not complete).
+    let tail = &buf[at..];
+    let name = &tail[..tail.iter().position(|&b| b == b':').unwrap_or(tail.len())];
+    Some(kept).filter(|k| !k.ignored.is_empty() || odd_name(name))
+}
+
+/// A name nginx reads but flags invalid: no space, control byte or DEL,
+/// and a byte that is not a token character.
+fn odd_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name.iter().all(|&b| b > b' ' && b != 0x7f)
+        && name.iter().any(|&b| !is_token(b))
+}
+
+/// A head's lines with the odd-named ones left out.
+struct Kept {
+    head: BytesMut,
+    /// The bytes of the lines left out.
+    left_out: usize,
+    ignored: Vec<Bytes>,
+}
+
+/// Parses the head from `kept`'s lines and takes the head's bytes as sent
+/// (with the lines left out) from `buf`.
+fn parse_kept(buf: &mut BytesMut, mut kept: Kept) -> Result<Option<RequestHead>, HeadError> {
+    // The kept lines have no odd name: this path is not taken again.
+    match parse_request(&mut kept.head)? {
+        Some(mut head) => {
+            head.len += kept.left_out;
+            head.ignored.append(&mut kept.ignored);
             let _ = buf.split_to(head.len);
             Ok(Some(head))
         }
@@ -1348,6 +1433,52 @@ mod tests {
         }
         many.push_str("\r\n");
         assert_eq!(req(&many).unwrap().unwrap().headers.len(), 300);
+    }
+
+    /// A name with bytes nginx reads but flags invalid (`@`, `(`, `{`,
+    /// obs-text) leaves its line out, the rest of the head read as sent;
+    /// a space, control byte or DEL in a name is still a 400.
+    #[test]
+    fn odd_names_are_left_out_with_their_lines() {
+        let wire =
+            "GET / HTTP/1.1\r\nHost: a\r\nFo@o: x \r\nX(y):z\nX-Ok: y\r\n{\u{e9}}: w\r\n\r\nrest";
+        let mut buf = BytesMut::from(wire.as_bytes());
+        let h = parse_request(&mut buf).unwrap().unwrap();
+        let names: Vec<&[u8]> = h.headers.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, [&b"Host"[..], b"X-Ok"]);
+        let ignored: Vec<&[u8]> = h.ignored.iter().map(|l| &l[..]).collect();
+        assert_eq!(
+            ignored,
+            [&b"Fo@o: x"[..], b"X(y):z", "{\u{e9}}: w".as_bytes()]
+        );
+        assert_eq!(h.len, wire.len() - 4);
+        assert_eq!(&buf[..], b"rest");
+        // Still arriving: nothing taken, whether the odd line is whole yet
+        // or not.
+        for cut in [
+            "GET / HTTP/1.1\r\nFo@",
+            "GET / HTTP/1.1\r\nFo@o: x\r\nHost: a\r\n",
+        ] {
+            let mut buf = BytesMut::from(cut.as_bytes());
+            assert!(parse_request(&mut buf).unwrap().is_none(), "{cut:?}");
+            assert_eq!(buf.len(), cut.len());
+        }
+        for bad in [
+            "GET / HTTP/1.1\r\nFo@o : x\r\n\r\n",
+            "GET / HTTP/1.1\r\nFo@ o: x\r\n\r\n",
+            "GET / HTTP/1.1\r\nFo@\x7fo: x\r\n\r\n",
+            "GET / HTTP/1.1\r\nFo@o: x\r\nBad Name: y\r\n\r\n",
+            "GET / HTTP/1.1\r\nFo@o: x\r\nHost: a\0b\r\n\r\n",
+            "GET / HTTP/1.1\r\nFo@o\r\n\r\n",
+        ] {
+            let e = req(bad).unwrap_err();
+            assert_eq!((e.code, e.in_line), (400, false), "{bad:?}: {e:?}");
+        }
+        // With an odd version and an odd name both.
+        let h = req("GET / HTTP/1.2\r\nFo@o: x\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((h.headers.len(), h.ignored.len()), (1, 1));
     }
 
     #[test]

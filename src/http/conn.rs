@@ -705,18 +705,32 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
     };
     // `ignore_invalid_headers` (on by default): a name with characters
     // nginx does not take (an underscore unless `underscores_in_headers`)
-    // is dropped and logged.
+    // is dropped and logged. Those a header name cannot hold at all
+    // (`Fo@o`) the parser left out already; kept, they would have to pass
+    // on as sent, which sluice does not do: refused then.
+    let number = ctx.info.number;
+    let invalid_line = |line: &[u8]| {
+        crate::log_conn!(
+            Level::Info,
+            number,
+            "client sent invalid header line: \"{}\" while reading client request headers",
+            String::from_utf8_lossy(line)
+        );
+    };
+    if !head.ignored.is_empty() {
+        if !ctx.names.ignore_invalid {
+            let line = String::from_utf8_lossy(&head.ignored[0]);
+            let e = HeadError::header(400, format!("client sent invalid header line: \"{line}\""));
+            refuse(ctx, inb, &e).await;
+            return false;
+        }
+        head.ignored.iter().for_each(|l| invalid_line(l));
+    }
     if head.headers.iter().any(|(n, _)| ctx.names.drops(n)) {
-        let number = ctx.info.number;
-        head.headers.retain(|n, _| {
+        head.headers.retain(|n, v| {
             let bad = ctx.names.drops(n);
             if bad {
-                crate::log_conn!(
-                    Level::Info,
-                    number,
-                    "client sent invalid header line: \"{}\" while reading client request headers",
-                    String::from_utf8_lossy(n)
-                );
+                invalid_line(&[n, b": ", v].concat());
             }
             !bad
         });
