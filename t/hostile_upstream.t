@@ -20,7 +20,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(135);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(140);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -96,6 +96,9 @@ my %script = (
 	'/no-reason' => "HTTP/1.1 200\r\nContent-Length: 4\r\n\r\nnone",
 	'/empty-reason' => "HTTP/1.1 200 \r\nContent-Length: 5\r\n\r\nempty",
 	'/two-spaces' => "HTTP/1.1  200  OK\r\nContent-Length: 3\r\n\r\ntwo",
+	# A header name nginx reads (and passes on) but that is not a token:
+	# sluice leaves the line out (sluice(8)); the response passes.
+	'/odd-name' => "HTTP/1.1 200 OK\r\nX-Odd\@: 1\r\nContent-Length: 3\r\nX-Kept: k\r\n\r\nodd",
 	# Reads the request, then closes without a word.
 	'/drop' => { close => 1 },
 );
@@ -202,7 +205,7 @@ for my $path ('/http10-te', '/bad-status', '/not-http', '/space-colon') {
 # reads them, the body passed, and the next request on the client
 # connection answered.
 for my $prefix ('', '/nobuf') {
-	for my $case (['/no-reason', 'none'], ['/empty-reason', 'empty'], ['/two-spaces', 'two']) {
+	for my $case (['/no-reason', 'none'], ['/empty-reason', 'empty'], ['/two-spaces', 'two'], ['/odd-name', 'odd']) {
 		my ($path, $body) = @$case;
 		my ($first, $extra, $second) = pair("$prefix$path");
 		like($first, qr/^HTTP\/1.1 200 .*\r\n\r\n$body$/s, "$prefix$path: 200 and its body");
@@ -210,6 +213,10 @@ for my $prefix ('', '/nobuf') {
 	}
 }
 unlike($t->read_file('error.log'), qr/panic/, 'status lines: no panic');
+{
+	my ($first) = pair('/odd-name');
+	ok($first =~ /^X-Kept: k\r$/m && $first !~ /X-Odd/, 'a header name that is not a token: its line left out, the others passed');
+}
 
 # A body cut short: never a complete-looking response followed by more on a
 # reused connection.
