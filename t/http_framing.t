@@ -26,7 +26,7 @@ use lib 'lib';
 use Test::Sluice qw/:all/;
 use Test::Sluice::Wire qw/exchange/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy/)->plan(406);
+my $t = Test::Sluice->new()->has(qw/http proxy/)->plan(442);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -239,6 +239,26 @@ served('header name with an underscore',
 # nginx: a line may end in a bare LF.
 served('bare LF line ends', "GET /lf HTTP/1.1\n${H}X-Lf: a\n\n", '');
 
+# nginx: a name alone on its line is a field with an empty value; one it
+# flags invalid is left out.
+served('header line without a colon',
+	"GET /nocolon HTTP/1.1\r\n${H}X-Foo\r\nX\@Bar\r\nX-Ok: y\r\n\r\n", '',
+	forwarded => qr/^X-Foo: ?\r$/m, not_forwarded => qr/X\@Bar/);
+
+# nginx: 400 'client sent invalid request' for an absolute target whose
+# host is not letters, digits, dots and dashes (or an IP literal) or whose
+# port is not digits; 'client sent invalid host header' for a Host with a
+# space or a control character anywhere, its port too. A Host of UTF-8
+# bytes is served.
+refused('absolute target with a port that is not digits',
+	"GET http://localhost:b/x HTTP/1.1\r\n${H}\r\n", 400);
+refused('absolute target with a semicolon in its host',
+	"GET http://local;host/x HTTP/1.1\r\n${H}\r\n", 400);
+served('absolute target with an IP literal and a port',
+	"GET http://[::1]:8080/lit HTTP/1.1\r\n${H}\r\n", '');
+refused('Host with a space in its port', "GET /hsp HTTP/1.1\r\nHost: localhost:1 2\r\n\r\n", 400);
+served('Host of UTF-8 bytes', "GET /utf HTTP/1.1\r\nHost: \xc3\xa9.example\r\n\r\n", '');
+
 ###############################################################################
 # Chunked request bodies.
 
@@ -283,6 +303,15 @@ served('space after the chunk size',
 # nginx: bare LF ends chunk lines too, as it ends header lines.
 served('chunk lines ending in LF',
 	"POST /clf HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n4\nbody\n0\n\n", 'body');
+# nginx: a space or a tab after the size starts an extension too; leading
+# zeros are read while the size fits; trailer lines are skipped, whatever
+# they hold.
+served('chunk extension after a space',
+	"POST /cext HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n5 e\r\nhello\r\n0\r\n\r\n", 'hello');
+served('chunk size with leading zeros',
+	"POST /czero HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n000000000000000005\r\nhello\r\n0\r\n\r\n", 'hello');
+served('trailer lines no field holds',
+	"POST /ctrail HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX y\r\n: z\r\nX-T: \x01\r\n\r\n", 'hello');
 served('chunk lines ending in LF, with an extension and trailers',
 	"POST /clf2 HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n4;a=b\nbody\n1\r\n!\n0\nX-T: t\n\n", 'body!');
 
@@ -461,6 +490,9 @@ for my $c (['HTTP/1.0', "POST /expect HTTP/1.0\r\n${H}Expect: 100-continue\r\n"]
 		send => ["GET /h10ka HTTP/1.0\r\n${H}Connection: keep-alive\r\n\r\n"]);
 	is($r->{responses}[0]{h}{connection}, 'keep-alive', 'HTTP/1.0 keep-alive: Connection: keep-alive');
 	ok(!$r->{closed}, 'HTTP/1.0 keep-alive: connection kept');
+	$r = exchange(port => port(8080),
+		send => ["GET /h10kac HTTP/1.0\r\n${H}Connection: keep-alive, close\r\n\r\n"]);
+	ok($r->{closed}, 'HTTP/1.0 with keep-alive and close: connection closed');
 	$r = exchange(port => port(8080), send => ["GET /h11c HTTP/1.1\r\n${H}Connection: close\r\n\r\n"]);
 	is($r->{responses}[0]{h}{connection}, 'close', 'HTTP/1.1 Connection: close: echoed');
 	ok($r->{closed}, 'HTTP/1.1 Connection: close: connection closed');

@@ -1,5 +1,5 @@
-//! Message bodies as framed on the wire: a length, chunked (sizes read by
-//! `httparse::parse_chunk_size`, trailers by `httparse::parse_headers`), or
+//! Message bodies as framed on the wire: a length, chunked (sizes read as
+//! nginx reads them, trailers by `httparse::parse_headers`), or
 //! until the peer closes. The decoder takes what it can from the
 //! connection's buffer and says when it needs more; data comes out as slices
 //! of that buffer (no copy). The encoder half writes chunk framing.
@@ -204,7 +204,7 @@ impl Decoder {
                         };
                     }
                     let mut slots = [httparse::EMPTY_HEADER; 32];
-                    match httparse::parse_headers(buf, &mut slots) {
+                    let whole = match httparse::parse_headers(buf, &mut slots) {
                         Ok(httparse::Status::Complete((used, parsed))) => {
                             let mut map = HeaderMap::with_capacity(parsed.len());
                             for h in parsed.iter() {
@@ -215,22 +215,28 @@ impl Decoder {
                                     map.append(n, v);
                                 }
                             }
-                            buf.advance(used);
-                            self.state = State::Ending;
-                            return Ok(Some(Piece::Trailers(map)));
+                            Some((used, map))
                         }
-                        Ok(httparse::Status::Partial) => {
-                            if buf.len() > MAX_TRAILERS {
-                                return Err(BodyError::Invalid);
-                            }
-                            return if eof {
-                                Err(BodyError::Truncated)
-                            } else {
-                                Ok(None)
-                            };
-                        }
-                        Err(_) => return Err(BodyError::Invalid),
+                        Ok(httparse::Status::Partial) => None,
+                        // Lines httparse refuses (nginx reads no trailer
+                        // and skips them all), or more than its slots:
+                        // read a line at a time once the section is whole,
+                        // those a field cannot hold left out.
+                        Err(_) => trailer_lines(buf),
+                    };
+                    if let Some((used, map)) = whole {
+                        buf.advance(used);
+                        self.state = State::Ending;
+                        return Ok(Some(Piece::Trailers(map)));
                     }
+                    if buf.len() > MAX_TRAILERS {
+                        return Err(BodyError::Invalid);
+                    }
+                    return if eof {
+                        Err(BodyError::Truncated)
+                    } else {
+                        Ok(None)
+                    };
                 }
             }
         }
@@ -250,30 +256,78 @@ fn line_end(buf: &[u8]) -> Option<usize> {
     }
 }
 
-/// A chunk-size line, as `httparse::parse_chunk_size` reads it, except
-/// that it starts with a hex digit (httparse reads a line without one,
-/// `\r\n` or `;x\r\n`, as size 0; nginx refuses it) and a bare LF ends it
-/// too (nginx's parser ends the line at its first LF; httparse would read
-/// on through an extension).
+/// A chunk-size line as nginx reads it: hex digits (as many as the size
+/// fits in, leading zeros too), then its end (CRLF or a bare LF), or an
+/// extension (from `;`, a space or a tab: any bytes up to the line's end,
+/// where a CR must be followed by LF). Complete((bytes of the line, size)).
 fn chunk_size(buf: &[u8]) -> Result<httparse::Status<(usize, u64)>, httparse::InvalidChunkSize> {
-    if buf.first().is_some_and(|b| !b.is_ascii_hexdigit()) {
-        return Err(httparse::InvalidChunkSize);
+    let mut size: u64 = 0;
+    let mut digits = 0;
+    for &b in buf {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => break,
+        };
+        // nginx's bound, checked before each digit.
+        if size > i64::MAX as u64 / 16 {
+            return Err(httparse::InvalidChunkSize);
+        }
+        size = size * 16 + u64::from(d);
+        digits += 1;
     }
-    match buf.iter().position(|&b| b == b'\n') {
-        Some(lf) if lf == 0 || buf[lf - 1] != b'\r' => {
-            if lf > MAX_SIZE_LINE {
-                return Err(httparse::InvalidChunkSize);
+    if digits == 0 {
+        return if buf.is_empty() {
+            Ok(httparse::Status::Partial)
+        } else {
+            Err(httparse::InvalidChunkSize)
+        };
+    }
+    let rest = &buf[digits..];
+    match rest.first() {
+        None => return Ok(httparse::Status::Partial),
+        Some(b'\r' | b'\n' | b';' | b' ' | b'\t') => {}
+        Some(_) => return Err(httparse::InvalidChunkSize),
+    }
+    for (i, &b) in rest.iter().enumerate() {
+        match b {
+            b'\n' => return Ok(httparse::Status::Complete((digits + i + 1, size))),
+            b'\r' => {
+                return match rest.get(i + 1) {
+                    Some(b'\n') => Ok(httparse::Status::Complete((digits + i + 2, size))),
+                    Some(_) => Err(httparse::InvalidChunkSize),
+                    None => Ok(httparse::Status::Partial),
+                };
             }
-            let line = [&buf[..lf], b"\r\n"].concat();
-            match httparse::parse_chunk_size(&line)? {
-                httparse::Status::Complete((_, size)) => {
-                    Ok(httparse::Status::Complete((lf + 1, size)))
-                }
-                // The line is whole: httparse stopped short of its end.
-                httparse::Status::Partial => Err(httparse::InvalidChunkSize),
+            _ => {}
+        }
+    }
+    Ok(httparse::Status::Partial)
+}
+
+/// A whole trailer section read a line at a time: its length, and the
+/// fields of the lines that hold one (the others left out). None while its
+/// empty line has not come.
+fn trailer_lines(buf: &[u8]) -> Option<(usize, HeaderMap)> {
+    let mut map = HeaderMap::new();
+    let mut at = 0;
+    loop {
+        let n = buf[at..].iter().position(|&b| b == b'\n')?;
+        let line = &buf[at..at + n];
+        at += n + 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            return Some((at, map));
+        }
+        if let Some(c) = line.iter().position(|&b| b == b':') {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(&line[..c]),
+                HeaderValue::from_bytes(line[c + 1..].trim_ascii()),
+            ) {
+                map.append(name, value);
             }
         }
-        _ => httparse::parse_chunk_size(buf),
     }
 }
 
@@ -390,7 +444,8 @@ mod tests {
             b"4\r\nbody\rX",
             b"4\r\nbodyX\n",
             b"\n",
-            b"4 x\n",
+            b"4x\n",
+            b"4 \rx\n",
             b"\r\n",
             b";x\r\n",
             b" 4\r\n",
@@ -400,6 +455,23 @@ mod tests {
         }
         let (_, _, end, _) = run(Framing::Chunked, &[b"4\nbody\r"], true);
         assert_eq!(end, Err(BodyError::Truncated));
+        // Trailer lines a field cannot hold are left out (nginx reads no
+        // trailer), in any pieces; the others pass.
+        let body: &[u8] = b"0\r\nX y\r\nX-Ok: 1\r\n: z\r\n folded\nX-\x01: 2\r\n\r\nNEXT";
+        for cut in 0..=body.len() {
+            let (_, t, end, _) = run(Framing::Chunked, &[&body[..cut], &body[cut..]], false);
+            assert_eq!((t, end), (1, Ok(true)), "{cut}");
+        }
+        // As nginx: a space or tab starts an extension too, and a size may
+        // have more digits than 16 (leading zeros) while it fits.
+        for ok in [
+            &b"4 x\nbody\r\n0\r\n\r\n"[..],
+            b"4\t;a=b\r\nbody\r\n0\r\n\r\n",
+            b"000000000000000000004\r\nbody\r\n0\r\n\r\n",
+        ] {
+            let (data, _, end, _) = run(Framing::Chunked, &[ok], false);
+            assert_eq!((data.as_slice(), end), (&b"body"[..], Ok(true)), "{ok:?}");
+        }
     }
 
     #[test]

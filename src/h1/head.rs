@@ -993,8 +993,10 @@ fn without_odd_names(buf: &[u8]) -> Option<Kept> {
     let start = buf.iter().position(|&b| b != b'\r' && b != b'\n')?;
     let line_end = start + buf[start..].iter().position(|&b| b == b'\n')? + 1;
     let mut kept = Kept {
-        head: BytesMut::with_capacity(buf.len()),
+        head: BytesMut::with_capacity(buf.len() + 8),
         left_out: 0,
+        added: 0,
+        changed: false,
         ignored: Vec::new(),
     };
     kept.head.extend_from_slice(&buf[..line_end]);
@@ -1006,13 +1008,20 @@ fn without_odd_names(buf: &[u8]) -> Option<Kept> {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() {
             kept.head.extend_from_slice(whole);
-            return Some(kept).filter(|k| !k.ignored.is_empty());
+            return Some(kept).filter(|k| k.changed);
         }
-        let name = line
-            .iter()
-            .position(|&b| b == b':')
-            .map_or(&b""[..], |c| &line[..c]);
-        if odd_name(name) {
+        let colon = line.iter().position(|&b| b == b':');
+        let name = colon.map_or(line, |c| &line[..c]);
+        if colon.is_none() && !odd_name(name) && name.iter().all(|&b| is_token(b)) {
+            // A name alone on its line: a field with an empty value, as
+            // nginx reads it.
+            kept.head.extend_from_slice(line);
+            kept.head.extend_from_slice(b":");
+            kept.head.extend_from_slice(&whole[line.len()..]);
+            kept.added += 1;
+            kept.changed = true;
+        } else if odd_name(name) {
+            kept.changed = true;
             kept.left_out += whole.len();
             let shown = line.trim_ascii_end();
             kept.ignored.push(Bytes::copy_from_slice(shown));
@@ -1020,11 +1029,16 @@ fn without_odd_names(buf: &[u8]) -> Option<Kept> {
             kept.head.extend_from_slice(whole);
         }
     }
-    // The line still arriving, when its name so far is odd: the lines
-    // before it are read without it (the head is not complete).
+    // The line still arriving, when it may become one of those (its name
+    // so far odd, or a token with no colon yet): the lines before it are
+    // read without it (the head is not complete).
     let tail = &buf[at..];
-    let name = &tail[..tail.iter().position(|&b| b == b':').unwrap_or(tail.len())];
-    Some(kept).filter(|k| !k.ignored.is_empty() || odd_name(name))
+    let tail = tail.strip_suffix(b"\r").unwrap_or(tail);
+    let colon = tail.iter().position(|&b| b == b':');
+    let name = colon.map_or(tail, |c| &tail[..c]);
+    let pending = odd_name(name)
+        || (colon.is_none() && !name.is_empty() && name.iter().all(|&b| is_token(b)));
+    Some(kept).filter(|k| k.changed || pending)
 }
 
 /// A name nginx reads but flags invalid: no space, control byte or DEL,
@@ -1035,12 +1049,24 @@ fn odd_name(name: &[u8]) -> bool {
         && name.iter().any(|&b| !is_token(b))
 }
 
-/// A head's lines with the odd-named ones left out.
+/// A head's lines with the odd-named ones left out, and names alone on
+/// their lines given a colon.
 struct Kept {
     head: BytesMut,
     /// The bytes of the lines left out.
     left_out: usize,
+    /// The colons added.
+    added: usize,
+    /// Whether a line was left out or given a colon.
+    changed: bool,
     ignored: Vec<Bytes>,
+}
+
+impl Kept {
+    /// The bytes a head parsed from the kept lines took as sent.
+    fn sent_len(&self, parsed: usize) -> usize {
+        parsed + self.left_out - self.added
+    }
 }
 
 /// Parses the head from `kept`'s lines and takes the head's bytes as sent
@@ -1049,7 +1075,7 @@ fn parse_kept(buf: &mut BytesMut, mut kept: Kept) -> Result<Option<RequestHead>,
     // The kept lines have no odd name: this path is not taken again.
     match parse_request(&mut kept.head)? {
         Some(mut head) => {
-            head.len += kept.left_out;
+            head.len = kept.sent_len(head.len);
             head.ignored.append(&mut kept.ignored);
             let _ = buf.split_to(head.len);
             Ok(Some(head))
@@ -1163,7 +1189,7 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                 // again.
                 return match parse_response(&mut kept.head)? {
                     Some(mut head) => {
-                        head.len += kept.left_out;
+                        head.len = kept.sent_len(head.len);
                         let _ = buf.split_to(head.len);
                         Ok(Some(head))
                     }
@@ -1486,11 +1512,26 @@ mod tests {
             "GET / HTTP/1.1\r\nFo@\x7fo: x\r\n\r\n",
             "GET / HTTP/1.1\r\nFo@o: x\r\nBad Name: y\r\n\r\n",
             "GET / HTTP/1.1\r\nFo@o: x\r\nHost: a\0b\r\n\r\n",
-            "GET / HTTP/1.1\r\nFo@o\r\n\r\n",
         ] {
             let e = req(bad).unwrap_err();
             assert_eq!((e.code, e.in_line), (400, false), "{bad:?}: {e:?}");
         }
+        // A name alone on its line: a field with an empty value (nginx);
+        // one nginx flags invalid is left out.
+        let wire = "GET / HTTP/1.1\r\nHost: a\r\nX-Foo\r\nX@Bar\r\nX-Baz\n\r\n";
+        let h = req(wire).unwrap().unwrap();
+        let fields: Vec<(&[u8], &[u8])> =
+            h.headers.iter().map(|(n, v)| (n, v.as_bytes())).collect();
+        assert_eq!(
+            fields,
+            [(&b"Host"[..], &b"a"[..]), (b"X-Foo", b""), (b"X-Baz", b"")]
+        );
+        assert_eq!((h.len, h.ignored.len()), (wire.len(), 1));
+        assert!(req("GET / HTTP/1.1\r\nX-Foo\r\nX-B").unwrap().is_none());
+        let b = b"HTTP/1.1 200 OK\r\nX-Foo\r\nContent-Length: 2\r\n\r\nok";
+        let mut buf = BytesMut::from(&b[..]);
+        let h = parse_response(&mut buf).unwrap().unwrap();
+        assert_eq!((&buf[..], h.len, h.raw.len()), (&b"ok"[..], b.len() - 2, 2));
         // With an odd version and an odd name both.
         let h = req("GET / HTTP/1.2\r\nFo@o: x\r\nHost: a\r\n\r\n")
             .unwrap()

@@ -639,7 +639,9 @@ async fn run_parker(
 /// `close`, HTTP/1.0 only if it said `keep-alive`.
 fn client_keeps_alive(head: &RequestHead) -> bool {
     if head.version == Version::HTTP_10 {
+        // `close` beside `keep-alive` closes, as in nginx.
         head.headers.has_token("connection", b"keep-alive")
+            && !head.headers.has_token("connection", b"close")
     } else {
         !head.headers.has_token("connection", b"close")
     }

@@ -45,13 +45,18 @@ pub(super) struct Incoming {
 /// `Host` field's even when the line names a host (nginx reads both).
 fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
     let field = match req.headers.get(HOST) {
-        Some(h) => Some(host_of(h.to_str().map_err(|_| ())?)?),
+        // Bytes above 0x7F pass, as in nginx, when they are UTF-8.
+        Some(h) => Some(host_of(std::str::from_utf8(h.as_bytes()).map_err(|_| ())?)?),
         None => None,
     };
     let host = match req.uri.authority() {
         // User information in an absolute target ("http://u@host/") is
         // not a host nginx's request line parser reads.
         Some(a) if a.as_str().contains('@') => return Err(()),
+        // HTTP/2's `:authority` is a Host, not a request line's.
+        Some(a) if req.version != http::Version::HTTP_2 && !line_authority(a.as_str()) => {
+            return Err(());
+        }
         Some(a) => host_of(a.host())?,
         None => match field {
             Some(h) => h,
@@ -61,9 +66,51 @@ fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
     Ok(Some(host.to_ascii_lowercase()))
 }
 
+/// Whether an absolute target's authority is one nginx's request line
+/// parser reads: letters, digits, `.` and `-`, or an IP literal in
+/// brackets, then a port of digits only (`http://a:b/` and
+/// `http://examp;e.com/` are refused).
+fn line_authority(a: &str) -> bool {
+    let (host, port) = match a.strip_prefix('[') {
+        Some(rest) => match rest.find(']') {
+            Some(end) => {
+                let literal = &rest[..end];
+                let ok = literal
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b":-._~!$&'()*+,;=".contains(&b));
+                if !ok {
+                    return false;
+                }
+                (&a[..end + 2], &a[end + 2..])
+            }
+            None => return false,
+        },
+        None => {
+            let at = a.find(':').unwrap_or(a.len());
+            let host = &a[..at];
+            if !host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+            {
+                return false;
+            }
+            (host, &a[at..])
+        }
+    };
+    !host.is_empty()
+        && (port.is_empty()
+            || port
+                .strip_prefix(':')
+                .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit())))
+}
+
 /// The host part of a `Host` value (or an authority's host), without port
-/// or final dot; Err where nginx refuses it.
+/// or final dot; Err where nginx refuses it (what nginx refuses anywhere in
+/// the value, the port too: `a:1 2`).
 fn host_of(raw: &str) -> Result<&str, ()> {
+    if refused_in_host(raw.as_bytes()) {
+        return Err(());
+    }
     let host = if raw.starts_with('[') {
         // An unclosed literal is the whole value, as nginx's validation
         // leaves it.
