@@ -26,7 +26,7 @@ use lib 'lib';
 use Test::Sluice qw/:all/;
 use Test::Sluice::Wire qw/exchange/;
 
-my $t = Test::Sluice->new()->has(qw/http proxy/)->plan(442);
+my $t = Test::Sluice->new()->has(qw/http proxy/)->plan(455);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -386,9 +386,11 @@ refused('HTTP/1.1 without Host', "GET /nohost HTTP/1.1\r\n\r\n", 400);
 for my $v ('1.2', '1.9', '1.10') {
 	served("HTTP/$v", "GET /v HTTP/$v\r\n${H}\r\n", '');
 }
-for my $v ('2.0', '3.0') {
+for my $v ('2.0', '3.0', '11', '20') {
 	refused("HTTP/$v request line", "GET /v HTTP/$v\r\n${H}\r\n", 505);
 }
+# nginx: spaces after the version are read.
+served('spaces after the version', "GET /vsp HTTP/1.1  \r\n${H}\r\n", '');
 
 # nginx: 400 'client sent invalid method' / 'invalid request' for garbage, a
 # TLS hello and a version in lower case.

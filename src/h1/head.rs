@@ -634,32 +634,57 @@ fn head_end(buf: &[u8]) -> usize {
     buf.len()
 }
 
-/// nginx's rule for a version it reads as HTTP/1: `HTTP/1.N` for any N.
-/// Err for a version beyond 1 (505) or none at all (400).
-fn version_of(line: &[u8]) -> Result<Option<Version>, HeadError> {
-    let Some(v) = line.rsplit(|&b| b == b' ').next() else {
-        return Ok(None);
-    };
-    let v = v.strip_suffix(b"\r").unwrap_or(v);
+/// Where the request line's version is: the last word, spaces after it
+/// left out (nginx reads spaces there).
+fn version_word(line: &[u8]) -> std::ops::Range<usize> {
+    let v = line.strip_suffix(b"\r").unwrap_or(line);
+    let end = v.len() - v.iter().rev().take_while(|&&b| b == b' ').count();
+    let start = v[..end]
+        .iter()
+        .rposition(|&b| b == b' ')
+        .map_or(0, |i| i + 1);
+    start..end
+}
+
+/// The version of a complete request line, read as nginx reads it:
+/// `HTTP/`, a major version that starts with 1 to 9 (505 as soon as it
+/// passes 1: `HTTP/2.0`, `HTTP/11`), a dot, a minor version (at most three
+/// digits); `HTTP/1.N` is HTTP/1.1 for N > 0.
+fn version_of(line: &[u8]) -> Result<Version, HeadError> {
+    let v = line.strip_suffix(b"\r").unwrap_or(line);
     let bad = || HeadError::line(400, "client sent invalid request");
-    let rest = v.strip_prefix(b"HTTP/").ok_or_else(bad)?;
-    let (major, minor) = match rest.iter().position(|&b| b == b'.') {
-        Some(dot) => (&rest[..dot], &rest[dot + 1..]),
-        None => return Err(bad()),
+    let too_new = || HeadError::line(505, "client sent invalid version");
+    let rest = v[version_word(v)].strip_prefix(b"HTTP/").ok_or_else(bad)?;
+    let mut it = rest.iter();
+    let mut major = match it.next() {
+        Some(&d @ b'1'..=b'9') => u32::from(d - b'0'),
+        _ => return Err(bad()),
     };
-    let digits = |d: &[u8]| !d.is_empty() && d.len() <= 3 && d.iter().all(u8::is_ascii_digit);
-    if !digits(major) || !digits(minor) {
-        return Err(bad());
+    loop {
+        if major > 1 {
+            return Err(too_new());
+        }
+        match it.next() {
+            Some(b'.') => break,
+            Some(&d) if d.is_ascii_digit() => major = major * 10 + u32::from(d - b'0'),
+            _ => return Err(bad()),
+        }
     }
-    match major {
-        b"1" => Ok(Some(if minor == b"0" {
-            Version::HTTP_10
-        } else {
-            Version::HTTP_11
-        })),
-        b"0" => Err(bad()),
-        _ => Err(HeadError::line(505, "client sent invalid version")),
+    let mut minor = match it.next() {
+        Some(&d) if d.is_ascii_digit() => u32::from(d - b'0'),
+        _ => return Err(bad()),
+    };
+    for &d in it {
+        if !d.is_ascii_digit() || minor > 99 {
+            return Err(bad());
+        }
+        minor = minor * 10 + u32::from(d - b'0');
     }
+    Ok(if minor == 0 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    })
 }
 
 /// Where a parsed header's name and value lie in the buffer.
@@ -860,15 +885,18 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                 heap = vec![httparse::EMPTY_HEADER; most];
                 slots = &mut heap;
             }
+            // Spaces after the version, the line not ended yet: read once
+            // it is (httparse stops at the first space).
+            Err(_) if version_pending(buf) => return Ok(None),
             Err(e) if e == httparse::Error::Version || odd_version(buf) => {
                 let Some(line_end) = buf.iter().position(|&b| b == b'\n') else {
                     // The line is not complete: a version is still arriving.
                     return Ok(None);
                 };
                 // Rewritten below only when the version is the odd part
-                // ("HTTP/1.2"): a line whose version is already 1.0 or 1.1
-                // is wrong before it ("GET /a b HTTP/1.1"), and would be
-                // parsed again as it is, for ever.
+                // ("HTTP/1.2", or spaces after it): a line whose version is
+                // already 1.0 or 1.1 is wrong before it ("GET /a b
+                // HTTP/1.1"), and would be parsed again as it is, for ever.
                 if !odd_version(buf) {
                     return Err(HeadError::line(400, "client sent invalid request"));
                 }
@@ -876,26 +904,29 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                 // nginx reads the line from its start: a wrong method or
                 // target is found before the version is.
                 before_version(line)?;
-                return match version_of(line)? {
-                    // HTTP/1.N: read it as HTTP/1.1, as nginx does.
-                    Some(_) => {
-                        let v = line.strip_suffix(b"\r").unwrap_or(line);
-                        let at = v.len() - v.rsplit(|&b| b == b' ').next().map_or(0, <[u8]>::len);
-                        let mut fixed = BytesMut::with_capacity(buf.len());
-                        fixed.extend_from_slice(&buf[..at]);
-                        fixed.extend_from_slice(b"HTTP/1.1");
-                        fixed.extend_from_slice(&buf[v.len()..]);
-                        let shift = v.len() - at - 8;
-                        match parse_request(&mut fixed)? {
-                            Some(mut head) => {
-                                head.len += shift;
-                                let _ = buf.split_to(head.len);
-                                Ok(Some(head))
-                            }
-                            None => Ok(None),
-                        }
+                // Read again with the version as httparse takes it:
+                // HTTP/1.N as HTTP/1.1 (nginx too), spaces after it gone.
+                let version = version_of(line)?;
+                let v = line.strip_suffix(b"\r").unwrap_or(line);
+                let at = version_word(v).start;
+                let Some(shift) = (v.len() - at).checked_sub(8) else {
+                    return Err(HeadError::line(400, "client sent invalid request"));
+                };
+                let mut fixed = BytesMut::with_capacity(buf.len());
+                fixed.extend_from_slice(&buf[..at]);
+                fixed.extend_from_slice(if version == Version::HTTP_10 {
+                    b"HTTP/1.0"
+                } else {
+                    b"HTTP/1.1"
+                });
+                fixed.extend_from_slice(&buf[v.len()..]);
+                return match parse_request(&mut fixed)? {
+                    Some(mut head) => {
+                        head.len += shift;
+                        let _ = buf.split_to(head.len);
+                        Ok(Some(head))
                     }
-                    None => Err(HeadError::line(400, "client sent invalid request")),
+                    None => Ok(None),
                 };
             }
             Err(httparse::Error::HeaderName) if in_headers(buf) => {
@@ -1108,15 +1139,29 @@ fn before_version(line: &[u8]) -> Result<(), HeadError> {
 }
 
 /// The request line is complete and its version is not plainly 1.0 or 1.1
-/// (httparse stops at `HTTP/1.10` with another error).
+/// (httparse stops at `HTTP/1.10` with another error), or has spaces after
+/// it.
 fn odd_version(buf: &[u8]) -> bool {
     let Some(end) = buf.iter().position(|&b| b == b'\n') else {
         return false;
     };
     let line = &buf[..end];
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let v = line.rsplit(|&b| b == b' ').next().unwrap_or(b"");
-    v.starts_with(b"HTTP/") && v != b"HTTP/1.0" && v != b"HTTP/1.1"
+    let at = version_word(line);
+    let spaces_after = at.end < line.len();
+    let v = &line[at];
+    v.starts_with(b"HTTP/") && (spaces_after || (v != b"HTTP/1.0" && v != b"HTTP/1.1"))
+}
+
+/// The request line is still arriving and ends, so far, in a version
+/// with spaces after it.
+fn version_pending(buf: &[u8]) -> bool {
+    if buf.contains(&b'\n') {
+        return false;
+    }
+    let line = buf.strip_suffix(b"\r").unwrap_or(buf);
+    let at = version_word(line);
+    at.end < line.len() && line[at].starts_with(b"HTTP/")
 }
 
 /// Whether the request line is complete (an error is then a header's).
@@ -1432,6 +1477,31 @@ mod tests {
         assert_eq!((h.version, h.len), (Version::HTTP_11, 28));
         assert_eq!(req("GET / HTTP/2.0\r\n\r\n").unwrap_err().code, 505);
         assert_eq!(req("GET  /  HTTP/10.1\r\n\r\n").unwrap_err().code, 505);
+        // As nginx: spaces after the version, a major past 1 without a
+        // dot (505), a minor of zeros (1.0), at most three minor digits.
+        for (line, version) in [
+            ("GET / HTTP/1.1 ", Version::HTTP_11),
+            ("GET / HTTP/1.0   ", Version::HTTP_10),
+            ("GET / HTTP/1.00", Version::HTTP_10),
+            ("GET / HTTP/1.100 ", Version::HTTP_11),
+        ] {
+            let wire = format!("{line}\r\nHost: x\r\n\r\n");
+            let h = req(&wire).unwrap().unwrap();
+            assert_eq!((h.version, h.len), (version, wire.len()), "{line}");
+        }
+        for (line, code) in [
+            ("GET / HTTP/11", 505),
+            ("GET / HTTP/20", 505),
+            ("GET / HTTP/2", 505),
+            ("GET / HTTP/1.1000", 400),
+            ("GET / HTTP/0.9", 400),
+            ("GET / HTTP/1", 400),
+            ("GET / HTTP/1.", 400),
+            ("GET / HTTP/1.1 x", 400),
+        ] {
+            let e = req(&format!("{line}\r\nHost: x\r\n\r\n")).unwrap_err();
+            assert_eq!(e.code, code, "{line}");
+        }
         // What comes before the version is found first, as nginx reads.
         for (line, why) in [
             ("get / HTTP/2.0", "client sent invalid method"),
