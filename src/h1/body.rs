@@ -222,7 +222,7 @@ impl Decoder {
                         // and skips them all), or more than its slots:
                         // read a line at a time once the section is whole,
                         // those a field cannot hold left out.
-                        Err(_) => trailer_lines(buf),
+                        Err(_) => trailer_lines(buf)?,
                     };
                     if let Some((used, map)) = whole {
                         buf.advance(used);
@@ -308,17 +308,30 @@ fn chunk_size(buf: &[u8]) -> Result<httparse::Status<(usize, u64)>, httparse::In
 
 /// A whole trailer section read a line at a time: its length, and the
 /// fields of the lines that hold one (the others left out). None while its
-/// empty line has not come.
-fn trailer_lines(buf: &[u8]) -> Option<(usize, HeaderMap)> {
+/// empty line has not come; Invalid for a CR not before an LF (nginx's
+/// only rule for trailer lines).
+fn trailer_lines(buf: &[u8]) -> Result<Option<(usize, HeaderMap)>, BodyError> {
     let mut map = HeaderMap::new();
     let mut at = 0;
     loop {
-        let n = buf[at..].iter().position(|&b| b == b'\n')?;
+        let Some(n) = buf[at..].iter().position(|&b| b == b'\n') else {
+            // A CR that something other than LF follows, already here.
+            let rest = &buf[at..];
+            let rest = rest.strip_suffix(b"\r").unwrap_or(rest);
+            return if rest.contains(&b'\r') {
+                Err(BodyError::Invalid)
+            } else {
+                Ok(None)
+            };
+        };
         let line = &buf[at..at + n];
         at += n + 1;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.contains(&b'\r') {
+            return Err(BodyError::Invalid);
+        }
         if line.is_empty() {
-            return Some((at, map));
+            return Ok(Some((at, map)));
         }
         if let Some(c) = line.iter().position(|&b| b == b':') {
             if let (Ok(name), Ok(value)) = (
@@ -461,6 +474,17 @@ mod tests {
         for cut in 0..=body.len() {
             let (_, t, end, _) = run(Framing::Chunked, &[&body[..cut], &body[cut..]], false);
             assert_eq!((t, end), (1, Ok(true)), "{cut}");
+        }
+        // But a CR not before an LF is refused there, as nginx does.
+        for bad in [
+            &b"0\r\n\rT: x\r\n\r\n"[..],
+            b"0\r\nT\r: x\r\n\r\n",
+            b"0\r\nX y\r\nT:\r x\r\n\r\n",
+        ] {
+            for cut in 0..=bad.len() {
+                let (_, _, end, _) = run(Framing::Chunked, &[&bad[..cut], &bad[cut..]], false);
+                assert_eq!(end, Err(BodyError::Invalid), "{bad:?} {cut}");
+            }
         }
         // As nginx: a space or tab starts an extension too, and a size may
         // have more digits than 16 (leading zeros) while it fits.

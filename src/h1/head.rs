@@ -634,10 +634,9 @@ fn head_end(buf: &[u8]) -> usize {
     buf.len()
 }
 
-/// Where the request line's version is: the last word, spaces after it
-/// left out (nginx reads spaces there).
-fn version_word(line: &[u8]) -> std::ops::Range<usize> {
-    let v = line.strip_suffix(b"\r").unwrap_or(line);
+/// Where the request line's version is (the line without its CR): the
+/// last word, spaces after it left out (nginx reads spaces there).
+fn version_word(v: &[u8]) -> std::ops::Range<usize> {
     let end = v.len() - v.iter().rev().take_while(|&&b| b == b' ').count();
     let start = v[..end]
         .iter()
@@ -1490,6 +1489,8 @@ mod tests {
             assert_eq!((h.version, h.len), (version, wire.len()), "{line}");
         }
         for (line, code) in [
+            ("GET / HTTP/1.1\r", 400),
+            ("GET / HTTP/1.1 \r", 400),
             ("GET / HTTP/11", 505),
             ("GET / HTTP/20", 505),
             ("GET / HTTP/2", 505),
