@@ -1224,6 +1224,42 @@ pub(crate) fn do_return(ret: &Return, r: &mut Req) -> Result<Reply, CloseConnect
 mod tests {
     use proptest::prelude::*;
 
+    /// An absolute target's authority as nginx's request line parser reads
+    /// it; a Host refused for what its port holds too.
+    #[test]
+    fn authorities_and_hosts_as_nginx() {
+        for ok in [
+            "a",
+            "a.b-c",
+            "a:80",
+            "a:",
+            "[::1]",
+            "[::1]:8080",
+            "[v1.x!$&'()*+,;=]:1",
+        ] {
+            assert!(super::line_authority(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ":80",
+            "a:b",
+            "a:8 0",
+            "examp;e.com",
+            "a_b",
+            "é",
+            "[::1",
+            "[::1]x",
+            "[a b]",
+        ] {
+            assert!(!super::line_authority(bad), "{bad}");
+        }
+        assert_eq!(super::host_of("Example.com:80"), Ok("Example.com"));
+        assert_eq!(super::host_of("\u{e9}.example"), Ok("\u{e9}.example"));
+        for bad in ["a:1 2", "a:1\t", "a:1/2", "a:1..2", "", ".", ":80"] {
+            assert_eq!(super::host_of(bad), Err(()), "{bad:?}");
+        }
+    }
+
     proptest! {
         // The one-pass test says what the separate searches say.
         #[test]
