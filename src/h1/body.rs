@@ -152,16 +152,7 @@ impl Decoder {
                             State::Data(size)
                         };
                     }
-                    Ok(httparse::Status::Partial) => {
-                        if buf.len() > MAX_SIZE_LINE {
-                            return Err(BodyError::Invalid);
-                        }
-                        return if eof {
-                            Err(BodyError::Truncated)
-                        } else {
-                            Ok(None)
-                        };
-                    }
+                    Ok(httparse::Status::Partial) => return more(buf.len(), MAX_SIZE_LINE, eof),
                     Err(_) => return Err(BodyError::Invalid),
                 },
                 State::Data(left) => {
@@ -229,17 +220,22 @@ impl Decoder {
                         self.state = State::Ending;
                         return Ok(Some(Piece::Trailers(map)));
                     }
-                    if buf.len() > MAX_TRAILERS {
-                        return Err(BodyError::Invalid);
-                    }
-                    return if eof {
-                        Err(BodyError::Truncated)
-                    } else {
-                        Ok(None)
-                    };
+                    return more(buf.len(), MAX_TRAILERS, eof);
                 }
             }
         }
+    }
+}
+
+/// A line (or section) not whole yet: Invalid past `most` bytes,
+/// Truncated when no more will come, else wait.
+fn more(len: usize, most: usize, eof: bool) -> Result<Option<Piece>, BodyError> {
+    if len > most {
+        Err(BodyError::Invalid)
+    } else if eof {
+        Err(BodyError::Truncated)
+    } else {
+        Ok(None)
     }
 }
 
