@@ -169,30 +169,21 @@ impl Decoder {
                 State::DataEnd => {
                     // CRLF, or a bare LF as nginx takes it.
                     match line_end(buf) {
-                        Some(0) => {
-                            return if eof {
-                                Err(BodyError::Truncated)
-                            } else {
-                                Ok(None)
-                            };
-                        }
+                        Some(0) => return more(0, 0, eof),
                         Some(n) => buf.advance(n),
                         None => return Err(BodyError::Invalid),
                     }
                     self.state = State::Size;
                 }
                 State::Trailers => {
-                    if let Some(n @ 1..) = line_end(buf) {
-                        buf.advance(n);
-                        self.state = State::Done;
-                        return Ok(Some(Piece::End));
-                    }
-                    if buf.is_empty() || &buf[..] == b"\r" {
-                        return if eof {
-                            Err(BodyError::Truncated)
-                        } else {
-                            Ok(None)
-                        };
+                    match line_end(buf) {
+                        Some(0) => return more(0, 0, eof),
+                        Some(n) => {
+                            buf.advance(n);
+                            self.state = State::Done;
+                            return Ok(Some(Piece::End));
+                        }
+                        None => {}
                     }
                     let mut slots = [httparse::EMPTY_HEADER; 32];
                     let whole = match httparse::parse_headers(buf, &mut slots) {

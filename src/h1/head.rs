@@ -919,14 +919,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                     b"HTTP/1.1"
                 });
                 fixed.extend_from_slice(&buf[v.len()..]);
-                return match parse_request(&mut fixed)? {
-                    Some(mut head) => {
-                        head.len += shift;
-                        let _ = buf.split_to(head.len);
-                        Ok(Some(head))
-                    }
-                    None => Ok(None),
-                };
+                return parse_rewritten(buf, fixed, |len| len + shift);
             }
             Err(httparse::Error::HeaderName) if in_headers(buf) => {
                 return match without_odd_names(buf) {
@@ -1003,14 +996,7 @@ fn parse_encoded(
     fixed.extend_from_slice(&encoded);
     fixed.extend_from_slice(&buf[t.end..]);
     // The encoded target is ASCII: this path is not taken again.
-    match parse_request(&mut fixed)? {
-        Some(mut head) => {
-            head.len -= grown;
-            let _ = buf.split_to(head.len);
-            Ok(Some(head))
-        }
-        None => Ok(None),
-    }
+    parse_rewritten(buf, fixed, |len| len - grown)
 }
 
 /// The head's lines so far without those whose names nginx reads but
@@ -1042,7 +1028,8 @@ fn without_odd_names(buf: &[u8]) -> Option<Kept> {
         }
         let colon = line.iter().position(|&b| b == b':');
         let name = colon.map_or(line, |c| &line[..c]);
-        if colon.is_none() && !odd_name(name) && name.iter().all(|&b| is_token(b)) {
+        let odd = odd_name(name);
+        if colon.is_none() && !odd && name.iter().all(|&b| is_token(b)) {
             // A name alone on its line: a field with an empty value, as
             // nginx reads it.
             kept.head.extend_from_slice(line);
@@ -1050,7 +1037,7 @@ fn without_odd_names(buf: &[u8]) -> Option<Kept> {
             kept.head.extend_from_slice(&whole[line.len()..]);
             kept.added += 1;
             kept.changed = true;
-        } else if odd_name(name) {
+        } else if odd {
             kept.changed = true;
             kept.left_out += whole.len();
             let shown = line.trim_ascii_end();
@@ -1103,10 +1090,25 @@ impl Kept {
 /// (with the lines left out) from `buf`.
 fn parse_kept(buf: &mut BytesMut, mut kept: Kept) -> Result<Option<RequestHead>, HeadError> {
     // The kept lines have no odd name: this path is not taken again.
-    match parse_request(&mut kept.head)? {
+    let head = std::mem::take(&mut kept.head);
+    let parsed = parse_rewritten(buf, head, |len| kept.sent_len(len))?;
+    Ok(parsed.map(|mut head| {
+        head.ignored.append(&mut kept.ignored);
+        head
+    }))
+}
+
+/// Parses the head of `fixed`, a copy of `buf`'s rewritten where httparse
+/// could not read it, and takes the head's bytes as sent from `buf`:
+/// `sent` gives their length from the length read in `fixed`.
+fn parse_rewritten(
+    buf: &mut BytesMut,
+    mut fixed: BytesMut,
+    sent: impl FnOnce(usize) -> usize,
+) -> Result<Option<RequestHead>, HeadError> {
+    match parse_request(&mut fixed)? {
         Some(mut head) => {
-            head.len = kept.sent_len(head.len);
-            head.ignored.append(&mut kept.ignored);
+            head.len = sent(head.len);
             let _ = buf.split_to(head.len);
             Ok(Some(head))
         }

@@ -121,7 +121,8 @@ fn host_of(raw: &str) -> Result<&str, ()> {
     } else {
         raw.split(':').next().unwrap_or("")
     };
-    if host.starts_with('.') || refused_in_host(host.as_bytes()) {
+    // The host is a part of `raw`, checked whole above.
+    if host.starts_with('.') {
         return Err(());
     }
     let host = host.strip_suffix('.').unwrap_or(host);
