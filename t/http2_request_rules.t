@@ -9,6 +9,8 @@
 #     host (nginx 1.22 refuses that too: the man page says why not);
 #   - no :authority and no Host: 400 ("client sent HTTP/1.1 request
 #     without "Host" header", nginx's words for every version above 1.0);
+#   - no :path, with a Host field and no :authority: 400 ("client sent no
+#     :path header"; h2 reads that request as one for "/");
 #   - CONNECT (no :scheme, no :path): 400 ("client sent no :scheme
 #     header"), never passed on as a tunnel request; TRACE: 405;
 #   - connection-specific fields, TE other than "trailers", a field name in
@@ -33,7 +35,7 @@ use Test::Sluice::H2 qw/h2_connect h2_frames h2_data_of h2_status/;
 
 plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /HTTP2/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(44);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(47);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -140,6 +142,15 @@ sub reached {
 	ok($t->waitforlog(qr/client sent HTTP\/1.1 request without "Host" header while reading client request headers/),
 		'neither :authority nor Host: logged as nginx');
 	is(reached('/nohost'), 0, 'neither :authority nor Host: nothing reached the backend');
+
+	# Without :authority, h2 takes a request with no :path (its URI reads
+	# as "/"); nginx refuses it.
+	($a, $body) = exchange(frame(1, 0x5, 1, block([':method', 'GET'], [':scheme', 'http'],
+		['host', 'localhost'])));
+	is($a, 400, 'no :path, Host instead of :authority: 400');
+	ok($t->waitforlog(qr/client sent no :path header while reading client request headers/),
+		'no :path: logged as nginx');
+	is(reached('/'), 0, 'no :path: nothing reached the backend');
 }
 
 # CONNECT and TRACE.

@@ -88,6 +88,12 @@ pub(super) fn h2_pseudo_problem(method: &http::Method, uri: &http::Uri) -> Optio
     None
 }
 
+/// An HTTP/2 request without `:path` (other than CONNECT), as nginx
+/// refuses it.
+pub(super) fn h2_no_path() -> Problem {
+    Problem::header(400, "client sent no :path header")
+}
+
 /// A field's value as a log line shows it.
 fn text(v: Value<'_>) -> String {
     String::from_utf8_lossy(v.as_bytes()).into_owned()

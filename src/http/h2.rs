@@ -603,7 +603,8 @@ async fn serve_stream(
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| crate::h1::body::content_length(v.as_bytes()));
-    let refused = if parts.method == Method::CONNECT {
+    let connect = parts.method == Method::CONNECT;
+    let mut refused = if connect {
         None
     } else {
         super::framing::h2_pseudo_problem(&parts.method, &parts.uri)
@@ -615,7 +616,14 @@ async fn serve_stream(
             path.path_and_query = Some(p);
             http::Uri::from_parts(path).unwrap_or_else(|_| http::Uri::from_static("/"))
         }
-        None => http::Uri::from_static("/"),
+        None => {
+            // No `:path` (h2 refuses that only beside an `:authority`; with
+            // a Host field instead, its URI reads as "/"): 400, as nginx.
+            if !connect && refused.is_none() {
+                refused = Some(super::framing::h2_no_path());
+            }
+            http::Uri::from_static("/")
+        }
     };
     let req = super::pipeline::Incoming {
         method: parts.method,
