@@ -40,38 +40,25 @@ use super::pipeline::handle;
 use super::vars::ConnInfo;
 use super::{Listener, Phase, Shared, case, keeper, response, router, status};
 
-/// Counts a tunnel (an upgraded connection) as active until dropped, so that a
-/// graceful stop waits for it (bounded by `worker_shutdown_timeout`).
-/// A tunnel also keeps its client connection's `worker_connections` slot,
-/// which would otherwise go back when the HTTP connection hands over, and
-/// stays in `stub_status`'s Active and Writing, as nginx's request does
-/// while it proxies an upgraded connection.
-pub(crate) struct Tracked {
-    _guard: crate::net::track::Guard,
-    /// Held for as long as the tunnel lives.
-    _slot: Option<crate::net::slots::Slot>,
-    stats: Option<Arc<crate::net::stats::Stats>>,
-}
+/// Counts a tunnel (an upgraded connection) in `stub_status`'s Writing while
+/// its connection relays it, as nginx's request stays Writing while it
+/// proxies an upgraded connection. (The connection itself stays Active, in
+/// the graceful stop's count and in its `worker_connections` slot, for it
+/// goes on in its own task.)
+struct Tunneling(Option<Arc<crate::net::stats::Stats>>);
 
-impl Tracked {
-    pub(crate) fn new(shared: &Arc<Shared>, conn: &ConnInfo) -> Tracked {
-        let slot = conn.slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+impl Tunneling {
+    fn new(shared: &Shared) -> Tunneling {
         if let Some(c) = shared.stats.as_ref().and_then(|s| s.counters()) {
-            c.active.fetch_add(1, Ordering::Relaxed);
             c.writing.fetch_add(1, Ordering::Relaxed);
         }
-        Tracked {
-            _guard: shared.conns.enter(),
-            _slot: slot,
-            stats: shared.stats.clone(),
-        }
+        Tunneling(shared.stats.clone())
     }
 }
 
-impl Drop for Tracked {
+impl Drop for Tunneling {
     fn drop(&mut self) {
-        if let Some(c) = self.stats.as_ref().and_then(|s| s.counters()) {
-            c.active.fetch_sub(1, Ordering::Relaxed);
+        if let Some(c) = self.0.as_ref().and_then(|s| s.counters()) {
             c.writing.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -749,22 +736,14 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
     // A request whose body could be framed two ways is refused by the
     // pipeline; its body is not read and the connection closes.
     inb.start_body(framing.unwrap_or(Framing::Empty), expect);
-    let (upgrade, upgraded) = if head.headers.contains_key(UPGRADE) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        (
-            Some(OnUpgrade(Arc::new(std::sync::Mutex::new(Some(rx))))),
-            Some(tx),
-        )
-    } else {
-        (None, None)
-    };
+    let upgrade = head.headers.contains_key(UPGRADE).then(OnUpgrade::default);
     let req = super::pipeline::Incoming {
         method: head.method,
         uri: head.uri,
         version: head.version,
         headers: head.headers,
         body: ReqBody::new(inb.clone()),
-        upgrade,
+        upgrade: upgrade.clone(),
         refused: None,
     };
     let flight = InFlight::start(Some(inb), shared.stats.as_ref());
@@ -815,8 +794,12 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
     match sent {
         Sent::Closed => return false,
         Sent::Switched => {
-            if let Some(tx) = upgraded {
-                let _ = tx.send(Upgraded::new(inb.clone()));
+            // The 101 went out: this task relays both ways until either
+            // side closes or stays silent for proxy_read_timeout, and the
+            // connection ends with the tunnel.
+            if let Some(switch) = upgrade.as_ref().and_then(OnUpgrade::take) {
+                let _writing = Tunneling::new(shared);
+                switch.relay(Upgraded::new(inb.clone())).await;
             }
             return false;
         }
@@ -840,17 +823,20 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
     true
 }
 
-/// The client's side of a protocol switch, for the handler that asked: it
-/// comes once the 101 went out.
-#[derive(Clone)]
-pub(crate) struct OnUpgrade(
-    Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Receiver<Upgraded>>>>,
-);
+/// Where the proxy leaves the upstream's side of a protocol switch for the
+/// connection, which relays it once its 101 went out (a request with
+/// `Upgrade` has one). Left unused (the 101 did not go out), the switch
+/// goes with it and releases its peer.
+#[derive(Clone, Default)]
+pub(crate) struct OnUpgrade(Arc<std::sync::Mutex<Option<super::tunnel::Switch>>>);
 
 impl OnUpgrade {
-    pub(crate) async fn get(&self) -> Option<Upgraded> {
-        let rx = self.0.lock().unwrap_or_else(|e| e.into_inner()).take()?;
-        rx.await.ok()
+    pub(crate) fn set(&self, switch: super::tunnel::Switch) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(switch);
+    }
+
+    fn take(&self) -> Option<super::tunnel::Switch> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 

@@ -70,7 +70,7 @@ use crate::upstream::Upstreams;
 use response::Body;
 
 pub use conn::serve;
-pub(crate) use conn::{InFlight, Io, OnUpgrade, Tracked};
+pub(crate) use conn::{InFlight, Io, OnUpgrade};
 pub(crate) use pipeline::do_return;
 
 pub use crate::net::accept::{Listener, Phase};

@@ -467,7 +467,7 @@ pub(crate) async fn run(
             client_upgrade,
             fcgi,
         };
-        return respond(r, pp, answer, shared).await;
+        return respond(r, pp, answer).await;
     }
 }
 
@@ -649,7 +649,7 @@ struct Answer<'a> {
     ups: &'a Arc<UpstreamRt>,
     snap: &'a Arc<crate::upstream::Peers>,
     uri: super::proxy_plan::UpUri,
-    client_upgrade: Option<super::tunnel::ClientUpgrade>,
+    client_upgrade: Option<super::OnUpgrade>,
     /// `sticky`: (the answering peer's id, the session id the request
     /// brought).
     sticky: Option<(String, Option<String>)>,
@@ -662,7 +662,7 @@ struct Answer<'a> {
 /// internal redirect for X-Accel-Redirect, sluice's own page for an
 /// intercepted error, else the response with nginx's header rules and its
 /// body streamed (read ahead first with `proxy_buffering`).
-async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super::Shared>) -> Reply {
+async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>) -> Reply {
     let Answer {
         c,
         head,
@@ -707,7 +707,6 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
     *resp.headers_mut() = headers;
     let (mut parts, ()) = resp.into_parts();
     if status == 101 {
-        let tracked = super::Tracked::new(shared, &r.conn);
         // The tunnel releases the peer.
         c.held.done();
         keep_spelling(&mut parts, reason, names, order);
@@ -718,7 +717,6 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>, shared: &Arc<super:
             client_upgrade,
             snap.clone(),
             c.id,
-            tracked,
         );
     }
     // X-Accel-Redirect: the upstream asks for an internal redirect; an

@@ -1,7 +1,8 @@
 //! Protocol switches (WebSocket and other `Upgrade`s): after a 101 from the
 //! upstream, the upstream connection's socket (and what it sent past the
-//! head) is one end, the client's connection, handed over once the 101
-//! went out, the other; bytes are copied both ways. Called by the proxy handler.
+//! head) is one end, the client's connection the other; bytes are copied
+//! both ways by the client connection's own task once its 101 went out (no
+//! task or channel of its own). Made by the proxy handler.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,29 +15,55 @@ use tokio::io::AsyncWriteExt;
 
 use super::response;
 use super::vars::Req;
-use super::{Io, Reply, Tracked};
+use super::{Io, OnUpgrade, Reply};
 use crate::log::Level;
 use crate::upstream::h1conn::Upgraded;
 use crate::upstream::peers::now_ms;
 use crate::upstream::{Outcome, PeerId, Peers};
 
-/// The client side of a switch: the connection, once the 101 went out.
-pub(crate) type ClientUpgrade = super::OnUpgrade;
+/// The upstream's side of a switch, for the client's connection to relay
+/// once its 101 went out. It holds the peer until dropped.
+pub(crate) struct Switch {
+    upstream: Option<Upgraded>,
+    idle: Duration,
+    peers: Arc<Peers>,
+    id: PeerId,
+    number: u64,
+}
 
-/// A 101 from the upstream: answer 101 to the client and, once it has
-/// switched, copy bytes both ways until either closes or stays silent for
-/// `proxy_read_timeout`. The tunnel counts as an active connection for a
-/// graceful stop.
+impl Switch {
+    /// Copies both ways until either side closes or stays silent for
+    /// `proxy_read_timeout`.
+    pub(crate) async fn relay(mut self, client: impl Io) {
+        if let Some(upstream) = self.upstream.take() {
+            relay(client, upstream, self.idle).await;
+        }
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        if self.upstream.is_some() {
+            crate::log_conn!(
+                Level::Info,
+                self.number,
+                "upgrade failed: the client connection closed"
+            );
+        }
+        self.peers.release(self.id, Outcome::Ok, now_ms());
+    }
+}
+
+/// A 101 from the upstream: answer 101 to the client, and leave the
+/// upstream's side for its connection to relay.
 pub(crate) fn switch_protocols(
     r: &mut Req,
     mut parts: Parts,
     upstream: Upgraded,
-    client_upgrade: Option<ClientUpgrade>,
+    client_upgrade: Option<OnUpgrade>,
     peers: Arc<Peers>,
     id: PeerId,
-    tracked: Tracked,
 ) -> Reply {
-    let idle = r.conf.proxy_read_timeout;
     let Some(client_up) = client_upgrade else {
         crate::log_conn!(
             Level::Error,
@@ -53,19 +80,12 @@ pub(crate) fn switch_protocols(
         header::SERVER,
         response::server_header(r.conf.server_tokens),
     );
-    let number = r.conn.number;
-    tokio::spawn(async move {
-        let _tracked = tracked;
-        let client = match client_up.get().await.ok_or("the client connection closed") {
-            Ok(c) => c,
-            Err(e) => {
-                crate::log_conn!(Level::Info, number, "upgrade failed: {}", e);
-                peers.release(id, Outcome::Ok, now_ms());
-                return;
-            }
-        };
-        relay(client, upstream, idle).await;
-        peers.release(id, Outcome::Ok, now_ms());
+    client_up.set(Switch {
+        upstream: Some(upstream),
+        idle: r.conf.proxy_read_timeout,
+        peers,
+        id,
+        number: r.conn.number,
     });
     Reply::Full(Response::from_parts(parts, response::full(Bytes::new())))
 }
