@@ -275,7 +275,7 @@ async fn accept_loop(l: Listener, shared: Arc<Shared>, phase: watch::Receiver<Ph
             remote,
             local,
             listen_text: listen_text.clone(),
-            slot: std::sync::Mutex::new(Some(permit)),
+            slot: Some(permit),
             tls: Default::default(),
             proxy: None,
             ignore_abort: Default::default(),
@@ -482,7 +482,7 @@ pub(super) async fn serve_conn(
         };
         (served, idle_since) = idle_at;
         // Idle for a while: park it, out of the runtime. A connection whose
-        // read side is still shared (a tunnel's) stays in its task.
+        // read side is still shared stays in its task.
         let Some(parker) = ctx.shared.parker.clone() else {
             may_park = false;
             continue;
@@ -673,23 +673,42 @@ async fn serve_requests(
             }
         }
         served += 1;
-        if !crate::net::boxed::boxed(|| serve_one(ctx, inb, served)).await {
-            return None;
+        match crate::net::boxed::boxed(|| serve_one(ctx, inb, served)).await {
+            Next::Keep => {}
+            Next::Close => return None,
+            Next::Tunnel(switch) => {
+                // Both ways until either side closes or stays silent for
+                // proxy_read_timeout; the connection ends with the tunnel.
+                // In a box of its own once the request's is freed: every
+                // request's box would otherwise make room for it too.
+                let _writing = Tunneling::new(&ctx.shared);
+                crate::net::boxed::boxed(|| switch.relay(Upgraded::new(inb.clone()))).await;
+                return None;
+            }
         }
         idle_since = crate::net::clock::now();
     }
 }
 
+/// What follows a request on its connection.
+enum Next {
+    /// The next request.
+    Keep,
+    Close,
+    /// The 101 went out: the upstream's side of the switch, to relay.
+    Tunnel(super::tunnel::Switch),
+}
+
 /// One request: its head read, handled, answered, and what is left of its
-/// body discarded. False when the connection is to close.
-async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
+/// body discarded.
+async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> Next {
     let shared = &ctx.shared;
     let mut head = match read_head(ctx, inb).await {
         Ok(head) => head,
-        Err(HeadFail::Closed) => return false,
+        Err(HeadFail::Closed) => return Next::Close,
         Err(HeadFail::Refused(e)) => {
             refuse(ctx, inb, &e).await;
-            return false;
+            return Next::Close;
         }
     };
     // `ignore_invalid_headers` (on by default): a name with characters
@@ -711,7 +730,7 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
             let line = String::from_utf8_lossy(&head.ignored[0]);
             let e = HeadError::header(400, format!("client sent invalid header line: \"{line}\""));
             refuse(ctx, inb, &e).await;
-            return false;
+            return Next::Close;
         }
         head.ignored.iter().for_each(|l| invalid_line(l));
     }
@@ -767,17 +786,17 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
             // nginx writes it: a client that shut only its side of the
             // connection reads it. Sent or not, the connection closes.
             if !ctx.info.ignore_abort.load(Ordering::Relaxed) {
-                return false;
+                return Next::Close;
             }
             if let Ok(resp) = handling.await {
                 let v11 = version == Version::HTTP_11;
                 send_response(inb, resp, is_head, v11, false, ctx.info.number, true).await;
             }
-            return false;
+            return Next::Close;
         }
     };
     let Ok(resp) = handled else {
-        return false;
+        return Next::Close;
     };
     let sent = send_response(
         inb,
@@ -792,16 +811,13 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
     )
     .await;
     match sent {
-        Sent::Closed => return false,
+        Sent::Closed => return Next::Close,
         Sent::Switched => {
-            // The 101 went out: this task relays both ways until either
-            // side closes or stays silent for proxy_read_timeout, and the
-            // connection ends with the tunnel.
-            if let Some(switch) = upgrade.as_ref().and_then(OnUpgrade::take) {
-                let _writing = Tunneling::new(shared);
-                switch.relay(Upgraded::new(inb.clone())).await;
-            }
-            return false;
+            // The 101 went out: the connection becomes the tunnel.
+            return upgrade
+                .as_ref()
+                .and_then(OnUpgrade::take)
+                .map_or(Next::Close, Next::Tunnel);
         }
         Sent::Kept => {}
     }
@@ -810,17 +826,17 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> bool {
         // discards it; a client still waiting for "100 Continue" is not
         // asked for it: the connection closes instead.
         if inb.body_unasked() {
-            return false;
+            return Next::Close;
         }
         let discard = std::future::poll_fn(|cx| inb.poll_discard(cx));
         if !matches!(
             crate::net::clock::timeout(ctx.head_limit, discard).await,
             Ok(true)
         ) {
-            return false;
+            return Next::Close;
         }
     }
-    true
+    Next::Keep
 }
 
 /// Where the proxy leaves the upstream's side of a protocol switch for the
@@ -1045,7 +1061,7 @@ enum Sent {
     Kept,
     /// It must close (or failed).
     Closed,
-    /// A 101 went out: the connection is the handler's now.
+    /// A 101 went out: the connection becomes the tunnel.
     Switched,
 }
 

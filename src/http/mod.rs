@@ -112,7 +112,7 @@ pub(crate) struct Shared {
     /// Connection numbers (`*N` in the error log), shared with the
     /// worker's stream proxy so that no two connections share one.
     next_conn: Arc<AtomicU64>,
-    /// Open client connections and tunnels, for a graceful stop.
+    /// Open client connections (tunnels included), for a graceful stop.
     conns: Arc<crate::net::track::Tracker>,
     /// `stub_status` counters, when a location has it.
     stats: Option<Arc<crate::net::stats::Stats>>,

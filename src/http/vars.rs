@@ -21,9 +21,9 @@ pub struct ConnInfo {
     pub local: Option<SocketAddr>,
     /// The listening address text for a unix socket (`unix:/path`).
     pub listen_text: Arc<str>,
-    /// Its `worker_connections` slot, given back when the connection (or a
-    /// tunnel it became) ends.
-    pub slot: std::sync::Mutex<Option<crate::net::slots::Slot>>,
+    /// Its `worker_connections` slot, given back when the connection ends
+    /// (a tunnel it became included).
+    pub slot: Option<crate::net::slots::Slot>,
     /// Whether it speaks TLS.
     pub tls: ConnTls,
     /// What its PROXY protocol header said (`listen ... proxy_protocol`).
@@ -747,7 +747,7 @@ pub(crate) mod tests {
             remote: Some("127.0.0.2:5555".parse().unwrap()),
             local: Some("127.0.0.1:8080".parse().unwrap()),
             listen_text: Arc::from(""),
-            slot: Default::default(),
+            slot: None,
             tls: Default::default(),
             proxy: None,
             ignore_abort: Default::default(),

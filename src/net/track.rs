@@ -1,6 +1,6 @@
 //! The worker's open connections, counted for a graceful stop: each client
-//! connection, stream session and tunnel holds a `Guard` for as long as it
-//! lives (wherever it lives: a task, a parked record), and the drain waits
+//! connection (a tunnel it became included) and stream session holds a
+//! `Guard` for as long as it lives (wherever it lives: a task, a parked record), and the drain waits
 //! until none is left. Shared by the HTTP server and the stream proxy.
 
 use std::sync::Arc;
