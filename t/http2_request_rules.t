@@ -35,7 +35,7 @@ use Test::Sluice::H2 qw/h2_connect h2_frames h2_data_of h2_status/;
 
 plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /HTTP2/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(47);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(49);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -151,6 +151,14 @@ sub reached {
 	ok($t->waitforlog(qr/client sent no :path header while reading client request headers/),
 		'no :path: logged as nginx');
 	is(reached('/'), 0, 'no :path: nothing reached the backend');
+
+	# nginx finds an invalid Host while it reads the fields, a missing
+	# :path only once the head is whole.
+	($a, $body) = exchange(frame(1, 0x5, 1, block([':method', 'GET'], [':scheme', 'http'],
+		['host', 'bad/host'])));
+	is($a, 400, 'no :path and an invalid Host: 400');
+	ok($t->waitforlog(qr/client sent invalid host header while reading client request headers.*host: "bad\/host"/),
+		'no :path and an invalid Host: the host logged, as nginx');
 }
 
 # CONNECT and TRACE.

@@ -363,6 +363,7 @@ pub(super) async fn handle(
         None
     } else {
         bad_pseudo
+            .filter(|p| p.in_line || host_valid)
             .or_else(|| framing::request_problem(r, host_valid).filter(|p| p.in_line || host_valid))
     };
     let reply = if let Some(framing::Problem { code, why, in_line }) = bad {
@@ -382,7 +383,8 @@ pub(super) async fn handle(
         crate::log_conn!(
             Level::Info,
             r.conn.number,
-            "client sent invalid host header while reading client request headers"
+            "client sent invalid host header while reading client request headers{}",
+            r.log_context(None)
         );
         // A 400 ends the connection, as nginx's does.
         closing = true;
