@@ -4,7 +4,8 @@
 # (HTTP/1 still served there), nginx 1.22's `listen ... http2`, ALPN h2 over
 # TLS (and http/1.1 where HTTP/2 is off), $server_protocol, $http2 and the
 # access log, proxy_pass to an HTTP/1 backend, 5 MB both ways, an empty
-# body in one HEADERS frame with END_STREAM (HEAD, 204, empty 200),
+# body in one HEADERS frame with END_STREAM (HEAD, 204, empty 200), an
+# upstream's 204 with a Content-Length (dropped, with its type, as nginx),
 # connection headers dropped, a client reset mid-response, keepalive_requests
 # (GOAWAY), a too-large header field (GOAWAY ENHANCE_YOUR_CALM), and h2load
 # with 100 streams per connection. Needs curl with HTTP/2 and nghttp2's
@@ -27,7 +28,7 @@ plan(skip_all => 'no curl with HTTP/2') unless `curl --version 2>/dev/null` =~ /
 plan(skip_all => 'no h2load/nghttp (nghttp2-client)')
 	unless `h2load --version 2>/dev/null` =~ /nghttp2/ && `nghttp --version 2>/dev/null` =~ /nghttp2/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(34);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(37);
 my $d = $t->testdir();
 
 openssl_in($d, "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout s.key -out s.crt -days 3 -subj /CN=localhost");
@@ -61,6 +62,7 @@ http {
         location = /close { add_header Connection close; return 200 "x"; }
         location /echo { proxy_pass http://127.0.0.1:%%PORT_8082%%; }
         location /p/ { proxy_pass http://127.0.0.1:%%PORT_8082%%/; }
+        location = /nc { proxy_pass http://127.0.0.1:%%PORT_8084%%; }
         location = /limited { keepalive_requests 2; return 200 "l"; }
         location = /metrics { metrics; }
     }
@@ -85,6 +87,9 @@ http {
 EOF
 
 $t->backend(port(8082));
+# An upstream 204 that gives a length and a type.
+$t->raw_backend(port(8084), '/nc' => "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n"
+	. "Content-Type: text/plain\r\nX-A: 1\r\n\r\n");
 $t->run();
 
 my ($p, $p1, $ps, $ps1, $pk) = (port(8080), port(8081), port(8443), port(8444), port(8083));
@@ -132,6 +137,12 @@ sub frames { my $o = `nghttp -nv @_ 2>&1`; return join "\n", $o =~ /recv (HEADER
 is(frames("http://127.0.0.1:$p/empty"), "HEADERS\n0x05", 'empty 200: HEADERS with END_STREAM only');
 is(frames("http://127.0.0.1:$p/none"), "HEADERS\n0x05", '204: HEADERS with END_STREAM only');
 is(frames("-H ':method: HEAD' http://127.0.0.1:$p/big.bin"), "HEADERS\n0x05", 'HEAD: no DATA');
+# An upstream's 204 with Content-Length: 5: h2 would reset a stream ended
+# with a length above 0. The length and the type go, as in nginx.
+my $nc = `curl -s -o /dev/null -D - --max-time 5 --http2-prior-knowledge http://127.0.0.1:$p/nc`;
+like($nc, qr/^HTTP\/2 204/, "an upstream's 204 with a length: answered");
+like($nc, qr/^x-a: 1\r?$/mi, "an upstream's 204: its other fields passed");
+unlike($nc, qr/^content-(length|type):/mi, "an upstream's 204: no length, no type");
 like(frames("http://127.0.0.1:$p/x"), qr/^HEADERS\n0x04\nDATA\n0x01$/, 'a body: HEADERS, then DATA with END_STREAM');
 my $hdrs = `curl -s -o /dev/null -D - --http2-prior-knowledge http://127.0.0.1:$p/close`;
 unlike($hdrs, qr/^connection:/mi, 'Connection dropped from an h2 response');

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use futures_util::future::{CatchUnwind, FutureExt as _};
 use futures_util::stream::{FuturesUnordered, StreamExt as _};
 use futures_util::task::AtomicWaker;
-use http::header::{CONTENT_LENGTH, DATE, HeaderValue, TE};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, DATE, HeaderValue, TE};
 use http::{Method, Response, Version};
 use http_body::{Body as _, Frame, SizeHint};
 use tokio::sync::watch;
@@ -751,6 +751,16 @@ async fn send_response(
     }
     if !date {
         h.insert(DATE, crate::h1::write::date_value());
+    }
+    // A 204 has no content (RFC 9110 8.6: no Content-Length either), and
+    // h2 resets a stream whose HEADERS end it with a length above 0: an
+    // upstream's `Content-Length: 5` on a 204 cost the client its answer.
+    // nginx's HTTP/2 module drops the length and the type of a 204.
+    if code == 204 {
+        if length {
+            h.remove(CONTENT_LENGTH);
+        }
+        h.remove(CONTENT_TYPE);
     }
     if !bodiless && !length {
         if let Some(n) = body.size_hint().exact() {
