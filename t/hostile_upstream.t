@@ -2,12 +2,13 @@
 
 # Hostile input from an upstream: responses framed two ways (Content-Length
 # with Transfer-Encoding, codings other than chunked, duplicate or invalid
-# lengths), bad status lines, truncated bodies, 1xx, an unasked-for 101 and
-# huge heads. Each case checks the status the client gets, that nothing else
-# arrives on its connection and that the next request there gets its own
-# answer, that the upstream connection was not reused after a bad response,
-# the error-log line, and that no worker restarted. With proxy_buffering on
-# and off.
+# lengths), bad status lines (and those nginx reads: no reason, wide spaces,
+# a control byte in the reason, a second status line among the headers),
+# truncated bodies, 1xx, an unasked-for 101 and huge heads. Each case
+# checks the status the client gets, that nothing else arrives on its
+# connection and that the next request there gets its own answer, that the
+# upstream connection was not reused after a bad response, the error-log
+# line, and that no worker restarted. With proxy_buffering on and off.
 
 use warnings;
 use strict;
@@ -20,7 +21,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(140);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(150);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -99,6 +100,10 @@ my %script = (
 	# A header name nginx reads (and passes on) but that is not a token:
 	# sluice leaves the line out (sluice(8)); the response passes.
 	'/odd-name' => "HTTP/1.1 200 OK\r\nX-Odd\@: 1\r\nContent-Length: 3\r\nX-Kept: k\r\n\r\nodd",
+	# A reason with a control byte (nginx takes any byte but CR and LF).
+	'/ctl-reason' => "HTTP/1.1 200 \x01OK\r\nContent-Length: 3\r\n\r\nctl",
+	# IIS's duplicate status line among the headers: nginx skips it.
+	'/iis' => "HTTP/1.1 200 OK\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-Kept: k\r\n\r\niis",
 	# Reads the request, then closes without a word.
 	'/drop' => { close => 1 },
 );
@@ -205,7 +210,8 @@ for my $path ('/http10-te', '/bad-status', '/not-http', '/space-colon') {
 # reads them, the body passed, and the next request on the client
 # connection answered.
 for my $prefix ('', '/nobuf') {
-	for my $case (['/no-reason', 'none'], ['/empty-reason', 'empty'], ['/two-spaces', 'two'], ['/odd-name', 'odd']) {
+	for my $case (['/no-reason', 'none'], ['/empty-reason', 'empty'], ['/two-spaces', 'two'], ['/odd-name', 'odd'],
+			['/iis', 'iis'], ['/ctl-reason', 'ctl']) {
 		my ($path, $body) = @$case;
 		my ($first, $extra, $second) = pair("$prefix$path");
 		like($first, qr/^HTTP\/1.1 200 .*\r\n\r\n$body$/s, "$prefix$path: 200 and its body");
@@ -216,6 +222,10 @@ unlike($t->read_file('error.log'), qr/panic/, 'status lines: no panic');
 {
 	my ($first) = pair('/odd-name');
 	ok($first =~ /^X-Kept: k\r$/m && $first !~ /X-Odd/, 'a header name that is not a token: its line left out, the others passed');
+	($first) = pair('/ctl-reason');
+	like($first, qr/^HTTP\/1.1 200 OK\r\n/, "a reason with a control byte: the code's own reason passed");
+	($first) = pair('/iis');
+	ok($first =~ /^X-Kept: k\r$/m && $first !~ /\r\nHTTP\/1.1 200 OK\r\n/, "a second status line among the headers: left out, as nginx");
 }
 
 # A body cut short: never a complete-looking response followed by more on a

@@ -922,7 +922,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                 return parse_rewritten(buf, fixed, |len| len + shift);
             }
             Err(httparse::Error::HeaderName) if in_headers(buf) => {
-                return match without_odd_names(buf) {
+                return match without_odd_names(buf, false) {
                     Some(kept) => parse_kept(buf, kept),
                     None => Err(invalid_header(buf)),
                 };
@@ -1001,10 +1001,12 @@ fn parse_encoded(
 
 /// The head's lines so far without those whose names nginx reads but
 /// flags invalid (any byte above a space other than DEL, with one that is
-/// not a token character: `Fo@o`, `X(y)`); they go into `ignored`. None
-/// when there is no such line (the error is another one). A line still
+/// not a token character: `Fo@o`, `X(y)`); they go into `ignored`. In a
+/// `response`, also without a line that starts with `HTTP/`, which nginx
+/// skips ("IIS may send the duplicate HTTP/1.1 ... lines"). None when
+/// there is no such line (the error is another one). A line still
 /// arriving is left out: the head is then incomplete.
-fn without_odd_names(buf: &[u8]) -> Option<Kept> {
+fn without_odd_names(buf: &[u8], response: bool) -> Option<Kept> {
     // httparse skips empty lines before the request line, as nginx does.
     let start = buf.iter().position(|&b| b != b'\r' && b != b'\n')?;
     let line_end = start + buf[start..].iter().position(|&b| b == b'\n')? + 1;
@@ -1025,6 +1027,11 @@ fn without_odd_names(buf: &[u8]) -> Option<Kept> {
         if line.is_empty() {
             kept.head.extend_from_slice(whole);
             return Some(kept).filter(|k| k.changed);
+        }
+        if response && line.starts_with(b"HTTP/") {
+            kept.changed = true;
+            kept.left_out += whole.len();
+            continue;
         }
         let colon = line.iter().position(|&b| b == b':');
         let name = colon.map_or(line, |c| &line[..c]);
@@ -1054,7 +1061,8 @@ fn without_odd_names(buf: &[u8]) -> Option<Kept> {
     let colon = tail.iter().position(|&b| b == b':');
     let name = colon.map_or(tail, |c| &tail[..c]);
     let pending = odd_name(name)
-        || (colon.is_none() && !name.is_empty() && name.iter().all(|&b| is_token(b)));
+        || (colon.is_none() && !name.is_empty() && name.iter().all(|&b| is_token(b)))
+        || (response && tail.starts_with(b"HTTP/"));
     Some(kept).filter(|k| k.changed || pending)
 }
 
@@ -1222,13 +1230,36 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                 heap = vec![httparse::EMPTY_HEADER; most];
                 slots = &mut heap;
             }
-            Err(httparse::Error::Status | httparse::Error::Version) => {
+            Err(httparse::Error::Status) => {
+                // A reason with control bytes, which nginx takes (any byte
+                // but CR and LF): read with the code's own reason.
+                return match odd_reason(buf) {
+                    OddReason::Wait => Ok(None),
+                    OddReason::Invalid => Err("upstream sent no valid HTTP/1.0 header".into()),
+                    OddReason::Fixed { line, sent } => {
+                        let new = line.len();
+                        let mut fixed = BytesMut::from(&line[..]);
+                        fixed.extend_from_slice(&buf[sent..]);
+                        // The line has no odd byte now: this path is not
+                        // taken again.
+                        match parse_response(&mut fixed)? {
+                            Some(mut head) => {
+                                head.len = head.len - new + sent;
+                                let _ = buf.split_to(head.len);
+                                Ok(Some(head))
+                            }
+                            None => Ok(None),
+                        }
+                    }
+                };
+            }
+            Err(httparse::Error::Version) => {
                 return Err("upstream sent no valid HTTP/1.0 header".into());
             }
             // A name nginx reads (and passes on) but a header name cannot
             // hold: the line is left out, the response goes on.
             Err(httparse::Error::HeaderName) => {
-                let Some(mut kept) = without_odd_names(buf) else {
+                let Some(mut kept) = without_odd_names(buf, true) else {
                     return Err("upstream sent invalid header".into());
                 };
                 // The kept lines have no odd name: this path is not taken
@@ -1243,6 +1274,62 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                 };
             }
             Err(_) => return Err("upstream sent invalid header".into()),
+        }
+    }
+}
+
+/// What [`odd_reason`] makes of a status line httparse refused.
+enum OddReason {
+    /// The line is not whole yet, and may become one with an odd reason.
+    Wait,
+    Invalid,
+    /// The line as `HTTP/1.x CODE REASON`, the code's own reason in place
+    /// of the odd one, and the length of the line as sent.
+    Fixed {
+        line: Vec<u8>,
+        sent: usize,
+    },
+}
+
+/// A status line whose reason phrase holds control bytes, which nginx reads
+/// (its reason takes any byte but CR and LF, and a CR only before the LF):
+/// `HTTP/1.0` or `HTTP/1.1`, spaces, three digits, a space, the reason.
+/// Other faults stay invalid.
+fn odd_reason(buf: &[u8]) -> OddReason {
+    let end = buf.iter().position(|&b| b == b'\n');
+    // Whole or not yet: a CR last may be the line's end arriving.
+    let line = &buf[..end.unwrap_or(buf.len())];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let Some(rest) = line
+        .strip_prefix(b"HTTP/1.1")
+        .or_else(|| line.strip_prefix(b"HTTP/1.0"))
+    else {
+        return OddReason::Invalid;
+    };
+    let spaces = rest.iter().take_while(|&&b| b == b' ').count();
+    let rest = &rest[spaces..];
+    let whole = spaces > 0
+        && rest.len() > 4
+        && rest[..3].iter().all(u8::is_ascii_digit)
+        && rest[3] == b' '
+        && !rest.contains(&b'\r');
+    match end {
+        _ if !whole => OddReason::Invalid,
+        None => OddReason::Wait,
+        Some(e) => {
+            let code = StatusCode::from_bytes(&rest[..3]).ok();
+            let reason = code.and_then(|c| c.canonical_reason()).unwrap_or("");
+            let mut fixed = Vec::with_capacity(line.len() + 16);
+            fixed.extend_from_slice(&line[..8]);
+            fixed.push(b' ');
+            fixed.extend_from_slice(&rest[..3]);
+            fixed.push(b' ');
+            fixed.extend_from_slice(reason.as_bytes());
+            fixed.extend_from_slice(b"\r\n");
+            OddReason::Fixed {
+                line: fixed,
+                sent: e + 1,
+            }
         }
     }
 }
@@ -1549,6 +1636,76 @@ mod tests {
         }
         many.push_str("\r\n");
         assert_eq!(req(&many).unwrap().unwrap().headers.len(), 300);
+    }
+
+    /// A reason phrase with control bytes (nginx takes any byte but CR and
+    /// LF there) is read, with the code's own reason in its place; other
+    /// faults of the line stay invalid.
+    #[test]
+    fn odd_reasons_are_read_with_the_codes_own() {
+        for (wire, reason) in [
+            (
+                &b"HTTP/1.1 200 \x00OK\r\nContent-Length: 2\r\n\r\nokrest"[..],
+                "OK",
+            ),
+            (b"HTTP/1.0  204 N\x0b Content\nX-A: 1\n\nrest", "No Content"),
+            (
+                b"HTTP/1.1 299 a\x7fb\r\nContent-Length: 2\r\n\r\nokrest",
+                "",
+            ),
+        ] {
+            let mut buf = BytesMut::from(wire);
+            let h = resp_in(&mut buf).unwrap_or_else(|e| panic!("{wire:?}: {e}"));
+            assert_eq!(&h.reason[..], reason.as_bytes(), "{wire:?}");
+            assert_eq!(h.len, wire.len() - buf.len(), "{wire:?}");
+            assert!(buf.ends_with(b"rest"), "{wire:?}");
+            assert!(buf.len() <= 6, "{wire:?}");
+        }
+        // Still arriving: nothing taken.
+        for cut in [&b"HTTP/1.1 200 \x01O"[..], b"HTTP/1.1 200 \x01OK\r"] {
+            let mut buf = BytesMut::from(cut);
+            assert!(parse_response(&mut buf).unwrap().is_none(), "{cut:?}");
+            assert_eq!(buf.len(), cut.len());
+        }
+        for bad in [
+            &b"HTTP/1.1 200 O\rK\r\n\r\n"[..],
+            b"HTTP/1.1 2x0 \x01\r\n\r\n",
+            b"HTTP/1.1 099 \x01\r\n\r\n",
+            b"HTTP/1.2 200 \x01\r\n\r\n",
+            b"HTTP/1.1\t200 \x01\r\n\r\n",
+        ] {
+            assert!(parse_response(&mut BytesMut::from(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    fn resp_in(buf: &mut BytesMut) -> Result<ResponseHead, String> {
+        parse_response(buf)?.ok_or_else(|| "incomplete".to_string())
+    }
+
+    /// A response line that starts with `HTTP/` after the status line
+    /// (IIS's duplicate status line) is left out, as nginx skips it; in a
+    /// request it is a bad header name still.
+    #[test]
+    fn duplicate_status_lines_in_responses_are_skipped() {
+        let wire =
+            "HTTP/1.1 200 OK\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: 1\r\n\r\nokrest";
+        let mut buf = BytesMut::from(wire.as_bytes());
+        let h = parse_response(&mut buf).unwrap().unwrap();
+        assert_eq!(h.status, StatusCode::OK);
+        let names: Vec<&[u8]> = h.raw.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, [&b"Content-Length"[..], b"X-A"]);
+        assert_eq!(h.len, wire.len() - 6);
+        assert_eq!(&buf[..], b"okrest");
+        // Still arriving: nothing taken.
+        for cut in [
+            "HTTP/1.1 200 OK\r\nHTTP/1.",
+            "HTTP/1.1 200 OK\r\nHTTP/1.1 200 OK\r\nX-A: 1\r\n",
+        ] {
+            let mut buf = BytesMut::from(cut.as_bytes());
+            assert!(parse_response(&mut buf).unwrap().is_none(), "{cut:?}");
+            assert_eq!(buf.len(), cut.len());
+        }
+        assert!(req("GET / HTTP/1.1\r\nHost: a\r\nHTTP/1.1 200 OK\r\n\r\n").is_err());
     }
 
     /// A name with bytes nginx reads but flags invalid (`@`, `(`, `{`,
