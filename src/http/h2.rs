@@ -752,10 +752,11 @@ async fn send_response(
     if !date {
         h.insert(DATE, crate::h1::write::date_value());
     }
-    // A 204 has no content (RFC 9110 8.6: no Content-Length either), and
-    // h2 resets a stream whose HEADERS end it with a length above 0: an
-    // upstream's `Content-Length: 5` on a 204 cost the client its answer.
-    // nginx's HTTP/2 module drops the length and the type of a 204.
+    // A 204 has no content (RFC 9110 8.6: no Content-Length either). An
+    // upstream's `Content-Length: 5` on one went out with END_STREAM and
+    // no DATA, which a strict client refuses as malformed (RFC 9113 8.1.1;
+    // curl: "stream 1 was not closed cleanly: PROTOCOL_ERROR"). nginx's
+    // HTTP/2 module drops the length and the type of a 204.
     if code == 204 {
         if length {
             h.remove(CONTENT_LENGTH);
