@@ -935,7 +935,7 @@ async fn read_head_inner(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, He
             Ok(None) => {}
         }
         let fill = std::future::poll_fn(|cx| inb.poll_fill(cx, 1024));
-        match tokio::time::timeout_at(deadline, fill).await {
+        match crate::net::clock::timeout_at(deadline, fill).await {
             Err(_) => {
                 crate::log_conn!(
                     Level::Info,

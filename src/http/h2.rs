@@ -75,7 +75,7 @@ pub(super) async fn sniff_preface(
             return p;
         }
         let fill = std::future::poll_fn(|cx| inb.poll_fill(cx, 64));
-        match tokio::time::timeout_at(deadline, fill).await {
+        match crate::net::clock::timeout_at(deadline, fill).await {
             Ok(Ok(n)) if n > 0 => {}
             _ => return Preface::Closed,
         }

@@ -81,9 +81,90 @@ pub fn sleep(d: Duration) -> tokio::time::Sleep {
     tokio::time::sleep_until(deadline(d))
 }
 
-/// `tokio::time::timeout(d, fut)` with its deadline from [`now`].
-pub fn timeout<F: IntoFuture>(d: Duration, fut: F) -> tokio::time::Timeout<F::IntoFuture> {
-    tokio::time::timeout_at(deadline(d), fut)
+/// `tokio::time::timeout(d, fut)` with its deadline from [`now`], and its
+/// timer made only if `fut` is not ready at once (see [`Timeout`]).
+pub fn timeout<F: IntoFuture>(d: Duration, fut: F) -> Timeout<F::IntoFuture> {
+    Timeout {
+        fut: fut.into_future(),
+        timer: None,
+        at: Deadline::After(d),
+    }
+}
+
+/// `tokio::time::timeout_at(at, fut)`, its timer made only if `fut` is not
+/// ready at once.
+pub fn timeout_at<F: IntoFuture>(at: tokio::time::Instant, fut: F) -> Timeout<F::IntoFuture> {
+    Timeout {
+        fut: fut.into_future(),
+        timer: None,
+        at: Deadline::At(at),
+    }
+}
+
+/// When a [`Timeout`] expires: a time, or a span from [`now`] at its first
+/// poll (in a task polled through [`clocked`], the reading its caller had).
+#[derive(Clone, Copy)]
+enum Deadline {
+    At(tokio::time::Instant),
+    After(Duration),
+}
+
+/// The error of a [`Timeout`] that expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Elapsed;
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline has elapsed")
+    }
+}
+
+impl std::error::Error for Elapsed {}
+
+impl From<Elapsed> for std::io::Error {
+    fn from(_: Elapsed) -> std::io::Error {
+        std::io::ErrorKind::TimedOut.into()
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future with a time limit, as `tokio::time::Timeout`, whose timer is
+    /// made the first time the future is not ready. Most waits of a
+    /// proxied request are over at once (a head already read, a body
+    /// already whole); a tokio `Timeout` made and dropped its timer each
+    /// time all the same (about 100 instructions a request, per wait).
+    pub struct Timeout<F> {
+        #[pin]
+        fut: F,
+        #[pin]
+        timer: Option<tokio::time::Sleep>,
+        at: Deadline,
+    }
+}
+
+impl<F: Future> Future for Timeout<F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let mut me = self.project();
+        if let std::task::Poll::Ready(v) = me.fut.poll(cx) {
+            return std::task::Poll::Ready(Ok(v));
+        }
+        if me.timer.is_none() {
+            let at = match *me.at {
+                Deadline::At(at) => at,
+                Deadline::After(d) => deadline(d),
+            };
+            me.timer.set(Some(tokio::time::sleep_until(at)));
+        }
+        match me.timer.as_pin_mut() {
+            Some(t) => t.poll(cx).map(|()| Err(Elapsed)),
+            None => std::task::Poll::Pending,
+        }
+    }
 }
 
 /// [`now`] plus `d`; a `d` too large for the clock is about 30 years, as
@@ -174,6 +255,22 @@ mod tests {
             assert!(slow.is_err());
             let quick = timeout(Duration::from_secs(5), async { 7 }).await;
             assert_eq!(quick.ok(), Some(7));
+            // The deadline of a wait counts from the reading of its first
+            // poll, and one that is over at once makes no timer.
+            let t = timeout(Duration::from_millis(5), std::future::pending::<()>());
+            let mut t = std::pin::pin!(t);
+            assert!(futures_util::FutureExt::now_or_never(t.as_mut()).is_none());
+            assert!(t.as_mut().project().timer.is_some());
+            assert_eq!(t.await, Err(Elapsed));
+            let at = deadline(Duration::from_millis(5));
+            assert!(timeout_at(at, std::future::pending::<()>()).await.is_err());
+            let t = timeout(Duration::from_millis(5), async { 1 });
+            let mut t = std::pin::pin!(t);
+            assert_eq!(
+                futures_util::FutureExt::now_or_never(t.as_mut()),
+                Some(Ok(1))
+            );
+            assert!(t.as_mut().project().timer.is_none());
             // Too far for the clock: about 30 years, no panic.
             assert!(deadline(Duration::MAX).into_std() > start);
         }));
