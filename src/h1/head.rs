@@ -919,7 +919,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                     b"HTTP/1.1"
                 });
                 fixed.extend_from_slice(&buf[v.len()..]);
-                return parse_rewritten(buf, fixed, |len| len + shift);
+                return parse_rewritten(buf, fixed, parse_request, |len| len + shift);
             }
             Err(httparse::Error::HeaderName) if in_headers(buf) => {
                 return match without_odd_names(buf, false) {
@@ -996,7 +996,7 @@ fn parse_encoded(
     fixed.extend_from_slice(&encoded);
     fixed.extend_from_slice(&buf[t.end..]);
     // The encoded target is ASCII: this path is not taken again.
-    parse_rewritten(buf, fixed, |len| len - grown)
+    parse_rewritten(buf, fixed, parse_request, |len| len - grown)
 }
 
 /// The head's lines so far without those whose names nginx reads but
@@ -1099,25 +1099,46 @@ impl Kept {
 fn parse_kept(buf: &mut BytesMut, mut kept: Kept) -> Result<Option<RequestHead>, HeadError> {
     // The kept lines have no odd name: this path is not taken again.
     let head = std::mem::take(&mut kept.head);
-    let parsed = parse_rewritten(buf, head, |len| kept.sent_len(len))?;
+    let parsed = parse_rewritten(buf, head, parse_request, |len| kept.sent_len(len))?;
     Ok(parsed.map(|mut head| {
         head.ignored.append(&mut kept.ignored);
         head
     }))
 }
 
-/// Parses the head of `fixed`, a copy of `buf`'s rewritten where httparse
-/// could not read it, and takes the head's bytes as sent from `buf`:
-/// `sent` gives their length from the length read in `fixed`.
-fn parse_rewritten(
+/// A parsed head's length on the wire, for [`parse_rewritten`].
+trait WireLen {
+    fn wire_len(&mut self) -> &mut usize;
+}
+
+impl WireLen for RequestHead {
+    fn wire_len(&mut self) -> &mut usize {
+        &mut self.len
+    }
+}
+
+impl WireLen for ResponseHead {
+    fn wire_len(&mut self) -> &mut usize {
+        &mut self.len
+    }
+}
+
+/// Parses (with `parse`) the head of `fixed`, a copy of `buf`'s rewritten
+/// where httparse could not read it, and takes the head's bytes as sent
+/// from `buf`: `sent` gives their length from the length read in `fixed`.
+/// The rewrite has left nothing to rewrite: `parse` does not come back
+/// here for the same fault.
+fn parse_rewritten<H: WireLen, E>(
     buf: &mut BytesMut,
     mut fixed: BytesMut,
+    parse: fn(&mut BytesMut) -> Result<Option<H>, E>,
     sent: impl FnOnce(usize) -> usize,
-) -> Result<Option<RequestHead>, HeadError> {
-    match parse_request(&mut fixed)? {
+) -> Result<Option<H>, E> {
+    match parse(&mut fixed)? {
         Some(mut head) => {
-            head.len = sent(head.len);
-            let _ = buf.split_to(head.len);
+            let len = head.wire_len();
+            *len = sent(*len);
+            let _ = buf.split_to(*len);
             Ok(Some(head))
         }
         None => Ok(None),
@@ -1240,16 +1261,7 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                         let new = line.len();
                         let mut fixed = BytesMut::from(&line[..]);
                         fixed.extend_from_slice(&buf[sent..]);
-                        // The line has no odd byte now: this path is not
-                        // taken again.
-                        match parse_response(&mut fixed)? {
-                            Some(mut head) => {
-                                head.len = head.len - new + sent;
-                                let _ = buf.split_to(head.len);
-                                Ok(Some(head))
-                            }
-                            None => Ok(None),
-                        }
+                        parse_rewritten(buf, fixed, parse_response, |len| len - new + sent)
                     }
                 };
             }
@@ -1262,16 +1274,8 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                 let Some(mut kept) = without_odd_names(buf, true) else {
                     return Err("upstream sent invalid header".into());
                 };
-                // The kept lines have no odd name: this path is not taken
-                // again.
-                return match parse_response(&mut kept.head)? {
-                    Some(mut head) => {
-                        head.len = kept.sent_len(head.len);
-                        let _ = buf.split_to(head.len);
-                        Ok(Some(head))
-                    }
-                    None => Ok(None),
-                };
+                let head = std::mem::take(&mut kept.head);
+                return parse_rewritten(buf, head, parse_response, |len| kept.sent_len(len));
             }
             Err(_) => return Err("upstream sent invalid header".into()),
         }
