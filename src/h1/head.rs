@@ -887,6 +887,11 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
             // Spaces after the version, the line not ended yet: read once
             // it is (httparse stops at the first space).
             Err(_) if version_pending(buf) => return Ok(None),
+            // A version with more digits than httparse reads ("HTTP/1.01",
+            // HTTP/1.1 to nginx), the line not ended yet: read once it is,
+            // as the whole line is (a 400 here refused, in pieces, what
+            // the whole line passed).
+            Err(httparse::Error::NewLine) if version_digits_pending(buf) => return Ok(None),
             Err(e) if e == httparse::Error::Version || odd_version(buf) => {
                 let Some(line_end) = buf.iter().position(|&b| b == b'\n') else {
                     // The line is not complete: a version is still arriving.
@@ -1194,6 +1199,20 @@ fn version_pending(buf: &[u8]) -> bool {
     at.end < line.len() && line[at].starts_with(b"HTTP/")
 }
 
+/// The request line is still arriving and ends, so far, in `HTTP/` and
+/// digits and dots (a CR may have come after them).
+fn version_digits_pending(buf: &[u8]) -> bool {
+    if in_headers(buf) {
+        return false;
+    }
+    let line = buf.strip_suffix(b"\r").unwrap_or(buf);
+    let at = version_word(line);
+    at.end == line.len()
+        && line[at]
+            .strip_prefix(b"HTTP/")
+            .is_some_and(|v| v.iter().all(|&b| b.is_ascii_digit() || b == b'.'))
+}
+
 /// Whether the request line is complete (an error is then a header's).
 fn in_headers(buf: &[u8]) -> bool {
     buf.contains(&b'\n')
@@ -1437,6 +1456,29 @@ mod tests {
         }
         // An odd version is still read as 1.1, once.
         let h = req("GET /a HTTP/1.2\r\nHost: x\r\n\r\n").unwrap().unwrap();
+        assert_eq!(h.version, Version::HTTP_11);
+        // Its digits arriving one by one: each part waits for the line's
+        // end, where a digit past httparse's "HTTP/1.0" was once a 400
+        // (the split property found it).
+        let wire = b"GET /a HTTP/1.01\r\nHost: x\r\n\r\n";
+        for n in 1..wire.len() {
+            waits(&wire[..n], parse_request);
+        }
+        let h = req("GET /a HTTP/1.01\r\nHost: x\r\n\r\n").unwrap().unwrap();
+        assert_eq!(h.version, Version::HTTP_11);
+        // A minor version past 999 is refused once the line is whole (as
+        // nginx, leading zeros are no digits of the number).
+        waits(b"GET /a HTTP/1.1000", parse_request);
+        assert_eq!(
+            req("GET /a HTTP/1.1000\r\n\r\n")
+                .map(|_| ())
+                .unwrap_err()
+                .code,
+            400
+        );
+        let h = req("GET /a HTTP/1.0001\r\nHost: x\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.version, Version::HTTP_11);
         assert_eq!(
             req("GET /a b HTTP/1.2\r\nHost: x\r\n\r\n")
