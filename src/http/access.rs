@@ -82,13 +82,13 @@ pub(crate) struct HeadLen(pub std::sync::Arc<std::sync::atomic::AtomicU64>);
 impl LoggedBody {
     pub(crate) fn new(
         inner: Body,
-        req: Req,
+        req: Box<Req>,
         flight: super::InFlight,
         head: Option<HeadLen>,
     ) -> LoggedBody {
         LoggedBody {
             inner: Some(inner),
-            req: Some(Box::new(req)),
+            req: Some(req),
             flight: Some(flight),
             head,
         }

@@ -282,7 +282,7 @@ pub(super) async fn handle(
     // The host moves into the request (its `$host`).
     let host_valid = host.is_ok();
     let host_given = matches!(host, Ok(Some(_)));
-    let mut unfinished = Unfinished(Some(Req {
+    let mut unfinished = Unfinished(Some(Box::new(Req {
         conn: info,
         start: crate::net::clock::now(),
         method,
@@ -332,7 +332,7 @@ pub(super) async fn handle(
         accel_limit_rate: None,
         completed: false,
         as_received: None,
-    }));
+    })));
     let Some(r) = unfinished.0.as_mut() else {
         return Err(CloseConnection);
     };
@@ -478,7 +478,10 @@ pub(super) async fn handle(
 /// A request being handled: if its handling is dropped before a response
 /// (the client went away), its access log line is written with nginx's
 /// 499.
-struct Unfinished(Option<Req>);
+///
+/// The request is boxed from the start: it is some 860 bytes, which the
+/// handler's future would hold and then copy into the response body's box.
+struct Unfinished(Option<Box<Req>>);
 
 impl Drop for Unfinished {
     fn drop(&mut self) {

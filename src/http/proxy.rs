@@ -713,7 +713,7 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>) -> Reply {
         return super::tunnel::switch_protocols(
             r,
             parts,
-            c.conn.h1.upgrade(),
+            c.conn.into_conn().h1.upgrade(),
             client_upgrade,
             snap.clone(),
             c.id,

@@ -22,8 +22,15 @@ use crate::conf::model::{Keepalive, PeerAddr};
 /// A `location` no request set: a connection the keeper opened.
 pub const ANY_LOCATION: usize = usize::MAX;
 
-/// An upstream connection ready for a request.
-pub struct Pooled {
+/// An upstream connection ready for a request. Its fields live in a box:
+/// a connection moves at every step of a request (out of the cache, through
+/// the attempt, into the response body, back into the cache) and the box
+/// is a pointer where the fields are some 230 bytes, copied each time
+/// (`scripts/cost`). The box is made once, when the connection opens.
+pub struct Pooled(Box<Conn>);
+
+/// What `Pooled` holds; its fields are read and set through it.
+pub struct Conn {
     pub h1: H1,
     pub peer: PeerAddr,
     pub created: Instant,
@@ -41,7 +48,26 @@ pub struct Pooled {
     track: Option<Track>,
 }
 
+impl std::ops::Deref for Pooled {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Pooled {
+    fn deref_mut(&mut self) -> &mut Conn {
+        &mut self.0
+    }
+}
+
 impl Pooled {
+    /// The connection's fields out of their box (to take its stream for a
+    /// tunnel).
+    pub fn into_conn(self) -> Conn {
+        *self.0
+    }
+
     pub fn new(
         h1: H1,
         peer: PeerAddr,
@@ -50,7 +76,7 @@ impl Pooled {
         location: usize,
         tls: u64,
     ) -> Pooled {
-        Pooled {
+        Pooled(Box::new(Conn {
             h1,
             peer,
             created: now,
@@ -60,7 +86,7 @@ impl Pooled {
             location,
             tls,
             track: None,
-        }
+        }))
     }
 
     /// Counts it as a connection to peer `id` of `peers` (again, when the
