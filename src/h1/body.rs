@@ -79,6 +79,17 @@ impl Decoder {
         }
     }
 
+    /// A body of no bytes whose end is still to be returned: its end,
+    /// taken at once (what `decode` would return first); false, and
+    /// nothing done, for any other.
+    pub fn end_at_once(&mut self) -> bool {
+        let empty = self.state == State::Ending;
+        if empty {
+            self.state = State::Done;
+        }
+        empty
+    }
+
     /// The end has been returned.
     pub fn is_done(&self) -> bool {
         self.state == State::Done

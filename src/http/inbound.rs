@@ -238,6 +238,19 @@ impl ReqBody {
         }
     }
 
+    /// Whether the request has no body bytes and nothing to do first (no
+    /// "100 Continue" to send): if so its end is taken, and a handler that
+    /// reads the body whole need not poll it. An HTTP/2 body is polled.
+    pub(crate) fn end_if_empty(&self) -> bool {
+        match &self.0 {
+            Source::H1(inb) => {
+                let mut st = inb.lock();
+                !st.broken && st.expect.is_none() && st.taken == 0 && st.body.end_at_once()
+            }
+            Source::H2(_) => false,
+        }
+    }
+
     /// `client_max_body_size`: a chunk that would take the body past it
     /// fails the read as soon as its size is known (`TooLarge`).
     pub fn limit(&self, max: u64) {

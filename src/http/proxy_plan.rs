@@ -166,9 +166,14 @@ pub(super) async fn read_body(r: &Req, body: ClientBody) -> Result<Payload, u16>
         ClientBody::Read(p) => return Ok(p),
         ClientBody::Empty => return Ok(Payload::default()),
     };
+    let in_file = r.conf.client_body_in_file_only != BodyInFile::Off;
+    // Most requests have no body: nothing to read or wait for (a file for
+    // `client_body_in_file_only` is made even so, as nginx makes one).
+    if !in_file && body.end_if_empty() {
+        return Ok(Payload::default());
+    }
     body.limit(r.conf.client_max_body_size);
     let declared = declared_length(r)?;
-    let in_file = r.conf.client_body_in_file_only != BodyInFile::Off;
     // client_body_in_file_only: all of it to a file, from the first byte.
     let room = if in_file {
         0
