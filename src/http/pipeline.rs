@@ -282,57 +282,60 @@ pub(super) async fn handle(
     // The host moves into the request (its `$host`).
     let host_valid = host.is_ok();
     let host_given = matches!(host, Ok(Some(_)));
-    let mut unfinished = Unfinished(Some(Box::new(Req {
-        conn: info,
-        start: crate::net::clock::now(),
-        method,
-        version,
-        request_uri: req_uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
-        uri: normalized.unwrap_or_else(|| req_uri.path().to_string()),
-        // An empty query ("/a?") is no arguments, as nginx's `$args` and
-        // `$is_args` have it.
-        args: req_uri
-            .query()
-            .filter(|q| !q.is_empty())
-            .map(str::to_string),
-        headers,
-        host: match host {
-            Ok(Some(h)) => h,
-            _ => server.primary_name.to_string(),
+    let mut unfinished = Unfinished(Some(Box::write(
+        Box::new_uninit(),
+        Req {
+            conn: info,
+            start: crate::net::clock::now(),
+            method,
+            version,
+            request_uri: req_uri
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/")),
+            uri: normalized.unwrap_or_else(|| req_uri.path().to_string()),
+            // An empty query ("/a?") is no arguments, as nginx's `$args` and
+            // `$is_args` have it.
+            args: req_uri
+                .query()
+                .filter(|q| !q.is_empty())
+                .map(str::to_string),
+            headers,
+            host: match host {
+                Ok(Some(h)) => h,
+                _ => server.primary_name.to_string(),
+            },
+            host_given,
+            server_name: server.primary_name.clone(),
+            conf,
+            status: 0,
+            body_bytes_sent: 0,
+            bytes_sent: 0,
+            request_length: 0,
+            proxy_host: super::vars::no_proxy_host(),
+            proxy_port: 0,
+            upstream: Arc::default(),
+            vars: Vec::new(),
+            captures: Vec::new(),
+            uri_changed: false,
+            add_uri_to_alias: false,
+            if_pass: None,
+            realip: None,
+            maps: Default::default(),
+            request_id: Default::default(),
+            conn_requests: nth,
+            sent_headers: None,
+            limits: Default::default(),
+            gzip_ratio: None,
+            request_body: None,
+            request_body_file: None,
+            www_authenticate: None,
+            subrequest: false,
+            accel_limit_rate: None,
+            completed: false,
+            as_received: None,
         },
-        host_given,
-        server_name: server.primary_name.clone(),
-        conf,
-        status: 0,
-        body_bytes_sent: 0,
-        bytes_sent: 0,
-        request_length: 0,
-        proxy_host: super::vars::no_proxy_host(),
-        proxy_port: 0,
-        upstream: Arc::default(),
-        vars: Vec::new(),
-        captures: Vec::new(),
-        uri_changed: false,
-        add_uri_to_alias: false,
-        if_pass: None,
-        realip: None,
-        maps: Default::default(),
-        request_id: Default::default(),
-        conn_requests: nth,
-        sent_headers: None,
-        limits: Default::default(),
-        gzip_ratio: None,
-        request_body: None,
-        request_body_file: None,
-        www_authenticate: None,
-        subrequest: false,
-        accel_limit_rate: None,
-        completed: false,
-        as_received: None,
-    })));
+    )));
     let Some(r) = unfinished.0.as_mut() else {
         return Err(CloseConnection);
     };
@@ -479,8 +482,9 @@ pub(super) async fn handle(
 /// (the client went away), its access log line is written with nginx's
 /// 499.
 ///
-/// The request is boxed from the start: it is some 860 bytes, which the
-/// handler's future would hold and then copy into the response body's box.
+/// The request is boxed from the start, made in its box (`Box::write`, as
+/// `net::boxed` makes futures): it is some 860 bytes, which the handler's
+/// future would hold and then copy into the response body's box.
 struct Unfinished(Option<Box<Req>>);
 
 impl Drop for Unfinished {
