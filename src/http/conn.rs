@@ -64,6 +64,28 @@ impl Drop for Tunneling {
     }
 }
 
+/// Counts a connection in `stub_status`'s Reading while it reads a request
+/// head, until the head is read, refused or given up (dropped: the count
+/// cannot be left behind).
+struct Reading<'a>(Option<&'a crate::shm::records::StatusCounters>);
+
+impl<'a> Reading<'a> {
+    fn new(counters: Option<&'a crate::shm::records::StatusCounters>) -> Reading<'a> {
+        if let Some(c) = counters {
+            c.reading.fetch_add(1, Ordering::Relaxed);
+        }
+        Reading(counters)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        if let Some(c) = self.0 {
+            c.reading.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// A client connection counted while it is open, wherever it is (its task
 /// or the parker): for a graceful stop, and as `stub_status`'s Active.
 pub(super) struct Open {
@@ -906,18 +928,7 @@ enum HeadFail {
 /// Reads a request head within `client_header_timeout` from its first byte
 /// (nginx's `Reading` in `stub_status` meanwhile).
 async fn read_head(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, HeadFail> {
-    let counters = ctx.shared.stats.as_ref().and_then(|s| s.counters());
-    if let Some(c) = counters {
-        c.reading.fetch_add(1, Ordering::Relaxed);
-    }
-    let r = read_head_inner(ctx, inb).await;
-    if let Some(c) = counters {
-        c.reading.fetch_sub(1, Ordering::Relaxed);
-    }
-    r
-}
-
-async fn read_head_inner(ctx: &ConnCtx, inb: &Inbound) -> Result<RequestHead, HeadFail> {
+    let _reading = Reading::new(ctx.shared.stats.as_ref().and_then(|s| s.counters()));
     let deadline = crate::net::clock::deadline(ctx.head_limit);
     let number = ctx.info.number;
     loop {
