@@ -1188,29 +1188,30 @@ fn odd_version(buf: &[u8]) -> bool {
     v.starts_with(b"HTTP/") && (spaces_after || (v != b"HTTP/1.0" && v != b"HTTP/1.1"))
 }
 
+/// The request line is still arriving and its last word, so far, is a
+/// version: what follows `HTTP/`, and whether spaces came after it (a CR
+/// after the word is not yet told from the line's end).
+fn arriving_version(buf: &[u8]) -> Option<(&[u8], bool)> {
+    if in_headers(buf) {
+        return None;
+    }
+    let line = buf.strip_suffix(b"\r").unwrap_or(buf);
+    let at = version_word(line);
+    let spaces_after = at.end < line.len();
+    line[at].strip_prefix(b"HTTP/").map(|v| (v, spaces_after))
+}
+
 /// The request line is still arriving and ends, so far, in a version
 /// with spaces after it.
 fn version_pending(buf: &[u8]) -> bool {
-    if buf.contains(&b'\n') {
-        return false;
-    }
-    let line = buf.strip_suffix(b"\r").unwrap_or(buf);
-    let at = version_word(line);
-    at.end < line.len() && line[at].starts_with(b"HTTP/")
+    arriving_version(buf).is_some_and(|(_, spaces)| spaces)
 }
 
 /// The request line is still arriving and ends, so far, in `HTTP/` and
-/// digits and dots (a CR may have come after them).
+/// digits and dots.
 fn version_digits_pending(buf: &[u8]) -> bool {
-    if in_headers(buf) {
-        return false;
-    }
-    let line = buf.strip_suffix(b"\r").unwrap_or(buf);
-    let at = version_word(line);
-    at.end == line.len()
-        && line[at]
-            .strip_prefix(b"HTTP/")
-            .is_some_and(|v| v.iter().all(|&b| b.is_ascii_digit() || b == b'.'))
+    arriving_version(buf)
+        .is_some_and(|(v, spaces)| !spaces && v.iter().all(|&b| b.is_ascii_digit() || b == b'.'))
 }
 
 /// Whether the request line is complete (an error is then a header's).
