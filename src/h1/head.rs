@@ -7,11 +7,15 @@
 //! framing rules (one reading of a body's length) are the callers':
 //! `http::framing` for requests, for responses `body_of`.
 
+use std::mem::MaybeUninit;
+
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 
-/// Headers read on the stack before falling back to the heap.
+/// Headers read on the stack before falling back to the heap: left
+/// uninitialized (httparse writes the ones it reads), not 2 KiB cleared
+/// for each head.
 const STACK_HEADERS: usize = 64;
 
 /// Why a head could not be read: the status to answer and nginx's log text.
@@ -72,17 +76,184 @@ pub struct Reason(pub Bytes);
 
 /// A request's headers in the order and case they arrived: names and values
 /// are slices of the head's bytes (one allocation for the list, none per
-/// header). Lookups compare names without case by a scan: a head has few
-/// headers, and a scan costs less than hashing each name.
+/// header). Lookups compare names without case by a scan (a head has few
+/// headers, and a scan costs less than hashing each name), but for the
+/// `Known` names, which the head finds as it is made.
 #[derive(Debug, Clone, Default)]
 pub struct Headers {
     head: Bytes,
     spans: Vec<Span>,
-    /// The lengths of its names, a bit each (63 for any longer): a lookup
+    index: Index,
+}
+
+/// The header names that the request and response paths ask about for
+/// every request (framing, keep-alive, the host): each head finds them
+/// once, as it is read, and a lookup of one of them is an array read, not
+/// a scan comparing names, as nginx's `headers_in` keeps its known
+/// headers (callgrind, `scripts/cost`: these lookups were some 5% of a
+/// proxied request's instructions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    Host,
+    Expect,
+    Upgrade,
+    Connection,
+    ContentLength,
+    TransferEncoding,
+}
+
+impl Known {
+    /// The name, in lowercase.
+    pub fn name(self) -> &'static [u8] {
+        match self {
+            Known::Host => b"host",
+            Known::Expect => b"expect",
+            Known::Upgrade => b"upgrade",
+            Known::Connection => b"connection",
+            Known::ContentLength => b"content-length",
+            Known::TransferEncoding => b"transfer-encoding",
+        }
+    }
+
+    /// The known name `name` is, in any case: by its length (no two share
+    /// one), then a word compare or three (`Words`).
+    #[inline]
+    fn of(name: &[u8]) -> Option<Known> {
+        let k = match name.len() {
+            4 => Known::Host,
+            6 => Known::Expect,
+            7 => Known::Upgrade,
+            10 => Known::Connection,
+            14 => Known::ContentLength,
+            17 => Known::TransferEncoding,
+            _ => return None,
+        };
+        KNOWN_WORDS[k as usize].match_of(name).then_some(k)
+    }
+
+    fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// A known name as words to compare a name of its length with: for fewer
+/// than eight bytes, its first four and last four as one word (as `short`
+/// reads a name); else three words of eight, at the start, at the end, and
+/// the eight after the start (or the end's again). `case` holds 0x20 in
+/// each letter's place, the one bit in which its two cases differ, and
+/// nothing in a `-`'s: a byte matches only a letter's own two cases, or
+/// the `-` itself.
+struct Words {
+    at: [usize; 3],
+    want: [u64; 3],
+    case: [u64; 3],
+}
+
+impl Words {
+    const fn of(name: &[u8]) -> Words {
+        let n = name.len();
+        if n < 8 {
+            let (lo, lo_case) = Words::word(name, 0, 4);
+            let (hi, hi_case) = Words::word(name, n - 4, 4);
+            return Words {
+                at: [0; 3],
+                want: [lo | hi << 32, 0, 0],
+                case: [lo_case | hi_case << 32, 0, 0],
+            };
+        }
+        let mid = if n - 8 < 8 { n - 8 } else { 8 };
+        let at = [0, mid, n - 8];
+        let (a, ac) = Words::word(name, at[0], 8);
+        let (b, bc) = Words::word(name, at[1], 8);
+        let (c, cc) = Words::word(name, at[2], 8);
+        Words {
+            at,
+            want: [a, b, c],
+            case: [ac, bc, cc],
+        }
+    }
+
+    /// `len` bytes of `name` from `at` as a little-endian word, and its
+    /// letters' case bits.
+    const fn word(name: &[u8], at: usize, len: usize) -> (u64, u64) {
+        let (mut w, mut case, mut i) = (0u64, 0u64, 0);
+        while i < len {
+            let b = name[at + i];
+            w |= (b as u64) << (8 * i);
+            if b.is_ascii_lowercase() {
+                case |= 0x20 << (8 * i);
+            }
+            i += 1;
+        }
+        (w, case)
+    }
+
+    /// Whether `name`, of this name's length, is this name in any case.
+    #[inline]
+    fn match_of(&self, name: &[u8]) -> bool {
+        if name.len() < 8 {
+            return short(name) | self.case[0] == self.want[0];
+        }
+        (0..3).all(|i| {
+            let at = self.at[i];
+            name.get(at..at + 8)
+                .is_some_and(|b| eight(b) | self.case[i] == self.want[i])
+        })
+    }
+}
+
+/// `Known`'s names as `Words`, in its order.
+static KNOWN_WORDS: [Words; 6] = [
+    Words::of(b"host"),
+    Words::of(b"expect"),
+    Words::of(b"upgrade"),
+    Words::of(b"connection"),
+    Words::of(b"content-length"),
+    Words::of(b"transfer-encoding"),
+];
+
+/// What a head's names are, found when it is made.
+#[derive(Debug, Clone, Copy, Default)]
+struct Index {
+    /// Each known name's first line, counted from 1; 0 when it is absent,
+    /// `u16::MAX` when it is looked up by a scan (its line is past what a
+    /// `u16` counts, or lines were taken out).
+    first: [u16; 6],
+    /// The known names that come more than once, a bit each.
+    more: u8,
+    /// The lengths of the names, a bit each (63 for any longer): a lookup
     /// of a name no header's length matches returns at once, without a
-    /// scan (most of the framing headers are absent from most requests). A
-    /// bit may stay set after `retain`: it only sends the lookup to the scan.
+    /// scan (most of the framing headers are absent from most requests).
     lengths: u64,
+}
+
+impl Index {
+    /// After lines are taken out: every known name is looked up by a scan
+    /// (its line may have moved or gone), and the length bits stay, more
+    /// than are now there (a bit set for a length no line has any more
+    /// only sends a lookup to the scan). Finding the names again would
+    /// cost a lookup's worth for each line, for heads that are then
+    /// mostly only written out.
+    fn forget_lines(&mut self) {
+        self.first = [u16::MAX; 6];
+        self.more = u8::MAX;
+    }
+
+    fn of(head: &[u8], spans: &[Span]) -> Index {
+        let mut ix = Index::default();
+        for (i, (n, _)) in spans.iter().enumerate() {
+            ix.lengths |= 1 << n.len().min(63);
+            if let Some(k) = head.get(n.clone()).and_then(Known::of) {
+                let first = &mut ix.first[k as usize];
+                if *first == 0 {
+                    *first = u16::try_from(i + 1).unwrap_or(u16::MAX);
+                } else {
+                    ix.more |= k.bit();
+                }
+            }
+        }
+        ix
+    }
 }
 
 /// Whether two header names are the same in any ASCII case, as
@@ -195,14 +366,9 @@ pub(super) fn lowercase_letters(x: u64) -> u64 {
     from_a & !past_z & !x & (0x80 * EACH)
 }
 
-/// A name's bit in `Headers::lengths`.
+/// A name's bit in `Index::lengths`.
 fn length_bit(name: &[u8]) -> u64 {
     1 << name.len().min(63)
-}
-
-/// The length bits of a head's names.
-fn lengths(spans: &[Span]) -> u64 {
-    spans.iter().fold(0, |a, (n, _)| a | 1 << n.len().min(63))
 }
 
 /// A header's value, as received.
@@ -274,11 +440,11 @@ impl Headers {
             text.extend_from_slice(v);
             spans.push((at..vat, vat..text.len()));
         }
-        let lengths = lengths(&spans);
+        let index = Index::of(&text, &spans);
         Headers {
             head: Bytes::from(text),
             spans,
-            lengths,
+            index,
         }
     }
 
@@ -310,30 +476,70 @@ impl Headers {
     }
 
     /// The values of every header with this name (any case), in order.
-    pub fn get_all<'a, N: AsRef<[u8]> + 'a>(
-        &'a self,
-        name: N,
-    ) -> impl Iterator<Item = Value<'a>> + 'a {
-        self.values_named(name).map(Value)
+    pub fn get_all<N: AsRef<[u8]>>(&self, name: N) -> Values<'_, N> {
+        let known = Known::of(name.as_ref());
+        let from = if self.surely_absent(name.as_ref()) {
+            Some(usize::MAX)
+        } else {
+            known.is_none().then_some(0)
+        };
+        Values {
+            h: self,
+            name,
+            known,
+            from,
+        }
     }
 
     /// The first header with this name (any case).
     pub fn get(&self, name: impl AsRef<[u8]>) -> Option<Value<'_>> {
-        self.values_named(name.as_ref()).next().map(Value)
+        let name = name.as_ref();
+        if self.surely_absent(name) {
+            return None;
+        }
+        match Known::of(name) {
+            Some(k) => self.known(k),
+            None => self.get_all(name).next(),
+        }
     }
 
-    /// The values of the headers named `want` (any case), in order: none
-    /// at once when no name has its length.
-    fn values_named<W: AsRef<[u8]>>(&self, want: W) -> impl Iterator<Item = &[u8]> {
-        let spans: &[Span] = if self.surely_absent(want.as_ref()) {
-            &[]
-        } else {
-            &self.spans
-        };
-        spans
-            .iter()
-            .filter(move |(n, _)| self.named(n, want.as_ref()))
-            .map(|(_, v)| &self.head[v.clone()])
+    /// The first header with a known name: read from the index.
+    #[inline]
+    pub fn known(&self, k: Known) -> Option<Value<'_>> {
+        match self.index.first[k as usize] {
+            0 => None,
+            u16::MAX => self.known_all(k).next(),
+            line => self.value_at(usize::from(line) - 1),
+        }
+    }
+
+    /// Every header with a known name, in order: no scan for one that
+    /// comes once.
+    pub fn known_all(&self, k: Known) -> Values<'_, &'static [u8]> {
+        Values {
+            h: self,
+            name: k.name(),
+            known: Some(k),
+            from: None,
+        }
+    }
+
+    /// Whether the known header (`Connection`) holds `token`, as
+    /// `has_token`.
+    pub fn has_known_token(&self, k: Known, token: &[u8]) -> bool {
+        if self.index.more & k.bit() == 0 {
+            return self.known(k).is_some_and(|v| list_has(v.0, token));
+        }
+        self.known_all(k).any(|v| list_has(v.0, token))
+    }
+
+    /// The value of the header at `i`.
+    #[inline]
+    fn value_at(&self, i: usize) -> Option<Value<'_>> {
+        self.spans
+            .get(i)
+            .and_then(|(_, v)| self.head.get(v.clone()))
+            .map(Value)
     }
 
     /// Whether the name at `n` is `want` (any case): lengths first.
@@ -344,15 +550,15 @@ impl Headers {
     /// Whether a comma-separated list header (`Connection`) holds `token`,
     /// any case, spaces around it ignored: bytes, not text.
     pub fn has_token(&self, name: impl AsRef<[u8]>, token: &[u8]) -> bool {
-        self.values_named(name.as_ref()).any(|v| {
-            v.split(|&b| b == b',')
-                .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
-        })
+        match Known::of(name.as_ref()) {
+            Some(k) => self.has_known_token(k, token),
+            None => self.get_all(name).any(|v| list_has(v.0, token)),
+        }
     }
 
     /// No header has a name of this length.
     fn surely_absent(&self, name: &[u8]) -> bool {
-        self.lengths & length_bit(name) == 0
+        self.index.lengths & length_bit(name) == 0
     }
 
     pub fn contains_key(&self, name: impl AsRef<[u8]>) -> bool {
@@ -365,7 +571,68 @@ impl Headers {
         let head = &self.head;
         self.spans
             .retain(|(n, v)| keep(&head[n.clone()], &head[v.clone()]));
+        self.index.forget_lines();
     }
+}
+
+/// The values of the headers of one name, in order (`Headers::get_all`,
+/// `Headers::known_all`): for a `Known` name, the first from the index and
+/// the rest by a scan from there only when the name comes again; for
+/// another, by a scan of every line (none when no name has its length).
+pub struct Values<'a, N> {
+    h: &'a Headers,
+    name: N,
+    known: Option<Known>,
+    /// The line to look from; None before the first, `usize::MAX` once
+    /// there are no more.
+    from: Option<usize>,
+}
+
+impl<'a, N: AsRef<[u8]>> Iterator for Values<'a, N> {
+    type Item = Value<'a>;
+
+    fn next(&mut self) -> Option<Value<'a>> {
+        let h = self.h;
+        let from = match (self.from, self.known) {
+            (Some(from), _) => from,
+            (None, None) => 0,
+            (None, Some(k)) => match h.index.first[k as usize] {
+                0 => {
+                    self.from = Some(usize::MAX);
+                    return None;
+                }
+                u16::MAX => 0,
+                line => {
+                    let at = usize::from(line) - 1;
+                    let repeated = h.index.more & k.bit() != 0;
+                    self.from = Some(if repeated { at + 1 } else { usize::MAX });
+                    return h.value_at(at);
+                }
+            },
+        };
+        let want = self.name.as_ref();
+        let found = h
+            .spans
+            .get(from..)
+            .and_then(|rest| rest.iter().position(|(n, _)| h.named(n, want)));
+        match found {
+            Some(p) => {
+                self.from = Some(from + p + 1);
+                h.value_at(from + p)
+            }
+            None => {
+                self.from = Some(usize::MAX);
+                None
+            }
+        }
+    }
+}
+
+/// Whether a comma-separated list holds `token`, any case, spaces around
+/// it ignored.
+fn list_has(list: &[u8], token: &[u8]) -> bool {
+    list.split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
 
 /// A token character of RFC 9110 5.6.2 (what httparse takes in a name).
@@ -746,12 +1013,8 @@ fn request_headers(head: Bytes, spans: Vec<Span>) -> Result<Headers, HeadError> 
             ),
         ));
     }
-    let lengths = lengths(&spans);
-    Ok(Headers {
-        head,
-        spans,
-        lengths,
-    })
+    let index = Index::of(&head, &spans);
+    Ok(Headers { head, spans, index })
 }
 
 /// Turns the headers' spans into the map and the names, slicing `head`:
@@ -841,14 +1104,14 @@ fn invalid_header(buf: &[u8]) -> HeadError {
 /// (the names and values stay slices of it). Ok(None): incomplete, nothing
 /// taken (the caller checks `Limits` and reads more).
 pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadError> {
-    let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
+    let mut stack = [const { MaybeUninit::uninit() }; STACK_HEADERS];
     let mut heap;
-    let mut slots: &mut [httparse::Header<'_>] = &mut stack;
+    let mut slots: &mut [MaybeUninit<httparse::Header<'_>>] = &mut stack;
     let mut config = httparse::ParserConfig::default();
     config.allow_multiple_spaces_in_request_line_delimiters(true);
     loop {
-        let mut req = httparse::Request::new(slots);
-        match config.parse_request(&mut req, buf) {
+        let mut req = httparse::Request::new(&mut []);
+        match config.parse_request_with_uninit_headers(&mut req, buf, slots) {
             Ok(httparse::Status::Partial) => return Ok(None),
             Ok(httparse::Status::Complete(len)) => {
                 let method = Method::from_bytes(req.method.unwrap_or("").as_bytes())
@@ -881,7 +1144,7 @@ pub fn parse_request(buf: &mut BytesMut) -> Result<Option<RequestHead>, HeadErro
                 if slots.len() >= most {
                     return Err(HeadError::header(494, "client sent too large request"));
                 }
-                heap = vec![httparse::EMPTY_HEADER; most];
+                heap = vec![MaybeUninit::uninit(); most];
                 slots = &mut heap;
             }
             // Spaces after the version, the line not ended yet: read once
@@ -1224,16 +1487,16 @@ fn in_headers(buf: &[u8]) -> bool {
 /// The headers are in `raw`; `ResponseHead::map` puts those that go on in
 /// a map when the caller needs one.
 pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String> {
-    let mut stack = [httparse::EMPTY_HEADER; STACK_HEADERS];
+    let mut stack = [const { MaybeUninit::uninit() }; STACK_HEADERS];
     let mut heap;
-    let mut slots: &mut [httparse::Header<'_>] = &mut stack;
+    let mut slots: &mut [MaybeUninit<httparse::Header<'_>>] = &mut stack;
     loop {
-        let mut resp = httparse::Response::new(slots);
+        let mut resp = httparse::Response::new(&mut []);
         // "HTTP/1.1  200 OK": more than one space between the parts of the
         // status line, which nginx reads.
         let mut config = httparse::ParserConfig::default();
         config.allow_multiple_spaces_in_response_status_delimiters(true);
-        match config.parse_response(&mut resp, buf) {
+        match config.parse_response_with_uninit_headers(&mut resp, buf, slots) {
             Ok(httparse::Status::Partial) => return Ok(None),
             Ok(httparse::Status::Complete(len)) => {
                 let status = StatusCode::from_u16(resp.code.unwrap_or(0))
@@ -1246,18 +1509,14 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                 };
                 let spans = spans(buf, resp.headers);
                 let head = buf.split_to(len).freeze();
-                let lengths = lengths(&spans);
+                let index = Index::of(&head, &spans);
                 return Ok(Some(ResponseHead {
                     status,
                     reason: head.slice(reason),
                     version,
                     headers: HeaderMap::new(),
                     mapped: false,
-                    raw: Headers {
-                        head,
-                        spans,
-                        lengths,
-                    },
+                    raw: Headers { head, spans, index },
                     names: Names::default(),
                     order: None,
                     len,
@@ -1268,7 +1527,7 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                 if slots.len() >= most {
                     return Err("upstream sent too big header".into());
                 }
-                heap = vec![httparse::EMPTY_HEADER; most];
+                heap = vec![MaybeUninit::uninit(); most];
                 slots = &mut heap;
             }
             Err(httparse::Error::Status) => {
@@ -2114,6 +2373,78 @@ mod tests {
         )
     }
 
+    const KNOWN: [Known; 6] = [
+        Known::Host,
+        Known::Expect,
+        Known::Upgrade,
+        Known::Connection,
+        Known::ContentLength,
+        Known::TransferEncoding,
+    ];
+
+    /// A name is a known one exactly when it is that name in some case:
+    /// each known name with every byte in turn replaced by each of the 256
+    /// (a `-` by CR, which differs from it in the case bit only, too).
+    #[test]
+    fn known_names_by_words() {
+        for k in KNOWN {
+            assert_eq!(Known::of(k.name()), Some(k));
+            assert_eq!(Known::of(&k.name().to_ascii_uppercase()), Some(k));
+            for at in 0..k.name().len() {
+                for b in 0..=255u8 {
+                    let mut n = k.name().to_vec();
+                    n[at] = b;
+                    let same = n.eq_ignore_ascii_case(k.name());
+                    assert_eq!(
+                        Known::of(&n),
+                        same.then_some(k),
+                        "{:?}",
+                        String::from_utf8_lossy(&n)
+                    );
+                }
+            }
+        }
+        for n in [
+            &b""[..],
+            b"hos",
+            b"hosts",
+            b"x-host",
+            b"content-lengt",
+            b"transfer-encodings",
+        ] {
+            assert_eq!(Known::of(n), None);
+        }
+    }
+
+    /// A name that comes more than once: `known` gives the first,
+    /// `known_all` and `has_known_token` every one; a line past what the
+    /// index counts is found by the scan.
+    #[test]
+    fn known_repeated_and_far() {
+        let h = Headers::from_pairs([
+            ("Connection", "keep-alive"),
+            ("X", "1"),
+            ("connection", "Close"),
+        ]);
+        assert_eq!(
+            h.known(Known::Connection).map(|v| v.as_bytes()),
+            Some(&b"keep-alive"[..])
+        );
+        assert_eq!(h.known_all(Known::Connection).count(), 2);
+        assert!(h.has_known_token(Known::Connection, b"close"));
+        assert!(h.has_token("CONNECTION", b"keep-alive"));
+        assert!(!h.has_known_token(Known::Upgrade, b"close"));
+        let mut lines: Vec<(String, String)> =
+            (0..70_000).map(|i| ("x".into(), i.to_string())).collect();
+        lines.push(("Host".into(), "far".into()));
+        let h = Headers::from_pairs(lines.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+        assert_eq!(
+            h.known(Known::Host).map(|v| v.as_bytes()),
+            Some(&b"far"[..])
+        );
+        assert_eq!(h.get("host").map(|v| v.as_bytes()), Some(&b"far"[..]));
+    }
+
     proptest! {
         /// Lookups by name find what a plain scan finds, in any case, for
         /// names of lengths present and absent, after `retain` too.
@@ -2150,6 +2481,17 @@ mod tests {
                         prop_assert_eq!(h.get(asked.as_str()).map(|v| v.as_bytes()), scan.first().copied());
                         prop_assert_eq!(h.contains_key(asked.as_str()), !scan.is_empty());
                     }
+                }
+                for k in KNOWN {
+                    let name = std::str::from_utf8(k.name()).unwrap_or_default();
+                    let scan: Vec<&[u8]> = kept
+                        .iter()
+                        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                        .map(|(_, v)| v.as_bytes())
+                        .collect();
+                    let all: Vec<&[u8]> = h.known_all(k).map(|v| v.as_bytes()).collect();
+                    prop_assert_eq!(&all, &scan);
+                    prop_assert_eq!(h.known(k).map(|v| v.as_bytes()), scan.first().copied());
                 }
                 Ok(())
             };

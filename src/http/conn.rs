@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use bytes::BytesMut;
-use http::header::{CONNECTION, CONTENT_LENGTH, DATE, EXPECT, SERVER, TRANSFER_ENCODING, UPGRADE};
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, SERVER, TRANSFER_ENCODING};
 use http::{Method, Response, Version};
 use http_body::Body as _;
 use http_body_util::BodyExt;
@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use crate::h1::body::{self, Framing};
 use crate::h1::head::{
-    AsReceived, HeadError, Limits, Names, Reason, RequestHead, parse_request, same_name,
+    AsReceived, HeadError, Known, Limits, Names, Reason, RequestHead, parse_request, same_name,
 };
 use crate::h1::write;
 
@@ -649,10 +649,11 @@ async fn run_parker(
 fn client_keeps_alive(head: &RequestHead) -> bool {
     if head.version == Version::HTTP_10 {
         // `close` beside `keep-alive` closes, as in nginx.
-        head.headers.has_token("connection", b"keep-alive")
-            && !head.headers.has_token("connection", b"close")
+        head.headers
+            .has_known_token(Known::Connection, b"keep-alive")
+            && !head.headers.has_known_token(Known::Connection, b"close")
     } else {
-        !head.headers.has_token("connection", b"close")
+        !head.headers.has_known_token(Known::Connection, b"close")
     }
 }
 
@@ -772,12 +773,16 @@ async fn serve_one(ctx: &ConnCtx, inb: &Arc<Inbound>, served: u64) -> Next {
     let expect = head.version == Version::HTTP_11
         && head
             .headers
-            .get(EXPECT)
+            .known(Known::Expect)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     // A request whose body could be framed two ways is refused by the
     // pipeline; its body is not read and the connection closes.
     inb.start_body(framing.unwrap_or(Framing::Empty), expect);
-    let upgrade = head.headers.contains_key(UPGRADE).then(OnUpgrade::default);
+    let upgrade = head
+        .headers
+        .known(Known::Upgrade)
+        .is_some()
+        .then(OnUpgrade::default);
     let req = super::pipeline::Incoming {
         method: head.method,
         uri: head.uri,
@@ -883,8 +888,8 @@ impl OnUpgrade {
 /// answers those.
 fn request_framing(head: &RequestHead) -> Option<Framing> {
     let h = &head.headers;
-    let mut te = h.get_all("transfer-encoding");
-    let mut cl = h.get_all("content-length");
+    let mut te = h.known_all(Known::TransferEncoding);
+    let mut cl = h.known_all(Known::ContentLength);
     match (te.next(), cl.next()) {
         (None, None) => Some(Framing::Empty),
         (Some(t), None) => (te.next().is_none()

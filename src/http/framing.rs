@@ -5,11 +5,9 @@
 //! desync and requests are smuggled. Pure functions of a parsed head; the
 //! proxy and the connection code call them.
 
-use http::header::{self, HOST};
-
 use super::vars::Req;
 use crate::h1::body::content_length;
-use crate::h1::head::{Headers, Value};
+use crate::h1::head::{Headers, Known, Value};
 
 /// A request head nginx refuses: the status, the log reason, and whether the
 /// request line (not a header) was at fault (the codec's type).
@@ -36,7 +34,7 @@ pub(super) fn request_problem(r: &Req, host_ok: bool) -> Option<Problem> {
     // nginx asks every version above 1.0 for a host (HTTP/2's `:authority`
     // becomes one), and logs it in HTTP/1.1's words whatever the version.
     let versioned = !matches!(r.version, http::Version::HTTP_09 | http::Version::HTTP_10);
-    if host_ok && versioned && !h.contains_key(HOST) {
+    if host_ok && versioned && h.known(Known::Host).is_none() {
         return Some(Problem::header(
             400,
             "client sent HTTP/1.1 request without \"Host\" header",
@@ -129,12 +127,12 @@ fn fields_problem(r: &Req) -> Option<Problem> {
     {
         return Some(Problem::line(400, "client sent invalid method"));
     }
-    let twice = |name: &http::header::HeaderName| {
-        let mut all = h.get_all(name);
+    let twice = |name: Known| {
+        let mut all = h.known_all(name);
         let first = all.next()?;
         all.next().map(|second| (text(first), text(second)))
     };
-    if let Some((first, second)) = twice(&HOST) {
+    if let Some((first, second)) = twice(Known::Host) {
         return Some(Problem::header(
             400,
             format!(
@@ -174,7 +172,7 @@ fn fields_problem(r: &Req) -> Option<Problem> {
 /// `Content-Length`.
 fn framing_problem(r: &Req) -> Option<Problem> {
     let h = &r.headers;
-    if let Some(cl) = h.get(http::header::CONTENT_LENGTH) {
+    if let Some(cl) = h.known(Known::ContentLength) {
         if content_length(cl.as_bytes()).is_none() {
             return Some(Problem::header(
                 400,
@@ -182,7 +180,7 @@ fn framing_problem(r: &Req) -> Option<Problem> {
             ));
         }
     }
-    if let Some(te) = h.get(http::header::TRANSFER_ENCODING) {
+    if let Some(te) = h.known(Known::TransferEncoding) {
         if r.version == http::Version::HTTP_10 {
             return Some(Problem::header(
                 400,
@@ -200,7 +198,7 @@ fn framing_problem(r: &Req) -> Option<Problem> {
                 ),
             ));
         }
-        if h.contains_key(http::header::CONTENT_LENGTH) {
+        if h.known(Known::ContentLength).is_some() {
             return Some(Problem::header(
                 400,
                 "client sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time",
@@ -216,7 +214,7 @@ fn framing_problem(r: &Req) -> Option<Problem> {
 /// reused): a response the client could read two ways desyncs its
 /// connection. The message is nginx's error-log text.
 pub(super) fn upstream_framing(h: &Headers) -> Result<(), String> {
-    let mut lengths = h.get_all(header::CONTENT_LENGTH);
+    let mut lengths = h.known_all(Known::ContentLength);
     if let Some(first) = lengths.next() {
         if let Some(second) = lengths.next() {
             return Err(format!(
@@ -232,7 +230,7 @@ pub(super) fn upstream_framing(h: &Headers) -> Result<(), String> {
             ));
         }
     }
-    let mut codings = h.get_all(header::TRANSFER_ENCODING);
+    let mut codings = h.known_all(Known::TransferEncoding);
     if let Some(first) = codings.next() {
         if let Some(second) = codings.next() {
             return Err(format!(
@@ -241,7 +239,7 @@ pub(super) fn upstream_framing(h: &Headers) -> Result<(), String> {
                 text(first)
             ));
         }
-        if h.contains_key(header::CONTENT_LENGTH) {
+        if h.known(Known::ContentLength).is_some() {
             return Err(
                 "upstream sent \"Content-Length\" and \"Transfer-Encoding\" headers at the same time"
                     .to_string(),
@@ -322,8 +320,8 @@ mod tests {
                     .map(|v| ("content-length", v.as_str()))
                     .chain(codings.iter().map(|v| ("transfer-encoding", v.as_str()))),
             );
-            let cl: Vec<_> = h.get_all(header::CONTENT_LENGTH).collect();
-            let te: Vec<_> = h.get_all(header::TRANSFER_ENCODING).collect();
+            let cl: Vec<_> = h.known_all(Known::ContentLength).collect();
+            let te: Vec<_> = h.known_all(Known::TransferEncoding).collect();
             if upstream_framing(&h).is_ok() {
                 proptest::prop_assert!(cl.len() + te.len() <= 1);
                 if let Some(v) = cl.first() {

@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::Response;
-use http::header::HOST;
 
-use crate::h1::head::Headers;
+use crate::h1::head::{Headers, Known};
 
 use crate::conf::model::{ListenAddr, Location, Return, Server};
 use crate::conf::ssl::VerifyClient;
@@ -44,7 +43,7 @@ pub(super) struct Incoming {
 /// Err for a host nginx refuses with 400: the request line's, or the
 /// `Host` field's even when the line names a host (nginx reads both).
 fn request_host(req: &Incoming) -> Result<Option<String>, ()> {
-    let field = match req.headers.get(HOST) {
+    let field = match req.headers.known(Known::Host) {
         // Bytes above 0x7F pass, as in nginx, when they are UTF-8.
         Some(h) => Some(host_of(std::str::from_utf8(h.as_bytes()).map_err(|_| ())?)?),
         None => None,

@@ -25,7 +25,7 @@ use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
 use crate::conf::proxy_more::ignore;
 use crate::conf::vars::Template;
 use crate::h1::body::{Decoder, Framing};
-use crate::h1::head::{AsReceived, Headers, Names, Reason, ResponseHead};
+use crate::h1::head::{AsReceived, Headers, Known, Names, Reason, ResponseHead};
 use crate::log::Level;
 use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Policy, Requester};
 use crate::upstream::h1conn::{self, H1};
@@ -555,7 +555,7 @@ async fn exchange(
             ));
         }
     };
-    if head.status == 101 && !r.headers.contains_key(header::UPGRADE) {
+    if head.status == 101 && r.headers.known(Known::Upgrade).is_none() {
         return Err(unanswered(
             Kind::InvalidHeader,
             "upstream sent \"101 Switching Protocols\" to a request without \"Upgrade\"".into(),
@@ -564,7 +564,7 @@ async fn exchange(
     }
     upstream_framing(&head.raw).map_err(|m| unanswered(Kind::InvalidHeader, m, READING))?;
     // An HTTP/1.0 response cannot be chunked.
-    if head.version == http::Version::HTTP_10 && head.raw.contains_key(header::TRANSFER_ENCODING) {
+    if head.version == http::Version::HTTP_10 && head.raw.known(Known::TransferEncoding).is_some() {
         return Err(unanswered(
             Kind::InvalidHeader,
             "upstream sent invalid header".into(),

@@ -6,9 +6,8 @@
 
 use bytes::{Bytes, BytesMut};
 use http::Version;
-use http::header;
 
-use crate::h1::head::valid_value;
+use crate::h1::head::{Known, valid_value};
 use http_body_util::BodyExt;
 use std::sync::Arc;
 
@@ -77,7 +76,7 @@ fn declared_length(r: &Req) -> Result<Option<u64>, u16> {
     let max = r.conf.client_max_body_size;
     let declared = r
         .headers
-        .get(header::CONTENT_LENGTH)
+        .known(Known::ContentLength)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if let Some(len) = declared {
@@ -454,7 +453,7 @@ fn streamed_framing(r: &Req, incoming: bool) -> Option<Framing> {
         return Some(
             match r
                 .headers
-                .get(header::CONTENT_LENGTH)
+                .known(Known::ContentLength)
                 .and_then(|v| crate::h1::body::content_length(v.as_bytes()))
             {
                 Some(n) => Framing::Length(n),
@@ -463,11 +462,11 @@ fn streamed_framing(r: &Req, incoming: bool) -> Option<Framing> {
         );
     }
     // The connection refused any other framing before the handler ran.
-    if r.headers.contains_key(header::TRANSFER_ENCODING) {
+    if r.headers.known(Known::TransferEncoding).is_some() {
         return (conf.proxy_http_version == 11).then_some(Framing::Chunked);
     }
     r.headers
-        .get(header::CONTENT_LENGTH)
+        .known(Known::ContentLength)
         .and_then(|v| crate::h1::body::content_length(v.as_bytes()))
         .filter(|&n| n > 0)
         .map(Framing::Length)
@@ -502,8 +501,8 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
     let framed = match &body {
         ClientBody::Incoming(b) => b.framed(),
         ClientBody::Read(_) => {
-            r.headers.contains_key(header::CONTENT_LENGTH)
-                || r.headers.contains_key(header::TRANSFER_ENCODING)
+            r.headers.known(Known::ContentLength).is_some()
+                || r.headers.known(Known::TransferEncoding).is_some()
         }
         ClientBody::Empty => false,
     };

@@ -16,13 +16,12 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header;
 use http::{Method, Version};
 use tokio::io::AsyncWrite;
 
 use super::body::Payload;
 use crate::h1::body::{BodyError, Decoder, Framing, Piece};
-use crate::h1::head::{Headers, ResponseHead, parse_response};
+use crate::h1::head::{Headers, Known, ResponseHead, parse_response};
 use crate::net::stream::Stream;
 
 /// A body this small goes out in the same write as the head.
@@ -88,12 +87,12 @@ pub fn framing(method: &Method, head: &ResponseHead) -> Framing {
     if *method == Method::HEAD || s < 200 || s == 204 || s == 304 {
         return Framing::Empty;
     }
-    if head.raw.contains_key(header::TRANSFER_ENCODING) {
+    if head.raw.known(Known::TransferEncoding).is_some() {
         return Framing::Chunked;
     }
     match head
         .raw
-        .get(header::CONTENT_LENGTH)
+        .known(Known::ContentLength)
         .and_then(|v| crate::h1::body::content_length(v.as_bytes()))
     {
         Some(n) => Framing::Length(n),
@@ -105,8 +104,8 @@ pub fn framing(method: &Method, head: &ResponseHead) -> Framing {
 /// HTTP/1.1 without `Connection: close`, HTTP/1.0 with `keep-alive`.
 pub fn keeps_alive(version: Version, headers: &Headers) -> bool {
     match version {
-        Version::HTTP_11 => !headers.has_token(header::CONNECTION, b"close"),
-        Version::HTTP_10 => headers.has_token(header::CONNECTION, b"keep-alive"),
+        Version::HTTP_11 => !headers.has_known_token(Known::Connection, b"close"),
+        Version::HTTP_10 => headers.has_known_token(Known::Connection, b"keep-alive"),
         _ => false,
     }
 }
