@@ -77,6 +77,12 @@ pub struct H1 {
     /// the wire, as nginx counts).
     wrote: u64,
     got: u64,
+    /// The timer of the waits for a response head (`proxy_read_timeout`):
+    /// made on the connection's first wait and moved on for each after
+    /// it. A later deadline moves a timer tokio holds with one atomic
+    /// exchange, where a timer made and dropped for each request took the
+    /// timer driver's lock twice (to enter its wheel and to leave it).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// The response's body framing, by nginx's rules: none for a HEAD request
@@ -138,6 +144,7 @@ impl H1 {
             eof: false,
             wrote: 0,
             got: 0,
+            timer: None,
         }
     }
 
@@ -227,7 +234,7 @@ impl H1 {
             if self.eof {
                 break Err(Error::Closed);
             }
-            match read_timed(&mut self.io, &mut buf, timeout).await {
+            match read_timed(&mut self.io, &mut buf, timeout, &mut self.timer).await {
                 Ok(0) => self.eof = true,
                 Ok(n) => self.got += n as u64,
                 Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
@@ -359,20 +366,30 @@ fn armed(
     }
 }
 
-/// One read, waiting at most `timeout` (the timer is armed only if the
-/// socket has nothing yet). TimedOut when it expired.
+/// One read, waiting at most `timeout` from the first time the socket has
+/// nothing (no timer is touched while it has): `timer`, the connection's,
+/// is set to that deadline then. TimedOut when it expired.
 async fn read_timed(
     io: &mut Stream,
     buf: &mut BytesMut,
     timeout: Duration,
+    timer: &mut Option<Pin<Box<tokio::time::Sleep>>>,
 ) -> std::io::Result<usize> {
-    let mut timer = std::pin::pin!(None::<tokio::time::Sleep>);
+    let mut set = false;
     poll_fn(|cx| match poll_read_buf(io, buf, cx) {
         Poll::Ready(r) => Poll::Ready(r),
-        Poll::Pending => match armed(timer.as_mut(), timeout).poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(std::io::ErrorKind::TimedOut.into())),
-            Poll::Pending => Poll::Pending,
-        },
+        Poll::Pending => {
+            let made = timer.is_none();
+            let t = timer.get_or_insert_with(|| Box::pin(crate::net::clock::sleep(timeout)));
+            if !set && !made {
+                t.as_mut().reset(crate::net::clock::deadline(timeout));
+            }
+            set = true;
+            match t.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(std::io::ErrorKind::TimedOut.into())),
+                Poll::Pending => Poll::Pending,
+            }
+        }
     })
     .await
 }
