@@ -216,9 +216,10 @@ static KNOWN_WORDS: [Words; 6] = [
 #[derive(Debug, Clone, Copy, Default)]
 struct Index {
     /// Each known name's first line, counted from 1; 0 when it is absent,
-    /// `u16::MAX` when it is looked up by a scan (its line is past what a
-    /// `u16` counts, or lines were taken out).
-    first: [u16; 6],
+    /// `u8::MAX` when it is looked up by a scan (its line is past what a
+    /// `u8` counts, or lines were taken out). A byte, not more: the index
+    /// keeps `Headers` and `ResponseHead` small (see `ResponseHead`).
+    first: [u8; 6],
     /// The known names that come more than once, a bit each.
     more: u8,
     /// The lengths of the names, a bit each (63 for any longer): a lookup
@@ -235,7 +236,7 @@ impl Index {
     /// cost a lookup's worth for each line, for heads that are then
     /// mostly only written out.
     fn forget_lines(&mut self) {
-        self.first = [u16::MAX; 6];
+        self.first = [u8::MAX; 6];
         self.more = u8::MAX;
     }
 
@@ -246,7 +247,7 @@ impl Index {
             if let Some(k) = head.get(n.clone()).and_then(Known::of) {
                 let first = &mut ix.first[k as usize];
                 if *first == 0 {
-                    *first = u16::try_from(i + 1).unwrap_or(u16::MAX);
+                    *first = u8::try_from(i + 1).unwrap_or(u8::MAX);
                 } else {
                     ix.more |= k.bit();
                 }
@@ -508,7 +509,7 @@ impl Headers {
     pub fn known(&self, k: Known) -> Option<Value<'_>> {
         match self.index.first[k as usize] {
             0 => None,
-            u16::MAX => self.known_all(k).next(),
+            u8::MAX => self.known_all(k).next(),
             line => self.value_at(usize::from(line) - 1),
         }
     }
@@ -601,7 +602,7 @@ impl<'a, N: AsRef<[u8]>> Iterator for Values<'a, N> {
                     self.from = Some(usize::MAX);
                     return None;
                 }
-                u16::MAX => 0,
+                u8::MAX => 0,
                 line => {
                     let at = usize::from(line) - 1;
                     let repeated = h.index.more & k.bit() != 0;
@@ -679,24 +680,34 @@ pub struct RequestHead {
     pub ignored: Vec<Bytes>,
 }
 
-/// A parsed response head.
+/// A parsed response head. Small enough (128 bytes) that a move of it is
+/// a few vector stores, not a call to `memcpy`: it goes by value from the
+/// parser through the attempt to the response, and each of those moves
+/// was a call (callgrind: some forty `memcpy` calls a proxied request).
+/// What only a head put in a map has is boxed apart (`Mapped`).
 #[derive(Debug)]
 pub struct ResponseHead {
     pub status: StatusCode,
     pub reason: Bytes,
     pub version: Version,
-    /// The headers that go on to the client, once `map` has put them in a
-    /// map (empty until then: a response whose headers go on as received
-    /// never has one).
-    pub headers: HeaderMap,
-    /// Whether `map` was called.
-    pub mapped: bool,
     /// Every header as received: the framing, keep-alive and `X-Accel-*`
     /// ones the client never sees are read here, and `$upstream_http_*`.
     pub raw: Headers,
-    pub names: Names,
-    pub order: Option<Order>,
     pub len: usize,
+    /// The headers that go on to the client, once `map` has put them in a
+    /// map (None until then: a response whose headers go on as received
+    /// never has one).
+    pub mapped: Option<Box<Mapped>>,
+}
+
+/// A response head's headers put in a map (`ResponseHead::map`).
+#[derive(Debug, Default)]
+pub struct Mapped {
+    pub headers: HeaderMap,
+    /// The case of their names as received (`Names`).
+    pub names: Names,
+    /// Their order, where the map would regroup them.
+    pub order: Option<Order>,
 }
 
 impl ResponseHead {
@@ -724,11 +735,18 @@ impl ResponseHead {
                 _ => drop(e.remove_entry_mult()),
             }
         }
-        self.headers = headers;
-        self.names = names;
-        self.order = order;
-        self.mapped = true;
+        self.mapped = Some(Box::new(Mapped {
+            headers,
+            names,
+            order,
+        }));
         Ok(())
+    }
+
+    /// The headers `map` put in its map; none before it was called.
+    pub fn headers(&self) -> &HeaderMap {
+        static NONE: std::sync::LazyLock<HeaderMap> = std::sync::LazyLock::new(HeaderMap::new);
+        self.mapped.as_ref().map_or(&NONE, |m| &m.headers)
     }
 }
 
@@ -1531,12 +1549,9 @@ pub fn parse_response(buf: &mut BytesMut) -> Result<Option<ResponseHead>, String
                     status,
                     reason: head.slice(reason),
                     version,
-                    headers: HeaderMap::new(),
-                    mapped: false,
                     raw: Headers { head, spans, index },
-                    names: Names::default(),
-                    order: None,
                     len,
+                    mapped: None,
                 }));
             }
             Err(httparse::Error::TooManyHeaders) => {
@@ -2232,7 +2247,7 @@ mod tests {
             let mut mapped = parsed();
             mapped.map(&|_: &[u8]| true).expect("maps");
             let got: Vec<&[u8]> = mapped
-                .headers
+                .headers()
                 .get_all("content-type")
                 .iter()
                 .map(|v| v.as_bytes())
@@ -2277,7 +2292,7 @@ mod tests {
         let h = parse(b"HTTP/1.1 200 OK\r\nDate: d\r\nX-A: 1\r\nConnection: close\r\n\r\n")
             .unwrap()
             .unwrap();
-        let kept: Vec<&str> = h.headers.keys().map(|n| n.as_str()).collect();
+        let kept: Vec<&str> = h.headers().keys().map(|n| n.as_str()).collect();
         assert_eq!(kept, vec!["x-a"]);
         assert_eq!(h.raw.len(), 3);
         assert_eq!(
@@ -2288,7 +2303,7 @@ mod tests {
         let up = parse(b"HTTP/1.1 101 Switching\r\nConnection: upgrade\r\nUpgrade: x\r\n\r\n")
             .unwrap()
             .unwrap();
-        assert!(up.headers.contains_key("connection"));
+        assert!(up.headers().contains_key("connection"));
         // A name or value httparse refuses is refused in a header left out
         // too: nothing checks them again.
         for bad in [
@@ -2304,7 +2319,7 @@ mod tests {
         let h = parse(b"HTTP/1.1 200 OK\r\nDa(te: ab\r\n\r\n")
             .unwrap()
             .unwrap();
-        assert!(h.raw.is_empty() && h.headers.is_empty());
+        assert!(h.raw.is_empty() && h.headers().is_empty());
     }
 
     /// Status lines nginx reads: no reason, an empty one, wide spaces.
@@ -2334,7 +2349,7 @@ mod tests {
     fn response_order_and_names() {
         let order = |b: &[u8]| {
             let h = resp(b).unwrap().unwrap();
-            h.order.map(|o| {
+            h.mapped.and_then(|m| m.order).map(|o| {
                 o.0.iter()
                     .map(|n| n.as_str().to_string())
                     .collect::<Vec<_>>()
@@ -2355,7 +2370,13 @@ mod tests {
         let h = resp(b"HTTP/1.1 200 OK\r\nContent-Type: x\r\netag: 1\r\nETag: 2\r\nx-one: 1\r\nX-Two: 2\r\n\r\n")
             .unwrap()
             .unwrap();
-        let kept: Vec<&[u8]> = h.names.0.iter().map(|b| &b[..]).collect();
+        let kept: Vec<&[u8]> = h
+            .mapped
+            .as_ref()
+            .map_or(&[][..], |m| &m.names.0[..])
+            .iter()
+            .map(|b| &b[..])
+            .collect();
         assert_eq!(kept, vec![&b"etag"[..], b"x-one"]);
     }
 
@@ -2425,6 +2446,18 @@ mod tests {
                 assert_eq!(valid_value(&v), value_byte(b), "{b:#x} at {at}");
             }
         }
+    }
+
+    /// A response head is moved by value from the parser to the response:
+    /// kept at 128 bytes, the most a move copies with inline stores
+    /// rather than a call to `memcpy` (see `ResponseHead`).
+    #[test]
+    fn response_head_moves_inline() {
+        assert!(
+            std::mem::size_of::<ResponseHead>() <= 128,
+            "{}",
+            std::mem::size_of::<ResponseHead>()
+        );
     }
 
     /// A name is a known one exactly when it is that name in some case:
@@ -2612,7 +2645,7 @@ mod tests {
             let picked = AsReceived::pick(h.raw.clone(), passes);
             prop_assert!(h.map(&passes).is_ok(), "{}", wire.escape_ascii());
             let mut as_map: Vec<(String, Vec<u8>)> = h
-                .headers
+                .headers()
                 .iter()
                 .map(|(n, v)| (n.as_str().to_string(), v.as_bytes().to_vec()))
                 .collect();
@@ -2624,12 +2657,12 @@ mod tests {
             as_map.sort();
             as_lines.sort();
             prop_assert_eq!(as_map, as_lines);
-            prop_assert_eq!(picked.server, h.headers.contains_key("server"));
-            prop_assert_eq!(picked.length, h.headers.contains_key("content-length"));
-            prop_assert_eq!(picked.date, h.headers.contains_key("date"));
+            prop_assert_eq!(picked.server, h.headers().contains_key("server"));
+            prop_assert_eq!(picked.length, h.headers().contains_key("content-length"));
+            prop_assert_eq!(picked.date, h.headers().contains_key("date"));
             let mut map = HeaderMap::new();
             picked.append_to(&mut map);
-            prop_assert_eq!(map.len(), h.headers.len());
+            prop_assert_eq!(map.len(), h.headers().len());
         }
 
         /// Request lines of tokens, spaces and versions in any order end

@@ -16,7 +16,7 @@ use super::proxy::{Failed, READING, SENDING, head_unsent, timed_out, unanswered,
 use super::proxy_plan::Plan;
 use super::vars::Req;
 use crate::conf::loc::LocConf;
-use crate::h1::head::{Names, ResponseHead};
+use crate::h1::head::{Mapped, ResponseHead};
 use crate::log::Level;
 use crate::upstream::Pooled;
 use crate::upstream::attempt::Kind;
@@ -319,12 +319,12 @@ pub(super) async fn exchange(
         status,
         reason,
         version: Version::HTTP_11,
-        headers,
-        mapped: true,
         raw,
-        names: Names(Vec::new()),
-        order: None,
         len: used,
+        mapped: Some(Box::new(Mapped {
+            headers,
+            ..Mapped::default()
+        })),
     };
     Ok((head, out, rest))
 }

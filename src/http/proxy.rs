@@ -25,7 +25,7 @@ use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
 use crate::conf::proxy_more::ignore;
 use crate::conf::vars::Template;
 use crate::h1::body::{Decoder, Framing};
-use crate::h1::head::{AsReceived, Headers, Known, Names, Reason, ResponseHead};
+use crate::h1::head::{AsReceived, Headers, Known, Mapped, Names, Reason, ResponseHead};
 use crate::log::Level;
 use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Policy, Requester};
 use crate::upstream::h1conn::{self, H1};
@@ -695,13 +695,21 @@ async fn respond(r: &mut Req, pp: &ProxyPass, a: Answer<'_>) -> Reply {
     let ResponseHead {
         status: code,
         reason,
-        headers,
-        mapped,
         raw,
-        names,
-        order,
+        mapped,
         ..
     } = head;
+    let (
+        mapped,
+        Mapped {
+            headers,
+            names,
+            order,
+        },
+    ) = match mapped {
+        Some(m) => (true, *m),
+        None => (false, Mapped::default()),
+    };
     let mut resp = Response::new(());
     *resp.status_mut() = code;
     *resp.headers_mut() = headers;
