@@ -186,6 +186,9 @@ my @cases = (
 		qr/access_log "\S+x\.log" already defined with conflicting parameters/],
 	["gzip;\n    access_log $d/x.log combined gzip=2",
 		qr/access_log "\S+x\.log" already defined with conflicting parameters/],
+	# Not nginx's: sluice's log files are opened once, by the master.
+	["buffer=4k;\n    access_log $d/\$host.log",
+		qr/variables in the access_log path "\S+\$host\.log" are not supported/],
 );
 my @bad;
 for my $case (@cases) {

@@ -42,6 +42,7 @@ my @KNOWN = (
 	[qr/location ~ \^\/a \{ location \/b/, 'a prefix location inside a regex one: sluice takes it'],
 	[qr/server_name (?:\*\.a\.\*|a\*b);/, 'a * inside a name or at both ends: sluice refuses it'],
 	[qr/proxy_redirect default/, 'proxy_redirect default before proxy_pass: sluice takes it'],
+	[qr/access_log \S*\$host/, 'variables in an access_log path: sluice refuses them (its logs are opened once, by the master)'],
 );
 
 sub verdict {
