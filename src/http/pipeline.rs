@@ -19,7 +19,7 @@ use crate::net::tls::Verify;
 use super::access::LoggedBody;
 use super::conn::InFlight;
 use super::response::Body;
-use super::vars::{ConnInfo, Req};
+use super::vars::{Asked, ConnInfo, Req};
 use super::{
     ClientBody, CloseConnection, Reply, Shared, access, dynamic, framing, proxy, realip, response,
     router, script, static_files, status, uri,
@@ -283,9 +283,8 @@ pub(super) async fn handle(
     let host_given = matches!(host, Ok(Some(_)));
     let mut unfinished = Unfinished(Some(Box::write(
         Box::new_uninit(),
-        Req {
+        Req::new(Asked {
             conn: info,
-            start: crate::net::clock::now(),
             method,
             version,
             request_uri: req_uri
@@ -307,33 +306,8 @@ pub(super) async fn handle(
             host_given,
             server_name: server.primary_name.clone(),
             conf,
-            status: 0,
-            body_bytes_sent: 0,
-            bytes_sent: 0,
-            request_length: 0,
-            proxy_host: super::vars::no_proxy_host(),
-            proxy_port: 0,
-            upstream: Arc::default(),
-            vars: Vec::new(),
-            captures: Vec::new(),
-            uri_changed: false,
-            add_uri_to_alias: false,
-            if_pass: None,
-            realip: None,
-            maps: Default::default(),
-            request_id: Default::default(),
             conn_requests: nth,
-            sent_headers: None,
-            limits: Default::default(),
-            gzip_ratio: None,
-            request_body: None,
-            request_body_file: None,
-            www_authenticate: None,
-            subrequest: false,
-            accel_limit_rate: None,
-            completed: false,
-            as_received: None,
-        },
+        }),
     )));
     let Some(r) = unfinished.0.as_mut() else {
         return Err(CloseConnection);
@@ -770,9 +744,8 @@ pub(super) async fn dispatch(
 /// connection, URI, arguments, headers, variables and body, with `method`;
 /// no access phase runs for it and it writes no access log line.
 pub(super) fn subrequest(r: &Req, method: http::Method) -> Req {
-    Req {
+    let mut sub = Req::new(Asked {
         conn: r.conn.clone(),
-        start: crate::net::clock::now(),
         method,
         version: r.version,
         request_uri: r.request_uri.clone(),
@@ -783,33 +756,14 @@ pub(super) fn subrequest(r: &Req, method: http::Method) -> Req {
         host_given: r.host_given,
         server_name: r.server_name.clone(),
         conf: r.conf.clone(),
-        status: 0,
-        body_bytes_sent: 0,
-        bytes_sent: 0,
-        request_length: 0,
-        proxy_host: super::vars::no_proxy_host(),
-        proxy_port: 0,
-        upstream: Arc::default(),
-        vars: r.vars.clone(),
-        captures: Vec::new(),
-        uri_changed: false,
-        add_uri_to_alias: false,
-        if_pass: None,
-        realip: r.realip,
-        maps: Default::default(),
-        request_id: r.request_id.clone(),
         conn_requests: r.conn_requests,
-        sent_headers: None,
-        limits: Default::default(),
-        gzip_ratio: None,
-        request_body: r.request_body.clone(),
-        request_body_file: None,
-        www_authenticate: None,
-        subrequest: true,
-        accel_limit_rate: None,
-        completed: false,
-        as_received: None,
-    }
+    });
+    sub.vars = r.vars.clone();
+    sub.realip = r.realip;
+    sub.request_id = r.request_id.clone();
+    sub.request_body = r.request_body.clone();
+    sub.subrequest = true;
+    sub
 }
 
 /// `auth_request`: a GET subrequest to `uri` with the request's headers

@@ -279,6 +279,90 @@ fn secs(d: Option<Duration>) -> String {
     }
 }
 
+/// What a request is made from: who asked, for what, and where it is
+/// served. Everything else a request carries starts fresh (`Req::new`):
+/// the request from a client, a subrequest and the tests' requests share
+/// that start.
+pub struct Asked {
+    pub conn: Arc<ConnInfo>,
+    pub method: Method,
+    pub version: Version,
+    pub request_uri: http::uri::PathAndQuery,
+    pub uri: String,
+    pub args: Option<String>,
+    pub headers: crate::h1::head::Headers,
+    pub host: String,
+    pub host_given: bool,
+    pub server_name: Arc<str>,
+    pub conf: Arc<LocConf>,
+    pub conn_requests: u64,
+}
+
+impl Req {
+    /// A request begun now: what `asked` says, and nothing done yet (no
+    /// status, no bytes counted, no upstream, no variables set). Always
+    /// inlined: the client's request is written straight into its box
+    /// (`pipeline::handle`), where a call returned it on the stack and
+    /// copied its 880 bytes in (scripts/cost: some 240 instructions).
+    #[inline(always)]
+    pub fn new(asked: Asked) -> Req {
+        let Asked {
+            conn,
+            method,
+            version,
+            request_uri,
+            uri,
+            args,
+            headers,
+            host,
+            host_given,
+            server_name,
+            conf,
+            conn_requests,
+        } = asked;
+        Req {
+            conn,
+            start: crate::net::clock::now(),
+            method,
+            version,
+            request_uri,
+            uri,
+            args,
+            headers,
+            host,
+            host_given,
+            server_name,
+            conf,
+            conn_requests,
+            status: 0,
+            body_bytes_sent: 0,
+            bytes_sent: 0,
+            request_length: 0,
+            proxy_host: no_proxy_host(),
+            proxy_port: 0,
+            upstream: Arc::default(),
+            vars: Vec::new(),
+            captures: Vec::new(),
+            uri_changed: false,
+            add_uri_to_alias: false,
+            if_pass: None,
+            realip: None,
+            maps: Default::default(),
+            request_id: Default::default(),
+            sent_headers: None,
+            limits: Default::default(),
+            gzip_ratio: None,
+            request_body: None,
+            request_body_file: None,
+            www_authenticate: None,
+            subrequest: false,
+            accel_limit_rate: None,
+            completed: false,
+            as_received: None,
+        }
+    }
+}
+
 impl Req {
     /// Gives the variable `name` (one `set` declares, or a regex's named
     /// capture) the value `v`.
@@ -761,9 +845,8 @@ pub(crate) mod tests {
             prefix: "/".into(),
             combined: crate::conf::http::combined(),
         };
-        Req {
+        let mut r = Req::new(Asked {
             conn,
-            start: crate::net::clock::now(),
             method: Method::GET,
             version: Version::HTTP_11,
             request_uri: http::uri::PathAndQuery::from_static("/p?x=1&y=2"),
@@ -774,33 +857,12 @@ pub(crate) mod tests {
             host_given: true,
             server_name: "srv".into(),
             conf: Arc::new(crate::conf::loc::LocB::default().finish(&d)),
-            status: 200,
-            body_bytes_sent: 0,
-            bytes_sent: 0,
-            request_length: 0,
-            proxy_host: "backend".into(),
-            proxy_port: 80,
-            upstream: Arc::default(),
-            vars: Vec::new(),
-            captures: Vec::new(),
-            uri_changed: false,
-            add_uri_to_alias: false,
-            if_pass: None,
-            realip: None,
-            maps: MapCache::default(),
-            request_id: Default::default(),
             conn_requests: 1,
-            sent_headers: None,
-            limits: Default::default(),
-            gzip_ratio: None,
-            request_body: None,
-            request_body_file: None,
-            www_authenticate: None,
-            subrequest: false,
-            accel_limit_rate: None,
-            completed: false,
-            as_received: None,
-        }
+        });
+        r.status = 200;
+        r.proxy_host = "backend".into();
+        r.proxy_port = 80;
+        r
     }
 
     #[test]
