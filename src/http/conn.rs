@@ -1342,6 +1342,8 @@ async fn send_response(
     }
     drop(body);
     if !out.is_empty() {
+        // With the other responses of this turn (`net::turn`).
+        crate::net::turn::later().await;
         if let Err(e) = inb.io.write_all_ref(&out, send_timeout).await {
             return send_failed(&e, number);
         }

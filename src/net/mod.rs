@@ -26,6 +26,7 @@ pub mod tls_crypto;
 pub mod tls_tickets;
 pub mod tls_verify;
 pub mod track;
+pub mod turn;
 pub mod vars;
 
 use std::net::{IpAddr, SocketAddr};

@@ -172,6 +172,8 @@ impl H1 {
         body: &Payload,
         timeout: Duration,
     ) -> Result<(), Error> {
+        // With the other requests of this turn (`net::turn`).
+        crate::net::turn::later().await;
         let mut sent = false;
         self.wrote = 0;
         self.got = 0;

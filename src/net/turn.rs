@@ -1,0 +1,98 @@
+//! Writes wait for the end of the event loop's turn, as HAProxy's do.
+//!
+//! One `epoll_wait` wakes many connections at once. Were each to read and
+//! then write at once, the writes would go out one by one, a connection's
+//! work apart, and the process on the other end (the backend, the client)
+//! would be woken by the first and then find one request at a time: a
+//! sleep and a wake-up each. A write that first lets every other woken
+//! connection do its reading (`later`) goes out with the others in a burst,
+//! and the other end finds them all at its next wake-up.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Ready once the tasks woken before this one have run: the task wakes
+/// itself and goes to the back of the worker's run queue (tokio's
+/// current-thread scheduler runs a task woken from inside in the same turn,
+/// after the others, without polling the driver again).
+pub fn later() -> Later {
+    Later { waited: false }
+}
+
+pub struct Later {
+    waited: bool,
+}
+
+impl Future for Later {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.waited {
+            return Poll::Ready(());
+        }
+        self.waited = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::later;
+
+    /// Three connections woken in one turn of a worker's runtime: each
+    /// "reads", then waits for the turn's end to "write". Every read comes
+    /// before every write, and the writes keep the reads' order.
+    #[test]
+    fn writes_go_after_every_read_of_the_turn() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let note = |seen: &Mutex<Vec<String>>, what: String| {
+            if let Ok(mut s) = seen.lock() {
+                s.push(what);
+            }
+        };
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..3)
+                .map(|i| {
+                    let seen = seen.clone();
+                    tokio::spawn(async move {
+                        note(&seen, format!("read {i}"));
+                        later().await;
+                        note(&seen, format!("write {i}"));
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.expect("task");
+            }
+        });
+        let seen = seen.lock().expect("lock").clone();
+        assert_eq!(
+            seen,
+            [
+                "read 0", "read 1", "read 2", "write 0", "write 1", "write 2"
+            ]
+        );
+    }
+
+    /// Alone in its turn, a task goes on at once: one more poll, no wait
+    /// for the driver.
+    #[test]
+    fn alone_it_goes_on_in_the_same_turn() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let done = rt.block_on(async {
+            later().await;
+            later().await;
+            true
+        });
+        assert!(done);
+    }
+}
