@@ -159,19 +159,6 @@ fn set_access_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
     if off && d.args.len() > 1 {
         return Err(ConfError::at("invalid parameter \"off\"", &d.src));
     }
-    // nginx opens a path with variables for each line, as the worker;
-    // sluice's log files are the master's, opened once (they survive the
-    // workers' change of user). Refused, not taken as a file of that
-    // literal name, which would get every line.
-    if !off && !crate::log::syslog::is_syslog(&d.args[0]) && d.args[0].contains('$') {
-        return Err(ConfError::at(
-            format!(
-                "variables in the access_log path \"{}\" are not supported",
-                d.args[0]
-            ),
-            &d.src,
-        ));
-    }
     let path = if crate::log::syslog::is_syslog(&d.args[0]) {
         crate::log::syslog::Spec::parse(&d.args[0]).map_err(|m| ConfError::at(m, &d.src))?;
         if size.is_some() {
@@ -179,6 +166,19 @@ fn set_access_log(b: &mut Builder, d: &Directive, n: &mut Node<'_>) -> Result<()
         }
         std::path::PathBuf::from(&d.args[0])
     } else {
+        // nginx opens a path with variables for each line, as the worker;
+        // sluice's log files are the master's, opened once (they survive
+        // the workers' change of user). Refused, not taken as a file of
+        // that literal name, which would get every line.
+        if !off && d.args[0].contains('$') {
+            return Err(ConfError::at(
+                format!(
+                    "variables in the access_log path \"{}\" are not supported",
+                    d.args[0]
+                ),
+                &d.src,
+            ));
+        }
         b.path(&d.args[0])
     };
     if let Some(size) = size {
