@@ -17,7 +17,7 @@ BEGIN { use FindBin; chdir($FindBin::Bin); }
 use lib 'lib';
 use Test::Sluice qw/:all/;
 
-my $t = Test::Sluice->new()->has(qw/http/)->plan(28);
+my $t = Test::Sluice->new()->has(qw/http/)->plan(31);
 
 $t->write_file_expand('sluice.conf', <<'EOF');
 
@@ -28,6 +28,7 @@ events {
 
 http {
     access_log off;
+    log_format vu '$status $upstream_addr';
     log_format up '$upstream_http_x_port|$upstream_http_x_mixed_case|$upstream_http_connection|$upstream_http_content_length';
 
     upstream u { server 127.0.0.1:%%PORT_8081%%; }
@@ -70,6 +71,7 @@ http {
             proxy_busy_buffers_size 1k;
         }
         location /rw/ { rewrite ^/rw/(.*)$ /echo/$1?r=1 break; proxy_pass http://u; }
+        location /vu/ { proxy_pass http://u/echo$uri; access_log %%TESTDIR%%/vu.log vu; }
     }
 }
 
@@ -150,6 +152,16 @@ $r = http_get('/tokens');
 like($r, qr/^Server: sluice\r$/m, 'server_tokens off');
 
 like(http_get('/rw/a%20b?q=2'), qr!^GET /echo/a%20b\?r=1&q=2 HTTP/1\.1\r$!m, 'rewritten URI sent upstream');
+
+# A URI made with variables goes on the request line as it is: one that a
+# decoded space or control byte would end early is refused, and nothing
+# goes upstream (nginx sends the broken line).
+like(http_get('/vu/ab'), qr!^GET /echo/vu/ab HTTP/1\.1\r$!m, 'URI with variables sent upstream');
+like(http("POST /vu/a%20b HTTP/1.0\nHost: localhost\nContent-Length: 5\n\nhello"),
+	qr!^HTTP/1\.1 400 !, 'a space in it: 400');
+$t->waitforfile($t->testdir() . '/vu.log');
+is($t->read_file('vu.log'), "200 127.0.0.1:" . port(8081) . "\n400 -\n",
+	'it went to no upstream');
 
 # Expect: 100-continue: the interim answer comes before the body is sent.
 {

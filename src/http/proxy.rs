@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 
 use super::framing::upstream_framing;
 use super::proxy_body::ProxyBody;
-use super::proxy_plan::{Plan, plan};
+use super::proxy_plan::{Plan, next_upstream, plan};
 use super::proxy_stream::Broken;
 use super::response;
 use super::vars::{Attempt, Req};
@@ -27,7 +27,7 @@ use crate::conf::vars::Template;
 use crate::h1::body::{Decoder, Framing};
 use crate::h1::head::{AsReceived, Headers, Known, Mapped, Names, Reason, ResponseHead};
 use crate::log::Level;
-use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Policy, Requester};
+use crate::upstream::attempt::{Attempts, Connected, Connector, Failure, Kind, Requester};
 use crate::upstream::h1conn::{self, H1};
 use crate::upstream::tls::Tls;
 use crate::upstream::{Outcome, Pooled, UpstreamRt};
@@ -265,18 +265,8 @@ pub(crate) async fn run(
         Ok(p) => p,
         Err(status) => return Reply::Status(status),
     };
-    // The URI goes on the request line as it is: nothing that would end it.
-    if plan.uri.is_empty() || plan.uri.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Reply::Status(400);
-    }
     let conf = r.conf.clone();
-    let policy = Policy {
-        mask: conf.proxy_next_upstream,
-        tries: conf.proxy_next_upstream_tries,
-        timeout: conf.proxy_next_upstream_timeout,
-        race: conf.proxy_connect_race,
-        non_idempotent: matches!(r.method.as_str(), "POST" | "LOCK" | "PATCH"),
-    };
+    let policy = next_upstream(r);
     let bind = match local_address(r) {
         Ok(b) => b,
         Err(()) => return Reply::Status(500),

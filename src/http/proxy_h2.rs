@@ -23,13 +23,13 @@ use http_body_util::BodyExt;
 
 use super::proxy::{Asking, filter_response_headers, record, redirect_headers, tls_for_request};
 use super::proxy_body::UpstreamBodyError;
-use super::proxy_plan::{Plan, body_failed_at, body_timed_out_at, plan};
+use super::proxy_plan::{Plan, body_failed_at, body_timed_out_at, next_upstream, plan};
 use super::response::{self, BoxError};
 use super::vars::{Attempt, Req, UpstreamLog};
 use super::{ClientBody, Reply};
 use crate::conf::model::{NextUpstream, PeerAddr, ProxyPass};
 use crate::log::Level;
-use crate::upstream::attempt::{Attempts, Connector, Failure, Kind, Policy};
+use crate::upstream::attempt::{Attempts, Connector, Failure, Kind};
 use crate::upstream::body::Payload;
 use crate::upstream::h2set::{H2Sets, Opener, Slot};
 use crate::upstream::peers::now_ms;
@@ -281,17 +281,8 @@ async fn attempts(
         Ok(p) => p,
         Err(status) => return Reply::Status(status),
     };
-    if plan.uri.is_empty() || plan.uri.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Reply::Status(400);
-    }
     let conf = r.conf.clone();
-    let policy = Policy {
-        mask: conf.proxy_next_upstream,
-        tries: conf.proxy_next_upstream_tries,
-        timeout: conf.proxy_next_upstream_timeout,
-        race: conf.proxy_connect_race,
-        non_idempotent: matches!(r.method.as_str(), "POST" | "LOCK" | "PATCH"),
-    };
+    let policy = next_upstream(r);
     // As nginx's log lines name the upstream.
     let scheme = match (pp.grpc, pp.ssl) {
         (true, false) => "grpc",

@@ -18,6 +18,7 @@ use crate::conf::loc::BodyInFile;
 use crate::conf::model::ProxyPass;
 use crate::h1::body::Framing;
 use crate::log::Level;
+use crate::upstream::attempt::Policy;
 use crate::upstream::body::{Keep, Payload, Spool};
 
 const HOP_BY_HOP: [&str; 6] = [
@@ -486,8 +487,30 @@ fn buffered_framing(r: &Req, len: u64, framed: bool) -> Framing {
     }
 }
 
-/// Reads the client's body and builds what every attempt sends. Err: the
-/// status to answer with.
+/// The URI goes on the request line as it is: refused (400) if empty or
+/// with a byte that would end the line's target (a space, a control byte).
+fn sendable(plan: Plan) -> Result<Plan, u16> {
+    if plan.uri.is_empty() || plan.uri.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(400);
+    }
+    Ok(plan)
+}
+
+/// What a request's tries may do (`proxy_next_upstream`, its `_tries` and
+/// `_timeout`, `proxy_connect_race`), by its location and its method.
+pub(super) fn next_upstream(r: &Req) -> Policy {
+    let conf = &r.conf;
+    Policy {
+        mask: conf.proxy_next_upstream,
+        tries: conf.proxy_next_upstream_tries,
+        timeout: conf.proxy_next_upstream_timeout,
+        race: conf.proxy_connect_race,
+        non_idempotent: matches!(r.method.as_str(), "POST" | "LOCK" | "PATCH"),
+    }
+}
+
+/// Reads the client's body and builds what every attempt sends, its URI
+/// checked (`sendable`). Err: the status to answer with.
 pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Result<Plan, u16> {
     r.proxy_host = pp.proxy_host.clone();
     r.proxy_port = pp.proxy_port;
@@ -514,7 +537,7 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
             incoming.limit(r.conf.client_max_body_size);
             let mut head = crate::h1::pool::Out::take();
             let asks_close = upstream_head(r, &uri, version, framing, &mut head);
-            return Ok(Plan {
+            return sendable(Plan {
                 uri,
                 head,
                 asks_close,
@@ -543,7 +566,7 @@ pub(super) async fn plan(r: &mut Req, pp: &ProxyPass, body: ClientBody) -> Resul
     let mut head = crate::h1::pool::Out::take();
     let framing = buffered_framing(r, payload.len(), framed);
     let asks_close = upstream_head(r, &uri, version, framing, &mut head);
-    Ok(Plan {
+    sendable(Plan {
         uri,
         head,
         asks_close,
