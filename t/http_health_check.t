@@ -135,7 +135,7 @@ sub many {
 }
 
 # Mandatory: no traffic before the first check passes; 8084 never passes.
-ok(poll_until(sub { api_peer('m', $p3)->{state} eq 'up' }, 5), 'mandatory peer up once passed');
+ok(poll_until(sub { upstream_peer('m', $p3)->{state} eq 'up' }, 5), 'mandatory peer up once passed');
 my $c = many('/m/x', 10);
 is($c->{$p3}, 10, 'mandatory: a peer that never passed gets no traffic');
 
@@ -154,32 +154,32 @@ is("$c->{$p1}/$c->{$p2}", '5/5', 'both healthy peers used');
 
 # 8081 answers its checks with 500: unhealthy after fails=2, no traffic.
 $t->write_file('hc_' . $p1, "500");
-ok(poll_until(sub { api_peer('u', $p1)->{state} eq 'unhealthy' }, 5), 'unhealthy after fails=2');
+ok(poll_until(sub { upstream_peer('u', $p1)->{state} eq 'unhealthy' }, 5), 'unhealthy after fails=2');
 $c = many('/', 10);
 is($c->{$p2}, 10, 'unhealthy peer gets no traffic (both workers)');
-my $pj = api_peer('u', $p1);
+my $pj = upstream_peer('u', $p1);
 ok($pj->{health_checks}{fails} >= 2 && $pj->{health_checks}{unhealthy} == 1
 	&& !$pj->{health_checks}{last_passed}, 'API health_checks counters');
 like($t->read_file('error.log'), qr/\[warn\] .*peer is unhealthy while checking response of upstream, health check "\/health" of peer 127\.0\.0\.1:$p1 in upstream "u"/, 'unhealthy logged');
 
 # Back after passes=2.
 $t->write_file('hc_' . $p1, "200");
-ok(poll_until(sub { api_peer('u', $p1)->{state} eq 'up' }, 5), 'healthy again after passes');
+ok(poll_until(sub { upstream_peer('u', $p1)->{state} eq 'up' }, 5), 'healthy again after passes');
 $c = many('/', 10);
 is("$c->{$p1}/$c->{$p2}", '5/5', 'recovered peer used again');
-ok(api_peer('u', $p1)->{downtime} >= 200, 'downtime counted');
+ok(upstream_peer('u', $p1)->{downtime} >= 200, 'downtime counted');
 
 # match: the body, the header, the status each matter.
-is(api_peer('m', $p4)->{state}, 'unhealthy', 'match: missing header fails');
+is(upstream_peer('m', $p4)->{state}, 'unhealthy', 'match: missing header fails');
 $t->write_file('hc_' . $p4, "200|X-A: b|ok");
-ok(poll_until(sub { api_peer('m', $p4)->{state} eq 'up' }, 5), 'match: all conditions pass');
+ok(poll_until(sub { upstream_peer('m', $p4)->{state} eq 'up' }, 5), 'match: all conditions pass');
 $c = many('/m/x', 10);
 is("$c->{$p3}/$c->{$p4}", '5/5', 'passed mandatory peer gets traffic');
 $t->write_file('hc_' . $p4, "200|X-A: b|bad");
-ok(poll_until(sub { api_peer('m', $p4)->{state} eq 'unhealthy' }, 5), 'match: body fails');
+ok(poll_until(sub { upstream_peer('m', $p4)->{state} eq 'unhealthy' }, 5), 'match: body fails');
 $t->write_file('hc_' . $p4, "404|X-A: b|ok");
-ok(poll_until(sub { api_peer('m', $p4)->{health_checks}{last_passed} == 0
-	&& api_peer('m', $p4)->{state} eq 'unhealthy' }, 5), 'match: status fails');
+ok(poll_until(sub { upstream_peer('m', $p4)->{health_checks}{last_passed} == 0
+	&& upstream_peer('m', $p4)->{state} eq 'unhealthy' }, 5), 'match: status fails');
 
 # The checker's worker dies: another takes over within about 2 s.
 my $victim = $who[0];
@@ -193,16 +193,3 @@ my $n1 = checks($p1);
 ok(poll_until(sub { checks($p1) > $n1 + 2 }, 3) && time() - $start < 3.5,
 	'checks go on within ~2 s');
 $t->expect_errors(qr/worker process \d+ exited on signal 9/);
-
-# The API's peer object for upstream $u at port $p.
-sub api_peer {
-	my ($u, $p) = @_;
-	my $r = http_get("/api/9/http/upstreams/$u");
-	my ($body) = $r =~ /\r\n\r\n(.*)$/s;
-	require JSON::PP;
-	my $j = eval { JSON::PP->new->decode($body // '') } or return { state => '' };
-	for my $peer (@{$j->{peers}}) {
-		return $peer if $peer->{server} eq "127.0.0.1:$p";
-	}
-	return { state => '' };
-}

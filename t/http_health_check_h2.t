@@ -107,22 +107,9 @@ $t->run();
 
 my ($p1, $p2) = (port(8081), port(8082));
 
-# The API's peer object for upstream $u at port $p.
-sub api_peer {
-	my ($u, $p) = @_;
-	my $r = http_get("/api/9/http/upstreams/$u");
-	my ($body) = ($r // '') =~ /\r\n\r\n(.*)$/s;
-	require JSON::PP;
-	my $j = eval { JSON::PP->new->decode($body // '') } or return { state => '' };
-	for my $peer (@{$j->{peers}}) {
-		return $peer if $peer->{server} eq "127.0.0.1:$p";
-	}
-	return { state => '' };
-}
-
 sub up_after_checks {
 	my ($u, $p) = @_;
-	return poll_until(sub { my $j = api_peer($u, $p);
+	return poll_until(sub { my $j = upstream_peer($u, $p);
 		$j->{state} eq 'up' && $j->{health_checks}{checks} >= 4 && $j->{health_checks}{fails} == 0 }, 8);
 }
 

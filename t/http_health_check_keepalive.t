@@ -113,19 +113,6 @@ sub lines {
 sub accepts { scalar(() = lines("acc_$_[0].log")) }
 sub checks { scalar grep { /^\/health / } lines("req_$_[0].log") }
 
-# The API's peer object for upstream $u at port $p.
-sub api_peer {
-	my ($u, $p) = @_;
-	my $r = http_get("/api/9/http/upstreams/$u");
-	my ($body) = ($r // '') =~ /\r\n\r\n(.*)$/s;
-	require JSON::PP;
-	my $j = eval { JSON::PP->new->decode($body // '') } or return { state => '' };
-	for my $peer (@{$j->{peers}}) {
-		return $peer if $peer->{server} eq "127.0.0.1:$p";
-	}
-	return { state => '' };
-}
-
 ok(poll_until(sub { checks($p1) >= 8 && checks($p2) >= 8 && checks($p3) >= 15 }, 10),
 	'checks go on');
 is(accepts($p1), 1, 'keepalive_time: the checks share one connection');
@@ -138,11 +125,11 @@ ok($a3 >= 2 && $a3 < $c3, "keepalive_time=1s: a new connection past the time ($a
 
 # A failed check closes its connection: the next one opens another.
 $t->write_file("hc_$p1", '500');
-ok(poll_until(sub { api_peer('kept', $p1)->{state} eq 'unhealthy' }, 5), 'a failing check');
+ok(poll_until(sub { upstream_peer('kept', $p1)->{state} eq 'unhealthy' }, 5), 'a failing check');
 my $a1 = accepts($p1);
 ok(poll_until(sub { accepts($p1) >= $a1 + 2 }, 5), 'failed checks do not keep their connections');
 unlink "$d/hc_$p1";
-ok(poll_until(sub { api_peer('kept', $p1)->{state} eq 'up' }, 5), 'passing again');
+ok(poll_until(sub { upstream_peer('kept', $p1)->{state} eq 'up' }, 5), 'passing again');
 
 # An answer with Connection: close ends the connection too.
 $t->write_file("hc_$p1", 'close');

@@ -125,20 +125,7 @@ $t->run();
 
 my ($p1, $p2) = (port(8081), port(8082));
 
-# The API's peer object for upstream $u at port $p.
-sub api_peer {
-	my ($u, $p) = @_;
-	my $r = http_get("/api/9/http/upstreams/$u");
-	my ($body) = ($r // '') =~ /\r\n\r\n(.*)$/s;
-	require JSON::PP;
-	my $j = eval { JSON::PP->new->decode($body // '') } or return { state => '' };
-	for my $peer (@{$j->{peers}}) {
-		return $peer if $peer->{server} eq "127.0.0.1:$p";
-	}
-	return { state => '' };
-}
-
-ok(poll_until(sub { my $j = api_peer('good', $p1);
+ok(poll_until(sub { my $j = upstream_peer('good', $p1);
 	$j->{state} eq 'up' && $j->{health_checks}{checks} >= 2 && $j->{health_checks}{fails} == 0 }, 6),
 	'checks over TLS pass');
 my @checks = grep { /^\/health\|/ } split /\n/, $t->read_file("req_$p1.log");
@@ -149,7 +136,7 @@ like($last, qr/\|client=.*CN\s*=\s*client/, 'proxy_ssl_certificate: the client c
 like($last, qr/\|X-Check: plain(\||$)/, 'a plain proxy_set_header field is sent');
 unlike($last, qr/X-Var|X-Empty/, 'one with variables or empty is not');
 
-ok(poll_until(sub { api_peer('wrongca', $p2)->{state} eq 'unhealthy' }, 6),
+ok(poll_until(sub { upstream_peer('wrongca', $p2)->{state} eq 'unhealthy' }, 6),
 	'a certificate the CA did not sign fails the check');
 like($t->read_file('error.log'),
 	qr/\[warn\] .*peer is unhealthy while SSL handshaking to upstream, health check "\/health" of peer 127\.0\.0\.1:$p2 in upstream "wrongca"/,

@@ -101,17 +101,7 @@ $t->run();
 my ($p1, $p2) = (port(8081), port(8082));
 
 # The API's peer object for stream upstream $u at port $p.
-sub api_peer {
-	my ($u, $p) = @_;
-	my $r = http_get("/api/9/stream/upstreams/$u");
-	my ($body) = ($r // '') =~ /\r\n\r\n(.*)$/s;
-	require JSON::PP;
-	my $j = eval { JSON::PP->new->decode($body // '') } or return { state => '' };
-	for my $peer (@{$j->{peers}}) {
-		return $peer if $peer->{server} eq "127.0.0.1:$p";
-	}
-	return { state => '' };
-}
+sub api_peer { upstream_peer(@_, undef, 'stream') }
 
 sub up_after_checks {
 	my ($u, $p) = @_;

@@ -469,16 +469,19 @@ sub random_backend {
 	return $self;
 }
 
-# The API's object for peer 127.0.0.1:$p of HTTP upstream $u, asked on
-# port $api (port(8080) unless given); {} when there is none.
+# The API's object for peer 127.0.0.1:$p of upstream $u (an HTTP one, or
+# a stream one when $kind is 'stream'), asked on port $api (port(8080)
+# unless given); { state => '' } when there is none (or no answer).
 sub upstream_peer {
-	my ($u, $p, $api) = @_;
-	my $r = http_get("/api/9/http/upstreams/$u", PeerAddr => '127.0.0.1:' . ($api // port(8080))) // '';
+	my ($u, $p, $api, $kind) = @_;
+	$kind //= 'http';
+	my $r = http_get("/api/9/$kind/upstreams/$u",
+		PeerAddr => '127.0.0.1:' . ($api // port(8080))) // '';
 	my ($body) = $r =~ /\r\n\r\n(.*)\z/s;
 	require JSON::PP;
-	my $j = eval { JSON::PP->new->decode($body // '') } or return {};
+	my $j = eval { JSON::PP->new->decode($body // '') } or return { state => '' };
 	my ($peer) = grep { $_->{server} eq "127.0.0.1:$p" } @{$j->{peers} // []};
-	return $peer // {};
+	return $peer // { state => '' };
 }
 
 # Polls (6 s) until that peer is in state $want; 'up' only once a health
