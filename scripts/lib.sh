@@ -38,3 +38,10 @@ measured_binary() {
         scripts/release
     fi
 }
+
+# The TCP connections this machine has opened so far (the kernel's
+# ActiveOpens, /proc/net/snmp): over a run, less the load generator's own,
+# what a proxy opened to its upstreams.
+tcp_opens() {
+    awk '$1 == "Tcp:" { if (!c) { for (i = 2; i <= NF; i++) if ($i == "ActiveOpens") c = i } else { print $c; exit } }' /proc/net/snmp
+}
