@@ -246,6 +246,17 @@ pub async fn serve(
             keepers.spawn(keeper::keep(u.clone(), connect_timeout, Clock::new(), tls));
         }
     }
+    // Idle upstream connections over `keepalive N` close once idle
+    // `pool::GRACE`: the caches are looked at every `GRACE`.
+    let cached: Vec<Arc<crate::upstream::UpstreamRt>> = shared
+        .upstreams
+        .iter()
+        .filter(|u| u.cfg.keepalive.max > 0)
+        .cloned()
+        .collect();
+    if !cached.is_empty() {
+        keepers.spawn(purge_surplus(cached));
+    }
     if let Some(p) = &shared.parker {
         keepers.spawn(run_parker(p.clone(), phase.clone()));
         // Out of worker_connections, the oldest parked connections close
@@ -600,6 +611,20 @@ pub(crate) struct Resume {
 
 /// How long a keep-alive connection waits in its task before it is parked.
 const PARK_AFTER: Duration = Duration::from_millis(100);
+
+/// Every `GRACE`, closes the idle connections over `keepalive N` that have
+/// been idle that long, in each of `cached`'s keep-alive caches
+/// (`upstream::pool`).
+async fn purge_surplus(cached: Vec<Arc<crate::upstream::UpstreamRt>>) {
+    use crate::upstream::pool::GRACE;
+    loop {
+        tokio::time::sleep(GRACE).await;
+        let now = std::time::Instant::now();
+        for u in &cached {
+            u.pool().purge(now);
+        }
+    }
+}
 
 /// Resumes parked connections that woke, closes those whose time passed,
 /// and all of them once the worker stops.

@@ -1,7 +1,10 @@
 //! The keep-alive cache of idle upstream connections, per upstream and worker:
 //! at most `keepalive N` idle connections (more when `keepalive_min` or
 //! `pick_first warm=` ask to keep more open), the least recently used evicted
-//! first. A connection is reused most-recently-used first as nginx does, or,
+//! first: once it has been idle `GRACE` (nginx closes it at once; kept that
+//! long, the next burst of requests finds the connections the last one
+//! opened instead of opening and closing them again, `surplus`). A
+//! connection is reused most-recently-used first as nginx does, or,
 //! with `keepalive_min`, least-recently-used first so that traffic rotates
 //! over every open connection. Never after `keepalive_timeout` idle,
 //! `keepalive_time` of age (less its jitter) or `keepalive_requests`.
@@ -286,6 +289,14 @@ pub struct Pool {
 /// A connection closed unused this soon after it opened "died young".
 const YOUNG: Duration = Duration::from_secs(1);
 
+/// How long an idle connection over `keepalive N` stays before it closes
+/// (`Pool::purge`, each `GRACE`, closes those that have stayed so long).
+pub const GRACE: Duration = Duration::from_secs(1);
+
+/// Idle connections, the surplus kept for `GRACE` included, are at most
+/// this many times `keepalive N`.
+const SURPLUS: usize = 4;
+
 impl Pool {
     pub fn new(cfg: Keepalive) -> Pool {
         Pool {
@@ -388,8 +399,12 @@ impl Pool {
         c.set_idle(true);
         self.idle.push_front(c);
         while self.idle.len() > self.cap {
-            // Without a keeper: the least recently used, as nginx.
+            // Without a keeper: the least recently used, as nginx, once it
+            // has been idle `GRACE`.
             if self.targets.is_empty() {
+                if !self.surplus_expired(now) {
+                    break;
+                }
                 self.idle.pop_back();
                 continue;
             }
@@ -441,6 +456,28 @@ impl Pool {
     pub fn set_targets(&mut self, targets: HashMap<PeerAddr, usize>) {
         self.cap = self.cfg.max + targets.values().sum::<usize>();
         self.targets = targets;
+    }
+
+    /// Whether the least recently used idle connection, one over
+    /// `keepalive N`, goes now: idle `GRACE`, or the surplus at its bound.
+    fn surplus_expired(&self, now: Instant) -> bool {
+        let stale = self
+            .idle
+            .back()
+            .is_none_or(|c| now.saturating_duration_since(c.idle_since) >= GRACE);
+        stale || self.idle.len() > self.cap.saturating_mul(SURPLUS)
+    }
+
+    /// Closes the idle connections over `keepalive N` that have been idle
+    /// `GRACE` (the least recently used first). The worker calls it every
+    /// `GRACE`, so a surplus left by a burst goes when traffic stops.
+    pub fn purge(&mut self, now: Instant) {
+        if !self.targets.is_empty() {
+            return;
+        }
+        while self.idle.len() > self.cap && self.surplus_expired(now) {
+            self.idle.pop_back();
+        }
     }
 
     pub fn idle_count(&self) -> usize {
@@ -543,6 +580,52 @@ mod tests {
             assert!(p.take(&a, 0, 0, now).is_none());
             assert!(p.take(&a, 0, 9, now).is_none());
             assert_eq!(p.take(&a, 0, 7, now).map(|c| c.tls), Some(7));
+        });
+    }
+
+    /// Over `keepalive N`, idle connections stay `GRACE` (the next burst
+    /// takes them again), then go: at the next `put` or `purge`, the least
+    /// recently used first; never more than `SURPLUS` times N.
+    #[test]
+    fn connections_over_the_cache_stay_their_grace_then_go() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            let a = PeerAddr::Inet("127.0.0.1:1".parse::<SocketAddr>().expect("addr"));
+            let t0 = Instant::now();
+            let mut p = Pool::new(cfg(1, 0));
+            for location in 0..3 {
+                let mut c = conn(&l, &a).await;
+                c.location = location;
+                assert!(p.put(c, t0));
+            }
+            assert_eq!(p.idle_count(), 3, "a burst's connections stay");
+            p.purge(t0 + GRACE / 2);
+            assert_eq!(p.idle_count(), 3, "within the grace");
+            // Taken again (the most recently used first) and put back later.
+            let c = p.take(&a, 0, 0, t0).expect("cached");
+            assert_eq!(c.location, 2);
+            let later = t0 + GRACE / 2;
+            assert!(p.put(c, later));
+            // Past the grace of the two older ones: they go, oldest first.
+            p.purge(t0 + GRACE);
+            assert_eq!(p.idle_count(), 1);
+            assert_eq!(p.take(&a, 0, 0, t0 + GRACE).map(|c| c.location), Some(2));
+
+            // The surplus has a bound: SURPLUS times N, then the least
+            // recently used goes at once.
+            let mut p = Pool::new(cfg(1, 0));
+            for location in 0..SURPLUS + 2 {
+                let mut c = conn(&l, &a).await;
+                c.location = location;
+                assert!(p.put(c, t0));
+            }
+            assert_eq!(p.idle_count(), SURPLUS);
+            let oldest = p.idle.back().map(|c| c.location);
+            assert_eq!(oldest, Some(2), "the two least recently used went");
         });
     }
 }
