@@ -1,9 +1,9 @@
 //! The keep-alive cache of idle upstream connections, per upstream and worker:
 //! at most `keepalive N` idle connections (more when `keepalive_min` or
 //! `pick_first warm=` ask to keep more open), the least recently used evicted
-//! first: once it has been idle `GRACE` (nginx closes it at once; kept that
+//! first once it has been idle `GRACE` (nginx closes it at once; kept that
 //! long, the next burst of requests finds the connections the last one
-//! opened instead of opening and closing them again, `surplus`). A
+//! opened instead of opening and closing them again: `Pool::purge`). A
 //! connection is reused most-recently-used first as nginx does, or,
 //! with `keepalive_min`, least-recently-used first so that traffic rotates
 //! over every open connection. Never after `keepalive_timeout` idle,
