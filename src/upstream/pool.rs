@@ -398,16 +398,13 @@ impl Pool {
         c.idle_since = now;
         c.set_idle(true);
         self.idle.push_front(c);
+        // Without a keeper: the least recently used, as nginx, once it has
+        // been idle `GRACE`.
+        if self.targets.is_empty() {
+            self.purge(now);
+            return true;
+        }
         while self.idle.len() > self.cap {
-            // Without a keeper: the least recently used, as nginx, once it
-            // has been idle `GRACE`.
-            if self.targets.is_empty() {
-                if !self.surplus_expired(now) {
-                    break;
-                }
-                self.idle.pop_back();
-                continue;
-            }
             let mut count: HashMap<&PeerAddr, usize> = HashMap::new();
             for c in &self.idle {
                 *count.entry(&c.peer).or_default() += 1;
@@ -523,6 +520,26 @@ mod tests {
         )
     }
 
+    /// A current-thread runtime with I/O and time, for a test's body.
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    /// A peer at 127.0.0.1:`port` (only its address is compared).
+    fn peer(port: u16) -> PeerAddr {
+        PeerAddr::Inet(SocketAddr::from(([127, 0, 0, 1], port)))
+    }
+
+    /// `conn`, marked as opened by `location` (to tell connections apart).
+    async fn conn_at(l: &std::net::TcpListener, peer: &PeerAddr, location: usize) -> Pooled {
+        let mut c = conn(l, peer).await;
+        c.location = location;
+        c
+    }
+
     fn cfg(max: usize, min: usize) -> Keepalive {
         Keepalive {
             max,
@@ -533,14 +550,10 @@ mod tests {
 
     #[test]
     fn the_keepers_connections_are_evicted_last_and_kept_without_a_cache() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
+        runtime().block_on(async {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-            let a = PeerAddr::Inet("127.0.0.1:1".parse::<SocketAddr>().expect("addr"));
-            let b = PeerAddr::Inet("127.0.0.1:2".parse::<SocketAddr>().expect("addr"));
+            let a = peer(1);
+            let b = peer(2);
             let now = Instant::now();
 
             // keepalive 1, the keeper keeps one to a: a request's
@@ -563,9 +576,7 @@ mod tests {
             for (min, want) in [(1, 0), (0, 2)] {
                 let mut p = Pool::new(cfg(3, min));
                 for location in 0..3 {
-                    let mut c = conn(&l, &a).await;
-                    c.location = location;
-                    assert!(p.put(c, now));
+                    assert!(p.put(conn_at(&l, &a, location).await, now));
                 }
                 let got = p.take(&a, 0, 0, now).map(|c| c.location);
                 assert_eq!(got, Some(want), "keepalive_min {min}");
@@ -588,19 +599,13 @@ mod tests {
     /// recently used first; never more than `SURPLUS` times N.
     #[test]
     fn connections_over_the_cache_stay_their_grace_then_go() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
+        runtime().block_on(async {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-            let a = PeerAddr::Inet("127.0.0.1:1".parse::<SocketAddr>().expect("addr"));
+            let a = peer(1);
             let t0 = Instant::now();
             let mut p = Pool::new(cfg(1, 0));
             for location in 0..3 {
-                let mut c = conn(&l, &a).await;
-                c.location = location;
-                assert!(p.put(c, t0));
+                assert!(p.put(conn_at(&l, &a, location).await, t0));
             }
             assert_eq!(p.idle_count(), 3, "a burst's connections stay");
             p.purge(t0 + GRACE / 2);
@@ -619,9 +624,7 @@ mod tests {
             // recently used goes at once.
             let mut p = Pool::new(cfg(1, 0));
             for location in 0..SURPLUS + 2 {
-                let mut c = conn(&l, &a).await;
-                c.location = location;
-                assert!(p.put(c, t0));
+                assert!(p.put(conn_at(&l, &a, location).await, t0));
             }
             assert_eq!(p.idle_count(), SURPLUS);
             let oldest = p.idle.back().map(|c| c.location);
