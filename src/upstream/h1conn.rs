@@ -172,8 +172,7 @@ impl H1 {
         body: &Payload,
         timeout: Duration,
     ) -> Result<(), Error> {
-        // With the other requests of this turn (`net::turn`).
-        crate::net::turn::later().await;
+        // At once, not at the turn's end as a response (`net::turn`).
         let mut sent = false;
         self.wrote = 0;
         self.got = 0;
