@@ -35,11 +35,7 @@ const LOCK_WAIT: Duration = Duration::from_millis(50);
 const SHARED_COLUMN: usize = LIMIT_HOLDERS - 1;
 
 /// Milliseconds on CLOCK_MONOTONIC: one clock for every process.
-pub fn now_ms() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
-        (t.tv_sec() as u64) * 1000 + (t.tv_nsec() as u64) / 1_000_000
-    })
-}
+pub use crate::net::clock::mono_ms as now_ms;
 
 /// nginx's leak of a bucket: the excess (thousandths of a request) after
 /// `now - last` milliseconds at `rate` (thousandths of a request per

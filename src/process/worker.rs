@@ -121,8 +121,11 @@ pub fn run(
     std::panic::set_hook(Box::new(|info| {
         crate::log!(Level::Alert, "panic: {}", info);
     }));
+    // Each wait for events begins a turn whose clocked polls share a
+    // reading (`net::clock`).
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_unpark(crate::net::clock::turn_began)
         .build()
     {
         Ok(rt) => rt,

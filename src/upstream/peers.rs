@@ -19,9 +19,7 @@ pub use crate::shm::records::PeerLive;
 pub type Ms = u64;
 
 pub fn now_ms() -> Ms {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map(|t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
-        .unwrap_or(1)
+    crate::net::clock::mono_ms()
 }
 
 /// Where a peer's live state is: this worker's memory or a zone.
