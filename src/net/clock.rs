@@ -84,14 +84,17 @@ pub fn now() -> Instant {
 /// would lag a direct reading by up to one).
 pub fn mono_ms() -> u64 {
     static BASE: std::sync::OnceLock<(Instant, u64)> = std::sync::OnceLock::new();
-    let &(at, ns) = BASE.get_or_init(|| {
-        let ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-            .map_or(1_000_000, |t| {
-                t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-            });
-        (Instant::now(), ns)
-    });
+    let &(at, ns) = BASE.get_or_init(|| (Instant::now(), mono_ns()));
     (ns + now().saturating_duration_since(at).as_nanos() as u64) / 1_000_000
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, read now (1 ms should the read fail,
+/// which Linux's does not): the base that [`mono_ms`] and
+/// `upstream::clock::Clock` count from.
+pub fn mono_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(1_000_000, |t| {
+        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+    })
 }
 
 /// The clock's own reading: std's, through tokio's `Instant::now`, which is

@@ -24,12 +24,9 @@ pub struct Clock {
 impl Clock {
     /// Reads both clocks once; every later reading is an offset from here.
     pub fn new() -> Clock {
-        let base_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-            .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
-            .unwrap_or(1_000_000);
         Clock {
             base: tokio::time::Instant::now(),
-            base_ns,
+            base_ns: crate::net::clock::mono_ns(),
         }
     }
 
