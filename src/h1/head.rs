@@ -2604,8 +2604,8 @@ mod tests {
 
         /// Whatever request head is accepted, hostile bytes in its values
         /// included, has only values `valid_value` and a map take: the
-        /// parser checks them, once (`request_headers`). The other bytes
-        /// are refused with a 400 naming the line.
+        /// parser checks them, once (`request_headers`). A head with any
+        /// other byte in a value is refused with a 400.
         #[test]
         fn accepted_request_values_are_valid(
             values in proptest::collection::vec(
