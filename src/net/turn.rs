@@ -13,11 +13,10 @@
 //! the backend the machine was idle more (7% against 2% at 64 connections)
 //! and made fewer requests (`scripts/ab`, paired rounds, two runs each:
 //! sending at once made x1.005 and x1.033 at 8 connections, x1.050 and
-//! x1.061 at 64, one worker). The wait had
-//! paid (x1.11 at 64) while the keep-alive cache closed its surplus at once,
-//! mostly by needing fewer upstream connections at a time, so that fewer
-//! were opened and closed; with the cache's grace (`upstream::pool`) none
-//! are.
+//! x1.061 at 64, one worker). The wait had paid (x1.11 at 64) while the
+//! keep-alive cache closed its surplus at once, mostly by needing fewer
+//! upstream connections at a time, so that fewer were opened and closed;
+//! with the cache's grace (`upstream::pool`) none are.
 
 use std::future::Future;
 use std::pin::Pin;
