@@ -29,6 +29,9 @@ use std::time::{Duration, Instant};
 thread_local! {
     static NOW: Cell<Option<Instant>> = const { Cell::new(None) };
     static TURN: Cell<Turn> = const { Cell::new(Turn::Untracked) };
+    /// The last reading [`mono_ms`] turned into milliseconds, and what it
+    /// made of it.
+    static MONO: Cell<Option<(Instant, u64)>> = const { Cell::new(None) };
 }
 
 /// Polls of a turn that may share its reading.
@@ -81,11 +84,22 @@ pub fn now() -> Instant {
 /// (a proxied request read the clock twice more for its peer's bookkeeping).
 /// std's `Instant` is CLOCK_MONOTONIC on Linux; where the two stand against
 /// each other is read once per process, in nanoseconds (whole milliseconds
-/// would lag a direct reading by up to one).
+/// would lag a direct reading by up to one). The calls of one poll share
+/// its reading, and so one conversion: a proxied request's peer
+/// bookkeeping asks four times, and each `Instant` subtraction cost some
+/// 50 instructions.
 pub fn mono_ms() -> u64 {
     static BASE: std::sync::OnceLock<(Instant, u64)> = std::sync::OnceLock::new();
+    let t = now();
+    if let Some((seen, ms)) = MONO.with(Cell::get)
+        && seen == t
+    {
+        return ms;
+    }
     let &(at, ns) = BASE.get_or_init(|| (Instant::now(), mono_ns()));
-    (ns + now().saturating_duration_since(at).as_nanos() as u64) / 1_000_000
+    let ms = (ns + t.saturating_duration_since(at).as_nanos() as u64) / 1_000_000;
+    MONO.with(|c| c.set(Some((t, ms))));
+    ms
 }
 
 /// CLOCK_MONOTONIC in nanoseconds, read now (1 ms should the read fail,
@@ -279,6 +293,38 @@ mod tests {
         let inner = std::mem::size_of_val(&fut);
         assert!(inner >= 2048);
         assert_eq!(std::mem::size_of_val(&clocked(fut)), inner);
+    }
+
+    /// `mono_ms` follows CLOCK_MONOTONIC, read anew outside a clocked
+    /// task (its last conversion is not taken for a later reading), and
+    /// stays one value through a poll.
+    #[test]
+    fn mono_ms_follows_the_clock_and_the_poll() {
+        let before = mono_ns() / 1_000_000;
+        let a = mono_ms();
+        // Within a millisecond of a direct reading (the two bases were
+        // read one after the other).
+        assert!(
+            a >= before && a <= mono_ns() / 1_000_000 + 1,
+            "{before} {a}"
+        );
+        std::thread::sleep(Duration::from_millis(3));
+        let b = mono_ms();
+        assert!(b >= a + 3, "{a} {b}");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let (first, same, next) = rt.block_on(clocked(async {
+            let first = mono_ms();
+            std::thread::sleep(Duration::from_millis(3));
+            let same = mono_ms();
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            (first, same, mono_ms())
+        }));
+        assert!(first >= b);
+        assert_eq!(first, same);
+        assert!(next >= first + 6, "{first} {next}");
     }
 
     #[test]
